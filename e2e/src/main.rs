@@ -1,0 +1,2 @@
+//! ringlb-apisim: a Kubernetes API simulator for tests and `make demo`.
+fn main() {}
