@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{Parser, Subcommand};
 use prometheus_client::registry::Registry;
 use ringlb_ops::{CommonArgs, Health};
 use tokio::sync::Mutex;
@@ -14,18 +14,32 @@ use tokio::sync::Mutex;
 struct Args {
     #[command(flatten)]
     common: CommonArgs,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Run the edge agent: watch the API, program the datapath, announce VIPs.
+    Run,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ringlb_ops::logging::init(&args.common.log_level).map_err(anyhow::Error::msg)?;
+    match args.command {
+        Command::Run => run(&args.common).await,
+    }
+}
+
+async fn run(common: &CommonArgs) -> anyhow::Result<()> {
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
-    let (addr, _ops) = ringlb_ops::serve_ops(args.common.metrics_addr, registry, health.clone())
+    let (addr, _ops) = ringlb_ops::serve_ops(common.metrics_addr, registry, health.clone())
         .await
-        .with_context(|| format!("binding --metrics-addr {}", args.common.metrics_addr))?;
+        .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
     tracing::info!(%addr, "serving /metrics /healthz /readyz");
-    let _client = args.common.kube_client().await?;
-    anyhow::bail!("the edge loop is not built yet")
+    let _client = common.kube_client().await?;
+    anyhow::bail!("the edge agent loop is not built yet")
 }

@@ -1,0 +1,1 @@
+//! The BGP speaker: RFC 4271 FSM, sessions, announcements.

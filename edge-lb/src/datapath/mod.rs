@@ -1,0 +1,1 @@
+//! The packet datapath behind one trait: XDP (aya) or kernel IPVS.
