@@ -23,4 +23,4 @@ unit:
 test: setup fmt lint unit
 
 crds:
-	$(CARGO) run -q -p ringlb-crds --bin crdgen -- --out crds --chart charts/ringlb/crds
+	$(CARGO) run -q -p ringlb-crds --bin crdgen

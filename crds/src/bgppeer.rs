@@ -1,17 +1,20 @@
 //! `BGPPeer`: a router the edges open a BGP session to.
 
-use kube::CustomResource;
+use std::net::IpAddr;
+
+use kube::{CustomResource, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::common::{Condition, LabelSelector, SecretKeyRef};
+use crate::common::{Condition, Errors, LabelSelector, SecretKeyRef, ValidationErrors};
 
 /// A BGP neighbour (usually a top-of-rack switch) of the selected edge nodes.
-#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
     group = "ringlb.io",
     version = "v1alpha1",
     kind = "BGPPeer",
+    doc = "A BGP neighbour (usually a top-of-rack switch) of the selected edge nodes.",
     plural = "bgppeers",
     shortname = "bgpp",
     status = "BGPPeerStatus",
@@ -20,33 +23,47 @@ use crate::common::{Condition, LabelSelector, SecretKeyRef};
     printcolumn = r#"{"name":"My ASN","type":"integer","jsonPath":".spec.myASN"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
+#[x_kube(validation = Rule::new(
+    "!has(self.keepaliveTime) || !has(self.holdTime) || self.holdTime == 0 || self.keepaliveTime < self.holdTime"
+).message("keepaliveTime must be less than holdTime"))]
 #[serde(rename_all = "camelCase")]
 pub struct BGPPeerSpec {
     /// The peer's IPv4 or IPv6 address.
+    #[schemars(length(max = 45))]
+    #[x_kube(validation = Rule::new("isIP(self)").message("must be an IPv4 or IPv6 address"))]
     pub peer_address: String,
     /// The peer's AS number (1..4294967295).
     #[serde(rename = "peerASN")]
+    #[schemars(range(min = 1, max = 4294967295u32))]
     pub peer_asn: u32,
     /// Our AS number (1..4294967295).
     #[serde(rename = "myASN")]
+    #[schemars(range(min = 1, max = 4294967295u32))]
     pub my_asn: u32,
     /// TCP port of the peer. Default 179.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 65535))]
     pub port: Option<u16>,
     /// Proposed hold time in seconds: 0 (no keepalives) or at least 3. Default 90.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = 65535))]
+    #[x_kube(validation = Rule::new("self == 0 || self >= 3").message("must be 0 or at least 3 seconds"))]
     pub hold_time: Option<u16>,
     /// Keepalive interval in seconds. Default holdTime / 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 21845))]
     pub keepalive_time: Option<u16>,
     /// Secret key holding the TCP MD5 password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret_ref: Option<SecretKeyRef>,
     /// Allow an eBGP peer this many hops away (1..255).
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 255))]
     pub ebgp_multihop: Option<u8>,
     /// Local address to open the session from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 45))]
+    #[x_kube(validation = Rule::new("isIP(self)").message("must be an IPv4 or IPv6 address"))]
     pub source_address: Option<String>,
     /// Which nodes peer with this router. Empty selects every edge node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -81,4 +98,164 @@ pub struct NodeSession {
     /// The last error, if any.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_error: Option<String>,
+}
+
+/// Default hold time (RFC 4271 suggests 90 s).
+pub const DEFAULT_HOLD_TIME: u16 = 90;
+/// Default BGP port.
+pub const DEFAULT_PORT: u16 = 179;
+
+impl BGPPeerSpec {
+    /// Checks the spec as the CRD schema does.
+    pub fn validate(&self) -> Result<(), ValidationErrors> {
+        let mut e = Errors::default();
+        if self.peer_address.parse::<IpAddr>().is_err() {
+            e.push(
+                "spec.peerAddress",
+                format!("{:?} is not an IPv4 or IPv6 address", self.peer_address),
+            );
+        }
+        if self.peer_asn == 0 {
+            e.push("spec.peerASN", "must be 1..4294967295");
+        }
+        if self.my_asn == 0 {
+            e.push("spec.myASN", "must be 1..4294967295");
+        }
+        if self.port == Some(0) {
+            e.push("spec.port", "must be 1..65535");
+        }
+        if let Some(h) = self.hold_time
+            && (1..3).contains(&h)
+        {
+            e.push("spec.holdTime", "must be 0 or at least 3 seconds");
+        }
+        if let Some(k) = self.keepalive_time {
+            if k == 0 {
+                e.push("spec.keepaliveTime", "must be at least 1 second");
+            }
+            if self.hold_time.is_some_and(|h| h != 0 && k >= h) {
+                e.push("spec", "keepaliveTime must be less than holdTime");
+            }
+        }
+        if self.ebgp_multihop == Some(0) {
+            e.push("spec.ebgpMultihop", "must be 1..255");
+        }
+        if let Some(src) = &self.source_address
+            && src.parse::<IpAddr>().is_err()
+        {
+            e.push(
+                "spec.sourceAddress",
+                format!("{src:?} is not an IPv4 or IPv6 address"),
+            );
+        }
+        e.finish()
+    }
+
+    /// The hold time to propose, with the default applied.
+    pub fn hold_time(&self) -> u16 {
+        self.hold_time.unwrap_or(DEFAULT_HOLD_TIME)
+    }
+
+    /// The keepalive interval, with the default (holdTime / 3) applied.
+    pub fn keepalive_time(&self) -> u16 {
+        self.keepalive_time.unwrap_or(self.hold_time() / 3)
+    }
+
+    /// The TCP port, with the default applied.
+    pub fn port(&self) -> u16 {
+        self.port.unwrap_or(DEFAULT_PORT)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn peer() -> BGPPeerSpec {
+        BGPPeerSpec {
+            peer_address: "10.0.0.1".into(),
+            peer_asn: 65000,
+            my_asn: 4_200_000_000,
+            port: None,
+            hold_time: Some(3),
+            keepalive_time: Some(1),
+            password_secret_ref: None,
+            ebgp_multihop: None,
+            source_address: None,
+            node_selector: None,
+        }
+    }
+
+    #[test]
+    fn good_peer_validates_and_defaults_apply() {
+        let p = peer();
+        p.validate().unwrap();
+        assert_eq!(p.port(), 179);
+        let p = BGPPeerSpec {
+            hold_time: None,
+            keepalive_time: None,
+            ..peer()
+        };
+        assert_eq!((p.hold_time(), p.keepalive_time()), (90, 30));
+    }
+
+    #[test]
+    fn bad_peers_name_the_field() {
+        let bad = [
+            (
+                BGPPeerSpec {
+                    peer_asn: 0,
+                    ..peer()
+                },
+                "spec.peerASN",
+            ),
+            (
+                BGPPeerSpec {
+                    my_asn: 0,
+                    ..peer()
+                },
+                "spec.myASN",
+            ),
+            (
+                BGPPeerSpec {
+                    peer_address: "10.0.0".into(),
+                    ..peer()
+                },
+                "spec.peerAddress",
+            ),
+            (
+                BGPPeerSpec {
+                    hold_time: Some(2),
+                    keepalive_time: None,
+                    ..peer()
+                },
+                "spec.holdTime",
+            ),
+            (
+                BGPPeerSpec {
+                    keepalive_time: Some(3),
+                    ..peer()
+                },
+                "spec",
+            ),
+            (
+                BGPPeerSpec {
+                    source_address: Some("x".into()),
+                    ..peer()
+                },
+                "spec.sourceAddress",
+            ),
+            (
+                BGPPeerSpec {
+                    port: Some(0),
+                    ..peer()
+                },
+                "spec.port",
+            ),
+        ];
+        for (p, field) in bad {
+            let e = p.validate().unwrap_err();
+            assert_eq!(e.0[0].field, field, "{e}");
+        }
+    }
 }

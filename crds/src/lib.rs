@@ -6,15 +6,21 @@
 //! an object which slipped past the API server (or a server without CEL) still gets a
 //! clear, field-named error from the programs.
 
+#[cfg(feature = "server-validation")]
+pub mod admission;
 pub mod bgpadvertisement;
 pub mod bgppeer;
 pub mod common;
+pub mod generate;
 pub mod ippool;
 
-pub use bgpadvertisement::{BGPAdvertisement, BGPAdvertisementSpec};
-pub use bgppeer::{BGPPeer, BGPPeerSpec, BGPPeerStatus};
-pub use common::{Condition, LabelSelector, ValidationError};
-pub use ippool::{IPPool, IPPoolSpec, IPPoolStatus};
+pub use bgpadvertisement::{
+    AggregationLength, BGPAdvertisement, BGPAdvertisementSpec, BGPAdvertisementStatus, Community,
+    LargeCommunity,
+};
+pub use bgppeer::{BGPPeer, BGPPeerSpec, BGPPeerStatus, NodeSession};
+pub use common::{Condition, LabelSelector, SecretKeyRef, ValidationError, ValidationErrors};
+pub use ippool::{Block, FamilyUsage, IPPool, IPPoolSpec, IPPoolStatus, IPRange};
 
 /// The API group of every ringlb CRD.
 pub const GROUP: &str = "ringlb.io";

@@ -1,0 +1,393 @@
+//! The generated CRDs: no drift from the types, valid k8s-openapi CRDs, structural
+//! schemas, and the schema's rules refuse bad objects with a message naming the field.
+
+use std::path::PathBuf;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use ringlb_crds::{admission, generate};
+use serde_json::{Value, json};
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// Fails when a checked-in generated file differs from what the types generate.
+/// `RINGLB_BLESS=1 cargo test -p ringlb-crds` (or `make crds`) rewrites them.
+#[test]
+fn generated_files_match_the_types() {
+    let bless = std::env::var_os("RINGLB_BLESS").is_some();
+    let mut stale = Vec::new();
+    for (rel, body) in generate::files().unwrap() {
+        let path = repo_root().join(&rel);
+        let current = std::fs::read_to_string(&path).unwrap_or_default();
+        if current != body {
+            if bless {
+                std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+                std::fs::write(&path, &body).unwrap();
+            } else {
+                stale.push(rel);
+            }
+        }
+    }
+    assert!(
+        stale.is_empty(),
+        "generated files drifted from the types (run `make crds`): {stale:?}"
+    );
+}
+
+fn checked_in_crds() -> Vec<CustomResourceDefinition> {
+    let mut out = Vec::new();
+    for dir in ["crds", "charts/ringlb/crds"] {
+        let mut names: Vec<_> = std::fs::read_dir(repo_root().join(dir))
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+            .collect();
+        names.sort();
+        assert_eq!(names.len(), 3, "{dir} should hold the three CRDs");
+        for p in names {
+            let text = std::fs::read_to_string(&p).unwrap();
+            let crd: CustomResourceDefinition = serde_yaml::from_str(&text).unwrap_or_else(|e| {
+                panic!("{} is not a CustomResourceDefinition: {e}", p.display())
+            });
+            out.push(crd);
+        }
+    }
+    out
+}
+
+#[test]
+fn yaml_deserializes_as_crds_with_status_and_columns() {
+    for crd in checked_in_crds() {
+        let name = crd.metadata.name.clone().unwrap();
+        assert_eq!(crd.spec.group, "ringlb.io", "{name}");
+        assert_eq!(crd.spec.scope, "Cluster", "{name}");
+        let v = &crd.spec.versions[0];
+        assert_eq!(v.name, "v1alpha1");
+        assert!(v.served && v.storage, "{name}");
+        assert!(
+            v.subresources
+                .as_ref()
+                .and_then(|s| s.status.as_ref())
+                .is_some(),
+            "{name}: status subresource"
+        );
+        assert!(
+            v.additional_printer_columns
+                .as_ref()
+                .is_some_and(|c| !c.is_empty()),
+            "{name}: printer columns"
+        );
+    }
+}
+
+/// A structural schema (apiextensions.k8s.io/v1 requires one): every node has a
+/// type, and no JSON-Schema constructs the API server refuses.
+#[test]
+fn schemas_are_structural() {
+    fn walk(v: &Value, path: &str, bad: &mut Vec<String>) {
+        let obj = v.as_object().unwrap();
+        let typed = obj.contains_key("type")
+            || obj.get("x-kubernetes-int-or-string") == Some(&Value::Bool(true))
+            || obj.get("x-kubernetes-preserve-unknown-fields") == Some(&Value::Bool(true));
+        if !typed {
+            bad.push(format!("{path}: no type"));
+        }
+        for forbidden in [
+            "$ref",
+            "additionalItems",
+            "patternProperties",
+            "dependencies",
+            "definitions",
+            "$schema",
+        ] {
+            if obj.contains_key(forbidden) {
+                bad.push(format!("{path}: has {forbidden}"));
+            }
+        }
+        if let Some(props) = obj.get("properties").and_then(Value::as_object) {
+            for (k, child) in props {
+                walk(child, &format!("{path}.{k}"), bad);
+            }
+        }
+        if let Some(items) = obj.get("items") {
+            walk(items, &format!("{path}[*]"), bad);
+        }
+        for key in ["anyOf", "oneOf", "allOf"] {
+            for alt in obj.get(key).and_then(Value::as_array).into_iter().flatten() {
+                // Inside these, types are not allowed to differ from the parent; kube
+                // emits them only for enums and int-or-string, never typeless.
+                if alt.get("properties").is_some() {
+                    bad.push(format!("{path}.{key}: declares properties"));
+                }
+            }
+        }
+    }
+    for crd in generate::crds() {
+        let schema = admission::schema_of(&crd).unwrap();
+        let mut bad = Vec::new();
+        walk(&schema, "", &mut bad);
+        assert!(bad.is_empty(), "{:?}: {bad:?}", crd.metadata.name);
+    }
+}
+
+fn refusals(crd: &CustomResourceDefinition, object: Value) -> Vec<String> {
+    admission::validate(&admission::schema_of(crd).unwrap(), &object)
+}
+
+fn pool(spec: Value) -> Value {
+    json!({"apiVersion": "ringlb.io/v1alpha1", "kind": "IPPool", "metadata": {"name": "p"}, "spec": spec})
+}
+
+fn peer(spec: Value) -> Value {
+    json!({"apiVersion": "ringlb.io/v1alpha1", "kind": "BGPPeer", "metadata": {"name": "tor"}, "spec": spec})
+}
+
+fn assert_refused(errors: &[String], field: &str, words: &str) {
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains(field) && e.contains(words)),
+        "expected a refusal naming {field:?} with {words:?}, got {errors:?}"
+    );
+}
+
+#[test]
+fn ippool_rules() {
+    let crd = ringlb_crds::generate::crds().remove(0);
+    assert_eq!(crd.spec.names.kind, "IPPool");
+    for good in [
+        json!({"cidrs": ["192.0.2.0/24", "2001:db8::/64"]}),
+        json!({"ranges": [{"start": "192.0.2.10", "end": "192.0.2.20"}]}),
+        json!({"ranges": [{"start": "9.255.255.255", "end": "10.0.0.0"}]}),
+        json!({"ranges": [{"start": "2001:db8::1", "end": "2001:db8::9"}], "avoidBuggyIPs": true, "priority": -3}),
+    ] {
+        let errs = refusals(&crd, pool(good.clone()));
+        assert!(errs.is_empty(), "{good} refused: {errs:?}");
+    }
+    assert_refused(
+        &refusals(&crd, pool(json!({"cidrs": ["10.0.0.0/33"]}))),
+        "spec.cidrs",
+        "must be a CIDR",
+    );
+    assert_refused(
+        &refusals(&crd, pool(json!({"cidrs": ["banana"]}))),
+        "spec.cidrs",
+        "must be a CIDR",
+    );
+    assert_refused(
+        &refusals(
+            &crd,
+            pool(json!({"ranges": [{"start": "10.0.0.9", "end": "10.0.0.1"}]})),
+        ),
+        "spec.ranges[0]",
+        "start must not be after end",
+    );
+    assert_refused(
+        &refusals(
+            &crd,
+            pool(json!({"ranges": [{"start": "10.0.1.0", "end": "10.0.0.255"}]})),
+        ),
+        "spec.ranges[0]",
+        "start must not be after end",
+    );
+    assert_refused(
+        &refusals(
+            &crd,
+            pool(json!({"ranges": [{"start": "10.0.0.1", "end": "2001:db8::1"}]})),
+        ),
+        "spec.ranges[0]",
+        "same address family",
+    );
+    assert_refused(
+        &refusals(
+            &crd,
+            pool(json!({"ranges": [{"start": "10.0.0.300", "end": "10.0.0.1"}]})),
+        ),
+        "spec.ranges[0].start",
+        "must be an IP address",
+    );
+    assert_refused(
+        &refusals(&crd, pool(json!({}))),
+        "spec",
+        "at least one entry",
+    );
+    assert_refused(
+        &refusals(
+            &crd,
+            pool(json!({"cidrs": ["10.0.0.0/8"], "priority": "high"})),
+        ),
+        "spec.priority",
+        "integer",
+    );
+}
+
+#[test]
+fn bgppeer_rules() {
+    let crd = ringlb_crds::generate::crds().remove(1);
+    assert_eq!(crd.spec.names.kind, "BGPPeer");
+    let ok = json!({"peerAddress": "10.0.0.1", "peerASN": 65000, "myASN": 4294967295u32, "holdTime": 3, "keepaliveTime": 1});
+    assert!(
+        refusals(&crd, peer(ok.clone())).is_empty(),
+        "{:?}",
+        refusals(&crd, peer(ok))
+    );
+    let v6 = json!({"peerAddress": "fd00::1", "peerASN": 1, "myASN": 2, "holdTime": 0, "sourceAddress": "fd00::2"});
+    assert!(
+        refusals(&crd, peer(v6.clone())).is_empty(),
+        "{:?}",
+        refusals(&crd, peer(v6))
+    );
+    assert_refused(
+        &refusals(
+            &crd,
+            peer(json!({"peerAddress": "10.0.0.1", "peerASN": 0, "myASN": 65001})),
+        ),
+        "spec.peerASN",
+        "greater than or equal to 1",
+    );
+    assert_refused(
+        &refusals(
+            &crd,
+            peer(json!({"peerAddress": "10.0.0.1", "peerASN": 4294967296u64, "myASN": 65001})),
+        ),
+        "spec.peerASN",
+        "less than or equal to 4294967295",
+    );
+    assert_refused(
+        &refusals(
+            &crd,
+            peer(json!({"peerAddress": "10.0.0.1", "peerASN": 1, "myASN": 2, "holdTime": 2})),
+        ),
+        "spec.holdTime",
+        "0 or at least 3",
+    );
+    assert_refused(
+        &refusals(
+            &crd,
+            peer(json!({"peerAddress": "tor-1", "peerASN": 1, "myASN": 2})),
+        ),
+        "spec.peerAddress",
+        "IPv4 or IPv6",
+    );
+    assert_refused(
+        &refusals(
+            &crd,
+            peer(
+                json!({"peerAddress": "10.0.0.1", "peerASN": 1, "myASN": 2, "holdTime": 9, "keepaliveTime": 9}),
+            ),
+        ),
+        "spec",
+        "keepaliveTime must be less than holdTime",
+    );
+    assert_refused(
+        &refusals(&crd, peer(json!({"peerAddress": "10.0.0.1", "peerASN": 1}))),
+        "spec.myASN",
+        "Required",
+    );
+}
+
+#[test]
+fn bgpadvertisement_rules() {
+    let crd = ringlb_crds::generate::crds().remove(2);
+    let adv = |spec: Value| json!({"apiVersion": "ringlb.io/v1alpha1", "kind": "BGPAdvertisement", "metadata": {"name": "a"}, "spec": spec});
+    let ok = json!({"communities": ["65535:0", "0:1"], "largeCommunities": ["4294967295:0:1"], "localPref": 200, "aggregationLength": {"v4": 24, "v6": 64}});
+    assert!(
+        refusals(&crd, adv(ok.clone())).is_empty(),
+        "{:?}",
+        refusals(&crd, adv(ok))
+    );
+    assert_refused(
+        &refusals(&crd, adv(json!({"communities": ["65536:0"]}))),
+        "spec.communities",
+        "0..65535",
+    );
+    assert_refused(
+        &refusals(&crd, adv(json!({"communities": ["no-export"]}))),
+        "spec.communities",
+        "ASN:VALUE",
+    );
+    assert_refused(
+        &refusals(&crd, adv(json!({"largeCommunities": ["1:2"]}))),
+        "spec.largeCommunities",
+        "GLOBAL:LOCAL1:LOCAL2",
+    );
+    assert_refused(
+        &refusals(&crd, adv(json!({"aggregationLength": {"v4": 33}}))),
+        "spec.aggregationLength.v4",
+        "less than or equal to 32",
+    );
+}
+
+/// The Rust `validate()` agrees with the schema on the same bad objects.
+#[test]
+fn validate_agrees_with_the_schema() {
+    let bad_pool: ringlb_crds::IPPool =
+        serde_json::from_value(pool(json!({"cidrs": ["10.0.0.0/33"]}))).unwrap();
+    assert!(
+        bad_pool
+            .spec
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("spec.cidrs[0]")
+    );
+    let bad_peer: ringlb_crds::BGPPeer = serde_json::from_value(peer(
+        json!({"peerAddress": "10.0.0.1", "peerASN": 0, "myASN": 1}),
+    ))
+    .unwrap();
+    assert!(
+        bad_peer
+            .spec
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("spec.peerASN")
+    );
+}
+
+/// The API server refuses CRDs whose CEL rules are estimated too costly; kube-cel
+/// estimates the same way. Every rule must fit the budget.
+#[test]
+fn cel_rules_fit_the_cost_budget() {
+    use kube::core::cel::{ScopeContext, analyze_rule, compile_schema};
+    // The estimate can fail: an unbounded list of unbounded strings does.
+    let unbounded = json!({"type": "array", "items": {"type": "string"}});
+    let w = analyze_rule(
+        "self.all(c, c.matches('^[0-9]+$') && c.split(':').size() > 0)",
+        &compile_schema(&unbounded),
+        ScopeContext::CrdValidation,
+    );
+    assert!(!w.is_empty(), "an unbounded rule should draw a warning");
+    for crd in generate::crds() {
+        let schema = admission::schema_of(&crd).unwrap();
+        let mut rules = Vec::new();
+        collect_rules(&schema, &mut rules);
+        assert!(!rules.is_empty());
+        for (node, rule) in rules {
+            let compiled = compile_schema(&node);
+            let warnings = analyze_rule(&rule, &compiled, ScopeContext::CrdValidation);
+            let costly: Vec<_> = warnings
+                .iter()
+                .filter(|w| w.message.contains("budget") || w.message.contains("no maxItems"))
+                .collect();
+            assert!(costly.is_empty(), "{rule}: {costly:?}");
+        }
+    }
+}
+
+fn collect_rules(v: &Value, out: &mut Vec<(Value, String)>) {
+    if let Some(rules) = v.get("x-kubernetes-validations").and_then(Value::as_array) {
+        for r in rules {
+            out.push((v.clone(), r["rule"].as_str().unwrap().to_string()));
+        }
+    }
+    if let Some(props) = v.get("properties").and_then(Value::as_object) {
+        for child in props.values() {
+            collect_rules(child, out);
+        }
+    }
+    if let Some(items) = v.get("items") {
+        collect_rules(items, out);
+    }
+}
