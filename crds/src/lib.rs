@@ -13,6 +13,7 @@ pub mod bgppeer;
 pub mod common;
 pub mod generate;
 pub mod ippool;
+pub mod service;
 
 pub use bgpadvertisement::{
     AggregationLength, BGPAdvertisement, BGPAdvertisementSpec, BGPAdvertisementStatus, Community,

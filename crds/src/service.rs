@@ -1,0 +1,115 @@
+//! The Service contract shared by the controller and the edges: which Services are
+//! ringlb's, the annotations users set, and where the VIPs are written.
+
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Service;
+
+use crate::LOAD_BALANCER_CLASS;
+
+/// Specific IPs, comma-separated, at most one per family.
+pub const ANNOTATION_IPS: &str = "ringlb.io/load-balancer-ips";
+/// Draw from this pool only.
+pub const ANNOTATION_POOL: &str = "ringlb.io/ip-pool";
+/// Services with the same key and disjoint ports may share one VIP.
+pub const ANNOTATION_SHARED: &str = "ringlb.io/allow-shared-ip";
+
+/// `namespace/name` of a Service.
+pub fn service_key(svc: &Service) -> String {
+    format!(
+        "{}/{}",
+        svc.metadata.namespace.as_deref().unwrap_or("default"),
+        svc.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// Whether ringlb is responsible for the Service: `type: LoadBalancer` and class
+/// `ringlb.io/maglev`, or no class when `default_class` is on.
+pub fn is_ours(svc: &Service, default_class: bool) -> bool {
+    let Some(spec) = &svc.spec else { return false };
+    if spec.type_.as_deref() != Some("LoadBalancer") {
+        return false;
+    }
+    match spec.load_balancer_class.as_deref() {
+        Some(class) => class == LOAD_BALANCER_CLASS,
+        None => default_class,
+    }
+}
+
+/// The VIPs written in a Service's `status.loadBalancer.ingress`. Hostname-only or
+/// unparsable entries are ignored.
+pub fn status_ips(svc: &Service) -> Vec<IpAddr> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .map(|ing| {
+            ing.iter()
+                .filter_map(|i| i.ip.as_deref()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::api::core::v1::{
+        LoadBalancerIngress, LoadBalancerStatus, ServiceSpec, ServiceStatus,
+    };
+
+    fn svc(type_: &str, class: Option<&str>) -> Service {
+        Service {
+            spec: Some(ServiceSpec {
+                type_: Some(type_.into()),
+                load_balancer_class: class.map(Into::into),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn selection_follows_type_and_class() {
+        assert!(is_ours(
+            &svc("LoadBalancer", Some("ringlb.io/maglev")),
+            false
+        ));
+        assert!(is_ours(&svc("LoadBalancer", None), true));
+        assert!(!is_ours(&svc("LoadBalancer", None), false));
+        assert!(!is_ours(&svc("LoadBalancer", Some("other.io/lb")), true));
+        assert!(!is_ours(&svc("ClusterIP", Some("ringlb.io/maglev")), true));
+        assert!(!is_ours(&Service::default(), true));
+    }
+
+    #[test]
+    fn reads_status_ips() {
+        let mut s = svc("LoadBalancer", None);
+        s.status = Some(ServiceStatus {
+            load_balancer: Some(LoadBalancerStatus {
+                ingress: Some(vec![
+                    LoadBalancerIngress {
+                        ip: Some("192.0.2.1".into()),
+                        ..Default::default()
+                    },
+                    LoadBalancerIngress {
+                        hostname: Some("lb.example".into()),
+                        ..Default::default()
+                    },
+                    LoadBalancerIngress {
+                        ip: Some("2001:db8::1".into()),
+                        ..Default::default()
+                    },
+                ]),
+            }),
+            ..Default::default()
+        });
+        assert_eq!(
+            status_ips(&s),
+            vec![
+                "192.0.2.1".parse::<IpAddr>().unwrap(),
+                "2001:db8::1".parse().unwrap()
+            ]
+        );
+    }
+}
