@@ -1,0 +1,254 @@
+//! What a Service asks for, read from its spec and annotations. Pure: a `Service` in,
+//! a [`Request`] (or a user-facing [`Refusal`]) out.
+
+use std::net::IpAddr;
+
+use k8s_openapi::api::core::v1::Service;
+use ringlb_crds::LOAD_BALANCER_CLASS;
+
+use super::Refusal;
+use super::pool::{Family, Labels};
+
+/// Specific IPs, comma-separated, at most one per family.
+pub const ANNOTATION_IPS: &str = "ringlb.io/load-balancer-ips";
+/// Draw from this pool only.
+pub const ANNOTATION_POOL: &str = "ringlb.io/ip-pool";
+/// Services with the same key and disjoint ports may share one VIP.
+pub const ANNOTATION_SHARED: &str = "ringlb.io/allow-shared-ip";
+
+/// One `port/protocol` pair a Service listens on.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct PortProto {
+    pub port: i32,
+    pub protocol: String,
+}
+
+/// One family the Service wants, and whether the Service fails without it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct FamilyWant {
+    pub family: Family,
+    pub required: bool,
+}
+
+/// Everything the allocator needs to know about one Service.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// `namespace/name`.
+    pub key: String,
+    pub labels: Labels,
+    pub namespace_labels: Labels,
+    /// In the Service's family order (`spec.ipFamilies`).
+    pub families: Vec<FamilyWant>,
+    /// Specific addresses asked for, at most one per family.
+    pub requested: Vec<IpAddr>,
+    pub pool: Option<String>,
+    pub sharing_key: Option<String>,
+    pub ports: Vec<PortProto>,
+}
+
+impl Request {
+    pub fn requested_ip(&self, family: Family) -> Option<IpAddr> {
+        self.requested
+            .iter()
+            .copied()
+            .find(|ip| Family::of(ip) == family)
+    }
+
+    pub fn wants(&self, family: Family) -> bool {
+        self.families.iter().any(|f| f.family == family)
+    }
+}
+
+/// `namespace/name` of a Service.
+pub fn service_key(svc: &Service) -> String {
+    format!(
+        "{}/{}",
+        svc.metadata.namespace.as_deref().unwrap_or("default"),
+        svc.metadata.name.as_deref().unwrap_or("")
+    )
+}
+
+/// Whether this controller is responsible for the Service: `type: LoadBalancer` and
+/// our class, or no class when `default_class` is on.
+pub fn is_ours(svc: &Service, default_class: bool) -> bool {
+    let Some(spec) = &svc.spec else { return false };
+    if spec.type_.as_deref() != Some("LoadBalancer") {
+        return false;
+    }
+    match spec.load_balancer_class.as_deref() {
+        Some(class) => class == LOAD_BALANCER_CLASS,
+        None => default_class,
+    }
+}
+
+fn malformed(annotation: &str, value: &str, reason: impl Into<String>) -> Refusal {
+    Refusal::Malformed {
+        annotation: annotation.to_string(),
+        value: value.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Reads a Service into a [`Request`]. `namespace_labels` are the labels of the
+/// Service's namespace (for pools with a `namespaceSelector`).
+pub fn request_from_service(svc: &Service, namespace_labels: Labels) -> Result<Request, Refusal> {
+    let annotations = svc.metadata.annotations.clone().unwrap_or_default();
+    let spec = svc.spec.clone().unwrap_or_default();
+
+    let mut requested: Vec<IpAddr> = Vec::new();
+    let (source, raw) = match annotations.get(ANNOTATION_IPS) {
+        Some(v) => (ANNOTATION_IPS, Some(v.clone())),
+        None => (
+            "spec.loadBalancerIP",
+            spec.load_balancer_ip.clone().filter(|s| !s.is_empty()),
+        ),
+    };
+    if let Some(raw) = raw {
+        for part in raw.split(',').map(str::trim) {
+            let ip: IpAddr = part
+                .parse()
+                .map_err(|_| malformed(source, &raw, format!("{part:?} is not an IP address")))?;
+            if requested.iter().any(|o| Family::of(o) == Family::of(&ip)) {
+                return Err(malformed(
+                    source,
+                    &raw,
+                    format!("more than one {} address", Family::of(&ip)),
+                ));
+            }
+            requested.push(ip);
+        }
+    }
+
+    let pool = match annotations.get(ANNOTATION_POOL) {
+        Some(p) if p.trim().is_empty() => {
+            return Err(malformed(ANNOTATION_POOL, p, "empty pool name"));
+        }
+        Some(p) => Some(p.trim().to_string()),
+        None => None,
+    };
+    let sharing_key = match annotations.get(ANNOTATION_SHARED) {
+        Some(k) if k.trim().is_empty() => {
+            return Err(malformed(ANNOTATION_SHARED, k, "empty sharing key"));
+        }
+        Some(k) => Some(k.trim().to_string()),
+        None => None,
+    };
+
+    let mut listed = Vec::new();
+    for f in spec.ip_families.iter().flatten() {
+        let fam = match f.as_str() {
+            "IPv4" => Family::V4,
+            "IPv6" => Family::V6,
+            other => {
+                return Err(Refusal::UnsupportedFamily {
+                    reason: format!("spec.ipFamilies has unknown family {other:?}"),
+                });
+            }
+        };
+        if !listed.contains(&fam) {
+            listed.push(fam);
+        }
+    }
+    let primary = listed
+        .first()
+        .copied()
+        .or_else(|| requested.first().map(Family::of))
+        .unwrap_or(Family::V4);
+    let second = listed.get(1).copied().unwrap_or(primary.other());
+    let families = match spec.ip_family_policy.as_deref() {
+        None | Some("SingleStack") => vec![FamilyWant {
+            family: primary,
+            required: true,
+        }],
+        Some("PreferDualStack") => vec![
+            FamilyWant {
+                family: primary,
+                required: true,
+            },
+            FamilyWant {
+                family: second,
+                required: false,
+            },
+        ],
+        Some("RequireDualStack") => vec![
+            FamilyWant {
+                family: primary,
+                required: true,
+            },
+            FamilyWant {
+                family: second,
+                required: true,
+            },
+        ],
+        Some(other) => {
+            return Err(Refusal::UnsupportedFamily {
+                reason: format!("unknown spec.ipFamilyPolicy {other:?}"),
+            });
+        }
+    };
+    for ip in &requested {
+        let fam = Family::of(ip);
+        if !families.iter().any(|f| f.family == fam) {
+            return Err(Refusal::UnsupportedFamily {
+                reason: format!(
+                    "requested {ip} is {fam} but the Service's families are {}",
+                    families
+                        .iter()
+                        .map(|f| f.family.k8s_name())
+                        .collect::<Vec<_>>()
+                        .join(",")
+                ),
+            });
+        }
+    }
+
+    let mut ports: Vec<PortProto> = spec
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| PortProto {
+            port: p.port,
+            protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_string()),
+        })
+        .collect();
+    ports.sort();
+    ports.dedup();
+
+    let mut namespace_labels = namespace_labels;
+    let ns = svc
+        .metadata
+        .namespace
+        .clone()
+        .unwrap_or_else(|| "default".into());
+    // The API server sets this label on every namespace; make it work even when the
+    // Namespace object is not (yet) in our cache.
+    namespace_labels
+        .entry("kubernetes.io/metadata.name".into())
+        .or_insert(ns);
+
+    Ok(Request {
+        key: service_key(svc),
+        labels: svc.metadata.labels.clone().unwrap_or_default(),
+        namespace_labels,
+        families,
+        requested,
+        pool,
+        sharing_key,
+        ports,
+    })
+}
+
+/// The VIPs currently written in a Service's `status.loadBalancer.ingress`.
+/// Hostname-only or unparsable entries are ignored.
+pub fn status_ips(svc: &Service) -> Vec<IpAddr> {
+    svc.status
+        .as_ref()
+        .and_then(|s| s.load_balancer.as_ref())
+        .and_then(|lb| lb.ingress.as_ref())
+        .map(|ing| {
+            ing.iter()
+                .filter_map(|i| i.ip.as_deref()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
+}

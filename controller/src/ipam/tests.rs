@@ -1,0 +1,626 @@
+use std::collections::BTreeMap;
+use std::net::IpAddr;
+
+use ringlb_crds::ippool::IPRange;
+use ringlb_crds::{IPPoolSpec, LabelSelector};
+
+use super::*;
+
+fn spec(cidrs: &[&str]) -> IPPoolSpec {
+    IPPoolSpec {
+        cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
+        ranges: vec![],
+        auto_assign: true,
+        avoid_buggy_ips: false,
+        service_selector: None,
+        namespace_selector: None,
+        priority: 0,
+    }
+}
+
+fn pool(name: &str, s: IPPoolSpec) -> Pool {
+    Pool::from_spec(name, &s).unwrap()
+}
+
+fn ipam(pools: Vec<Pool>) -> Ipam {
+    let mut i = Ipam::new();
+    i.set_pools(pools, BTreeMap::new());
+    i
+}
+
+fn req(key: &str) -> Request {
+    Request {
+        key: key.into(),
+        labels: Labels::new(),
+        namespace_labels: Labels::new(),
+        families: vec![FamilyWant {
+            family: Family::V4,
+            required: true,
+        }],
+        requested: vec![],
+        pool: None,
+        sharing_key: None,
+        ports: vec![PortProto {
+            port: 80,
+            protocol: "TCP".into(),
+        }],
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+#[test]
+fn allocates_lowest_first_and_exhausts() {
+    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/30"]))]);
+    let got: Vec<IpAddr> = (0..4)
+        .map(|i| m.ensure(&req(&format!("ns/s{i}")), &[]).unwrap().ips[0])
+        .collect();
+    assert_eq!(
+        got,
+        ["192.0.2.0", "192.0.2.1", "192.0.2.2", "192.0.2.3"].map(ip)
+    );
+    let err = m.ensure(&req("ns/s4"), &[]).unwrap_err();
+    assert_eq!(
+        err,
+        Refusal::PoolExhausted {
+            family: Family::V4,
+            pools: vec!["a".into()]
+        }
+    );
+    assert_eq!(err.metric_label(), "pool_exhausted");
+    assert!(m.held("ns/s4").is_empty());
+    // Release one: it is reused.
+    assert_eq!(m.release("ns/s1"), vec![ip("192.0.2.1")]);
+    assert_eq!(
+        m.ensure(&req("ns/s4"), &[]).unwrap().ips,
+        vec![ip("192.0.2.1")]
+    );
+}
+
+#[test]
+fn ensure_is_idempotent() {
+    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/24"]))]);
+    let first = m.ensure(&req("ns/a"), &[]).unwrap();
+    let again = m.ensure(&req("ns/a"), &first.ips).unwrap();
+    assert_eq!(first.ips, again.ips);
+    assert!(again.allocated.is_empty() && again.released.is_empty());
+    assert_eq!(m.allocated_count(), 1);
+}
+
+#[test]
+fn avoid_buggy_ips_skips_dot0_and_dot255() {
+    let mut s = spec(&["192.0.2.254/31", "198.51.100.0/31"]);
+    s.avoid_buggy_ips = true;
+    s.ranges.push(IPRange {
+        start: "203.0.113.255".into(),
+        end: "203.0.114.0".into(),
+    });
+    let p = pool("a", s);
+    assert_eq!(p.usable(Family::V4), 2); // .254 and .1
+    let mut m = ipam(vec![p]);
+    assert_eq!(
+        m.ensure(&req("ns/a"), &[]).unwrap().ips,
+        vec![ip("192.0.2.254")]
+    );
+    assert_eq!(
+        m.ensure(&req("ns/b"), &[]).unwrap().ips,
+        vec![ip("198.51.100.1")]
+    );
+    assert!(matches!(
+        m.ensure(&req("ns/c"), &[]),
+        Err(Refusal::PoolExhausted { .. })
+    ));
+    // A request for a buggy address in such a pool is outside what it offers.
+    let mut r = req("ns/d");
+    r.requested = vec![ip("198.51.100.0")];
+    assert_eq!(
+        m.ensure(&r, &[]).unwrap_err(),
+        Refusal::OutsidePools {
+            ip: ip("198.51.100.0")
+        }
+    );
+}
+
+#[test]
+fn buggy_count_is_arithmetic() {
+    let r = Range {
+        family: Family::V4,
+        start: 0,
+        end: u128::from(u32::MAX),
+    };
+    assert_eq!(r.buggy_count(), 2 * 16_777_216);
+    let r = Range {
+        family: Family::V4,
+        start: 1,
+        end: 254,
+    };
+    assert_eq!(r.buggy_count(), 0);
+    let r = Range {
+        family: Family::V4,
+        start: 255,
+        end: 256,
+    };
+    assert_eq!(r.buggy_count(), 2);
+}
+
+#[test]
+fn v6_slash64_uses_memory_proportional_to_allocations() {
+    let p = pool("v6", spec(&["2001:db8::/64"]));
+    assert_eq!(p.usable(Family::V6), 1u128 << 64);
+    let mut m = ipam(vec![p]);
+    let mut r = req("ns/x");
+    r.families = vec![FamilyWant {
+        family: Family::V6,
+        required: true,
+    }];
+    for i in 0..2000 {
+        r.key = format!("ns/s{i}");
+        m.ensure(&r, &[]).unwrap();
+    }
+    assert_eq!(m.allocated_count(), 2000);
+    assert_eq!(m.held("ns/s1999"), &[ip("2001:db8::7cf")]);
+    let u = m.usage("v6");
+    assert_eq!(u[0].allocated, 2000);
+    assert_eq!(u[0].free, (1u128 << 64) - 2000);
+    // The pool's own footprint does not depend on its size: one range, no bitmap.
+    assert_eq!(m.pools()[0].ranges.len(), 1);
+    // Release in the middle and re-fill from the gap.
+    m.release("ns/s5");
+    r.key = "ns/new".into();
+    assert_eq!(m.ensure(&r, &[]).unwrap().ips, vec![ip("2001:db8::5")]);
+    // A whole ::/0 does not overflow.
+    let all = pool("all", spec(&["::/0"]));
+    assert_eq!(all.usable(Family::V6), u128::MAX);
+}
+
+#[test]
+fn priority_then_name_order() {
+    let mut lo = spec(&["192.0.2.0/32"]);
+    lo.priority = 10;
+    let mut hi = spec(&["198.51.100.0/32"]);
+    hi.priority = -1;
+    let mut m = ipam(vec![
+        pool("z-low", lo),
+        pool("b", spec(&["203.0.113.0/32"])),
+        pool("a-hi", hi),
+    ]);
+    let order: Vec<IpAddr> = (0..3)
+        .map(|i| m.ensure(&req(&format!("ns/{i}")), &[]).unwrap().ips[0])
+        .collect();
+    assert_eq!(order, ["198.51.100.0", "203.0.113.0", "192.0.2.0"].map(ip));
+}
+
+#[test]
+fn auto_assign_off_needs_explicit_pool() {
+    let mut s = spec(&["192.0.2.0/30"]);
+    s.auto_assign = false;
+    let mut m = ipam(vec![pool("manual", s)]);
+    assert_eq!(
+        m.ensure(&req("ns/a"), &[]).unwrap_err(),
+        Refusal::NoMatchingPool { family: Family::V4 }
+    );
+    let mut r = req("ns/a");
+    r.pool = Some("manual".into());
+    assert_eq!(m.ensure(&r, &[]).unwrap().ips, vec![ip("192.0.2.0")]);
+    r.pool = Some("nope".into());
+    r.key = "ns/b".into();
+    assert_eq!(
+        m.ensure(&r, &[]).unwrap_err().metric_label(),
+        "pool_not_found"
+    );
+}
+
+#[test]
+fn selectors_match_labels_and_expressions() {
+    let sel: LabelSelector = serde_json::from_value(serde_json::json!({
+        "matchLabels": {"team": "web"},
+        "matchExpressions": [
+            {"key": "tier", "operator": "In", "values": ["front", "edge"]},
+            {"key": "legacy", "operator": "DoesNotExist"}
+        ]
+    }))
+    .unwrap();
+    let nsel: LabelSelector = serde_json::from_value(serde_json::json!({
+        "matchExpressions": [{"key": "env", "operator": "NotIn", "values": ["dev"]}]
+    }))
+    .unwrap();
+    let mut s = spec(&["192.0.2.0/24"]);
+    s.service_selector = Some(sel);
+    s.namespace_selector = Some(nsel);
+    s.priority = -1;
+    let p = pool("web", s);
+    let l = |kv: &[(&str, &str)]| {
+        kv.iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect::<Labels>()
+    };
+    assert!(p.admits(
+        &l(&[("team", "web"), ("tier", "edge")]),
+        &l(&[("env", "prod")])
+    ));
+    assert!(p.admits(&l(&[("team", "web"), ("tier", "front")]), &l(&[])));
+    assert!(!p.admits(&l(&[("team", "web"), ("tier", "back")]), &l(&[])));
+    assert!(!p.admits(
+        &l(&[("team", "web"), ("tier", "edge"), ("legacy", "")]),
+        &l(&[])
+    ));
+    assert!(!p.admits(
+        &l(&[("team", "web"), ("tier", "edge")]),
+        &l(&[("env", "dev")])
+    ));
+    assert!(!p.admits(&l(&[("tier", "edge")]), &l(&[])));
+
+    let mut m = ipam(vec![p, pool("other", spec(&["198.51.100.0/24"]))]);
+    let mut r = req("ns/a");
+    r.labels = l(&[("team", "web"), ("tier", "edge")]);
+    assert_eq!(m.ensure(&r, &[]).unwrap().ips, vec![ip("192.0.2.0")]);
+    assert_eq!(
+        m.ensure(&req("ns/b"), &[]).unwrap().ips,
+        vec![ip("198.51.100.0")]
+    );
+    // Asking for a pool whose selector rejects the Service.
+    let mut r = req("ns/c");
+    r.pool = Some("web".into());
+    assert_eq!(
+        m.ensure(&r, &[]).unwrap_err().metric_label(),
+        "pool_not_allowed"
+    );
+}
+
+#[test]
+fn bad_selector_operator_makes_pool_invalid() {
+    let mut s = spec(&["192.0.2.0/24"]);
+    s.service_selector = Some(
+        serde_json::from_value(serde_json::json!({
+            "matchExpressions": [{"key": "a", "operator": "Like", "values": ["x"]}]
+        }))
+        .unwrap(),
+    );
+    let errs = Pool::from_spec("p", &s).unwrap_err();
+    assert!(errs[0].message.contains("unknown operator"), "{errs:?}");
+}
+
+#[test]
+fn invalid_specs_name_every_bad_field() {
+    let mut s = spec(&["192.0.2.1/24", "nonsense", "2001:db8::/64"]);
+    s.ranges.push(IPRange {
+        start: "10.0.0.9".into(),
+        end: "10.0.0.1".into(),
+    });
+    s.ranges.push(IPRange {
+        start: "10.0.0.1".into(),
+        end: "2001:db8::1".into(),
+    });
+    s.ranges.push(IPRange {
+        start: "x".into(),
+        end: "y".into(),
+    });
+    let errs = Pool::from_spec("p", &s).unwrap_err();
+    let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.cidrs[0]",
+            "spec.cidrs[1]",
+            "spec.ranges[0]",
+            "spec.ranges[1]",
+            "spec.ranges[2].start",
+            "spec.ranges[2].end"
+        ]
+    );
+    assert!(Pool::from_spec("p", &spec(&[])).is_err());
+}
+
+#[test]
+fn overlapping_pools_are_reported() {
+    let m = ipam(vec![
+        pool("a", spec(&["192.0.2.0/24"])),
+        pool("b", spec(&["192.0.2.128/25"])),
+        pool("c", spec(&["198.51.100.0/24"])),
+    ]);
+    let o = m.overlaps();
+    assert_eq!(o.get("a"), Some(&vec!["b".to_string()]));
+    assert_eq!(o.get("b"), Some(&vec!["a".to_string()]));
+    assert!(!o.contains_key("c"));
+}
+
+fn shared(key: &str, sk: &str, ports: &[(i32, &str)]) -> Request {
+    let mut r = req(key);
+    r.sharing_key = Some(sk.into());
+    r.ports = ports
+        .iter()
+        .map(|(p, proto)| PortProto {
+            port: *p,
+            protocol: proto.to_string(),
+        })
+        .collect();
+    r
+}
+
+#[test]
+fn sharing_rules() {
+    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/24"]))]);
+    let a = m
+        .ensure(&shared("ns/a", "k", &[(80, "TCP")]), &[])
+        .unwrap()
+        .ips[0];
+    // Same key, disjoint ports: same address.
+    assert_eq!(
+        m.ensure(&shared("ns/b", "k", &[(443, "TCP")]), &[])
+            .unwrap()
+            .ips[0],
+        a
+    );
+    // Same port, other protocol: still disjoint.
+    assert_eq!(
+        m.ensure(&shared("ns/c", "k", &[(80, "UDP")]), &[])
+            .unwrap()
+            .ips[0],
+        a
+    );
+    // Same key, overlapping port: a new address.
+    let d = m
+        .ensure(&shared("ns/d", "k", &[(80, "TCP")]), &[])
+        .unwrap()
+        .ips[0];
+    assert_ne!(d, a);
+    // Other key: never shares.
+    let e = m
+        .ensure(&shared("ns/e", "other", &[(8080, "TCP")]), &[])
+        .unwrap()
+        .ips[0];
+    assert!(e != a && e != d);
+    assert_eq!(m.holders(&a), ["ns/a", "ns/b", "ns/c"]);
+
+    // Asking for the shared address explicitly.
+    let mut r = shared("ns/f", "k", &[(443, "TCP")]);
+    r.requested = vec![a];
+    let err = m.ensure(&r, &[]).unwrap_err();
+    assert_eq!(err.metric_label(), "sharing_conflict", "{err}");
+    let mut r = shared("ns/f", "other", &[(9, "TCP")]);
+    r.requested = vec![a];
+    assert_eq!(
+        m.ensure(&r, &[]).unwrap_err().metric_label(),
+        "sharing_conflict"
+    );
+    let mut r = req("ns/g");
+    r.requested = vec![a];
+    assert_eq!(
+        m.ensure(&r, &[]).unwrap_err(),
+        Refusal::InUse {
+            ip: a,
+            holder: "ns/a".into()
+        }
+    );
+
+    // The address is freed only when its last holder goes.
+    m.release("ns/a");
+    m.release("ns/b");
+    assert_eq!(m.holders(&a), ["ns/c"]);
+    m.release("ns/c");
+    assert!(m.holders(&a).is_empty());
+    let mut r = req("ns/g");
+    r.requested = vec![a];
+    assert_eq!(m.ensure(&r, &[]).unwrap().ips, vec![a]);
+}
+
+#[test]
+fn port_change_into_conflict_moves_only_that_service() {
+    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/24"]))]);
+    let a = m
+        .ensure(&shared("ns/a", "k", &[(80, "TCP")]), &[])
+        .unwrap()
+        .ips[0];
+    assert_eq!(
+        m.ensure(&shared("ns/b", "k", &[(443, "TCP")]), &[])
+            .unwrap()
+            .ips[0],
+        a
+    );
+    let out = m
+        .ensure(&shared("ns/b", "k", &[(80, "TCP")]), &[a])
+        .unwrap();
+    assert_ne!(out.ips[0], a);
+    assert_eq!(out.released, vec![a]);
+    assert_eq!(m.held("ns/a"), &[a]);
+}
+
+#[test]
+fn requested_ips() {
+    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/24", "2001:db8::/120"]))]);
+    let mut r = req("ns/a");
+    r.requested = vec![ip("192.0.2.77")];
+    assert_eq!(m.ensure(&r, &[]).unwrap().ips, vec![ip("192.0.2.77")]);
+    // Changing the request moves the Service and frees the old address.
+    r.requested = vec![ip("192.0.2.78")];
+    let out = m.ensure(&r, &[]).unwrap();
+    assert_eq!(
+        (out.ips.clone(), out.released.clone()),
+        (vec![ip("192.0.2.78")], vec![ip("192.0.2.77")])
+    );
+    let mut r2 = req("ns/b");
+    r2.requested = vec![ip("10.9.9.9")];
+    assert_eq!(
+        m.ensure(&r2, &[]).unwrap_err(),
+        Refusal::OutsidePools { ip: ip("10.9.9.9") }
+    );
+}
+
+#[test]
+fn dual_stack_policies() {
+    let v4 = pool("v4", spec(&["192.0.2.0/31"]));
+    let v6 = pool("v6", spec(&["2001:db8::/64"]));
+    let mut m = ipam(vec![v4, v6]);
+    let mut r = req("ns/ds");
+    r.families = vec![
+        FamilyWant {
+            family: Family::V6,
+            required: true,
+        },
+        FamilyWant {
+            family: Family::V4,
+            required: true,
+        },
+    ];
+    assert_eq!(
+        m.ensure(&r, &[]).unwrap().ips,
+        vec![ip("2001:db8::"), ip("192.0.2.0")]
+    );
+
+    // Prefer: v4 exhausted after one more, then only v6 (no refusal).
+    m.ensure(&req("ns/fill"), &[]).unwrap();
+    let mut p = req("ns/prefer");
+    p.families = vec![
+        FamilyWant {
+            family: Family::V6,
+            required: true,
+        },
+        FamilyWant {
+            family: Family::V4,
+            required: false,
+        },
+    ];
+    let out = m.ensure(&p, &[]).unwrap();
+    assert_eq!(out.ips, vec![ip("2001:db8::1")]);
+    assert_eq!(out.missing_optional.len(), 1);
+    // Require: all or nothing; nothing is held after the refusal.
+    let mut q = req("ns/require");
+    q.families = vec![
+        FamilyWant {
+            family: Family::V6,
+            required: true,
+        },
+        FamilyWant {
+            family: Family::V4,
+            required: true,
+        },
+    ];
+    assert!(matches!(
+        m.ensure(&q, &[]),
+        Err(Refusal::PoolExhausted {
+            family: Family::V4,
+            ..
+        })
+    ));
+    assert!(m.held("ns/require").is_empty());
+    assert_eq!(m.usage("v6")[0].allocated, 2);
+    // Once a v4 address frees up, Prefer fills its missing family on the next pass.
+    m.release("ns/fill");
+    assert_eq!(
+        m.ensure(&p, &[ip("2001:db8::1")]).unwrap().ips,
+        vec![ip("2001:db8::1"), ip("192.0.2.1")]
+    );
+
+    // No v6 pool at all: unsupported family.
+    let mut m = ipam(vec![pool("v4", spec(&["192.0.2.0/24"]))]);
+    let mut r = req("ns/v6only");
+    r.families = vec![FamilyWant {
+        family: Family::V6,
+        required: true,
+    }];
+    assert_eq!(
+        m.ensure(&r, &[]).unwrap_err().metric_label(),
+        "unsupported_family"
+    );
+}
+
+#[test]
+fn pool_edits_never_move_services() {
+    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/30"]))]);
+    let a = m.ensure(&req("ns/a"), &[]).unwrap().ips[0];
+    let b = m.ensure(&req("ns/b"), &[]).unwrap().ips[0];
+    // Widen with a higher-priority CIDR in front, change selectors: nothing moves.
+    let mut wider = spec(&["10.0.0.0/24", "192.0.2.0/24"]);
+    wider.service_selector = Some(LabelSelector::default());
+    m.set_pools(vec![pool("a", wider)], BTreeMap::new());
+    assert_eq!(m.ensure(&req("ns/a"), &[a]).unwrap().ips, vec![a]);
+    // Shrink so that b falls outside every pool: kept and reported.
+    m.set_pools(vec![pool("a", spec(&["192.0.2.0/32"]))], BTreeMap::new());
+    let out = m.ensure(&req("ns/b"), &[b]).unwrap();
+    assert_eq!(out.ips, vec![b]);
+    assert_eq!(out.outside_pools, vec![b]);
+    // Delete every pool: still kept.
+    m.set_pools(vec![], BTreeMap::new());
+    assert_eq!(m.ensure(&req("ns/a"), &[a]).unwrap().ips, vec![a]);
+}
+
+#[test]
+fn rebuild_from_status_restores_state_and_reports_conflicts() {
+    let pools = || vec![pool("a", spec(&["192.0.2.0/24"]))];
+    let mut m = ipam(pools());
+    // Statuses as a previous leader left them: a and b share legally, c conflicts with a.
+    let mut conflicts = m.adopt(
+        "ns/a",
+        &[ip("192.0.2.5")],
+        Some("k"),
+        &[PortProto {
+            port: 80,
+            protocol: "TCP".into(),
+        }],
+    );
+    conflicts.extend(m.adopt(
+        "ns/b",
+        &[ip("192.0.2.5")],
+        Some("k"),
+        &[PortProto {
+            port: 443,
+            protocol: "TCP".into(),
+        }],
+    ));
+    conflicts.extend(m.adopt(
+        "ns/c",
+        &[ip("192.0.2.5")],
+        None,
+        &[PortProto {
+            port: 53,
+            protocol: "UDP".into(),
+        }],
+    ));
+    conflicts.extend(m.adopt("ns/d", &[ip("192.0.2.0")], None, &[]));
+    assert_eq!(
+        conflicts,
+        vec![RebuildConflict {
+            service: "ns/c".into(),
+            ip: ip("192.0.2.5"),
+            holder: "ns/a".into()
+        }]
+    );
+    assert_eq!(m.holders(&ip("192.0.2.5")), ["ns/a", "ns/b"]);
+    // A new Service never gets an adopted address.
+    assert_eq!(
+        m.ensure(&req("ns/new"), &[]).unwrap().ips,
+        vec![ip("192.0.2.1")]
+    );
+    // The conflicting Service is reported on reconcile, its status left alone.
+    let mut c = req("ns/c");
+    c.ports = vec![PortProto {
+        port: 53,
+        protocol: "UDP".into(),
+    }];
+    assert_eq!(
+        m.ensure(&c, &[ip("192.0.2.5")]).unwrap_err(),
+        Refusal::Conflict {
+            ip: ip("192.0.2.5"),
+            holder: "ns/a".into()
+        }
+    );
+    assert!(m.held("ns/c").is_empty());
+    // Reconcile of adopted Services keeps their addresses.
+    assert_eq!(
+        m.ensure(&shared("ns/b", "k", &[(443, "TCP")]), &[ip("192.0.2.5")])
+            .unwrap()
+            .ips,
+        vec![ip("192.0.2.5")]
+    );
+}
+
+#[test]
+fn first_sight_adopts_status() {
+    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/24"]))]);
+    let out = m.ensure(&req("ns/a"), &[ip("192.0.2.200")]).unwrap();
+    assert_eq!(out.ips, vec![ip("192.0.2.200")]);
+    assert_eq!(out.adopted, vec![ip("192.0.2.200")]);
+    assert!(out.allocated.is_empty());
+}

@@ -1,0 +1,7 @@
+//! ringlb controller: allocates VIPs for `type: LoadBalancer` Services from
+//! `IPPool`s, writes them to the Services' status, and keeps pool status.
+//!
+//! Pure decisions live in [`ipam`] and [`status`]; everything that talks to the API
+//! server is in [`reconcile`], [`pools`], [`leader`] and [`events`].
+
+pub mod ipam;
