@@ -4,4 +4,9 @@
 //! Pure decisions live in [`ipam`] and [`status`]; everything that talks to the API
 //! server is in [`reconcile`], [`pools`], [`leader`] and [`events`].
 
+pub mod events;
 pub mod ipam;
+pub mod leader;
+pub mod metrics;
+pub mod pools;
+pub mod status;

@@ -4,17 +4,13 @@
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
-use ringlb_crds::LOAD_BALANCER_CLASS;
 
 use super::Refusal;
 use super::pool::{Family, Labels};
 
-/// Specific IPs, comma-separated, at most one per family.
-pub const ANNOTATION_IPS: &str = "ringlb.io/load-balancer-ips";
-/// Draw from this pool only.
-pub const ANNOTATION_POOL: &str = "ringlb.io/ip-pool";
-/// Services with the same key and disjoint ports may share one VIP.
-pub const ANNOTATION_SHARED: &str = "ringlb.io/allow-shared-ip";
+pub use ringlb_crds::service::{
+    ANNOTATION_IPS, ANNOTATION_POOL, ANNOTATION_SHARED, is_ours, service_key, status_ips,
+};
 
 /// One `port/protocol` pair a Service listens on.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -56,28 +52,6 @@ impl Request {
 
     pub fn wants(&self, family: Family) -> bool {
         self.families.iter().any(|f| f.family == family)
-    }
-}
-
-/// `namespace/name` of a Service.
-pub fn service_key(svc: &Service) -> String {
-    format!(
-        "{}/{}",
-        svc.metadata.namespace.as_deref().unwrap_or("default"),
-        svc.metadata.name.as_deref().unwrap_or("")
-    )
-}
-
-/// Whether this controller is responsible for the Service: `type: LoadBalancer` and
-/// our class, or no class when `default_class` is on.
-pub fn is_ours(svc: &Service, default_class: bool) -> bool {
-    let Some(spec) = &svc.spec else { return false };
-    if spec.type_.as_deref() != Some("LoadBalancer") {
-        return false;
-    }
-    match spec.load_balancer_class.as_deref() {
-        Some(class) => class == LOAD_BALANCER_CLASS,
-        None => default_class,
     }
 }
 
@@ -236,19 +210,4 @@ pub fn request_from_service(svc: &Service, namespace_labels: Labels) -> Result<R
         sharing_key,
         ports,
     })
-}
-
-/// The VIPs currently written in a Service's `status.loadBalancer.ingress`.
-/// Hostname-only or unparsable entries are ignored.
-pub fn status_ips(svc: &Service) -> Vec<IpAddr> {
-    svc.status
-        .as_ref()
-        .and_then(|s| s.load_balancer.as_ref())
-        .and_then(|lb| lb.ingress.as_ref())
-        .map(|ing| {
-            ing.iter()
-                .filter_map(|i| i.ip.as_deref()?.parse().ok())
-                .collect()
-        })
-        .unwrap_or_default()
 }

@@ -1,0 +1,296 @@
+//! Leader election on a `coordination.k8s.io/v1` Lease.
+//!
+//! Only the holder of the Lease writes anything. Each replica keeps the Lease record
+//! it last saw and *when it saw it change* on its own monotonic clock (as client-go
+//! does), so clock skew between nodes does not matter: a Lease is taken over only
+//! after its record has not changed for a whole `leaseDurationSeconds`.
+//! Every write is a `replace` carrying the `resourceVersion` that was read, so two
+//! candidates racing for an expired Lease cannot both win: the API server answers
+//! the second with 409 Conflict.
+//!
+//! The holder renews every `retry_period`; if it cannot renew for `renew_deadline`
+//! (shorter than the lease duration), or it sees another holder, it has lost and
+//! the program exits, so it stops writing before anyone else may take over.
+
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
+use k8s_openapi::jiff::Timestamp;
+use kube::Api;
+use kube::api::{ObjectMeta, PostParams};
+
+/// Leader election settings (from flags).
+#[derive(Clone, Debug)]
+pub struct LeaderConfig {
+    pub namespace: String,
+    pub name: String,
+    pub identity: String,
+    pub lease_duration: Duration,
+    pub renew_deadline: Duration,
+    pub retry_period: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("leader election: bad settings: {0}")]
+    Config(String),
+    #[error("leader election: lost the Lease {namespace}/{name}: {reason}")]
+    Lost {
+        namespace: String,
+        name: String,
+        reason: String,
+    },
+}
+
+impl LeaderConfig {
+    pub fn validate(&self) -> Result<(), Error> {
+        if self.renew_deadline >= self.lease_duration {
+            return Err(Error::Config(format!(
+                "--renew-deadline ({:?}) must be shorter than --lease-duration ({:?})",
+                self.renew_deadline, self.lease_duration
+            )));
+        }
+        if self.retry_period >= self.renew_deadline {
+            return Err(Error::Config(format!(
+                "--retry-period ({:?}) must be shorter than --renew-deadline ({:?})",
+                self.retry_period, self.renew_deadline
+            )));
+        }
+        if self.lease_duration < Duration::from_secs(1) {
+            return Err(Error::Config("--lease-duration must be at least 1s".into()));
+        }
+        Ok(())
+    }
+}
+
+/// What to do with the Lease as last read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    /// Nobody holds it, or the holder stopped renewing: take it.
+    TakeOver,
+    /// We hold it: renew.
+    Renew,
+    /// Someone else holds it and renews.
+    Wait,
+}
+
+/// The pure rule. `unchanged_for` is how long the record has looked the same to us.
+pub fn decide(
+    me: &str,
+    holder: Option<&str>,
+    unchanged_for: Duration,
+    lease_duration: Duration,
+) -> Decision {
+    match holder {
+        None | Some("") => Decision::TakeOver,
+        Some(h) if h == me => Decision::Renew,
+        Some(_) if unchanged_for >= lease_duration => Decision::TakeOver,
+        Some(_) => Decision::Wait,
+    }
+}
+
+/// One candidate.
+pub struct Elector {
+    api: Api<Lease>,
+    cfg: LeaderConfig,
+    /// Fingerprint of the record last seen and when it last changed.
+    seen: Option<(String, Instant)>,
+}
+
+impl Elector {
+    pub fn new(client: kube::Client, cfg: LeaderConfig) -> Self {
+        Self {
+            api: Api::namespaced(client, &cfg.namespace),
+            cfg,
+            seen: None,
+        }
+    }
+
+    fn spec(&self, acquire: Option<MicroTime>, transitions: i32) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(self.cfg.identity.clone()),
+            lease_duration_seconds: Some(self.cfg.lease_duration.as_secs().max(1) as i32),
+            acquire_time: acquire,
+            renew_time: Some(MicroTime(Timestamp::now())),
+            lease_transitions: Some(transitions),
+            ..Default::default()
+        }
+    }
+
+    /// One round: read, decide, write. `Ok(true)` when we hold the Lease afterwards.
+    pub async fn try_acquire_or_renew(&mut self) -> Result<bool, kube::Error> {
+        let current = match self.api.get_opt(&self.cfg.name).await? {
+            Some(l) => l,
+            None => {
+                let lease = Lease {
+                    metadata: ObjectMeta {
+                        name: Some(self.cfg.name.clone()),
+                        namespace: Some(self.cfg.namespace.clone()),
+                        ..Default::default()
+                    },
+                    spec: Some(self.spec(Some(MicroTime(Timestamp::now())), 0)),
+                };
+                return match self.api.create(&PostParams::default(), &lease).await {
+                    Ok(_) => Ok(true),
+                    Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+                    Err(e) => Err(e),
+                };
+            }
+        };
+        let spec = current.spec.clone().unwrap_or_default();
+        let fingerprint = format!(
+            "{:?}|{:?}|{:?}",
+            spec.holder_identity,
+            spec.renew_time.as_ref().map(|t| t.0.to_string()),
+            current.metadata.resource_version
+        );
+        let now = Instant::now();
+        let changed_at = match &self.seen {
+            Some((f, at)) if *f == fingerprint => *at,
+            _ => {
+                self.seen = Some((fingerprint, now));
+                now
+            }
+        };
+        let duration = spec
+            .lease_duration_seconds
+            .map(|s| Duration::from_secs(s.max(1) as u64))
+            .unwrap_or(self.cfg.lease_duration);
+        let decision = decide(
+            &self.cfg.identity,
+            spec.holder_identity.as_deref(),
+            now - changed_at,
+            duration,
+        );
+        let transitions = spec.lease_transitions.unwrap_or(0);
+        let new_spec = match decision {
+            Decision::Wait => return Ok(false),
+            Decision::Renew => {
+                let mut s = self.spec(spec.acquire_time.clone(), transitions);
+                s.acquire_time = spec.acquire_time;
+                s
+            }
+            Decision::TakeOver => self.spec(Some(MicroTime(Timestamp::now())), transitions + 1),
+        };
+        let mut lease = current;
+        lease.spec = Some(new_spec);
+        // `lease.metadata.resourceVersion` is the one we read: a precondition.
+        match self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Blocks until this replica holds the Lease.
+    pub async fn acquire(&mut self) {
+        loop {
+            match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    tracing::info!(lease = %self.cfg.name, identity = %self.cfg.identity, "became leader");
+                    return;
+                }
+                Ok(false) => tracing::debug!("Lease held by another replica; waiting"),
+                Err(e) => {
+                    tracing::warn!(error = %e, "leader election: reading/writing the Lease failed")
+                }
+            }
+            tokio::time::sleep(self.cfg.retry_period).await;
+        }
+    }
+
+    /// Renews until the Lease is lost; returns why.
+    pub async fn hold(&mut self) -> Error {
+        let mut last_ok = Instant::now();
+        loop {
+            tokio::time::sleep(self.cfg.retry_period).await;
+            let reason = match self.try_acquire_or_renew().await {
+                Ok(true) => {
+                    last_ok = Instant::now();
+                    continue;
+                }
+                Ok(false) => "another replica holds it".to_string(),
+                Err(e) => format!("renew failed: {e}"),
+            };
+            if reason.starts_with("another") || last_ok.elapsed() >= self.cfg.renew_deadline {
+                return Error::Lost {
+                    namespace: self.cfg.namespace.clone(),
+                    name: self.cfg.name.clone(),
+                    reason,
+                };
+            }
+            tracing::warn!(%reason, "leader election: could not renew; retrying until the renew deadline");
+        }
+    }
+
+    /// Gives the Lease up (on shutdown) so a standby takes over at once.
+    pub async fn release(&mut self) {
+        if let Ok(Some(mut lease)) = self.api.get_opt(&self.cfg.name).await {
+            let Some(spec) = lease.spec.as_mut() else {
+                return;
+            };
+            if spec.holder_identity.as_deref() != Some(self.cfg.identity.as_str()) {
+                return;
+            }
+            spec.holder_identity = None;
+            spec.renew_time = None;
+            if let Err(e) = self
+                .api
+                .replace(&self.cfg.name, &PostParams::default(), &lease)
+                .await
+            {
+                tracing::warn!(error = %e, "releasing the Lease failed");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn decisions() {
+        let d = Duration::from_secs(15);
+        assert_eq!(decide("me", None, Duration::ZERO, d), Decision::TakeOver);
+        assert_eq!(
+            decide("me", Some(""), Duration::ZERO, d),
+            Decision::TakeOver
+        );
+        assert_eq!(
+            decide("me", Some("me"), Duration::from_secs(100), d),
+            Decision::Renew
+        );
+        assert_eq!(
+            decide("me", Some("you"), Duration::from_secs(14), d),
+            Decision::Wait
+        );
+        assert_eq!(
+            decide("me", Some("you"), Duration::from_secs(15), d),
+            Decision::TakeOver
+        );
+    }
+
+    #[test]
+    fn config_checks_ordering() {
+        let mut c = LeaderConfig {
+            namespace: "ns".into(),
+            name: "l".into(),
+            identity: "me".into(),
+            lease_duration: Duration::from_secs(15),
+            renew_deadline: Duration::from_secs(10),
+            retry_period: Duration::from_secs(2),
+        };
+        assert!(c.validate().is_ok());
+        c.renew_deadline = Duration::from_secs(15);
+        assert!(c.validate().is_err());
+        c.renew_deadline = Duration::from_secs(10);
+        c.retry_period = Duration::from_secs(10);
+        assert!(c.validate().is_err());
+    }
+}
