@@ -9,4 +9,5 @@ pub mod ipam;
 pub mod leader;
 pub mod metrics;
 pub mod pools;
+pub mod reconcile;
 pub mod status;

@@ -1,0 +1,331 @@
+//! The Service reconciler: one `kube_runtime::Controller` over Services, sharing one
+//! [`Ipam`] behind a mutex (allocation decisions are made under the lock, API writes
+//! after it is released).
+//!
+//! ```text
+//!  watch Services ──reflect──► Store ──► Controller ──► reconcile(svc) ──► status patch
+//!        │ Delete / relist                     ▲   ▲                    └─► Event, metrics
+//!        └──► forget(key): release ────────────┘   │ retry pending (IP released)
+//!  watch IPPools ──► set_pools ──► reconcile_all ───┘
+//! ```
+//!
+//! Releasing is derived from state, not a finalizer: a Delete seen on the watch (or
+//! a Service missing from a relist) releases its addresses; see docs/controller.md.
+
+use std::collections::{HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use futures::channel::mpsc;
+use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Patch, PatchParams};
+use kube::runtime::WatchStreamExt;
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::reflector::{self, ObjectRef, Store};
+use kube::runtime::watcher::{self, Event};
+use kube::{Api, Client, ResourceExt};
+use tracing::Instrument;
+
+use crate::events::Events;
+use crate::ipam::request::{is_ours, request_from_service, service_key, status_ips};
+use crate::ipam::{Family, Ipam};
+use crate::metrics::Metrics;
+use crate::status::{Desired, FIELD_MANAGER, has_our_status, status_patch};
+
+/// Requeue after success: a periodic re-check (cheap: no write when in sync).
+const RESYNC: Duration = Duration::from_secs(600);
+/// Requeue after a refusal, in case nothing else triggers a retry.
+const REFUSED_RETRY: Duration = Duration::from_secs(30);
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("writing status of Service {key}: {source}")]
+    Status {
+        key: String,
+        #[source]
+        source: kube::Error,
+    },
+}
+
+/// Shared state of the reconciler.
+pub struct Ctx {
+    pub client: Client,
+    pub ipam: Arc<Mutex<Ipam>>,
+    pub events: Events,
+    pub metrics: Metrics,
+    pub default_class: bool,
+    pub namespaces: Store<Namespace>,
+    /// Set when allocations change, so the pool status writer runs.
+    pub pools_dirty: Arc<tokio::sync::Notify>,
+    /// Refused Services, retried when an address is released.
+    pending: Mutex<HashSet<ObjectRef<Service>>>,
+    retry_tx: mpsc::UnboundedSender<ObjectRef<Service>>,
+    /// (service, ip) already warned about being outside every pool.
+    warned_outside: Mutex<HashSet<(String, IpAddr)>>,
+    /// Consecutive API failures per Service, for the error backoff.
+    failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // A panic while holding the lock cannot leave the data half-updated in a way
+    // that matters more than stopping the controller would; keep going.
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+impl Ctx {
+    pub fn new(
+        client: Client,
+        ipam: Arc<Mutex<Ipam>>,
+        events: Events,
+        metrics: Metrics,
+        default_class: bool,
+        namespaces: Store<Namespace>,
+        pools_dirty: Arc<tokio::sync::Notify>,
+    ) -> (Arc<Self>, mpsc::UnboundedReceiver<ObjectRef<Service>>) {
+        let (retry_tx, retry_rx) = mpsc::unbounded();
+        let ctx = Ctx {
+            client,
+            ipam,
+            events,
+            metrics,
+            default_class,
+            namespaces,
+            pools_dirty,
+            pending: Mutex::default(),
+            retry_tx,
+            warned_outside: Mutex::default(),
+            failures: Mutex::default(),
+        };
+        (Arc::new(ctx), retry_rx)
+    }
+
+    /// Re-queues every refused Service (an address was released).
+    pub fn retry_pending(&self) {
+        let pending = std::mem::take(&mut *lock(&self.pending));
+        for r in pending {
+            let _ = self.retry_tx.unbounded_send(r);
+        }
+    }
+
+    /// Releases everything a Service held (deleted, or no longer ours).
+    pub fn forget(&self, key: &str) -> Vec<IpAddr> {
+        let released = lock(&self.ipam).release(key);
+        lock(&self.warned_outside).retain(|(k, _)| k != key);
+        if !released.is_empty() {
+            tracing::info!(service = %key, ?released, "released");
+            self.metrics.releases.inc_by(released.len() as u64);
+            self.pools_dirty.notify_one();
+            self.retry_pending();
+        }
+        released
+    }
+
+    /// After a (re)list: releases Services the allocator knows but the list lacks.
+    fn forget_missing(&self, present: &HashSet<String>) {
+        let gone: Vec<String> = lock(&self.ipam)
+            .services()
+            .filter(|k| !present.contains(*k))
+            .cloned()
+            .collect();
+        for key in gone {
+            self.forget(&key);
+        }
+    }
+}
+
+async fn write_status(
+    api: &Api<Service>,
+    svc: &Service,
+    key: &str,
+    desired: &Desired,
+) -> Result<bool, Error> {
+    let Some(patch) = status_patch(svc, desired, Time(Timestamp::now())) else {
+        return Ok(false);
+    };
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
+    api.patch_status(&svc.name_any(), &pp, &Patch::Merge(&patch))
+        .await
+        .map_err(|source| Error::Status {
+            key: key.to_string(),
+            source,
+        })?;
+    Ok(true)
+}
+
+/// Reconciles one Service. Idempotent: with nothing to change it writes nothing.
+pub async fn reconcile(svc: Arc<Service>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let key = service_key(&svc);
+    let span = tracing::info_span!("service", service = %key);
+    let start = Instant::now();
+    let res = reconcile_inner(&svc, &ctx, &key).instrument(span).await;
+    ctx.metrics
+        .reconcile_duration
+        .observe(start.elapsed().as_secs_f64());
+    if res.is_ok() {
+        lock(&ctx.failures).remove(&ObjectRef::from_obj(&*svc));
+    }
+    res
+}
+
+async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, Error> {
+    let oref = ObjectRef::from_obj(svc);
+    let ns = svc.namespace().unwrap_or_else(|| "default".into());
+    let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
+
+    if !is_ours(svc, ctx.default_class) || svc.metadata.deletion_timestamp.is_some() {
+        lock(&ctx.pending).remove(&oref);
+        let released = ctx.forget(key);
+        if svc.metadata.deletion_timestamp.is_none() && has_our_status(svc) {
+            write_status(&api, svc, key, &Desired::Clear).await?;
+            let note = if released.is_empty() {
+                "no longer a ringlb Service; status cleared".to_string()
+            } else {
+                format!("no longer a ringlb Service; released {}", join(&released))
+            };
+            ctx.events.normal(svc, "IPReleased", note).await;
+        }
+        return Ok(Action::await_change());
+    }
+
+    let ns_labels = ctx
+        .namespaces
+        .get(&ObjectRef::new(&ns))
+        .and_then(|n| n.metadata.labels.clone())
+        .unwrap_or_default();
+    let result = request_from_service(svc, ns_labels.into_iter().collect())
+        .and_then(|req| lock(&ctx.ipam).ensure(&req, &status_ips(svc)));
+
+    match result {
+        Ok(out) => {
+            lock(&ctx.pending).remove(&oref);
+            for ip in &out.allocated {
+                ctx.metrics.allocated(Family::of(ip).label());
+            }
+            ctx.metrics.adoptions.inc_by(out.adopted.len() as u64);
+            if !out.allocated.is_empty() || !out.released.is_empty() || !out.adopted.is_empty() {
+                ctx.pools_dirty.notify_one();
+            }
+            if !out.released.is_empty() {
+                ctx.metrics.releases.inc_by(out.released.len() as u64);
+                ctx.retry_pending();
+            }
+            for ip in &out.outside_pools {
+                if lock(&ctx.warned_outside).insert((key.to_string(), *ip)) {
+                    tracing::warn!(%ip, "Service keeps an address no IPPool covers any more");
+                    ctx.metrics.warned("ip_outside_pools");
+                    let note = format!(
+                        "keeps {ip}, which no IPPool covers any more; it is not renumbered"
+                    );
+                    ctx.events.warn(svc, "IPOutsidePools", note).await;
+                }
+            }
+            for m in &out.missing_optional {
+                tracing::debug!(reason = %m, "optional family not allocated (PreferDualStack)");
+            }
+            if write_status(&api, svc, key, &Desired::Allocated(out.ips.clone())).await? {
+                tracing::info!(ips = %join(&out.ips), "allocated");
+                ctx.events
+                    .normal(svc, "IPAllocated", format!("allocated {}", join(&out.ips)))
+                    .await;
+            }
+            Ok(Action::requeue(RESYNC))
+        }
+        Err(refusal) => {
+            lock(&ctx.pending).insert(oref);
+            let desired = Desired::Refused {
+                reason: refusal.reason().into(),
+                message: refusal.to_string(),
+            };
+            if write_status(&api, svc, key, &desired).await? {
+                tracing::warn!(reason = refusal.reason(), "{refusal}");
+                ctx.metrics.refused(refusal.metric_label());
+                ctx.events
+                    .warn(svc, refusal.reason(), refusal.to_string())
+                    .await;
+            }
+            Ok(Action::requeue(REFUSED_RETRY))
+        }
+    }
+}
+
+fn join(ips: &[IpAddr]) -> String {
+    ips.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// API failures: exponential backoff per Service, 250 ms doubling to 30 s.
+pub fn error_policy(svc: Arc<Service>, err: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.metrics.reconcile_errors.inc();
+    let n = {
+        let mut f = lock(&ctx.failures);
+        let n = f.entry(ObjectRef::from_obj(&*svc)).or_insert(0);
+        *n = n.saturating_add(1);
+        *n
+    };
+    let delay =
+        Duration::from_millis(250u64.saturating_mul(1 << n.min(7))).min(Duration::from_secs(30));
+    tracing::warn!(service = %service_key(&svc), error = %err, retry_in = ?delay, "reconcile failed");
+    Action::requeue(delay)
+}
+
+/// The Service watch, with releases on Delete and after relists.
+fn service_stream(
+    api: Api<Service>,
+    writer: reflector::store::Writer<Service>,
+    ctx: Arc<Ctx>,
+) -> impl Stream<Item = Result<Service, watcher::Error>> + Send {
+    let mut listing: Option<HashSet<String>> = None;
+    watcher(api, watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .inspect_ok(move |ev| match ev {
+            Event::Delete(s) => {
+                ctx.forget(&service_key(s));
+            }
+            Event::Init => listing = Some(HashSet::new()),
+            Event::InitApply(s) => {
+                if let Some(l) = listing.as_mut() {
+                    l.insert(service_key(s));
+                }
+            }
+            Event::InitDone => {
+                if let Some(l) = listing.take() {
+                    ctx.forget_missing(&l);
+                }
+            }
+            Event::Apply(_) => {}
+        })
+        .applied_objects()
+}
+
+use kube::runtime::watcher::watcher;
+
+/// Runs the Service controller until the watch ends (it does not, normally).
+pub async fn run(
+    ctx: Arc<Ctx>,
+    retry_rx: mpsc::UnboundedReceiver<ObjectRef<Service>>,
+    reconcile_all: impl Stream<Item = ()> + Send + 'static,
+) {
+    let api: Api<Service> = Api::all(ctx.client.clone());
+    let (reader, writer) = reflector::store();
+    let stream = service_stream(api, writer, ctx.clone());
+    Controller::for_stream(stream, reader)
+        .reconcile_on(retry_rx)
+        .reconcile_all_on(reconcile_all)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "controller event");
+            }
+        })
+        .await;
+}
