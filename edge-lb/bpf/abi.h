@@ -1,0 +1,120 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/*
+ * abi.h - THE definition of the ringlb XDP datapath ABI: map names, sizes,
+ * key/value layouts and counter indices. The BPF programs include it; the Rust
+ * loader mirrors it in edge-lb/src/datapath/abi.rs with #[repr(C)] structs and
+ * compile-time size checks, and a test (`abi_matches_object`) checks the map
+ * definitions in the compiled object against the Rust side.
+ *
+ * Rules: fixed-width types only, explicit padding, no bool, every struct a
+ * multiple of 4 bytes. Fields marked "be" are network byte order.
+ * Addresses are always 4 words: IPv4 in word 0, words 1..3 zero, and a family
+ * byte next to them so that "a.b.c.d" and "xxxx:xxxx::" never collide.
+ */
+#ifndef RINGLB_ABI_H
+#define RINGLB_ABI_H
+
+#include <linux/types.h>
+
+/* ---- sizes ---------------------------------------------------------------- */
+#define RINGLB_MAX_VIPS      65536    /* VIP:port:proto entries (incl. wildcards) */
+#define RINGLB_MAX_BACKENDS  131072   /* global backend ids; id 0 is "none" */
+#define RINGLB_MAX_RING_SIZE 65537    /* largest Maglev table M (prime) */
+#define RINGLB_CT_SIZE       262144   /* conntrack entries (LRU, per-CPU lists) */
+
+/* ---- families (same values as AF_INET / AF_INET6) ------------------------- */
+#define RINGLB_AF_INET  2
+#define RINGLB_AF_INET6 10
+
+/* ---- VIP map: hash, vip_key -> vip_info ----------------------------------- */
+/* port 0 = wildcard for every port of (addr, proto): flag RINGLB_VIP_F_WILDCARD */
+struct ringlb_vip_key {
+	__u32 addr[4];   /* be */
+	__u16 port;      /* be; 0 = any port */
+	__u8 proto;      /* IPPROTO_TCP / IPPROTO_UDP */
+	__u8 family;     /* RINGLB_AF_* */
+};                       /* 20 bytes */
+
+struct ringlb_vip_info {
+	__u32 vip_id;     /* index into the ring outer map and the per-VIP counters */
+	__u32 ring_size;  /* Maglev M of this VIP's ring (<= RINGLB_MAX_RING_SIZE) */
+	__u32 flags;      /* RINGLB_VIP_F_* */
+};                        /* 12 bytes */
+
+#define RINGLB_VIP_F_NO_CT 0x1 /* never use/insert conntrack (pure hashing) */
+
+/* ---- rings: ARRAY_OF_MAPS vip_id -> inner ARRAY[ring_size] of backend id -- */
+/* inner maps are created by the loader with BPF_F_INNER_MAP so M may vary */
+
+/* ---- backends: ARRAY backend id -> backend -------------------------------- */
+struct ringlb_backend {
+	__u32 addr[4];    /* be, the pod IP the packet is tunnelled to */
+	__u32 gen;        /* generation, bumped every time an id is (re)assigned */
+	__u32 ifindex;    /* egress interface of the next hop; 0 = same as ingress */
+	__u8 dmac[6];     /* next-hop MAC (the router, or the pod's node on-link) */
+	__u8 smac[6];     /* our MAC on ifindex */
+	__u8 family;      /* RINGLB_AF_*; 0 = slot unused */
+	__u8 nh_valid;    /* 1 = dmac/smac/ifindex resolved by the loader */
+	__u8 pad[2];
+};                        /* 40 bytes */
+
+/* ---- conntrack: LRU_HASH (BPF_F_NO_COMMON_LRU) flow -> ct_value ---------- */
+struct ringlb_flow {
+	__u32 saddr[4];   /* be */
+	__u32 daddr[4];   /* be */
+	__u16 sport;      /* be */
+	__u16 dport;      /* be */
+	__u8 proto;
+	__u8 family;
+	__u8 pad[2];
+};                        /* 40 bytes */
+
+struct ringlb_ct_value {
+	__u32 backend_id;
+	__u32 gen;        /* must equal backends[backend_id].gen, else stale */
+};                        /* 8 bytes */
+
+/* ---- config: ARRAY[1] ------------------------------------------------------ */
+struct ringlb_config {
+	__u32 src4;       /* be, outer source for IPv4 outer headers; 0 = no v4 encap */
+	__u32 src6[4];    /* be, outer source for IPv6 outer headers; :: = no v6 encap */
+	__u32 mtu;        /* max L3 size after encapsulation (the egress MTU) */
+	__u32 flags;      /* RINGLB_CFG_F_* */
+};                        /* 28 bytes */
+
+#define RINGLB_CFG_F_FIB_FALLBACK 0x1 /* bpf_fib_lookup when nh_valid == 0 */
+
+/* ---- counters --------------------------------------------------------------- */
+/* per-VIP: PERCPU_ARRAY vip_id -> ringlb_vip_stats */
+struct ringlb_vip_stats {
+	__u64 packets;
+	__u64 bytes;
+};                        /* 16 bytes */
+
+/* global: PERCPU_ARRAY index -> __u64; verdicts and reasons */
+enum ringlb_stat {
+	RINGLB_ST_TX = 0,          /* encapsulated, XDP_TX */
+	RINGLB_ST_REDIRECT,        /* encapsulated, bpf_redirect to another port */
+	RINGLB_ST_PASS_NOT_IP,     /* not IPv4/IPv6 (ARP, LLDP, ...) */
+	RINGLB_ST_PASS_NOT_VIP,    /* IP, but no VIP entry */
+	RINGLB_ST_PASS_ICMP,       /* ICMP/ICMPv6 (also to a VIP): the kernel handles it */
+	RINGLB_ST_PASS_FRAGMENT,   /* IPv4 fragment or IPv6 fragment header */
+	RINGLB_ST_PASS_IPV6_EXT,   /* IPv6 extension headers we do not walk */
+	RINGLB_ST_PASS_OTHER_L4,   /* neither TCP nor UDP */
+	RINGLB_ST_PASS_MALFORMED,  /* truncated or inconsistent headers */
+	RINGLB_ST_PASS_MTU,        /* would exceed config.mtu after encapsulation */
+	RINGLB_ST_PASS_NO_SRC,     /* no outer source address for the backend's family */
+	RINGLB_ST_DROP_NO_BACKEND, /* VIP with an empty ring / missing backend */
+	RINGLB_ST_DROP_FIB,        /* no resolved next hop and bpf_fib_lookup failed */
+	RINGLB_ST_DROP_ADJUST,     /* bpf_xdp_adjust_head failed */
+	RINGLB_ST_CT_HIT,          /* conntrack hit (informational) */
+	RINGLB_ST_CT_MISS,         /* conntrack miss -> Maglev ring (informational) */
+	RINGLB_ST_CT_STALE,        /* conntrack entry pointed at a removed backend */
+	RINGLB_ST_FIB_FALLBACK,    /* next hop came from bpf_fib_lookup */
+	RINGLB_ST_MAX,
+};
+
+/* ---- map names (the loader finds maps by these) ----------------------------- */
+/* vips, rings, backends, conntrack, config, vip_stats, stats */
+
+#endif /* RINGLB_ABI_H */

@@ -1,0 +1,132 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/*
+ * parse.h - verifier-proof header parsing for the ringlb XDP program:
+ * Ethernet (+ one 802.1Q/802.1ad tag), IPv4 (with options), IPv6 (no
+ * extension headers), TCP/UDP ports. Every read is preceded by a bounds check
+ * against data_end; on failure the caller gets a RINGLB_ST_* reason.
+ */
+#ifndef RINGLB_PARSE_H
+#define RINGLB_PARSE_H
+
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_endian.h>
+#include "abi.h"
+
+#define RINGLB_ETH_P_8021Q  0x8100
+#define RINGLB_ETH_P_8021AD 0x88A8
+#define RINGLB_IP_MF        0x2000
+#define RINGLB_IP_OFFSET    0x1fff
+#define RINGLB_IP_DF        0x4000
+#define RINGLB_NEXTHDR_FRAGMENT 44
+#define RINGLB_NEXTHDR_HOP      0
+#define RINGLB_NEXTHDR_ROUTING  43
+#define RINGLB_NEXTHDR_DEST     60
+#define RINGLB_NEXTHDR_AUTH     51
+#define RINGLB_IPPROTO_ICMPV6   58
+
+struct ringlb_vlan_hdr {
+	__u16 tci;
+	__u16 proto;
+};
+
+/* What the parser learned about one packet. */
+struct ringlb_pkt {
+	struct ringlb_flow flow;  /* the 5-tuple, network order */
+	__u32 l2_len;             /* 14 or 18 */
+	__u32 l3_len;             /* inner L3 length: IPv4 tot_len, IPv6 40 + payload */
+	__u16 frag_df;            /* be, IPv4 DF bit of the inner header (0 for IPv6) */
+	__u8 tos;                 /* inner DSCP/ECN (IPv4 tos, IPv6 traffic class) */
+	__u8 pad;
+};
+
+/* Returns 0 when pkt is a TCP/UDP packet worth a VIP lookup, else a
+ * RINGLB_ST_PASS_* reason. */
+static __always_inline int ringlb_parse(void *data, void *data_end, struct ringlb_pkt *pkt)
+{
+	struct ethhdr *eth = data;
+	__u16 proto;
+	void *l3;
+
+	if ((void *)(eth + 1) > data_end)
+		return RINGLB_ST_PASS_MALFORMED;
+	proto = eth->h_proto;
+	l3 = eth + 1;
+	pkt->l2_len = sizeof(*eth);
+	if (proto == bpf_htons(RINGLB_ETH_P_8021Q) || proto == bpf_htons(RINGLB_ETH_P_8021AD)) {
+		struct ringlb_vlan_hdr *vh = l3;
+		if ((void *)(vh + 1) > data_end)
+			return RINGLB_ST_PASS_MALFORMED;
+		proto = vh->proto;
+		l3 = vh + 1;
+		pkt->l2_len += sizeof(*vh);
+	}
+
+	if (proto == bpf_htons(ETH_P_IP)) {
+		struct iphdr *iph = l3;
+		__u32 ihl;
+		if ((void *)(iph + 1) > data_end)
+			return RINGLB_ST_PASS_MALFORMED;
+		ihl = iph->ihl;
+		if (iph->version != 4 || ihl < 5)
+			return RINGLB_ST_PASS_MALFORMED;
+		pkt->l3_len = bpf_ntohs(iph->tot_len);
+		if (pkt->l3_len < ihl * 4 || l3 + pkt->l3_len > data_end)
+			return RINGLB_ST_PASS_MALFORMED;
+		pkt->flow.family = RINGLB_AF_INET;
+		pkt->flow.proto = iph->protocol;
+		pkt->flow.saddr[0] = iph->saddr;
+		pkt->flow.daddr[0] = iph->daddr;
+		pkt->tos = iph->tos;
+		pkt->frag_df = iph->frag_off & bpf_htons(RINGLB_IP_DF);
+		if (iph->frag_off & bpf_htons(RINGLB_IP_MF | RINGLB_IP_OFFSET))
+			return RINGLB_ST_PASS_FRAGMENT;
+		if (iph->protocol == IPPROTO_ICMP)
+			return RINGLB_ST_PASS_ICMP;
+		if (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)
+			return RINGLB_ST_PASS_OTHER_L4;
+		l3 += (ihl & 0xf) * 4;
+	} else if (proto == bpf_htons(ETH_P_IPV6)) {
+		struct ipv6hdr *ip6 = l3;
+		__u8 nh;
+		if ((void *)(ip6 + 1) > data_end)
+			return RINGLB_ST_PASS_MALFORMED;
+		if (ip6->version != 6)
+			return RINGLB_ST_PASS_MALFORMED;
+		pkt->l3_len = sizeof(*ip6) + bpf_ntohs(ip6->payload_len);
+		if (l3 + pkt->l3_len > data_end)
+			return RINGLB_ST_PASS_MALFORMED;
+		nh = ip6->nexthdr;
+		pkt->flow.family = RINGLB_AF_INET6;
+		pkt->flow.proto = nh;
+		__builtin_memcpy(pkt->flow.saddr, &ip6->saddr, 16);
+		__builtin_memcpy(pkt->flow.daddr, &ip6->daddr, 16);
+		pkt->tos = (ip6->priority << 4) | (ip6->flow_lbl[0] >> 4);
+		pkt->frag_df = 0;
+		if (nh == RINGLB_NEXTHDR_FRAGMENT)
+			return RINGLB_ST_PASS_FRAGMENT;
+		if (nh == RINGLB_IPPROTO_ICMPV6)
+			return RINGLB_ST_PASS_ICMP;
+		if (nh == RINGLB_NEXTHDR_HOP || nh == RINGLB_NEXTHDR_ROUTING ||
+		    nh == RINGLB_NEXTHDR_DEST || nh == RINGLB_NEXTHDR_AUTH)
+			return RINGLB_ST_PASS_IPV6_EXT;
+		if (nh != IPPROTO_TCP && nh != IPPROTO_UDP)
+			return RINGLB_ST_PASS_OTHER_L4;
+		l3 += sizeof(*ip6);
+	} else {
+		return RINGLB_ST_PASS_NOT_IP;
+	}
+
+	/* sport and dport are the first 4 bytes of both TCP and UDP */
+	__u16 *ports = l3;
+	if ((void *)(ports + 2) > data_end)
+		return RINGLB_ST_PASS_MALFORMED;
+	pkt->flow.sport = ports[0];
+	pkt->flow.dport = ports[1];
+	return 0;
+}
+
+#endif /* RINGLB_PARSE_H */

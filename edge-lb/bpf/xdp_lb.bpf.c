@@ -1,0 +1,377 @@
+// SPDX-License-Identifier: GPL-2.0
+/*
+ * xdp_lb.bpf.c - the ringlb edge datapath (XDP).
+ *
+ *   parse (eth [+vlan], ipv4|ipv6, tcp|udp)
+ *     -> vips[(daddr, dport, proto)]  (then the port-0 wildcard)
+ *     -> conntrack[5-tuple]           hit and backend generation still current?
+ *        else rings[vip_id][flow_hash % M]          (Maglev, flow_hash.h)
+ *     -> backends[id]: pod IP + next-hop MACs resolved by the loader
+ *     -> push outer IPv4 (proto 4/41) or IPv6 (nexthdr 41/4) header
+ *     -> XDP_TX (or bpf_redirect when the next hop is on another port)
+ * Anything else -> XDP_PASS, counted by reason (see enum ringlb_stat in abi.h).
+ *
+ * Build flags (benchmark-only variants, never attached):
+ *   -DRINGLB_BENCH_RESTORE   undo the encapsulation before returning, so that
+ *                            BPF_PROG_TEST_RUN with repeat > 1 times the encap
+ *                            path every time (it reuses one buffer)
+ *   -DRINGLB_BENCH_NO_CT_INSERT  never insert into conntrack: every repeat is
+ *                            a conntrack miss + Maglev ring lookup
+ */
+#include <linux/bpf.h>
+#include <linux/if_ether.h>
+#include <linux/in.h>
+#include <linux/ip.h>
+#include <linux/ipv6.h>
+#include <bpf/bpf_helpers.h>
+#include <bpf/bpf_endian.h>
+
+#include "abi.h"
+#include "parse.h"
+#include "flow_hash.h"
+
+#ifndef IPPROTO_IPV6
+#define IPPROTO_IPV6 41
+#endif
+#define RINGLB_OUTER_TTL 64
+#define RINGLB_AF_INET_FIB 2
+#define RINGLB_AF_INET6_FIB 10
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RINGLB_MAX_VIPS);
+	__type(key, struct ringlb_vip_key);
+	__type(value, struct ringlb_vip_info);
+} vips SEC(".maps");
+
+struct ring_inner {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RINGLB_MAX_RING_SIZE);
+	__uint(map_flags, BPF_F_INNER_MAP); /* inner maps may have any size <= M */
+	__type(key, __u32);
+	__type(value, __u32);
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY_OF_MAPS);
+	__uint(max_entries, RINGLB_MAX_VIPS);
+	__type(key, __u32);
+	__array(values, struct ring_inner);
+} rings SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RINGLB_MAX_BACKENDS);
+	__type(key, __u32);
+	__type(value, struct ringlb_backend);
+} backends SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, RINGLB_CT_SIZE);
+	__uint(map_flags, BPF_F_NO_COMMON_LRU); /* per-CPU LRU lists, shared entries */
+	__type(key, struct ringlb_flow);
+	__type(value, struct ringlb_ct_value);
+} conntrack SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct ringlb_config);
+} config SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RINGLB_MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct ringlb_vip_stats);
+} vip_stats SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RINGLB_ST_MAX);
+	__type(key, __u32);
+	__type(value, __u64);
+} stats SEC(".maps");
+
+static __always_inline void count(__u32 idx)
+{
+	__u64 *v = bpf_map_lookup_elem(&stats, &idx);
+	if (v)
+		*v += 1;
+}
+
+static __always_inline __u16 csum_fold(__u32 sum)
+{
+	sum = (sum & 0xffff) + (sum >> 16);
+	sum = (sum & 0xffff) + (sum >> 16);
+	return (__u16)~sum;
+}
+
+static __always_inline __u16 ipv4_csum(const struct iphdr *iph)
+{
+	const __u16 *p = (const __u16 *)iph;
+	__u32 sum = 0;
+#pragma unroll
+	for (int i = 0; i < (int)(sizeof(*iph) / 2); i++)
+		sum += p[i];
+	return csum_fold(sum);
+}
+
+/* Resolve the next hop with the kernel FIB (fallback only: ~125 ns). */
+static __always_inline int fib_fallback(struct xdp_md *ctx, struct ringlb_backend *be,
+					const struct ringlb_config *cfg, __u32 tot_len,
+					__u8 *dmac, __u8 *smac, __u32 *ifindex)
+{
+	struct bpf_fib_lookup fib = {};
+
+	fib.ifindex = ctx->ingress_ifindex;
+	fib.tot_len = tot_len;
+	if (be->family == RINGLB_AF_INET) {
+		fib.family = RINGLB_AF_INET_FIB;
+		fib.ipv4_src = cfg->src4;
+		fib.ipv4_dst = be->addr[0];
+	} else {
+		fib.family = RINGLB_AF_INET6_FIB;
+		__builtin_memcpy(fib.ipv6_src, cfg->src6, 16);
+		__builtin_memcpy(fib.ipv6_dst, be->addr, 16);
+	}
+	if (bpf_fib_lookup(ctx, &fib, sizeof(fib), 0) != BPF_FIB_LKUP_RET_SUCCESS)
+		return -1;
+	__builtin_memcpy(dmac, fib.dmac, ETH_ALEN);
+	__builtin_memcpy(smac, fib.smac, ETH_ALEN);
+	*ifindex = fib.ifindex;
+	return 0;
+}
+
+SEC("xdp")
+int ringlb_xdp(struct xdp_md *ctx)
+{
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	struct ringlb_pkt pkt = {};
+	struct ringlb_vip_key vk = {};
+	struct ringlb_vip_info *vip;
+	struct ringlb_backend *be;
+	struct ringlb_ct_value *ct;
+	__u32 zero = 0, bid = 0, frame_len;
+	int reason;
+
+	reason = ringlb_parse(data, data_end, &pkt);
+	if (reason) {
+		count(reason);
+		return XDP_PASS;
+	}
+	frame_len = data_end - data;
+
+	__builtin_memcpy(vk.addr, pkt.flow.daddr, 16);
+	vk.port = pkt.flow.dport;
+	vk.proto = pkt.flow.proto;
+	vk.family = pkt.flow.family;
+	vip = bpf_map_lookup_elem(&vips, &vk);
+	if (!vip) {
+		vk.port = 0;
+		vip = bpf_map_lookup_elem(&vips, &vk);
+		if (!vip) {
+			count(RINGLB_ST_PASS_NOT_VIP);
+			return XDP_PASS;
+		}
+	}
+	__u32 vip_id = vip->vip_id;
+	struct ringlb_vip_stats *vs = bpf_map_lookup_elem(&vip_stats, &vip_id);
+	if (vs) {
+		vs->packets += 1;
+		vs->bytes += frame_len;
+	}
+
+	const struct ringlb_config *cfg = bpf_map_lookup_elem(&config, &zero);
+	if (!cfg) /* cannot happen for an ARRAY; keeps the verifier happy */
+		return XDP_PASS;
+
+	/* 1. conntrack: established flows keep their backend while it exists */
+	be = 0;
+	int use_ct = !(vip->flags & RINGLB_VIP_F_NO_CT);
+	if (use_ct) {
+		ct = bpf_map_lookup_elem(&conntrack, &pkt.flow);
+		if (ct) {
+			bid = ct->backend_id;
+			be = bpf_map_lookup_elem(&backends, &bid);
+			if (be && be->family && be->gen == ct->gen) {
+				count(RINGLB_ST_CT_HIT);
+			} else {
+				count(RINGLB_ST_CT_STALE);
+				be = 0;
+			}
+		} else {
+			count(RINGLB_ST_CT_MISS);
+		}
+	}
+
+	/* 2. Maglev ring */
+	if (!be) {
+		void *ring = bpf_map_lookup_elem(&rings, &vip_id);
+		__u32 m = vip->ring_size;
+		if (!ring || m == 0) {
+			count(RINGLB_ST_DROP_NO_BACKEND);
+			return XDP_DROP;
+		}
+		__u32 slot = ringlb_flow_hash(pkt.flow.saddr, pkt.flow.daddr, pkt.flow.sport,
+					      pkt.flow.dport, pkt.flow.proto) % m;
+		__u32 *idp = bpf_map_lookup_elem(ring, &slot);
+		if (!idp || *idp == 0) {
+			count(RINGLB_ST_DROP_NO_BACKEND);
+			return XDP_DROP;
+		}
+		bid = *idp;
+		be = bpf_map_lookup_elem(&backends, &bid);
+		if (!be || !be->family) {
+			count(RINGLB_ST_DROP_NO_BACKEND);
+			return XDP_DROP;
+		}
+#ifndef RINGLB_BENCH_NO_CT_INSERT
+		if (use_ct) {
+			struct ringlb_ct_value nv = { .backend_id = bid, .gen = be->gen };
+			bpf_map_update_elem(&conntrack, &pkt.flow, &nv, BPF_ANY);
+		}
+#endif
+	}
+
+	/* 3. outer header for the backend's family */
+	int outer_v6 = be->family == RINGLB_AF_INET6;
+	__u32 olen = outer_v6 ? sizeof(struct ipv6hdr) : sizeof(struct iphdr);
+	if (outer_v6 ? !(cfg->src6[0] | cfg->src6[1] | cfg->src6[2] | cfg->src6[3])
+		     : !cfg->src4) {
+		count(RINGLB_ST_PASS_NO_SRC);
+		return XDP_PASS;
+	}
+	__u32 outer_len = pkt.l3_len + olen;
+	if (outer_len > cfg->mtu) {
+		count(RINGLB_ST_PASS_MTU);
+		return XDP_PASS;
+	}
+
+	/* 4. next hop: loader-resolved, bpf_fib_lookup only as the fallback */
+	__u8 dmac[ETH_ALEN], smac[ETH_ALEN];
+	__u32 ifindex;
+	if (be->nh_valid) {
+		__builtin_memcpy(dmac, be->dmac, ETH_ALEN);
+		__builtin_memcpy(smac, be->smac, ETH_ALEN);
+		ifindex = be->ifindex;
+	} else if ((cfg->flags & RINGLB_CFG_F_FIB_FALLBACK) &&
+		   fib_fallback(ctx, be, cfg, outer_len, dmac, smac, &ifindex) == 0) {
+		count(RINGLB_ST_FIB_FALLBACK);
+	} else {
+		count(RINGLB_ST_DROP_FIB);
+		return XDP_DROP; /* XDP_PASS would route the VIP packet back to the ToR: a loop */
+	}
+
+	/* 5. push the outer header between L2 and the inner L3 header */
+	__u8 l2[18];
+	__u32 l2_len = pkt.l2_len;
+	struct ethhdr *eth;
+	if (l2_len == 18) {
+		if (data + 18 > data_end)
+			return XDP_PASS;
+		__builtin_memcpy(l2, data, 18);
+	} else {
+		if (data + 14 > data_end)
+			return XDP_PASS;
+		__builtin_memcpy(l2, data, 14);
+	}
+	__u8 inner_proto = pkt.flow.family == RINGLB_AF_INET6 ? IPPROTO_IPV6 : IPPROTO_IPIP;
+
+	if (bpf_xdp_adjust_head(ctx, -(int)olen)) {
+		count(RINGLB_ST_DROP_ADJUST);
+		return XDP_DROP;
+	}
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	eth = data;
+	void *outer;
+	if (l2_len == 18) {
+		if (data + 18 + sizeof(struct ipv6hdr) > data_end && outer_v6)
+			return XDP_DROP;
+		if (data + 18 + sizeof(struct iphdr) > data_end)
+			return XDP_DROP;
+		__builtin_memcpy(data, l2, 18);
+		/* the tag stays; the frame's ethertype behind it becomes the outer one */
+		struct ringlb_vlan_hdr *vh = data + 14;
+		vh->proto = outer_v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
+		outer = data + 18;
+	} else {
+		if (data + 14 + sizeof(struct ipv6hdr) > data_end && outer_v6)
+			return XDP_DROP;
+		if (data + 14 + sizeof(struct iphdr) > data_end)
+			return XDP_DROP;
+		eth->h_proto = outer_v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
+		outer = data + 14;
+	}
+	__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);
+	__builtin_memcpy(eth->h_source, smac, ETH_ALEN);
+
+	if (outer_v6) {
+		struct ipv6hdr *o6 = outer;
+		if ((void *)(o6 + 1) > data_end)
+			return XDP_DROP;
+		__u32 h = pkt.flow.sport ^ pkt.flow.dport ^ pkt.flow.saddr[0] ^ pkt.flow.saddr[3];
+		o6->version = 6;
+		o6->priority = pkt.tos >> 4;
+		o6->flow_lbl[0] = ((pkt.tos & 0xf) << 4) | ((h >> 16) & 0xf);
+		o6->flow_lbl[1] = (h >> 8) & 0xff;
+		o6->flow_lbl[2] = h & 0xff;
+		o6->payload_len = bpf_htons(pkt.l3_len);
+		o6->nexthdr = inner_proto;
+		o6->hop_limit = RINGLB_OUTER_TTL;
+		__builtin_memcpy(&o6->saddr, cfg->src6, 16);
+		__builtin_memcpy(&o6->daddr, be->addr, 16);
+	} else {
+		struct iphdr o4 = {};
+		struct iphdr *p4 = outer;
+		if ((void *)(p4 + 1) > data_end)
+			return XDP_DROP;
+		o4.version = 4;
+		o4.ihl = 5;
+		o4.tos = pkt.tos;
+		o4.tot_len = bpf_htons(outer_len);
+		o4.id = 0;
+		/* RFC 2003 3.1: copy DF from the inner IPv4 header; IPv6 inside: set DF */
+		o4.frag_off = pkt.flow.family == RINGLB_AF_INET ? pkt.frag_df
+								: bpf_htons(RINGLB_IP_DF);
+		o4.ttl = RINGLB_OUTER_TTL;
+		o4.protocol = inner_proto;
+		o4.saddr = cfg->src4;
+		o4.daddr = be->addr[0];
+		o4.check = ipv4_csum(&o4);
+		__builtin_memcpy(p4, &o4, sizeof(o4));
+	}
+
+	int action;
+	if (ifindex == 0 || ifindex == ctx->ingress_ifindex) {
+		count(RINGLB_ST_TX);
+		action = XDP_TX;
+	} else {
+		count(RINGLB_ST_REDIRECT);
+		action = bpf_redirect(ifindex, 0);
+	}
+
+#ifdef RINGLB_BENCH_RESTORE
+	/* benchmark only: give the next repetition the original packet back */
+	if (bpf_xdp_adjust_head(ctx, (int)olen))
+		return XDP_ABORTED;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (l2_len == 18) {
+		if (data + 18 > data_end)
+			return XDP_ABORTED;
+		__builtin_memcpy(data, l2, 18);
+	} else {
+		if (data + 14 > data_end)
+			return XDP_ABORTED;
+		__builtin_memcpy(data, l2, 14);
+	}
+#endif
+	return action;
+}
+
+char _license[] SEC("license") = "GPL";

@@ -1,0 +1,568 @@
+//! Desired datapath state and the pure diff that turns it into map operations.
+//!
+//! Backends get stable global ids (the ring value is the id). An id freed by a
+//! plan is reused only by a *later* plan, and every (re)assignment bumps a
+//! generation number that conntrack entries carry: a flow pinned to a removed
+//! backend is never sent to the pod that later inherits the id.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    net::IpAddr,
+};
+
+use super::{Error, abi};
+
+/// L4 protocol of a VIP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Proto {
+    Tcp,
+    Udp,
+}
+
+impl Proto {
+    pub const fn number(self) -> u8 {
+        match self {
+            Proto::Tcp => 6,
+            Proto::Udp => 17,
+        }
+    }
+    pub fn from_number(n: u8) -> Option<Self> {
+        match n {
+            6 => Some(Proto::Tcp),
+            17 => Some(Proto::Udp),
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for Proto {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" | "6" => Ok(Proto::Tcp),
+            "udp" | "17" => Ok(Proto::Udp),
+            other => Err(format!("unknown protocol {other:?} (want tcp or udp)")),
+        }
+    }
+}
+
+/// A VIP:port:protocol. Port 0 is the wildcard: every port of (addr, proto)
+/// that has no exact entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Vip {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub proto: Proto,
+}
+
+impl fmt::Display for Vip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = match self.proto {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        };
+        match self.addr {
+            IpAddr::V4(a) => write!(f, "{a}:{}/{p}", self.port),
+            IpAddr::V6(a) => write!(f, "[{a}]:{}/{p}", self.port),
+        }
+    }
+}
+
+impl Vip {
+    pub fn to_abi(self) -> abi::VipKey {
+        let (addr, family) = abi::RawAddr::from_ip(self.addr);
+        abi::VipKey {
+            addr,
+            port: abi::Be16::from_host(self.port),
+            proto: self.proto.number(),
+            family,
+        }
+    }
+    pub fn from_abi(k: &abi::VipKey) -> Option<Self> {
+        Some(Vip {
+            addr: k.addr.to_ip(k.family)?,
+            port: k.port.to_host(),
+            proto: Proto::from_number(k.proto)?,
+        })
+    }
+}
+
+/// One service as the datapath needs it: the backend pod IPs and the Maglev
+/// ring (slot -> index into `backends`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceEntry {
+    backends: Vec<IpAddr>,
+    ring: Vec<u32>,
+    conntrack: bool,
+}
+
+impl ServiceEntry {
+    /// Validates that every ring slot names a backend and the ring fits the map.
+    pub fn new(vip: &Vip, backends: Vec<IpAddr>, ring: Vec<u32>) -> Result<Self, Error> {
+        let bad = |reason: String| Error::InvalidService {
+            vip: vip.to_string(),
+            reason,
+        };
+        if ring.is_empty() || ring.len() > abi::MAX_RING_SIZE as usize {
+            return Err(bad(format!(
+                "ring size {} outside 1..={}",
+                ring.len(),
+                abi::MAX_RING_SIZE
+            )));
+        }
+        if backends.is_empty() {
+            return Err(bad("no backends (withdraw the VIP instead)".into()));
+        }
+        if let Some(s) = ring.iter().find(|&&i| i as usize >= backends.len()) {
+            return Err(bad(format!(
+                "ring names backend index {s}, only {} backends",
+                backends.len()
+            )));
+        }
+        Ok(Self {
+            backends,
+            ring,
+            conntrack: true,
+        })
+    }
+
+    /// From a Maglev table: backends in the table's canonical order.
+    pub fn from_table(vip: &Vip, table: &crate::maglev::Table) -> Result<Self, Error> {
+        let backends = table.backends().iter().map(|b| b.addr).collect();
+        Self::new(vip, backends, table.slots().to_vec())
+    }
+
+    /// Turn conntrack off (pure hashing) for this service.
+    pub fn without_conntrack(mut self) -> Self {
+        self.conntrack = false;
+        self
+    }
+    pub fn backends(&self) -> &[IpAddr] {
+        &self.backends
+    }
+    pub fn ring(&self) -> &[u32] {
+        &self.ring
+    }
+    fn flags(&self) -> u32 {
+        if self.conntrack { 0 } else { abi::VIP_F_NO_CT }
+    }
+}
+
+/// Everything the datapath should forward.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DesiredState {
+    pub services: BTreeMap<Vip, ServiceEntry>,
+}
+
+/// A backend as it sits in the `backends` map.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgrammedBackend {
+    pub id: u32,
+    pub generation: u32,
+    pub refs: u32,
+}
+
+/// A VIP as it sits in the `vips` / `rings` maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgrammedVip {
+    pub vip_id: u32,
+    pub ring_size: u32,
+    pub flags: u32,
+    /// Backend id per slot; `None` when unknown (read back after a restart):
+    /// the next plan rewrites every slot.
+    pub ring: Option<Vec<u32>>,
+}
+
+/// What the kernel maps hold (as far as the loader knows).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Programmed {
+    pub vips: BTreeMap<Vip, ProgrammedVip>,
+    pub backends: BTreeMap<IpAddr, ProgrammedBackend>,
+    pub last_generation: u32,
+}
+
+/// One write to the maps. `plan` emits them in a safe order: backends that
+/// appear, then rings, then VIP entries, then VIP/ring/backend removals, so
+/// the program never follows an id to something not yet (or no longer) there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapOp {
+    PutBackend {
+        id: u32,
+        addr: IpAddr,
+        generation: u32,
+    },
+    /// A new inner ring map of `size` slots at `rings[vip_id]` (counters reset).
+    CreateRing {
+        vip_id: u32,
+        size: u32,
+    },
+    /// (slot, backend id) pairs, written in one batch.
+    WriteSlots {
+        vip_id: u32,
+        slots: Vec<(u32, u32)>,
+    },
+    PutVip {
+        vip: Vip,
+        info: abi::VipInfo,
+    },
+    DelVip {
+        vip: Vip,
+    },
+    DelRing {
+        vip_id: u32,
+    },
+    DelBackend {
+        id: u32,
+    },
+}
+
+/// Hands out the lowest ids not in `used`, in increasing order (one pass).
+struct IdAlloc {
+    used: BTreeSet<u32>,
+    cursor: u32,
+    max: u32,
+}
+
+impl IdAlloc {
+    fn next(&mut self) -> Option<u32> {
+        while self.cursor < self.max && self.used.contains(&self.cursor) {
+            self.cursor += 1;
+        }
+        if self.cursor >= self.max {
+            return None;
+        }
+        self.used.insert(self.cursor);
+        Some(self.cursor)
+    }
+}
+
+/// Diff `current` against `desired`: the map operations to run and the state
+/// the maps hold once they ran.
+pub fn plan(
+    current: &Programmed,
+    desired: &DesiredState,
+) -> Result<(Vec<MapOp>, Programmed), Error> {
+    let mut next = Programmed {
+        last_generation: current.last_generation,
+        ..Programmed::default()
+    };
+    // ids freed by this plan stay in `used` (blocked) until the next plan
+    let mut backend_ids = IdAlloc {
+        used: current.backends.values().map(|b| b.id).collect(),
+        cursor: 1, // backend id 0 means "none" in the ring
+        max: abi::MAX_BACKENDS,
+    };
+    let mut vip_ids = IdAlloc {
+        used: current.vips.values().map(|v| v.vip_id).collect(),
+        cursor: 0,
+        max: abi::MAX_VIPS,
+    };
+
+    let mut put_backends = Vec::new();
+    // 1. backends: keep ids of addresses still used, allocate for new ones
+    let mut wanted: BTreeMap<IpAddr, u32> = BTreeMap::new();
+    for svc in desired.services.values() {
+        for a in &svc.backends {
+            *wanted.entry(*a).or_default() += 1;
+        }
+    }
+    for (addr, refs) in &wanted {
+        let pb = match current.backends.get(addr) {
+            Some(b) => ProgrammedBackend { refs: *refs, ..*b },
+            None => {
+                let id = backend_ids.next().ok_or(Error::IdsExhausted {
+                    what: "backend",
+                    max: abi::MAX_BACKENDS - 1,
+                })?;
+                next.last_generation = next.last_generation.wrapping_add(1).max(1);
+                put_backends.push(MapOp::PutBackend {
+                    id,
+                    addr: *addr,
+                    generation: next.last_generation,
+                });
+                ProgrammedBackend {
+                    id,
+                    generation: next.last_generation,
+                    refs: *refs,
+                }
+            }
+        };
+        next.backends.insert(*addr, pb);
+    }
+
+    // 2. rings and VIP entries
+    let mut ring_ops = Vec::new();
+    let mut vip_ops = Vec::new();
+    let mut del_rings = Vec::new();
+    for (vip, svc) in &desired.services {
+        let ids: Vec<u32> = svc
+            .ring
+            .iter()
+            .map(|&i| next.backends[&svc.backends[i as usize]].id)
+            .collect();
+        let size = ids.len() as u32;
+        let old = current.vips.get(vip);
+        let (vip_id, fresh) = match old {
+            Some(o) if o.ring_size == size => (o.vip_id, false),
+            _ => {
+                let id = vip_ids.next().ok_or(Error::IdsExhausted {
+                    what: "VIP",
+                    max: abi::MAX_VIPS,
+                })?;
+                if let Some(o) = old {
+                    del_rings.push(MapOp::DelRing { vip_id: o.vip_id });
+                }
+                (id, true)
+            }
+        };
+        let slots: Vec<(u32, u32)> = match old.and_then(|o| o.ring.as_ref()).filter(|_| !fresh) {
+            Some(prev) => (0..size)
+                .filter(|&s| prev[s as usize] != ids[s as usize])
+                .map(|s| (s, ids[s as usize]))
+                .collect(),
+            None => (0..size).map(|s| (s, ids[s as usize])).collect(),
+        };
+        if fresh {
+            ring_ops.push(MapOp::CreateRing { vip_id, size });
+        }
+        if !slots.is_empty() {
+            ring_ops.push(MapOp::WriteSlots { vip_id, slots });
+        }
+        let info = abi::VipInfo {
+            vip_id,
+            ring_size: size,
+            flags: svc.flags(),
+        };
+        let unchanged = old.is_some_and(|o| !fresh && o.flags == info.flags);
+        if !unchanged {
+            vip_ops.push(MapOp::PutVip { vip: *vip, info });
+        }
+        next.vips.insert(
+            *vip,
+            ProgrammedVip {
+                vip_id,
+                ring_size: size,
+                flags: info.flags,
+                ring: Some(ids),
+            },
+        );
+    }
+
+    // 3. removals, after everything new is in place
+    let mut del_ops = Vec::new();
+    for (vip, o) in &current.vips {
+        if !desired.services.contains_key(vip) {
+            del_ops.push(MapOp::DelVip { vip: *vip });
+            del_rings.push(MapOp::DelRing { vip_id: o.vip_id });
+        }
+    }
+    let del_backends = current
+        .backends
+        .iter()
+        .filter(|(a, _)| !next.backends.contains_key(a))
+        .map(|(_, b)| MapOp::DelBackend { id: b.id });
+
+    let mut ops = put_backends;
+    ops.extend(ring_ops);
+    ops.extend(vip_ops);
+    ops.extend(del_ops);
+    ops.extend(del_rings);
+    ops.extend(del_backends);
+    Ok((ops, next))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vip(last: u8, port: u16) -> Vip {
+        Vip {
+            addr: IpAddr::from([10, 0, 0, last]),
+            port,
+            proto: Proto::Tcp,
+        }
+    }
+    fn ip(last: u8) -> IpAddr {
+        IpAddr::from([10, 1, 0, last])
+    }
+    /// A toy ring: slot s -> backend s % n (enough to test the diff).
+    fn svc(v: &Vip, backends: &[u8], size: usize) -> ServiceEntry {
+        let b: Vec<IpAddr> = backends.iter().map(|&x| ip(x)).collect();
+        let ring = (0..size).map(|s| (s % b.len()) as u32).collect();
+        ServiceEntry::new(v, b, ring).unwrap()
+    }
+    fn state(entries: Vec<(Vip, ServiceEntry)>) -> DesiredState {
+        DesiredState {
+            services: entries.into_iter().collect(),
+        }
+    }
+
+    #[test]
+    fn first_plan_writes_everything_in_order() {
+        let v = vip(1, 80);
+        let d = state(vec![(v, svc(&v, &[1, 2], 7))]);
+        let (ops, next) = plan(&Programmed::default(), &d).unwrap();
+        assert!(matches!(
+            ops[0],
+            MapOp::PutBackend {
+                id: 1,
+                generation: 1,
+                ..
+            }
+        ));
+        assert!(matches!(
+            ops[1],
+            MapOp::PutBackend {
+                id: 2,
+                generation: 2,
+                ..
+            }
+        ));
+        assert_eq!(ops[2], MapOp::CreateRing { vip_id: 0, size: 7 });
+        match &ops[3] {
+            MapOp::WriteSlots { vip_id: 0, slots } => {
+                assert_eq!(slots.len(), 7);
+                assert_eq!(slots[0], (0, 1));
+                assert_eq!(slots[1], (1, 2));
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert!(matches!(ops[4], MapOp::PutVip { .. }));
+        assert_eq!(ops.len(), 5);
+        assert_eq!(next.backends[&ip(1)].refs, 1);
+        // applying the same state again is a no-op
+        let (ops2, next2) = plan(&next, &d).unwrap();
+        assert!(ops2.is_empty(), "{ops2:?}");
+        assert_eq!(next2, next);
+    }
+
+    #[test]
+    fn backend_change_writes_only_changed_slots_and_frees_id_later() {
+        let v = vip(1, 80);
+        let (_, s1) = plan(
+            &Programmed::default(),
+            &state(vec![(v, svc(&v, &[1, 2], 8))]),
+        )
+        .unwrap();
+        // replace backend 2 by 3: new id 3 (id 2 is still in use during this plan)
+        let (ops, s2) = plan(&s1, &state(vec![(v, svc(&v, &[1, 3], 8))])).unwrap();
+        assert_eq!(
+            ops[0],
+            MapOp::PutBackend {
+                id: 3,
+                addr: ip(3),
+                generation: 3
+            }
+        );
+        match &ops[1] {
+            MapOp::WriteSlots { slots, .. } => {
+                assert_eq!(slots, &vec![(1, 3), (3, 3), (5, 3), (7, 3)]);
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+        assert_eq!(ops[2], MapOp::DelBackend { id: 2 });
+        assert_eq!(ops.len(), 3, "no VIP rewrite: {ops:?}");
+        // id 2 is free again for the next plan, with a new generation
+        let (ops, _) = plan(&s2, &state(vec![(v, svc(&v, &[1, 3, 4], 8))])).unwrap();
+        assert_eq!(
+            ops[0],
+            MapOp::PutBackend {
+                id: 2,
+                addr: ip(4),
+                generation: 4
+            }
+        );
+    }
+
+    #[test]
+    fn shared_backends_are_refcounted() {
+        let (a, b) = (vip(1, 80), vip(2, 53));
+        let d = state(vec![(a, svc(&a, &[1, 2], 5)), (b, svc(&b, &[2], 5))]);
+        let (_, s) = plan(&Programmed::default(), &d).unwrap();
+        assert_eq!(s.backends[&ip(2)].refs, 2);
+        // removing VIP a keeps backend 2 (still used by b) and deletes backend 1
+        let (ops, s2) = plan(&s, &state(vec![(b, svc(&b, &[2], 5))])).unwrap();
+        assert_eq!(
+            ops,
+            vec![
+                MapOp::DelVip { vip: a },
+                MapOp::DelRing { vip_id: 0 },
+                MapOp::DelBackend { id: 1 }
+            ]
+        );
+        assert_eq!(s2.backends[&ip(2)].refs, 1);
+    }
+
+    #[test]
+    fn ring_size_change_gets_a_new_ring_before_the_old_goes() {
+        let v = vip(1, 80);
+        let (_, s1) = plan(&Programmed::default(), &state(vec![(v, svc(&v, &[1], 5))])).unwrap();
+        let (ops, s2) = plan(&s1, &state(vec![(v, svc(&v, &[1], 7))])).unwrap();
+        assert_eq!(ops[0], MapOp::CreateRing { vip_id: 1, size: 7 });
+        assert!(matches!(ops[1], MapOp::WriteSlots { vip_id: 1, .. }));
+        assert!(matches!(
+            ops[2],
+            MapOp::PutVip {
+                info: abi::VipInfo {
+                    vip_id: 1,
+                    ring_size: 7,
+                    ..
+                },
+                ..
+            }
+        ));
+        assert_eq!(ops[3], MapOp::DelRing { vip_id: 0 });
+        assert_eq!(s2.vips[&v].vip_id, 1);
+    }
+
+    #[test]
+    fn unknown_ring_after_restart_is_rewritten_whole() {
+        let v = vip(1, 80);
+        let d = state(vec![(v, svc(&v, &[1, 2], 5))]);
+        let (_, mut s) = plan(&Programmed::default(), &d).unwrap();
+        s.vips.get_mut(&v).unwrap().ring = None;
+        let (ops, _) = plan(&s, &d).unwrap();
+        assert_eq!(ops.len(), 1);
+        assert!(matches!(&ops[0], MapOp::WriteSlots { slots, .. } if slots.len() == 5));
+    }
+
+    #[test]
+    fn conntrack_flag_change_rewrites_only_the_vip() {
+        let v = vip(1, 80);
+        let (_, s) = plan(&Programmed::default(), &state(vec![(v, svc(&v, &[1], 3))])).unwrap();
+        let (ops, _) = plan(&s, &state(vec![(v, svc(&v, &[1], 3).without_conntrack())])).unwrap();
+        assert_eq!(ops.len(), 1);
+        assert!(matches!(
+            ops[0],
+            MapOp::PutVip {
+                info: abi::VipInfo {
+                    flags: abi::VIP_F_NO_CT,
+                    ..
+                },
+                ..
+            }
+        ));
+    }
+
+    #[test]
+    fn bad_services_are_rejected_with_a_reason() {
+        let v = vip(1, 80);
+        let e = ServiceEntry::new(&v, vec![ip(1)], vec![0, 1]).unwrap_err();
+        assert!(e.to_string().contains("backend index 1"), "{e}");
+        assert!(ServiceEntry::new(&v, vec![], vec![0]).is_err());
+        assert!(ServiceEntry::new(&v, vec![ip(1)], vec![]).is_err());
+        assert!(ServiceEntry::new(&v, vec![ip(1)], vec![0; 70_000]).is_err());
+    }
+
+    #[test]
+    fn vip_key_roundtrip() {
+        let v = Vip {
+            addr: "2001:db8::5".parse().unwrap(),
+            port: 443,
+            proto: Proto::Udp,
+        };
+        assert_eq!(Vip::from_abi(&v.to_abi()), Some(v));
+        assert_eq!(v.to_string(), "[2001:db8::5]:443/udp");
+    }
+}

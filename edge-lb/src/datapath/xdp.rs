@@ -1,0 +1,642 @@
+//! The XDP datapath: loads `bpf/xdp_lb.bpf.c`, pins its maps, attaches it and
+//! applies desired states as diffs (see `state::plan`).
+//!
+//! Pinning: with a pin directory (default `/sys/fs/bpf/ringlb`) every map is
+//! pinned as `<dir>/<map>` and the XDP link as `<dir>/link_<iface>`. A new
+//! process reuses the pinned maps (conntrack survives), and replaces the
+//! program inside the pinned link atomically (`bpf_link_update`), so traffic
+//! never sees a moment without a program.
+
+use std::{
+    net::{IpAddr, Ipv4Addr, Ipv6Addr},
+    os::fd::AsFd,
+    path::{Path, PathBuf},
+};
+
+use aya::{
+    Ebpf, EbpfLoader, include_bytes_aligned,
+    maps::{Array, ArrayOfMaps, HashMap, IterableMap, MapData, PerCpuArray, PerCpuValues},
+    programs::{
+        ProgramError, TestRun, TestRunOptions, Xdp, XdpMode,
+        links::{FdLink, PinnedLink},
+        xdp::XdpLink,
+    },
+};
+
+use super::{
+    ApplyStats, Counters, Datapath, DesiredState, Error, MapOp, Programmed, Vip, abi,
+    batch::update_batch,
+    map_err,
+    nexthop::Resolver,
+    state::{ProgrammedBackend, ProgrammedVip, plan},
+};
+
+/// The compiled BPF objects (built by build.rs).
+pub mod objects {
+    use super::include_bytes_aligned;
+    /// The production program.
+    pub static XDP_LB: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb.o"));
+    /// Benchmark build: restores the packet so repeat > 1 times the encap path.
+    pub static XDP_LB_BENCH: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench.o"));
+    /// Benchmark build: restores the packet and never inserts into conntrack.
+    pub static XDP_LB_BENCH_MISS: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench_miss.o"));
+    /// MAC swap + XDP_TX (`ringlb_floor`) and XDP_PASS (`ringlb_pass`).
+    pub static XDP_FLOOR: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_floor.o"));
+    /// tc decapsulation for test backends (`ringlb_decap`).
+    pub static TC_DECAP: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tc_decap.o"));
+}
+
+pub const PROGRAM: &str = "ringlb_xdp";
+pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/ringlb";
+const BPF_F_INNER_MAP: u32 = 1 << 12;
+
+/// How to attach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachMode {
+    /// Native (driver) mode, falling back to generic with a warning.
+    Auto,
+    Native,
+    Generic,
+}
+
+/// Loader options.
+#[derive(Clone, Debug)]
+pub struct XdpOptions {
+    /// Pin maps (and the link) here; `None` = nothing pinned (tests, benchmarks).
+    pub pin_dir: Option<PathBuf>,
+    /// Outer source address for IPv4 / IPv6 outer headers.
+    pub src4: Option<Ipv4Addr>,
+    pub src6: Option<Ipv6Addr>,
+    /// Largest L3 packet after encapsulation (the egress MTU).
+    pub mtu: u32,
+    /// Use bpf_fib_lookup when a backend's next hop is unresolved.
+    pub fib_fallback: bool,
+    /// The object to load (`objects::XDP_LB` except in benchmarks).
+    pub object: &'static [u8],
+}
+
+impl Default for XdpOptions {
+    fn default() -> Self {
+        Self {
+            pin_dir: Some(PathBuf::from(DEFAULT_PIN_DIR)),
+            src4: None,
+            src6: None,
+            mtu: 1500,
+            fib_fallback: true,
+            object: objects::XDP_LB,
+        }
+    }
+}
+
+/// The loaded (and maybe attached) XDP datapath.
+pub struct XdpDatapath {
+    ebpf: Ebpf,
+    programmed: Programmed,
+    resolver: Box<dyn Resolver>,
+    pin_dir: Option<PathBuf>,
+    link_pin: Option<PathBuf>,
+    link: Option<FdLink>,
+}
+
+fn prog_err(source: ProgramError) -> Error {
+    Error::Program {
+        name: PROGRAM,
+        source: Box::new(source),
+    }
+}
+
+impl XdpDatapath {
+    /// Loads the program and its maps (reusing pinned maps if present) and
+    /// writes the config. Does not attach.
+    pub fn load(opts: &XdpOptions, resolver: Box<dyn Resolver>) -> Result<Self, Error> {
+        let mut loader = EbpfLoader::new();
+        if let Some(dir) = &opts.pin_dir {
+            std::fs::create_dir_all(dir).map_err(|source| Error::Pin {
+                path: dir.clone(),
+                source,
+            })?;
+            for name in abi::map::ALL {
+                loader.map_pin_path(name, dir.join(name));
+            }
+        }
+        let mut ebpf = loader
+            .load(opts.object)
+            .map_err(|e| Error::Load(Box::new(e)))?;
+        let prog: &mut Xdp = ebpf
+            .program_mut(PROGRAM)
+            .ok_or(Error::MissingMap { name: PROGRAM })?
+            .try_into()
+            .map_err(prog_err)?;
+        prog.load().map_err(prog_err)?;
+        let mut me = Self {
+            ebpf,
+            programmed: Programmed::default(),
+            resolver,
+            pin_dir: opts.pin_dir.clone(),
+            link_pin: None,
+            link: None,
+        };
+        me.write_config(opts)?;
+        me.programmed = me.read_programmed()?;
+        Ok(me)
+    }
+
+    fn write_config(&mut self, opts: &XdpOptions) -> Result<(), Error> {
+        let mut cfg = abi::ConfigValue {
+            mtu: opts.mtu,
+            flags: if opts.fib_fallback {
+                abi::CFG_F_FIB_FALLBACK
+            } else {
+                0
+            },
+            ..Default::default()
+        };
+        if let Some(a) = opts.src4 {
+            cfg.src4 = abi::RawAddr::from_ip(a.into()).0.0[0];
+        }
+        if let Some(a) = opts.src6 {
+            cfg.src6 = abi::RawAddr::from_ip(a.into()).0;
+        }
+        let mut m: Array<_, abi::ConfigValue> = self.map_mut(abi::map::CONFIG)?;
+        m.set(0, cfg, 0).map_err(map_err(abi::map::CONFIG))
+    }
+
+    fn map_mut<'a, T>(&'a mut self, name: &'static str) -> Result<T, Error>
+    where
+        T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
+    {
+        let m = self.ebpf.map_mut(name).ok_or(Error::MissingMap { name })?;
+        T::try_from(m).map_err(map_err(name))
+    }
+
+    fn map<'a, T>(&'a self, name: &'static str) -> Result<T, Error>
+    where
+        T: TryFrom<&'a aya::maps::Map, Error = aya::maps::MapError>,
+    {
+        let m = self.ebpf.map(name).ok_or(Error::MissingMap { name })?;
+        T::try_from(m).map_err(map_err(name))
+    }
+
+    /// Reconstructs what the (possibly pinned, pre-existing) maps hold. Ring
+    /// contents are not read back: the next apply rewrites them whole.
+    pub fn read_programmed(&self) -> Result<Programmed, Error> {
+        let mut p = Programmed::default();
+        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
+        for kv in vips.iter() {
+            let (k, v) = kv.map_err(map_err(abi::map::VIPS))?;
+            if let Some(vip) = Vip::from_abi(&k) {
+                p.vips.insert(
+                    vip,
+                    ProgrammedVip {
+                        vip_id: v.vip_id,
+                        ring_size: v.ring_size,
+                        flags: v.flags,
+                        ring: None,
+                    },
+                );
+            }
+        }
+        let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+        for (id, b) in backends.iter().enumerate() {
+            let b = b.map_err(map_err(abi::map::BACKENDS))?;
+            if let Some(addr) = b.addr.to_ip(b.family) {
+                p.last_generation = p.last_generation.max(b.generation);
+                p.backends.insert(
+                    addr,
+                    ProgrammedBackend {
+                        id: id as u32,
+                        generation: b.generation,
+                        refs: 0,
+                    },
+                );
+            }
+        }
+        Ok(p)
+    }
+
+    /// Opens every map with its Rust key/value types: aya checks the sizes
+    /// against what the compiled object declares (the C side of abi.h).
+    pub fn check_abi(&self) -> Result<(), Error> {
+        use abi::map::*;
+        let _: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(VIPS)?;
+        let _: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(RINGS)?;
+        let _: Array<_, abi::BackendValue> = self.map(BACKENDS)?;
+        let _: HashMap<_, abi::Flow, abi::CtValue> = self.map(CONNTRACK)?;
+        let _: Array<_, abi::ConfigValue> = self.map(CONFIG)?;
+        let _: PerCpuArray<_, abi::VipStats> = self.map(VIP_STATS)?;
+        let stats: PerCpuArray<_, u64> = self.map(STATS)?;
+        if stats.len() != abi::STAT_MAX {
+            return Err(Error::InvalidService {
+                vip: "stats map".into(),
+                reason: format!(
+                    "object has {} counters, Rust knows {}",
+                    stats.len(),
+                    abi::STAT_MAX
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// What the loader believes the maps hold.
+    pub fn programmed(&self) -> &Programmed {
+        &self.programmed
+    }
+
+    /// The loaded program (for BPF_PROG_TEST_RUN).
+    pub fn program(&self) -> Result<&Xdp, Error> {
+        self.ebpf
+            .program(PROGRAM)
+            .ok_or(Error::MissingMap { name: PROGRAM })?
+            .try_into()
+            .map_err(prog_err)
+    }
+
+    /// Runs the program on `data` with BPF_PROG_TEST_RUN.
+    pub fn test_run(
+        &self,
+        data: &[u8],
+        out: &mut [u8],
+        repeat: u32,
+    ) -> Result<(u32, usize, std::time::Duration), Error> {
+        test_run(self.program()?, data, out, repeat)
+    }
+
+    /// Attaches to `iface`. With a pin directory and an existing pinned link
+    /// for `iface`, the program inside that link is replaced atomically.
+    pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<&'static str, Error> {
+        let link_pin = self
+            .pin_dir
+            .as_ref()
+            .map(|d| d.join(format!("link_{iface}")));
+        if let Some(pin) = link_pin.as_ref().filter(|p| p.exists()) {
+            let pinned = PinnedLink::from_pin(pin).map_err(|e| Error::Interface {
+                iface: iface.into(),
+                reason: format!("opening pinned link {}: {e}", pin.display()),
+            })?;
+            let fd_link: FdLink = pinned.into();
+            let xdp_link = XdpLink::try_from(fd_link).map_err(|e| Error::Interface {
+                iface: iface.into(),
+                reason: format!("pinned link is not an XDP link: {e}"),
+            })?;
+            let prog = self.xdp_mut()?;
+            let id = prog.attach_to_link(xdp_link).map_err(prog_err)?;
+            let link = prog.take_link(id).map_err(prog_err)?;
+            self.link = Some(FdLink::try_from(link).map_err(|e| Error::Interface {
+                iface: iface.into(),
+                reason: format!("link: {e}"),
+            })?);
+            self.link_pin = link_pin;
+            tracing::info!(iface, "replaced the program in the pinned XDP link");
+            return Ok("replaced");
+        }
+        let prog = self.xdp_mut()?;
+        let (id, used) = match mode {
+            AttachMode::Native => (
+                prog.attach(iface, XdpMode::Driver).map_err(prog_err)?,
+                "native",
+            ),
+            AttachMode::Generic => (
+                prog.attach(iface, XdpMode::Skb).map_err(prog_err)?,
+                "generic",
+            ),
+            AttachMode::Auto => match prog.attach(iface, XdpMode::Driver) {
+                Ok(id) => (id, "native"),
+                Err(e) => {
+                    tracing::warn!(iface, error = %e, "native XDP attach failed; falling back to generic (skb) mode, which is much slower");
+                    (
+                        prog.attach(iface, XdpMode::Skb).map_err(prog_err)?,
+                        "generic",
+                    )
+                }
+            },
+        };
+        let link = prog.take_link(id).map_err(prog_err)?;
+        let fd_link = FdLink::try_from(link).map_err(|e| Error::Interface {
+            iface: iface.into(),
+            reason: format!("kernel gave no bpf_link for XDP: {e}"),
+        })?;
+        if let Some(pin) = &link_pin {
+            let pinned = fd_link.pin(pin).map_err(|e| Error::Pin {
+                path: pin.clone(),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+            self.link = Some(pinned.into());
+        } else {
+            self.link = Some(fd_link);
+        }
+        self.link_pin = link_pin;
+        tracing::info!(iface, mode = used, "attached XDP program");
+        Ok(used)
+    }
+
+    fn xdp_mut(&mut self) -> Result<&mut Xdp, Error> {
+        self.ebpf
+            .program_mut(PROGRAM)
+            .ok_or(Error::MissingMap { name: PROGRAM })?
+            .try_into()
+            .map_err(prog_err)
+    }
+
+    /// Detaches (removes the pinned link). Maps stay pinned.
+    pub fn detach(&mut self) -> Result<(), Error> {
+        if let Some(pin) = self.link_pin.take() {
+            match std::fs::remove_file(&pin) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(Error::Pin { path: pin, source }),
+            }
+        }
+        self.link = None; // closing the last fd of an unpinned link detaches it
+        Ok(())
+    }
+
+    /// Re-resolves every backend's next hop and rewrites entries that changed.
+    pub fn refresh_next_hops(&mut self) -> Result<usize, Error> {
+        let entries: Vec<(IpAddr, ProgrammedBackend)> = self
+            .programmed
+            .backends
+            .iter()
+            .map(|(a, b)| (*a, *b))
+            .collect();
+        let mut updates = Vec::new();
+        {
+            let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+            for (addr, b) in entries {
+                let old = backends
+                    .get(&b.id, 0)
+                    .map_err(map_err(abi::map::BACKENDS))?;
+                let new = backend_value(self.resolver.as_ref(), addr, b.generation);
+                if new != old {
+                    updates.push((b.id, new));
+                }
+            }
+        }
+        let changed = updates.len();
+        let mut backends: Array<_, abi::BackendValue> = self.map_mut(abi::map::BACKENDS)?;
+        for (id, v) in updates {
+            backends
+                .set(id, v, 0)
+                .map_err(map_err(abi::map::BACKENDS))?;
+        }
+        Ok(changed)
+    }
+
+    fn run_ops(&mut self, ops: Vec<MapOp>) -> Result<ApplyStats, Error> {
+        let mut st = ApplyStats::default();
+        let mut i = 0;
+        while i < ops.len() {
+            match &ops[i] {
+                MapOp::PutBackend { .. } => {
+                    // one batch for every consecutive PutBackend
+                    let mut ids = Vec::new();
+                    let mut vals = Vec::new();
+                    while let Some(MapOp::PutBackend {
+                        id,
+                        addr,
+                        generation,
+                    }) = ops.get(i)
+                    {
+                        ids.push(*id);
+                        vals.push(backend_value(self.resolver.as_ref(), *addr, *generation));
+                        i += 1;
+                    }
+                    let m: Array<&MapData, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+                    update_batch(m.map().fd().as_fd(), &ids, &vals)?;
+                    st.backends_written += ids.len();
+                    continue;
+                }
+                MapOp::CreateRing { vip_id, size } => {
+                    let ring = Array::<MapData, u32>::create(*size, BPF_F_INNER_MAP)
+                        .map_err(map_err("ring"))?;
+                    let mut rings: ArrayOfMaps<&mut MapData, Array<MapData, u32>> =
+                        self.map_mut(abi::map::RINGS)?;
+                    rings
+                        .set(*vip_id, &ring, 0)
+                        .map_err(map_err(abi::map::RINGS))?;
+                    let ncpu = aya::util::nr_cpus().map_err(|(_, e)| Error::Syscall {
+                        call: "nr_cpus",
+                        source: e,
+                    })?;
+                    let mut vs: PerCpuArray<_, abi::VipStats> =
+                        self.map_mut(abi::map::VIP_STATS)?;
+                    let zeros = PerCpuValues::try_from(vec![abi::VipStats::default(); ncpu])
+                        .map_err(|e| Error::Syscall {
+                            call: "PerCpuValues",
+                            source: e,
+                        })?;
+                    vs.set(*vip_id, zeros, 0)
+                        .map_err(map_err(abi::map::VIP_STATS))?;
+                    st.rings_created += 1;
+                }
+                MapOp::WriteSlots { vip_id, slots } => {
+                    let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> =
+                        self.map(abi::map::RINGS)?;
+                    let ring = rings.get(vip_id, 0).map_err(map_err(abi::map::RINGS))?;
+                    let (keys, vals): (Vec<u32>, Vec<u32>) = slots.iter().copied().unzip();
+                    update_batch(ring.map().fd().as_fd(), &keys, &vals)?;
+                    st.slots_written += slots.len();
+                }
+                MapOp::PutVip { vip, info } => {
+                    let mut m: HashMap<_, abi::VipKey, abi::VipInfo> =
+                        self.map_mut(abi::map::VIPS)?;
+                    m.insert(vip.to_abi(), info, 0)
+                        .map_err(map_err(abi::map::VIPS))?;
+                    st.vips_written += 1;
+                }
+                MapOp::DelVip { vip } => {
+                    let mut m: HashMap<_, abi::VipKey, abi::VipInfo> =
+                        self.map_mut(abi::map::VIPS)?;
+                    match m.remove(&vip.to_abi()) {
+                        Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                        Err(e) => return Err(map_err(abi::map::VIPS)(e)),
+                    }
+                    st.vips_deleted += 1;
+                }
+                MapOp::DelRing { vip_id } => {
+                    // ARRAY_OF_MAPS has no delete in aya 0.14; an empty 1-slot
+                    // ring releases the old inner map's memory.
+                    let ring = Array::<MapData, u32>::create(1, BPF_F_INNER_MAP)
+                        .map_err(map_err("ring"))?;
+                    let mut rings: ArrayOfMaps<&mut MapData, Array<MapData, u32>> =
+                        self.map_mut(abi::map::RINGS)?;
+                    rings
+                        .set(*vip_id, &ring, 0)
+                        .map_err(map_err(abi::map::RINGS))?;
+                    st.rings_deleted += 1;
+                }
+                MapOp::DelBackend { id } => {
+                    let mut m: Array<_, abi::BackendValue> = self.map_mut(abi::map::BACKENDS)?;
+                    m.set(*id, abi::BackendValue::default(), 0)
+                        .map_err(map_err(abi::map::BACKENDS))?;
+                    st.backends_deleted += 1;
+                }
+            }
+            i += 1;
+        }
+        Ok(st)
+    }
+
+    /// Global and per-VIP counters, summed over CPUs.
+    pub fn read_counters(&self) -> Result<Counters, Error> {
+        let stats: PerCpuArray<_, u64> = self.map(abi::map::STATS)?;
+        let mut c = Counters::default();
+        for s in abi::Stat::ALL {
+            let v = stats
+                .get(&(s as u32), 0)
+                .map_err(map_err(abi::map::STATS))?;
+            c.global.push((s.label(), v.iter().sum()));
+        }
+        let vs: PerCpuArray<_, abi::VipStats> = self.map(abi::map::VIP_STATS)?;
+        for (vip, p) in &self.programmed.vips {
+            let v = vs.get(&p.vip_id, 0).map_err(map_err(abi::map::VIP_STATS))?;
+            c.per_vip.push((
+                *vip,
+                v.iter().map(|x| x.packets).sum(),
+                v.iter().map(|x| x.bytes).sum(),
+            ));
+        }
+        Ok(c)
+    }
+
+    /// The backend a flow goes to, as the program would decide it now:
+    /// (backend address, came from conntrack).
+    pub fn lookup(&self, flow: &abi::Flow) -> Result<Option<(IpAddr, bool)>, Error> {
+        let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+        let ct: HashMap<_, abi::Flow, abi::CtValue> = self.map(abi::map::CONNTRACK)?;
+        if let Ok(c) = ct.get(flow, 0)
+            && let Ok(b) = backends.get(&c.backend_id, 0)
+            && b.generation == c.generation
+            && let Some(a) = b.addr.to_ip(b.family)
+        {
+            return Ok(Some((a, true)));
+        }
+        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
+        let mut key = abi::VipKey {
+            addr: flow.daddr,
+            port: flow.dport,
+            proto: flow.proto,
+            family: flow.family,
+        };
+        let info = match vips.get(&key, 0) {
+            Ok(i) => i,
+            Err(_) => {
+                key.port = abi::Be16::from_host(0);
+                match vips.get(&key, 0) {
+                    Ok(i) => i,
+                    Err(_) => return Ok(None),
+                }
+            }
+        };
+        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
+        let ring = rings
+            .get(&info.vip_id, 0)
+            .map_err(map_err(abi::map::RINGS))?;
+        let h = crate::maglev::flow_hash(
+            flow.saddr
+                .to_ip(flow.family)
+                .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            flow.daddr
+                .to_ip(flow.family)
+                .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
+            flow.sport.to_host(),
+            flow.dport.to_host(),
+            flow.proto,
+        );
+        let id = ring
+            .get(&(h % info.ring_size.max(1)), 0)
+            .map_err(map_err("ring"))?;
+        let b = backends.get(&id, 0).map_err(map_err(abi::map::BACKENDS))?;
+        Ok(b.addr.to_ip(b.family).map(|a| (a, false)))
+    }
+
+    fn apply_inner(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error> {
+        let (ops, next) = plan(&self.programmed, desired)?;
+        match self.run_ops(ops) {
+            Ok(st) => {
+                self.programmed = next;
+                Ok(st)
+            }
+            Err(e) => {
+                // the maps are now somewhere between the two states: re-read
+                // them so the next apply converges from the truth
+                if let Ok(p) = self.read_programmed() {
+                    self.programmed = p;
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Removes the pin directory's files (maps and link) after detaching.
+    fn remove_pins(dir: &Path) -> Result<(), Error> {
+        for name in abi::map::ALL {
+            let p = dir.join(name);
+            match std::fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(source) => return Err(Error::Pin { path: p, source }),
+            }
+        }
+        let _ = std::fs::remove_dir(dir); // only if empty: other links may remain
+        Ok(())
+    }
+}
+
+fn backend_value(resolver: &dyn Resolver, addr: IpAddr, generation: u32) -> abi::BackendValue {
+    let (raw, family) = abi::RawAddr::from_ip(addr);
+    let mut v = abi::BackendValue {
+        addr: raw,
+        generation,
+        family,
+        ..Default::default()
+    };
+    match resolver.resolve(addr) {
+        Ok(nh) => {
+            v.ifindex = nh.ifindex;
+            v.dmac = nh.dmac;
+            v.smac = nh.smac;
+            v.nh_valid = 1;
+        }
+        Err(e) => {
+            tracing::warn!(backend = %addr, error = %e, "next hop unresolved; the program will use bpf_fib_lookup")
+        }
+    }
+    v
+}
+
+/// BPF_PROG_TEST_RUN on any XDP program: (verdict, output length, duration
+/// per repetition as the kernel reports it).
+pub fn test_run(
+    prog: &Xdp,
+    data: &[u8],
+    out: &mut [u8],
+    repeat: u32,
+) -> Result<(u32, usize, std::time::Duration), Error> {
+    let mut opts = TestRunOptions::new();
+    opts.data_in = Some(data);
+    opts.data_out = Some(out);
+    opts.repeat = repeat;
+    let r = prog.test_run(opts).map_err(prog_err)?;
+    Ok((r.return_value, r.data_size_out as usize, r.duration))
+}
+
+impl Datapath for XdpDatapath {
+    fn apply(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error> {
+        self.apply_inner(desired)
+    }
+    fn counters(&self) -> Result<Counters, Error> {
+        self.read_counters()
+    }
+    fn uninstall(mut self) -> Result<(), Error> {
+        self.detach()?;
+        let dir = self.pin_dir.take();
+        drop(self);
+        if let Some(dir) = dir {
+            Self::remove_pins(&dir)?;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,540 @@
+//! BPF_PROG_TEST_RUN fixtures for the XDP program: input frame, exact expected
+//! output frame, expected verdict and counter. Needs root (BPF); skips loudly
+//! otherwise.
+
+use std::net::IpAddr;
+
+use ringlb_edge::datapath::{
+    Datapath, DesiredState, Proto, ServiceEntry, Vip,
+    nexthop::{NextHop, StaticResolver},
+    packet::{Frame, ip_header, l2_header},
+    xdp::{XdpDatapath, XdpOptions, objects},
+};
+
+const XDP_DROP: u32 = 1;
+const XDP_PASS: u32 = 2;
+const XDP_TX: u32 = 3;
+
+const NH: NextHop = NextHop {
+    ifindex: 0,
+    smac: [0x02, 0xee, 0, 0, 0, 0x01],
+    dmac: [0x02, 0xee, 0, 0, 0, 0x02],
+};
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+fn opts(mtu: u32, src6: bool) -> XdpOptions {
+    XdpOptions {
+        pin_dir: None,
+        src4: Some("10.0.0.11".parse().unwrap()),
+        src6: src6.then(|| "2001:db8::11".parse().unwrap()),
+        mtu,
+        fib_fallback: false,
+        object: objects::XDP_LB,
+    }
+}
+
+fn load(mtu: u32, src6: bool) -> Option<XdpDatapath> {
+    if !is_root() {
+        eprintln!("SKIP: xdp fixtures need root to load BPF programs (CI runs as root)");
+        return None;
+    }
+    let resolver = StaticResolver {
+        default: Some(NH),
+        ..Default::default()
+    };
+    Some(XdpDatapath::load(&opts(mtu, src6), Box::new(resolver)).expect("loading xdp_lb.o"))
+}
+
+fn vip(addr: &str, port: u16, proto: Proto) -> Vip {
+    Vip {
+        addr: ip(addr),
+        port,
+        proto,
+    }
+}
+
+/// A service whose whole ring points at backend `target` (index into backends).
+fn svc(v: &Vip, backends: &[&str], target: u32) -> ServiceEntry {
+    ServiceEntry::new(
+        v,
+        backends.iter().map(|b| ip(b)).collect(),
+        vec![target; 13],
+    )
+    .unwrap()
+}
+
+fn state(entries: Vec<(Vip, ServiceEntry)>) -> DesiredState {
+    DesiredState {
+        services: entries.into_iter().collect(),
+    }
+}
+
+fn vip4() -> Vip {
+    vip("10.100.0.1", 80, Proto::Tcp)
+}
+fn vip4u() -> Vip {
+    vip("10.100.0.1", 53, Proto::Udp)
+}
+fn vip6() -> Vip {
+    vip("2001:db8:100::1", 443, Proto::Tcp)
+}
+
+fn base_state() -> DesiredState {
+    state(vec![
+        (vip4(), svc(&vip4(), &["10.1.0.1", "10.1.0.2"], 0)),
+        (vip4u(), svc(&vip4u(), &["10.1.0.2"], 0)),
+        (vip6(), svc(&vip6(), &["2001:db8:1::1"], 0)),
+    ])
+}
+
+fn run(dp: &XdpDatapath, frame: &[u8]) -> (u32, Vec<u8>) {
+    let mut out = vec![0u8; frame.len() + 128];
+    let (verdict, len, _) = dp.test_run(frame, &mut out, 1).expect("test run");
+    out.truncate(len);
+    (verdict, out)
+}
+
+fn counter(dp: &XdpDatapath, label: &str) -> u64 {
+    let c = dp.read_counters().unwrap();
+    c.global.iter().find(|(l, _)| *l == label).unwrap().1
+}
+
+/// Expected output: our L2 (next-hop MACs), the outer header, the inner L3.
+fn encapped(f: &Frame, outer_src: &str, backend: &str, flow_label: u32) -> Vec<u8> {
+    let inner = f.l3();
+    let (ethertype, proto) = match (ip(backend).is_ipv4(), f.src.is_ipv4()) {
+        (true, true) => (0x0800, 4),
+        (true, false) => (0x0800, 41),
+        (false, true) => (0x86dd, 4),
+        (false, false) => (0x86dd, 41),
+    };
+    let df = if f.src.is_ipv4() { f.df } else { true };
+    let mut v = l2_header(NH.dmac, NH.smac, f.vlan, ethertype);
+    v.extend(ip_header(
+        ip(outer_src),
+        ip(backend),
+        proto,
+        inner.len(),
+        f.tos,
+        df,
+        64,
+        flow_label,
+    ));
+    v.extend(inner);
+    v
+}
+
+/// The IPv6 outer flow label: entropy from the client's ports and address,
+/// computed the way the program does (XOR of the raw little-endian loads).
+fn flow_label(f: &Frame) -> u32 {
+    let (s0, s3) = match f.src {
+        IpAddr::V4(a) => (u32::from_ne_bytes(a.octets()), 0),
+        IpAddr::V6(a) => {
+            let o = a.octets();
+            (
+                u32::from_ne_bytes([o[0], o[1], o[2], o[3]]),
+                u32::from_ne_bytes([o[12], o[13], o[14], o[15]]),
+            )
+        }
+    };
+    let sp = u32::from(u16::from_ne_bytes(f.sport.to_be_bytes()));
+    let dp = u32::from(u16::from_ne_bytes(f.dport.to_be_bytes()));
+    (sp ^ dp ^ s0 ^ s3) & 0xf_ffff
+}
+
+#[test]
+fn abi_sizes_match_object() {
+    let Some(dp) = load(1500, true) else { return };
+    dp.check_abi()
+        .expect("Rust ABI mirror matches the object's maps");
+}
+
+#[test]
+fn ipv4_tcp_is_ipip_encapsulated_with_exact_bytes() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    dp.apply(&base_state()).unwrap();
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_TX);
+    // the outer header, written out by hand: 60 bytes, DF, TTL 64, proto 4,
+    // checksum 0x26b2, 10.0.0.11 -> 10.1.0.1
+    assert_eq!(
+        &out[14..34],
+        &[
+            0x45, 0, 0, 60, 0, 0, 0x40, 0, 64, 4, 0x26, 0xb2, 10, 0, 0, 11, 10, 1, 0, 1
+        ]
+    );
+    assert_eq!(
+        &out[..14],
+        &[2, 0xee, 0, 0, 0, 2, 2, 0xee, 0, 0, 0, 1, 0x08, 0]
+    );
+    assert_eq!(out, encapped(&f, "10.0.0.11", "10.1.0.1", 0));
+    assert_eq!(counter(&dp, "tx"), 1);
+    let c = dp.read_counters().unwrap();
+    let (_, pk, by) = c.per_vip.iter().find(|(v, _, _)| *v == vip4()).unwrap();
+    assert_eq!((*pk, *by), (1, f.bytes().len() as u64));
+}
+
+#[test]
+fn ipv4_udp_without_df_keeps_df_clear_and_tos() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    dp.apply(&base_state()).unwrap();
+    let mut f = Frame::udp(ip("192.0.2.7"), ip("10.100.0.1"), 5353, 53);
+    f.payload = 100;
+    f.tos = 0xb8; // EF
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(out, encapped(&f, "10.0.0.11", "10.1.0.2", 0));
+    assert_eq!(out[14 + 6] & 0x40, 0, "DF must stay clear");
+    assert_eq!(out[14 + 1], 0xb8, "TOS copied");
+}
+
+#[test]
+fn ipv6_tcp_is_ip6ip6_encapsulated() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    dp.apply(&base_state()).unwrap();
+    let f = Frame::tcp(ip("2001:db8:ffff::9"), ip("2001:db8:100::1"), 41000, 443);
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(
+        out,
+        encapped(&f, "2001:db8::11", "2001:db8:1::1", flow_label(&f))
+    );
+    assert_eq!(out[14 + 6], 41, "next header IPv6");
+    assert_eq!(out[14 + 7], 64, "hop limit");
+    assert_eq!(
+        u16::from_be_bytes([out[14 + 4], out[14 + 5]]),
+        60,
+        "payload length"
+    );
+}
+
+#[test]
+fn mixed_families_4in6_and_6in4() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v4 = vip("10.100.0.9", 80, Proto::Tcp);
+    let v6 = vip("2001:db8:100::9", 80, Proto::Udp);
+    dp.apply(&state(vec![
+        (v4, svc(&v4, &["2001:db8:1::4"], 0)),
+        (v6, svc(&v6, &["10.1.0.6"], 0)),
+    ]))
+    .unwrap();
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.9"), 40001, 80);
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(
+        out,
+        encapped(&f, "2001:db8::11", "2001:db8:1::4", flow_label(&f))
+    );
+    let f = Frame::udp(ip("2001:db8:ffff::9"), ip("2001:db8:100::9"), 40001, 80);
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(out, encapped(&f, "10.0.0.11", "10.1.0.6", 0));
+}
+
+#[test]
+fn vlan_tag_is_kept_and_wildcard_port_matches() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let w = vip("10.100.0.5", 0, Proto::Tcp);
+    dp.apply(&state(vec![(w, svc(&w, &["10.1.0.5"], 0))]))
+        .unwrap();
+    let mut f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.5"), 40000, 8443);
+    f.vlan = Some(0x0064);
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(out, encapped(&f, "10.0.0.11", "10.1.0.5", 0));
+    assert_eq!(&out[12..16], &[0x81, 0x00, 0x00, 0x64]);
+}
+
+#[test]
+fn conntrack_keeps_flows_on_their_backend_while_it_exists() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    let old = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    let new = Frame::tcp(ip("192.0.2.8"), ip("10.100.0.1"), 40000, 80);
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
+        .unwrap();
+    assert_eq!(
+        run(&dp, &old.bytes()).1,
+        encapped(&old, "10.0.0.11", "10.1.0.1", 0)
+    );
+    // the ring now sends everything to .2, but .1 still exists
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 1))]))
+        .unwrap();
+    let (verdict, out) = run(&dp, &old.bytes());
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(
+        out,
+        encapped(&old, "10.0.0.11", "10.1.0.1", 0),
+        "established flow stays"
+    );
+    assert_eq!(
+        run(&dp, &new.bytes()).1,
+        encapped(&new, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_hit"), 1);
+    // .1 is removed: its flows move to the ring's choice
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2"], 0))]))
+        .unwrap();
+    assert_eq!(
+        run(&dp, &old.bytes()).1,
+        encapped(&old, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_stale"), 1);
+    // a new pod inherits .1's id (new generation); the flow stays on .2
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2", "10.1.0.3"], 0))]))
+        .unwrap();
+    let id3 = dp.programmed().backends[&ip("10.1.0.3")].id;
+    assert_eq!(id3, 1, "id of the removed backend is reused");
+    assert_eq!(
+        run(&dp, &old.bytes()).1,
+        encapped(&old, "10.0.0.11", "10.1.0.2", 0)
+    );
+}
+
+#[test]
+fn stale_conntrack_never_follows_a_reused_backend_id() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
+        .unwrap();
+    assert_eq!(
+        run(&dp, &f.bytes()).1,
+        encapped(&f, "10.0.0.11", "10.1.0.1", 0)
+    );
+    // remove .1 (its id is freed; nothing re-inserts the flow meanwhile) ...
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2"], 0))]))
+        .unwrap();
+    // ... and hand the id to .9 with the ring pointing at .2
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2", "10.1.0.9"], 0))]))
+        .unwrap();
+    assert_eq!(dp.programmed().backends[&ip("10.1.0.9")].id, 1);
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(
+        out,
+        encapped(&f, "10.0.0.11", "10.1.0.2", 0),
+        "not to the id's new owner"
+    );
+    assert_eq!(counter(&dp, "ct_stale"), 1);
+}
+
+#[test]
+fn non_vip_traffic_passes_untouched() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    dp.apply(&base_state()).unwrap();
+    let cases: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "pass_not_vip",
+            Frame::tcp(ip("192.0.2.7"), ip("10.100.0.2"), 1, 80).bytes(),
+        ),
+        (
+            "pass_not_vip",
+            Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 1, 81).bytes(),
+        ),
+        (
+            "pass_not_vip",
+            Frame::udp(ip("192.0.2.7"), ip("10.100.0.1"), 1, 80).bytes(),
+        ),
+        ("pass_not_ip", {
+            let mut arp = l2_header([0xff; 6], NH.smac, None, 0x0806);
+            arp.extend([0u8; 28]);
+            arp
+        }),
+        ("pass_icmp", {
+            let mut f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 0, 0);
+            f.proto = 1;
+            f.bytes()
+        }),
+        ("pass_fragment", {
+            let mut b = Frame::udp(ip("192.0.2.7"), ip("10.100.0.1"), 5, 53).bytes();
+            b[14 + 6] |= 0x20; // MF (checksum not fixed: the program does not check it)
+            b
+        }),
+        ("pass_ipv6_ext", {
+            let mut f = Frame::tcp(ip("2001:db8:ffff::9"), ip("2001:db8:100::1"), 1, 443);
+            f.proto = 0; // hop-by-hop options
+            f.bytes()
+        }),
+        ("pass_other_l4", {
+            let mut f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 1, 80);
+            f.proto = 132; // SCTP
+            f.bytes()
+        }),
+    ];
+    for (label, frame) in cases {
+        let before = counter(&dp, label);
+        let (verdict, out) = run(&dp, &frame);
+        assert_eq!(verdict, XDP_PASS, "{label}");
+        assert_eq!(out, frame, "{label}: passed frames are not modified");
+        assert_eq!(counter(&dp, label), before + 1, "{label}");
+    }
+    assert_eq!(counter(&dp, "tx"), 0);
+}
+
+#[test]
+fn truncated_and_malformed_headers_pass_without_overreading() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    dp.apply(&base_state()).unwrap();
+    let good = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80).bytes();
+    let good6 = Frame::tcp(ip("2001:db8:ffff::9"), ip("2001:db8:100::1"), 1, 443).bytes();
+    let mut cases: Vec<(&str, Vec<u8>)> = vec![
+        ("eth only", good[..14].to_vec()),
+        ("half an IPv4 header", good[..14 + 10].to_vec()),
+        ("ports cut", {
+            let mut b = good[..14 + 20 + 2].to_vec();
+            b[14 + 2..14 + 4].copy_from_slice(&22u16.to_be_bytes());
+            b
+        }),
+        ("half an IPv6 header", good6[..14 + 20].to_vec()),
+        ("vlan tag cut", {
+            let mut b = l2_header([1; 6], [2; 6], None, 0x8100);
+            b.extend([0, 1]);
+            b
+        }),
+    ];
+    let mut long = good.clone();
+    long[14 + 2..14 + 4].copy_from_slice(&1000u16.to_be_bytes()); // tot_len > frame
+    cases.push(("tot_len beyond frame", long));
+    let mut ihl = good.clone();
+    ihl[14] = 0x44; // ihl 4 < 5
+    cases.push(("ihl < 5", ihl));
+    let mut v6len = good6.clone();
+    v6len[14 + 4..14 + 6].copy_from_slice(&900u16.to_be_bytes());
+    cases.push(("ipv6 payload_len beyond frame", v6len));
+    for (what, frame) in cases {
+        let before = counter(&dp, "pass_malformed");
+        let (verdict, out) = run(&dp, &frame);
+        assert_eq!(verdict, XDP_PASS, "{what}");
+        assert_eq!(out, frame, "{what}");
+        assert_eq!(counter(&dp, "pass_malformed"), before + 1, "{what}");
+    }
+}
+
+#[test]
+fn oversize_after_encap_is_counted_and_passed() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    dp.apply(&base_state()).unwrap();
+    // inner 1480 + 20 = 1500: fits
+    let mut f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    f.payload = 1480 - 40;
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(out.len(), 14 + 1500);
+    // inner 1481 + 20 > 1500: passed unchanged, counted
+    f.payload += 1;
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_PASS);
+    assert_eq!(out, f.bytes());
+    assert_eq!(counter(&dp, "pass_mtu"), 1);
+    // IPv6 outer adds 40: inner 1461 + 40 > 1500
+    let mut f = Frame::tcp(ip("2001:db8:ffff::9"), ip("2001:db8:100::1"), 1, 443);
+    f.payload = 1461 - 60;
+    assert_eq!(run(&dp, &f.bytes()).0, XDP_PASS);
+    assert_eq!(counter(&dp, "pass_mtu"), 2);
+}
+
+#[test]
+fn missing_outer_source_and_unresolved_next_hop() {
+    // no IPv6 source configured: v6 backends cannot be reached -> pass, counted
+    let Some(mut dp) = load(1500, false) else {
+        return;
+    };
+    dp.apply(&base_state()).unwrap();
+    let f = Frame::tcp(ip("2001:db8:ffff::9"), ip("2001:db8:100::1"), 1, 443);
+    assert_eq!(run(&dp, &f.bytes()).0, XDP_PASS);
+    assert_eq!(counter(&dp, "pass_no_src"), 1);
+    // a resolver that knows nothing: nh_valid = 0, fib fallback off -> drop
+    let mut dp =
+        XdpDatapath::load(&opts(1500, false), Box::new(StaticResolver::default())).unwrap();
+    dp.apply(&base_state()).unwrap();
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    assert_eq!(run(&dp, &f.bytes()).0, XDP_DROP);
+    assert_eq!(counter(&dp, "drop_fib"), 1);
+}
+
+#[test]
+fn maglev_ring_in_the_kernel_agrees_with_the_rust_table() {
+    use ringlb_edge::maglev::{Backend, Table, flow_hash};
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    let backends: Vec<Backend> = (1..=5)
+        .map(|i| Backend {
+            addr: ip(&format!("10.1.0.{i}")),
+            port: 8080,
+            weight: 1,
+        })
+        .collect();
+    let table = Table::build(&backends, 65_537).unwrap();
+    dp.apply(&state(vec![(
+        v,
+        ServiceEntry::from_table(&v, &table).unwrap(),
+    )]))
+    .unwrap();
+    let mut seen = std::collections::BTreeSet::new();
+    for sport in 30000..30200u16 {
+        let src = ip(&format!("192.0.2.{}", sport % 200 + 1));
+        let f = Frame::tcp(src, ip("10.100.0.1"), sport, 80);
+        let want = table
+            .lookup(flow_hash(src, ip("10.100.0.1"), sport, 80, 6))
+            .addr;
+        let (verdict, out) = run(&dp, &f.bytes());
+        assert_eq!(verdict, XDP_TX);
+        assert_eq!(
+            out,
+            encapped(&f, "10.0.0.11", &want.to_string(), 0),
+            "flow {src}:{sport}"
+        );
+        // the operator lookup answers the same, now from conntrack
+        let (raw_s, fam) = ringlb_edge::datapath::abi::RawAddr::from_ip(src);
+        let flow = ringlb_edge::datapath::abi::Flow {
+            saddr: raw_s,
+            daddr: ringlb_edge::datapath::abi::RawAddr::from_ip(ip("10.100.0.1")).0,
+            sport: ringlb_edge::datapath::abi::Be16::from_host(sport),
+            dport: ringlb_edge::datapath::abi::Be16::from_host(80),
+            proto: 6,
+            family: fam,
+            pad: [0; 2],
+        };
+        assert_eq!(dp.lookup(&flow).unwrap(), Some((want, true)));
+        seen.insert(want);
+    }
+    assert_eq!(seen.len(), 5, "200 flows reach all 5 backends");
+}
