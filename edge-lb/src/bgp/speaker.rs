@@ -1,0 +1,282 @@
+//! The in-process API the rest of edge-lb uses: announce / withdraw prefixes, add and
+//! remove peers, watch each peer's state, drain and shut down.
+//!
+//! ```text
+//!   caller ── announce/withdraw ──> routes: watch<RouteTable> ──> every peer task
+//!   caller ── add_peer/remove_peer ──> spawns / stops peer tasks (session.rs)
+//!   listener task per family ── accepted TcpStream, by peer address ──> peer task
+//! ```
+
+use std::collections::HashMap;
+use std::net::{IpAddr, Ipv6Addr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use ipnetwork::IpNetwork;
+use prometheus_client::registry::Registry;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::task::JoinHandle;
+use tracing::Instrument;
+
+use super::Error;
+use super::config::{PeerConfig, RouteAttrs};
+use super::md5;
+use super::metrics::BgpMetrics;
+use super::rib::RouteTable;
+use super::session::{PeerCmd, PeerStatus, PeerTask};
+
+struct PeerHandle {
+    cfg: PeerConfig,
+    cmd: mpsc::Sender<PeerCmd>,
+    status: watch::Receiver<PeerStatus>,
+    task: JoinHandle<()>,
+}
+
+type InboundMap = Arc<Mutex<HashMap<IpAddr, mpsc::Sender<TcpStream>>>>;
+
+/// The BGP speaker of one edge node.
+pub struct Speaker {
+    routes: watch::Sender<RouteTable>,
+    peers: Mutex<HashMap<IpAddr, PeerHandle>>,
+    inbound: InboundMap,
+    listeners: Vec<Arc<TcpListener>>,
+    accept_tasks: Vec<JoinHandle<()>>,
+    metrics: BgpMetrics,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn bind_listener(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let s = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    if addr.is_ipv6() {
+        s.set_only_v6(true)?;
+    }
+    s.set_reuse_address(true)?;
+    s.set_nonblocking(true)?;
+    s.bind(&addr.into())?;
+    s.listen(128)?;
+    TcpListener::from_std(s.into())
+}
+
+async fn accept_loop(l: Arc<TcpListener>, inbound: InboundMap) {
+    loop {
+        let (stream, from) = match l.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                tracing::warn!(error = %e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let ip = from.ip().to_canonical();
+        let tx = lock(&inbound).get(&ip).cloned();
+        match tx {
+            Some(tx) => {
+                let _ = tx.try_send(stream);
+            }
+            None => tracing::info!(%ip, "refused connection from an unconfigured peer"),
+        }
+    }
+}
+
+impl Speaker {
+    /// Start the speaker: listen on `listen_port` (0: no passive open) on every IPv4
+    /// and IPv6 address, and register the metrics.
+    pub fn start(listen_port: u16, registry: &mut Registry) -> Result<Speaker, Error> {
+        let metrics = BgpMetrics::register(registry);
+        let (routes, _) = watch::channel(RouteTable::default());
+        let inbound: InboundMap = Arc::default();
+        let mut listeners = Vec::new();
+        if listen_port != 0 {
+            let v4 = SocketAddr::new(IpAddr::V4([0, 0, 0, 0].into()), listen_port);
+            listeners.push(Arc::new(bind_listener(v4).map_err(|e| Error::Io {
+                what: format!("listening on {v4}"),
+                source: e,
+            })?));
+            let v6 = SocketAddr::new(IpAddr::V6(Ipv6Addr::UNSPECIFIED), listen_port);
+            match bind_listener(v6) {
+                Ok(l) => listeners.push(Arc::new(l)),
+                Err(e) => {
+                    tracing::warn!(error = %e, "no IPv6 listener; IPv6 peers need active open")
+                }
+            }
+        }
+        let accept_tasks = listeners
+            .iter()
+            .map(|l| tokio::spawn(accept_loop(l.clone(), inbound.clone())))
+            .collect();
+        Ok(Speaker {
+            routes,
+            peers: Mutex::new(HashMap::new()),
+            inbound,
+            listeners,
+            accept_tasks,
+            metrics,
+        })
+    }
+
+    /// Start a session with a new peer.
+    pub fn add_peer(&self, cfg: PeerConfig) -> Result<(), Error> {
+        let mut peers = lock(&self.peers);
+        if peers.contains_key(&cfg.address) {
+            return Err(Error::DuplicatePeer(cfg.address));
+        }
+        if let Some(pw) = &cfg.password {
+            for l in &self.listeners {
+                let l_v6 = l.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
+                if l_v6 == cfg.address.is_ipv6() {
+                    md5::set_md5_key(l.as_ref(), l_v6, cfg.address, pw.as_bytes())?;
+                }
+            }
+        }
+        let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        let (in_tx, in_rx) = mpsc::channel(4);
+        let (st_tx, st_rx) = watch::channel(PeerStatus::default());
+        let span = tracing::info_span!("bgp_peer", peer = %cfg.address);
+        let task = PeerTask::new(
+            cfg.clone(),
+            self.routes.subscribe(),
+            cmd_rx,
+            in_rx,
+            st_tx,
+            self.metrics.clone(),
+        );
+        let handle = tokio::spawn(task.run().instrument(span));
+        lock(&self.inbound).insert(cfg.address, in_tx);
+        peers.insert(
+            cfg.address,
+            PeerHandle {
+                cfg,
+                cmd: cmd_tx,
+                status: st_rx,
+                task: handle,
+            },
+        );
+        Ok(())
+    }
+
+    /// Stop the session with a peer (Cease) and forget it.
+    pub async fn remove_peer(&self, addr: IpAddr) {
+        let h = lock(&self.peers).remove(&addr);
+        lock(&self.inbound).remove(&addr);
+        if let Some(h) = h {
+            if h.cfg.password.is_some() {
+                for l in &self.listeners {
+                    let l_v6 = l.local_addr().map(|a| a.is_ipv6()).unwrap_or(false);
+                    if l_v6 == addr.is_ipv6() {
+                        let _ = md5::set_md5_key(l.as_ref(), l_v6, addr, &[]);
+                    }
+                }
+            }
+            stop_peer(h).await;
+        }
+    }
+
+    /// Replace the set of peers: add new ones, restart changed ones, stop the rest.
+    pub async fn set_peers(&self, want: Vec<PeerConfig>) -> Result<(), Error> {
+        let current: HashMap<IpAddr, PeerConfig> = lock(&self.peers)
+            .iter()
+            .map(|(a, h)| (*a, h.cfg.clone()))
+            .collect();
+        for (addr, cfg) in &current {
+            if !want.iter().any(|w| w == cfg) {
+                self.remove_peer(*addr).await;
+            }
+        }
+        for w in want {
+            if current.get(&w.address) != Some(&w) {
+                self.add_peer(w)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Announce (or change the attributes of) a prefix to every peer whose policy
+    /// exports it.
+    pub fn announce(&self, prefix: IpNetwork, attrs: RouteAttrs) {
+        self.announce_many([(prefix, attrs)]);
+    }
+
+    /// Announce many prefixes with one wake-up of the peer tasks.
+    pub fn announce_many(&self, routes: impl IntoIterator<Item = (IpNetwork, RouteAttrs)>) {
+        self.routes.send_modify(|t| {
+            for (p, a) in routes {
+                t.routes.insert(p, a);
+            }
+        });
+    }
+
+    pub fn withdraw(&self, prefix: IpNetwork) {
+        self.routes
+            .send_if_modified(|t| t.routes.remove(&prefix).is_some());
+    }
+
+    pub fn withdraw_all(&self) {
+        self.routes.send_if_modified(|t| {
+            let had = !t.routes.is_empty();
+            t.routes.clear();
+            had
+        });
+    }
+
+    /// Prefixes currently announced.
+    pub fn announced(&self) -> Vec<IpNetwork> {
+        self.routes.borrow().routes.keys().copied().collect()
+    }
+
+    /// The peer's state, as a watchable value.
+    pub fn peer_status(&self, addr: IpAddr) -> Option<watch::Receiver<PeerStatus>> {
+        lock(&self.peers).get(&addr).map(|h| h.status.clone())
+    }
+
+    pub fn peers(&self) -> Vec<IpAddr> {
+        lock(&self.peers).keys().copied().collect()
+    }
+
+    /// Graceful shutdown, step 1 (RFC 8326): re-announce everything with
+    /// GRACEFUL_SHUTDOWN, wait `drain`, then withdraw everything.
+    pub async fn drain(&self, drain: Duration) {
+        tracing::info!(
+            drain_s = drain.as_secs_f64(),
+            "draining: re-announcing with GRACEFUL_SHUTDOWN"
+        );
+        self.routes.send_modify(|t| t.draining = true);
+        tokio::time::sleep(drain).await;
+        tracing::info!("drain time over: withdrawing every prefix");
+        self.withdraw_all();
+    }
+
+    /// Step 2: send the withdrawals, NOTIFICATION Cease to every peer, close.
+    pub async fn shutdown(self) {
+        let peers: Vec<PeerHandle> = lock(&self.peers).drain().map(|(_, h)| h).collect();
+        for h in peers {
+            stop_peer(h).await;
+        }
+        for t in &self.accept_tasks {
+            t.abort();
+        }
+    }
+}
+
+async fn stop_peer(h: PeerHandle) {
+    let (done_tx, done_rx) = oneshot::channel();
+    if h.cmd.send(PeerCmd::Stop { done: done_tx }).await.is_ok() {
+        let _ = tokio::time::timeout(Duration::from_secs(5), done_rx).await;
+    }
+    h.task.abort();
+}
+
+impl Drop for Speaker {
+    fn drop(&mut self) {
+        for t in &self.accept_tasks {
+            t.abort();
+        }
+        for h in lock(&self.peers).values() {
+            h.task.abort();
+        }
+    }
+}
