@@ -20,7 +20,7 @@ pub mod xdp;
 
 use std::path::PathBuf;
 
-pub use state::{DesiredState, MapOp, Programmed, Proto, ServiceEntry, Vip, plan};
+pub use state::{DesiredState, MapOp, Programmed, Proto, ServiceEntry, Vip, plan, plan_update};
 
 /// Errors of the datapath layer.
 #[derive(Debug, thiserror::Error)]

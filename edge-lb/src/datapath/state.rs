@@ -160,6 +160,7 @@ pub struct DesiredState {
 pub struct ProgrammedBackend {
     pub id: u32,
     pub generation: u32,
+    /// How many VIPs use it; it is deleted when this reaches 0.
     pub refs: u32,
 }
 
@@ -172,17 +173,80 @@ pub struct ProgrammedVip {
     /// Backend id per slot; `None` when unknown (read back after a restart):
     /// the next plan rewrites every slot.
     pub ring: Option<Vec<u32>>,
+    /// The distinct backends this VIP holds a reference on.
+    pub backends: Vec<IpAddr>,
+    /// The entry last applied; `None` after a restart (always re-planned).
+    pub entry: Option<ServiceEntry>,
+}
+
+/// Lowest-first id allocator. Ids freed by a plan are released only after
+/// the plan's operations are emitted, so one plan never reuses an id it frees.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IdPool {
+    free: BTreeSet<u32>,
+    next: u32,
+    max: u32,
+}
+
+impl IdPool {
+    fn new(first: u32, max: u32, used: impl IntoIterator<Item = u32>) -> Self {
+        let used: BTreeSet<u32> = used.into_iter().collect();
+        let next = used.last().map_or(first, |m| m + 1).max(first);
+        let free = (first..next).filter(|i| !used.contains(i)).collect();
+        Self { free, next, max }
+    }
+    fn available(&self) -> u64 {
+        self.free.len() as u64 + u64::from(self.max.saturating_sub(self.next))
+    }
+    fn alloc(&mut self) -> Option<u32> {
+        if let Some(id) = self.free.pop_first() {
+            return Some(id);
+        }
+        (self.next < self.max).then(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+    fn release(&mut self, id: u32) {
+        self.free.insert(id);
+    }
 }
 
 /// What the kernel maps hold (as far as the loader knows).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Programmed {
     pub vips: BTreeMap<Vip, ProgrammedVip>,
     pub backends: BTreeMap<IpAddr, ProgrammedBackend>,
     pub last_generation: u32,
+    backend_ids: IdPool,
+    vip_ids: IdPool,
 }
 
-/// One write to the maps. `plan` emits them in a safe order: backends that
+impl Default for Programmed {
+    fn default() -> Self {
+        Self::restored(BTreeMap::new(), BTreeMap::new())
+    }
+}
+
+impl Programmed {
+    /// State read back from existing maps (ring contents and per-VIP backend
+    /// lists unknown: the next full plan rewrites rings and recounts refs).
+    pub fn restored(
+        vips: BTreeMap<Vip, ProgrammedVip>,
+        backends: BTreeMap<IpAddr, ProgrammedBackend>,
+    ) -> Self {
+        let last_generation = backends.values().map(|b| b.generation).max().unwrap_or(0);
+        Self {
+            backend_ids: IdPool::new(1, abi::MAX_BACKENDS, backends.values().map(|b| b.id)),
+            vip_ids: IdPool::new(0, abi::MAX_VIPS, vips.values().map(|v| v.vip_id)),
+            vips,
+            backends,
+            last_generation,
+        }
+    }
+}
+
+/// One write to the maps. Plans emit them in a safe order: backends that
 /// appear, then rings, then VIP entries, then VIP/ring/backend removals, so
 /// the program never follows an id to something not yet (or no longer) there.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -217,106 +281,89 @@ pub enum MapOp {
     },
 }
 
-/// Hands out the lowest ids not in `used`, in increasing order (one pass).
-struct IdAlloc {
-    used: BTreeSet<u32>,
-    cursor: u32,
-    max: u32,
+fn distinct(addrs: &[IpAddr]) -> Vec<IpAddr> {
+    let set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
+    set.into_iter().collect()
 }
 
-impl IdAlloc {
-    fn next(&mut self) -> Option<u32> {
-        while self.cursor < self.max && self.used.contains(&self.cursor) {
-            self.cursor += 1;
-        }
-        if self.cursor >= self.max {
-            return None;
-        }
-        self.used.insert(self.cursor);
-        Some(self.cursor)
+/// Changes one service (`None` removes it) in place: returns the map
+/// operations that make the kernel follow. Cost is O(this service's ring),
+/// independent of how many other services exist. On error `p` is unchanged.
+pub fn plan_update(
+    p: &mut Programmed,
+    vip: &Vip,
+    new: Option<&ServiceEntry>,
+) -> Result<Vec<MapOp>, Error> {
+    let new_addrs = new.map(|s| distinct(&s.backends)).unwrap_or_default();
+    let missing = new_addrs
+        .iter()
+        .filter(|a| !p.backends.contains_key(a))
+        .count() as u64;
+    if missing > p.backend_ids.available() {
+        return Err(Error::IdsExhausted {
+            what: "backend",
+            max: abi::MAX_BACKENDS - 1,
+        });
     }
-}
-
-/// Diff `current` against `desired`: the map operations to run and the state
-/// the maps hold once they ran.
-pub fn plan(
-    current: &Programmed,
-    desired: &DesiredState,
-) -> Result<(Vec<MapOp>, Programmed), Error> {
-    let mut next = Programmed {
-        last_generation: current.last_generation,
-        ..Programmed::default()
-    };
-    // ids freed by this plan stay in `used` (blocked) until the next plan
-    let mut backend_ids = IdAlloc {
-        used: current.backends.values().map(|b| b.id).collect(),
-        cursor: 1, // backend id 0 means "none" in the ring
-        max: abi::MAX_BACKENDS,
-    };
-    let mut vip_ids = IdAlloc {
-        used: current.vips.values().map(|v| v.vip_id).collect(),
-        cursor: 0,
-        max: abi::MAX_VIPS,
-    };
-
-    let mut put_backends = Vec::new();
-    // 1. backends: keep ids of addresses still used, allocate for new ones
-    let mut wanted: BTreeMap<IpAddr, u32> = BTreeMap::new();
-    for svc in desired.services.values() {
-        for a in &svc.backends {
-            *wanted.entry(*a).or_default() += 1;
-        }
+    let old = p.vips.get(vip);
+    let needs_vip_id = new.is_some_and(|s| old.is_none_or(|o| o.ring_size != s.ring.len() as u32));
+    if needs_vip_id && p.vip_ids.available() == 0 {
+        return Err(Error::IdsExhausted {
+            what: "VIP",
+            max: abi::MAX_VIPS,
+        });
     }
-    for (addr, refs) in &wanted {
-        let pb = match current.backends.get(addr) {
-            Some(b) => ProgrammedBackend { refs: *refs, ..*b },
-            None => {
-                let id = backend_ids.next().ok_or(Error::IdsExhausted {
-                    what: "backend",
-                    max: abi::MAX_BACKENDS - 1,
-                })?;
-                next.last_generation = next.last_generation.wrapping_add(1).max(1);
-                put_backends.push(MapOp::PutBackend {
-                    id,
-                    addr: *addr,
-                    generation: next.last_generation,
-                });
-                ProgrammedBackend {
-                    id,
-                    generation: next.last_generation,
-                    refs: *refs,
-                }
-            }
-        };
-        next.backends.insert(*addr, pb);
+    let old = p.vips.remove(vip);
+    let (mut puts, mut ring_ops, mut vip_ops, mut dels) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut freed_backends, mut freed_vip) = (Vec::new(), None);
+
+    // 1. references on the new backends (new ones get an id and a generation)
+    for a in &new_addrs {
+        if let Some(b) = p.backends.get_mut(a) {
+            b.refs += 1;
+            continue;
+        }
+        let id = p.backend_ids.alloc().expect("checked above");
+        p.last_generation = p.last_generation.wrapping_add(1).max(1);
+        puts.push(MapOp::PutBackend {
+            id,
+            addr: *a,
+            generation: p.last_generation,
+        });
+        p.backends.insert(
+            *a,
+            ProgrammedBackend {
+                id,
+                generation: p.last_generation,
+                refs: 1,
+            },
+        );
     }
 
-    // 2. rings and VIP entries
-    let mut ring_ops = Vec::new();
-    let mut vip_ops = Vec::new();
-    let mut del_rings = Vec::new();
-    for (vip, svc) in &desired.services {
+    // 2. the ring and the VIP entry
+    if let Some(svc) = new {
         let ids: Vec<u32> = svc
             .ring
             .iter()
-            .map(|&i| next.backends[&svc.backends[i as usize]].id)
+            .map(|&i| p.backends[&svc.backends[i as usize]].id)
             .collect();
         let size = ids.len() as u32;
-        let old = current.vips.get(vip);
-        let (vip_id, fresh) = match old {
+        let (vip_id, fresh) = match &old {
             Some(o) if o.ring_size == size => (o.vip_id, false),
             _ => {
-                let id = vip_ids.next().ok_or(Error::IdsExhausted {
-                    what: "VIP",
-                    max: abi::MAX_VIPS,
-                })?;
-                if let Some(o) = old {
-                    del_rings.push(MapOp::DelRing { vip_id: o.vip_id });
+                if let Some(o) = &old {
+                    dels.push(MapOp::DelRing { vip_id: o.vip_id });
+                    freed_vip = Some(o.vip_id);
                 }
-                (id, true)
+                (p.vip_ids.alloc().expect("checked above"), true)
             }
         };
-        let slots: Vec<(u32, u32)> = match old.and_then(|o| o.ring.as_ref()).filter(|_| !fresh) {
+        let prev = old
+            .as_ref()
+            .and_then(|o| o.ring.as_ref())
+            .filter(|_| !fresh);
+        let slots: Vec<(u32, u32)> = match prev {
             Some(prev) => (0..size)
                 .filter(|&s| prev[s as usize] != ids[s as usize])
                 .map(|s| (s, ids[s as usize]))
@@ -334,41 +381,94 @@ pub fn plan(
             ring_size: size,
             flags: svc.flags(),
         };
-        let unchanged = old.is_some_and(|o| !fresh && o.flags == info.flags);
-        if !unchanged {
+        if fresh || old.as_ref().is_none_or(|o| o.flags != info.flags) {
             vip_ops.push(MapOp::PutVip { vip: *vip, info });
         }
-        next.vips.insert(
+        p.vips.insert(
             *vip,
             ProgrammedVip {
                 vip_id,
                 ring_size: size,
                 flags: info.flags,
                 ring: Some(ids),
+                backends: new_addrs,
+                entry: Some(svc.clone()),
             },
         );
+    } else if let Some(o) = &old {
+        vip_ops.push(MapOp::DelVip { vip: *vip });
+        dels.push(MapOp::DelRing { vip_id: o.vip_id });
+        freed_vip = Some(o.vip_id);
     }
 
-    // 3. removals, after everything new is in place
-    let mut del_ops = Vec::new();
-    for (vip, o) in &current.vips {
-        if !desired.services.contains_key(vip) {
-            del_ops.push(MapOp::DelVip { vip: *vip });
-            del_rings.push(MapOp::DelRing { vip_id: o.vip_id });
+    // 3. drop the old references; unused backends go last
+    if let Some(o) = &old {
+        for a in &o.backends {
+            let Some(b) = p.backends.get_mut(a) else {
+                continue;
+            };
+            b.refs = b.refs.saturating_sub(1);
+            if b.refs == 0 {
+                dels.push(MapOp::DelBackend { id: b.id });
+                freed_backends.push(b.id);
+                p.backends.remove(a);
+            }
         }
     }
-    let del_backends = current
+    for id in freed_backends {
+        p.backend_ids.release(id);
+    }
+    if let Some(id) = freed_vip {
+        p.vip_ids.release(id);
+    }
+    // removals of the VIP entry come before the ring and backend removals
+    let (del_vips, put_vips): (Vec<MapOp>, Vec<MapOp>) = vip_ops
+        .into_iter()
+        .partition(|op| matches!(op, MapOp::DelVip { .. }));
+    let mut ops = puts;
+    ops.extend(ring_ops);
+    ops.extend(put_vips);
+    ops.extend(del_vips);
+    ops.extend(dels);
+    Ok(ops)
+}
+
+/// Diff `current` against a whole `desired` state (start-up, resync): the
+/// map operations to run and the state the maps hold once they ran. Only
+/// services whose entry differs are touched; backends nobody references any
+/// more (e.g. read back after a restart) are deleted at the end.
+pub fn plan(
+    current: &Programmed,
+    desired: &DesiredState,
+) -> Result<(Vec<MapOp>, Programmed), Error> {
+    let mut next = current.clone();
+    let mut ops = Vec::new();
+    let gone: Vec<Vip> = current
+        .vips
+        .keys()
+        .filter(|v| !desired.services.contains_key(v))
+        .copied()
+        .collect();
+    for vip in &gone {
+        ops.extend(plan_update(&mut next, vip, None)?);
+    }
+    for (vip, svc) in &desired.services {
+        let same = next.vips.get(vip).and_then(|p| p.entry.as_ref()) == Some(svc);
+        if !same {
+            ops.extend(plan_update(&mut next, vip, Some(svc))?);
+        }
+    }
+    let orphans: Vec<(IpAddr, u32)> = next
         .backends
         .iter()
-        .filter(|(a, _)| !next.backends.contains_key(a))
-        .map(|(_, b)| MapOp::DelBackend { id: b.id });
-
-    let mut ops = put_backends;
-    ops.extend(ring_ops);
-    ops.extend(vip_ops);
-    ops.extend(del_ops);
-    ops.extend(del_rings);
-    ops.extend(del_backends);
+        .filter(|(_, b)| b.refs == 0)
+        .map(|(a, b)| (*a, b.id))
+        .collect();
+    for (a, id) in orphans {
+        next.backends.remove(&a);
+        ops.push(MapOp::DelBackend { id });
+        next.backend_ids.release(id);
+    }
     Ok((ops, next))
 }
 
@@ -521,7 +621,9 @@ mod tests {
         let v = vip(1, 80);
         let d = state(vec![(v, svc(&v, &[1, 2], 5))]);
         let (_, mut s) = plan(&Programmed::default(), &d).unwrap();
-        s.vips.get_mut(&v).unwrap().ring = None;
+        let pv = s.vips.get_mut(&v).unwrap();
+        pv.ring = None;
+        pv.entry = None;
         let (ops, _) = plan(&s, &d).unwrap();
         assert_eq!(ops.len(), 1);
         assert!(matches!(&ops[0], MapOp::WriteSlots { slots, .. } if slots.len() == 5));
@@ -564,5 +666,109 @@ mod tests {
         };
         assert_eq!(Vip::from_abi(&v.to_abi()), Some(v));
         assert_eq!(v.to_string(), "[2001:db8::5]:443/udp");
+    }
+
+    #[test]
+    fn single_service_update_touches_only_that_service() {
+        let vips: Vec<Vip> = (0..100).map(|i| vip(i, 80)).collect();
+        let d = state(vips.iter().map(|v| (*v, svc(v, &[1, 2], 11))).collect());
+        let (_, mut p) = plan(&Programmed::default(), &d).unwrap();
+        let target = vips[42];
+        let id = p.vips[&target].vip_id;
+        let ops = plan_update(&mut p, &target, Some(&svc(&target, &[1, 2, 3], 11))).unwrap();
+        assert!(matches!(ops[0], MapOp::PutBackend { addr, .. } if addr == ip(3)));
+        assert!(
+            ops[1..]
+                .iter()
+                .all(|op| matches!(op, MapOp::WriteSlots { vip_id, .. } if *vip_id == id)),
+            "{ops:?}"
+        );
+        // removal through plan_update frees only what nobody else uses
+        let ops = plan_update(&mut p, &target, None).unwrap();
+        assert_eq!(
+            ops,
+            vec![
+                MapOp::DelVip { vip: target },
+                MapOp::DelRing { vip_id: id },
+                MapOp::DelBackend { id: 3 }
+            ]
+        );
+        assert_eq!(p.backends[&ip(1)].refs, 99);
+        // and the full plan agrees that nothing else differs
+        let rest = state(
+            vips.iter()
+                .filter(|v| **v != target)
+                .map(|v| (*v, svc(v, &[1, 2], 11)))
+                .collect(),
+        );
+        assert!(plan(&p, &rest).unwrap().0.is_empty());
+    }
+
+    #[test]
+    fn restored_state_recounts_refs_and_deletes_orphans() {
+        let v = vip(1, 80);
+        let backends = [
+            (
+                ip(1),
+                ProgrammedBackend {
+                    id: 1,
+                    generation: 7,
+                    refs: 0,
+                },
+            ),
+            (
+                ip(2),
+                ProgrammedBackend {
+                    id: 4,
+                    generation: 9,
+                    refs: 0,
+                },
+            ),
+        ];
+        let pv = ProgrammedVip {
+            vip_id: 3,
+            ring_size: 5,
+            flags: 0,
+            ring: None,
+            backends: vec![],
+            entry: None,
+        };
+        let p = Programmed::restored(
+            [(v, pv)].into_iter().collect(),
+            backends.into_iter().collect(),
+        );
+        assert_eq!(p.last_generation, 9);
+        let (ops, next) = plan(&p, &state(vec![(v, svc(&v, &[1, 5], 5))])).unwrap();
+        // the new backend takes the lowest free id (2) and a fresh generation
+        assert_eq!(
+            ops[0],
+            MapOp::PutBackend {
+                id: 2,
+                addr: ip(5),
+                generation: 10
+            }
+        );
+        assert!(matches!(&ops[1], MapOp::WriteSlots { vip_id: 3, slots } if slots.len() == 5));
+        assert_eq!(
+            ops.last(),
+            Some(&MapOp::DelBackend { id: 4 }),
+            "orphan deleted"
+        );
+        assert_eq!(next.backends[&ip(1)].refs, 1);
+        assert!(!next.backends.contains_key(&ip(2)));
+    }
+
+    #[test]
+    fn ids_run_out_with_a_clear_error_and_no_change() {
+        let mut p = Programmed {
+            vip_ids: IdPool::new(0, 1, []),
+            ..Default::default()
+        };
+        let (a, b) = (vip(1, 80), vip(2, 80));
+        plan_update(&mut p, &a, Some(&svc(&a, &[1], 3))).unwrap();
+        let before = p.clone();
+        let e = plan_update(&mut p, &b, Some(&svc(&b, &[2], 3))).unwrap_err();
+        assert!(e.to_string().contains("out of VIP ids"), "{e}");
+        assert_eq!(p, before);
     }
 }

@@ -24,11 +24,11 @@ use aya::{
 };
 
 use super::{
-    ApplyStats, Counters, Datapath, DesiredState, Error, MapOp, Programmed, Vip, abi,
+    ApplyStats, Counters, Datapath, DesiredState, Error, MapOp, Programmed, ServiceEntry, Vip, abi,
     batch::update_batch,
     map_err,
     nexthop::Resolver,
-    state::{ProgrammedBackend, ProgrammedVip, plan},
+    state::{ProgrammedBackend, ProgrammedVip, plan, plan_update},
 };
 
 /// The compiled BPF objects (built by build.rs).
@@ -182,18 +182,21 @@ impl XdpDatapath {
     /// Reconstructs what the (possibly pinned, pre-existing) maps hold. Ring
     /// contents are not read back: the next apply rewrites them whole.
     pub fn read_programmed(&self) -> Result<Programmed, Error> {
-        let mut p = Programmed::default();
+        let mut pvips = std::collections::BTreeMap::new();
+        let mut pbackends = std::collections::BTreeMap::new();
         let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
         for kv in vips.iter() {
             let (k, v) = kv.map_err(map_err(abi::map::VIPS))?;
             if let Some(vip) = Vip::from_abi(&k) {
-                p.vips.insert(
+                pvips.insert(
                     vip,
                     ProgrammedVip {
                         vip_id: v.vip_id,
                         ring_size: v.ring_size,
                         flags: v.flags,
                         ring: None,
+                        backends: Vec::new(),
+                        entry: None,
                     },
                 );
             }
@@ -202,8 +205,7 @@ impl XdpDatapath {
         for (id, b) in backends.iter().enumerate() {
             let b = b.map_err(map_err(abi::map::BACKENDS))?;
             if let Some(addr) = b.addr.to_ip(b.family) {
-                p.last_generation = p.last_generation.max(b.generation);
-                p.backends.insert(
+                pbackends.insert(
                     addr,
                     ProgrammedBackend {
                         id: id as u32,
@@ -213,7 +215,7 @@ impl XdpDatapath {
                 );
             }
         }
-        Ok(p)
+        Ok(Programmed::restored(pvips, pbackends))
     }
 
     /// Opens every map with its Rust key/value types: aya checks the sizes
@@ -550,6 +552,25 @@ impl XdpDatapath {
             .map_err(map_err("ring"))?;
         let b = backends.get(&id, 0).map_err(map_err(abi::map::BACKENDS))?;
         Ok(b.addr.to_ip(b.family).map(|a| (a, false)))
+    }
+
+    /// Changes one service (`None` removes it) without looking at any other:
+    /// the fast path for a single Service/EndpointSlice event.
+    pub fn apply_service(
+        &mut self,
+        vip: &Vip,
+        entry: Option<&ServiceEntry>,
+    ) -> Result<ApplyStats, Error> {
+        let ops = plan_update(&mut self.programmed, vip, entry)?;
+        self.run_ops_or_resync(ops)
+    }
+
+    fn run_ops_or_resync(&mut self, ops: Vec<MapOp>) -> Result<ApplyStats, Error> {
+        self.run_ops(ops).inspect_err(|_| {
+            if let Ok(p) = self.read_programmed() {
+                self.programmed = p;
+            }
+        })
     }
 
     fn apply_inner(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error> {

@@ -1,0 +1,107 @@
+//! Shared helpers for the XDP tests: root check, network namespaces and a
+//! bpffs that are always removed again (Drop guards, also on panic).
+#![allow(dead_code)]
+
+use std::{
+    path::{Path, PathBuf},
+    process::Command,
+};
+
+pub fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(2) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Runs a command, panicking with its stderr on failure.
+pub fn sh(args: &[&str]) -> String {
+    let out = Command::new(args[0])
+        .args(&args[1..])
+        .output()
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// `ip netns exec NS <args>`
+pub fn nsx(ns: &str, args: &[&str]) -> String {
+    let mut v = vec!["ip", "netns", "exec", ns];
+    v.extend_from_slice(args);
+    sh(&v)
+}
+
+/// A network namespace deleted on drop.
+pub struct Netns(pub String);
+
+impl Netns {
+    pub fn new(name: &str) -> Self {
+        let _ = Command::new("ip").args(["netns", "del", name]).output();
+        sh(&["ip", "netns", "add", name]);
+        sh(&["ip", "-n", name, "link", "set", "lo", "up"]);
+        Netns(name.to_string())
+    }
+}
+
+impl Drop for Netns {
+    fn drop(&mut self) {
+        // kill anything still running inside first (servers started by the test)
+        if let Ok(out) = Command::new("ip").args(["netns", "pids", &self.0]).output() {
+            for pid in String::from_utf8_lossy(&out.stdout).split_whitespace() {
+                let _ = Command::new("kill").args(["-9", pid]).output();
+            }
+        }
+        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
+    }
+}
+
+/// A private bpffs mounted on a unique directory, unmounted on drop.
+pub struct BpfFs(pub PathBuf);
+
+impl BpfFs {
+    pub fn new(tag: &str) -> Self {
+        let dir = std::env::temp_dir().join(format!("ringlb-bpffs-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        sh(&["mount", "-t", "bpf", "bpf", dir.to_str().unwrap()]);
+        BpfFs(dir)
+    }
+    pub fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for BpfFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg(&self.0).output();
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// Moves the calling thread into network namespace `name` (setns(2)). Every
+/// `ip`/aya call from this thread afterwards acts inside it.
+#[allow(unsafe_code)]
+pub fn enter_netns(name: &str) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(format!("/var/run/netns/{name}")).expect("open netns");
+    // SAFETY: setns on a valid, open namespace fd; it only changes this
+    // thread's network namespace.
+    let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
+    assert_eq!(rc, 0, "setns: {}", std::io::Error::last_os_error());
+}
+
+/// The XDP program id attached to `dev` (in the current netns), if any.
+pub fn xdp_prog_id(dev: &str) -> Option<u64> {
+    let j = sh(&["ip", "-j", "-d", "link", "show", "dev", dev]);
+    let v: serde_json::Value = serde_json::from_str(&j).unwrap();
+    v[0]["xdp"]["prog"]["id"]
+        .as_u64()
+        .or_else(|| v[0]["xdp"]["attached"][0]["prog"]["id"].as_u64())
+}
