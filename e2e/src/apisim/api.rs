@@ -1,0 +1,679 @@
+//! Kubernetes object semantics over the store: create/update/patch/delete with
+//! resourceVersion preconditions, generation, status subresource isolation,
+//! finalizers and deletionTimestamp, Service allocation, CRD registration,
+//! namespace checks. No HTTP here; `server.rs` maps requests onto these calls and the
+//! built-in controllers call them directly.
+
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+
+use super::error::ApiError;
+use super::meta;
+use super::patch::{self, PatchKind};
+use super::resources::{self, Registry, ResourceInfo};
+use super::select::{FieldSelector, LabelSelector};
+use super::services::{self, Allocator};
+use super::store::{Mutation, Store};
+
+/// One addressed object.
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub info: Arc<ResourceInfo>,
+    /// Empty for cluster-scoped resources.
+    pub namespace: String,
+    pub name: String,
+}
+
+/// How a write names its subresource.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sub {
+    Main,
+    Status,
+}
+
+/// A list request's options.
+#[derive(Debug, Default, Clone)]
+pub struct ListOptions {
+    pub labels: LabelSelector,
+    pub fields: FieldSelector,
+    pub limit: Option<usize>,
+    pub continue_token: Option<String>,
+}
+
+/// A page of a list.
+pub struct ListPage {
+    pub items: Vec<Arc<Value>>,
+    pub resource_version: u64,
+    pub continue_token: Option<String>,
+    pub remaining: Option<usize>,
+}
+
+/// Delete options from the body or query.
+#[derive(Debug, Default, Clone)]
+pub struct DeleteOptions {
+    pub uid: Option<String>,
+    pub resource_version: Option<String>,
+}
+
+/// The API: store, registry and allocators.
+pub struct Api {
+    pub store: Arc<Store>,
+    pub registry: Registry,
+    services: Mutex<Allocator>,
+}
+
+impl Api {
+    pub fn new(store: Arc<Store>, registry: Registry, services: Allocator) -> Self {
+        Api {
+            store,
+            registry,
+            services: Mutex::new(services),
+        }
+    }
+
+    fn alloc(&self) -> std::sync::MutexGuard<'_, Allocator> {
+        self.services.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, t: &Target) -> Result<Arc<Value>, ApiError> {
+        self.store
+            .get(&t.info.id, &t.namespace, &t.name)
+            .map(|o| with_type(&t.info, o))
+            .ok_or_else(|| ApiError::not_found(&t.info.qualified(), &t.name))
+    }
+
+    /// Lists with selectors and `limit`/`continue` paging. The continue token is
+    /// `<rv>/<namespace>/<name>` of the last item returned; later pages read the
+    /// current state from there on and report the first page's resourceVersion.
+    pub fn list(
+        &self,
+        info: &Arc<ResourceInfo>,
+        namespace: Option<&str>,
+        o: &ListOptions,
+    ) -> Result<ListPage, ApiError> {
+        let (items, rv) = self.store.list(&info.id, namespace);
+        let (mut rv_out, mut after) = (rv, None);
+        if let Some(tok) = o.continue_token.as_deref().filter(|t| !t.is_empty()) {
+            let mut parts = tok.splitn(3, '/');
+            let (Some(r), Some(ns), Some(name)) = (parts.next(), parts.next(), parts.next()) else {
+                return Err(ApiError::bad_request(format!(
+                    "invalid continue token {tok:?}"
+                )));
+            };
+            rv_out = r
+                .parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid continue token {tok:?}")))?;
+            after = Some((ns.to_string(), name.to_string()));
+        }
+        let mut matching = items.into_iter().filter(|obj| {
+            after.as_ref().is_none_or(|(ns, name)| {
+                (meta::namespace(obj), meta::name(obj)) > (ns.as_str(), name.as_str())
+            }) && o.labels.matches(obj)
+                && o.fields.matches(obj)
+        });
+        let mut out = Vec::new();
+        let limit = o.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
+        for obj in matching.by_ref() {
+            out.push(with_type(info, obj));
+            if out.len() >= limit {
+                break;
+            }
+        }
+        let remaining = matching.count();
+        let continue_token = (remaining > 0).then(|| {
+            let last = out
+                .last()
+                .map(|o| (meta::namespace(o).to_string(), meta::name(o).to_string()));
+            let (ns, name) = last.unwrap_or_default();
+            format!("{rv_out}/{ns}/{name}")
+        });
+        Ok(ListPage {
+            items: out,
+            resource_version: rv_out,
+            continue_token,
+            remaining: (remaining > 0).then_some(remaining),
+        })
+    }
+
+    fn check_namespace(&self, info: &ResourceInfo, ns: &str) -> Result<(), ApiError> {
+        if !info.namespaced {
+            return Ok(());
+        }
+        if ns.is_empty() {
+            return Err(ApiError::bad_request(
+                "a namespaced resource needs a namespace in the path",
+            ));
+        }
+        let nsinfo = self
+            .registry
+            .lookup("", "v1", "namespaces")
+            .ok_or_else(|| ApiError::internal("no namespaces"))?;
+        match self.store.get(&nsinfo.id, "", ns) {
+            None => Err(ApiError::not_found("namespaces", ns)),
+            Some(n) if n.pointer("/metadata/deletionTimestamp").is_some() => {
+                Err(ApiError::forbidden(format!(
+                    "unable to create new content in namespace {ns} because it is being terminated"
+                )))
+            }
+            Some(_) => Ok(()),
+        }
+    }
+
+    /// POST: creates `body` in `namespace` (name from the body or `generateName`).
+    pub fn create(
+        &self,
+        info: &Arc<ResourceInfo>,
+        namespace: &str,
+        mut body: Value,
+    ) -> Result<Arc<Value>, ApiError> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
+        }
+        check_type(info, &body)?;
+        self.check_namespace(info, namespace)?;
+        let m = meta::meta_mut(&mut body);
+        let body_ns = m.get("namespace").and_then(Value::as_str).unwrap_or("");
+        if info.namespaced && !body_ns.is_empty() && body_ns != namespace {
+            return Err(ApiError::bad_request(
+                "the namespace of the provided object does not match the namespace sent on the request",
+            ));
+        }
+        let mut name = m
+            .get("name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        if name.is_empty()
+            && let Some(g) = m.get("generateName").and_then(Value::as_str)
+        {
+            name = format!("{g}{}", meta::random_suffix(5));
+        }
+        meta::validate_name(&name).map_err(|e| ApiError::invalid(&info.kind, &name, e))?;
+        m.insert("name".into(), json!(name));
+        if info.namespaced {
+            m.insert("namespace".into(), json!(namespace));
+        } else {
+            m.remove("namespace");
+        }
+        m.insert("uid".into(), json!(meta::new_uid()));
+        m.insert("creationTimestamp".into(), json!(meta::now()));
+        m.insert("generation".into(), json!(1));
+        for f in [
+            "deletionTimestamp",
+            "deletionGracePeriodSeconds",
+            "resourceVersion",
+            "selfLink",
+        ] {
+            m.remove(f);
+        }
+        if info.status {
+            reset_status(info, &mut body);
+        }
+        self.admit_create(info, &mut body)?;
+        let t = Target {
+            info: info.clone(),
+            namespace: if info.namespaced {
+                namespace.into()
+            } else {
+                String::new()
+            },
+            name,
+        };
+        let allocating = info.plural == "services" && info.group.is_empty();
+        let (stored, ()) = self
+            .store
+            .mutate(&info.id, &t.namespace, &t.name, |old, _| {
+                if old.is_some() {
+                    return Err(ApiError::already_exists(&info.qualified(), &t.name));
+                }
+                if allocating {
+                    services::prepare(&mut body, None, &mut self.alloc())
+                        .map_err(|e| ApiError::invalid(&info.kind, &t.name, e))?;
+                }
+                Ok((Mutation::Put(body), ()))
+            })?;
+        let stored = stored.ok_or_else(|| ApiError::internal("create stored nothing"))?;
+        self.after_write(info, &stored);
+        Ok(with_type(info, stored))
+    }
+
+    /// Checks and hooks that run before a create is stored.
+    fn admit_create(&self, info: &ResourceInfo, body: &mut Value) -> Result<(), ApiError> {
+        let name = meta::name(body).to_string();
+        match (info.group.as_str(), info.plural.as_str()) {
+            ("apiextensions.k8s.io", "customresourcedefinitions") => {
+                let entries = resources::from_crd(body)
+                    .map_err(|e| ApiError::invalid(&info.kind, &name, e))?;
+                if entries.is_empty() {
+                    return Err(ApiError::invalid(
+                        &info.kind,
+                        &name,
+                        "spec.versions: must have exactly one version marked as storage version",
+                    ));
+                }
+                let want = format!("{}.{}", entries[0].plural, entries[0].group);
+                if name != want {
+                    return Err(ApiError::invalid(
+                        &info.kind,
+                        &name,
+                        format!(
+                            "metadata.name: Invalid value: {name:?}: must be spec.names.plural+\".\"+spec.group"
+                        ),
+                    ));
+                }
+                body["status"] = crd_status(body);
+            }
+            ("", "namespaces") => {
+                body["spec"] = json!({"finalizers": ["kubernetes"]});
+                body["status"] = json!({"phase": "Active"});
+                let labels = meta::meta_mut(body)
+                    .entry("labels")
+                    .or_insert_with(|| json!({}));
+                if let Some(l) = labels.as_object_mut() {
+                    l.insert("kubernetes.io/metadata.name".into(), json!(name));
+                }
+            }
+            ("", "pods") => {
+                body["status"] = json!({"phase": "Pending"});
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Hooks after a successful write (CRD registration).
+    fn after_write(&self, info: &ResourceInfo, stored: &Value) {
+        if info.group == "apiextensions.k8s.io"
+            && info.plural == "customresourcedefinitions"
+            && let Ok(entries) = resources::from_crd(stored)
+        {
+            for e in entries {
+                self.registry.add(e);
+            }
+        }
+    }
+
+    /// PUT: replaces the object (or only its status with `Sub::Status`).
+    pub fn update(&self, t: &Target, sub: Sub, body: Value) -> Result<Arc<Value>, ApiError> {
+        if !body.is_object() {
+            return Err(ApiError::bad_request(
+                "the request body must be a JSON object",
+            ));
+        }
+        if sub == Sub::Main {
+            check_type(&t.info, &body)?;
+        }
+        let body_name = meta::name(&body);
+        if !body_name.is_empty() && body_name != t.name {
+            return Err(ApiError::bad_request(format!(
+                "the name of the object ({body_name}) does not match the name on the URL ({})",
+                t.name
+            )));
+        }
+        let want_rv = meta::meta_str(&body, "resourceVersion")
+            .filter(|s| !s.is_empty())
+            .map(str::to_string);
+        self.write(t, sub, |cur| {
+            if let Some(rv) = &want_rv
+                && meta::meta_str(cur, "resourceVersion") != Some(rv.as_str())
+            {
+                return Err(ApiError::conflict(&t.info.qualified(), &t.name));
+            }
+            Ok(body)
+        })
+    }
+
+    /// PATCH of any kind; server-side apply creates a missing object.
+    pub fn patch(
+        &self,
+        t: &Target,
+        sub: Sub,
+        kind: PatchKind,
+        body: &Value,
+    ) -> Result<Arc<Value>, ApiError> {
+        let rv_pre = if kind == PatchKind::Json {
+            None
+        } else {
+            body.pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        };
+        if kind == PatchKind::Apply {
+            if !body.is_object() {
+                return Err(ApiError::bad_request("apply patch must be an object"));
+            }
+            let body_name = meta::name(body);
+            if !body_name.is_empty() && body_name != t.name {
+                return Err(ApiError::bad_request(format!(
+                    "the name of the object ({body_name}) does not match the name on the URL ({})",
+                    t.name
+                )));
+            }
+            if self.store.get(&t.info.id, &t.namespace, &t.name).is_none() && sub == Sub::Main {
+                let mut obj = body.clone();
+                meta::meta_mut(&mut obj).insert("name".into(), json!(t.name));
+                return match self.create(&t.info, &t.namespace, obj) {
+                    // lost a race with another creator: fall through to a merge
+                    Err(e) if e.reason == "AlreadyExists" => self.patch(t, sub, kind, body),
+                    r => r,
+                };
+            }
+        }
+        self.write(t, sub, |cur| {
+            if let Some(rv) = &rv_pre
+                && meta::meta_str(cur, "resourceVersion") != Some(rv.as_str())
+            {
+                return Err(ApiError::conflict(&t.info.qualified(), &t.name));
+            }
+            let out = patch::apply(kind, cur, body).map_err(|e| match e {
+                patch::PatchError::Json(m) => ApiError::invalid(&t.info.kind, &t.name, m),
+                other => ApiError::bad_request(other.to_string()),
+            })?;
+            if !out.is_object() {
+                return Err(ApiError::bad_request("the patch result is not an object"));
+            }
+            Ok(out)
+        })
+    }
+
+    /// The shared read-modify-write of update and patch: `f` turns the current object
+    /// into the requested one; this keeps immutable metadata, isolates status,
+    /// bumps generation, finishes deletion when the last finalizer goes, and skips
+    /// no-op writes (no new resourceVersion, as kube-apiserver does).
+    fn write(
+        &self,
+        t: &Target,
+        sub: Sub,
+        f: impl FnOnce(&Value) -> Result<Value, ApiError>,
+    ) -> Result<Arc<Value>, ApiError> {
+        let info = &t.info;
+        if sub == Sub::Status && !info.status {
+            return Err(ApiError::path_not_found(&format!(
+                "{}/status",
+                info.qualified()
+            )));
+        }
+        let is_service = info.plural == "services" && info.group.is_empty();
+        let (stored, deleted) = self
+            .store
+            .mutate(&info.id, &t.namespace, &t.name, |old, _| {
+                let Some(old) = old else {
+                    return Err(ApiError::not_found(&info.qualified(), &t.name));
+                };
+                let requested = f(old)?;
+                let mut new = match sub {
+                    Sub::Status => {
+                        let mut n = (**old).clone();
+                        n["status"] = requested.get("status").cloned().unwrap_or(Value::Null);
+                        if n["status"].is_null()
+                            && let Some(o) = n.as_object_mut()
+                        {
+                            o.remove("status");
+                        }
+                        n
+                    }
+                    Sub::Main => {
+                        let mut n = requested;
+                        if info.status {
+                            match old.get("status") {
+                                Some(s) => n["status"] = s.clone(),
+                                None => {
+                                    if let Some(o) = n.as_object_mut() {
+                                        o.remove("status");
+                                    }
+                                }
+                            }
+                        }
+                        n
+                    }
+                };
+                // Immutable and server-owned metadata.
+                {
+                    let om = old.get("metadata").cloned().unwrap_or_else(|| json!({}));
+                    let m = meta::meta_mut(&mut new);
+                    for f in [
+                        "uid",
+                        "creationTimestamp",
+                        "deletionTimestamp",
+                        "deletionGracePeriodSeconds",
+                        "name",
+                        "namespace",
+                        "generation",
+                    ] {
+                        match om.get(f) {
+                            Some(v) => {
+                                m.insert(f.into(), v.clone());
+                            }
+                            None => {
+                                m.remove(f);
+                            }
+                        }
+                    }
+                }
+                if let Some(o) = new.as_object_mut() {
+                    o.insert("apiVersion".into(), json!(info.api_version()));
+                    o.insert("kind".into(), json!(info.kind));
+                }
+                if sub == Sub::Main && meta::spec_part(&new) != meta::spec_part(old) {
+                    let g = old
+                        .pointer("/metadata/generation")
+                        .and_then(Value::as_i64)
+                        .unwrap_or(1);
+                    meta::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
+                }
+                if is_service && sub == Sub::Main {
+                    services::prepare(&mut new, Some(old), &mut self.alloc())
+                        .map_err(|e| ApiError::invalid(&info.kind, &t.name, e))?;
+                }
+                // The last finalizer removed from an object being deleted: it goes now.
+                if new.pointer("/metadata/deletionTimestamp").is_some()
+                    && meta::finalizers(&new) == 0
+                {
+                    if is_service {
+                        self.alloc().release_service(&new);
+                    }
+                    return Ok((Mutation::Remove, Some(new)));
+                }
+                let mut cmp = new.clone();
+                meta::meta_mut(&mut cmp).insert(
+                    "resourceVersion".into(),
+                    old.pointer("/metadata/resourceVersion")
+                        .cloned()
+                        .unwrap_or(Value::Null),
+                );
+                if cmp == **old {
+                    return Ok((Mutation::Keep, None));
+                }
+                Ok((Mutation::Put(new), None))
+            })?;
+        if let Some(gone) = deleted {
+            self.after_delete(info, &gone);
+            return Ok(with_type(info, Arc::new(gone)));
+        }
+        let stored = stored.ok_or_else(|| ApiError::internal("write stored nothing"))?;
+        self.after_write(info, &stored);
+        Ok(with_type(info, stored))
+    }
+
+    /// DELETE: removes the object, or marks it with deletionTimestamp while it still
+    /// has finalizers. Returns the object as it was last stored.
+    pub fn delete(&self, t: &Target, opts: &DeleteOptions) -> Result<Arc<Value>, ApiError> {
+        let info = &t.info;
+        if info.group.is_empty() && info.plural == "namespaces" {
+            self.delete_namespace_contents(&t.name);
+        }
+        let is_service = info.plural == "services" && info.group.is_empty();
+        let (stored, gone) = self.store.mutate(&info.id, &t.namespace, &t.name, |old, _| {
+            let Some(old) = old else {
+                return Err(ApiError::not_found(&info.qualified(), &t.name));
+            };
+            if let Some(uid) = &opts.uid
+                && meta::uid(old) != uid
+            {
+                return Err(ApiError::precondition(&info.qualified(), &t.name, &format!("UID in precondition: {uid}, UID in object meta: {}", meta::uid(old))));
+            }
+            if let Some(rv) = &opts.resource_version
+                && meta::meta_str(old, "resourceVersion") != Some(rv.as_str())
+            {
+                return Err(ApiError::precondition(&info.qualified(), &t.name, &format!("ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", meta::meta_str(old, "resourceVersion").unwrap_or(""))));
+            }
+            if meta::finalizers(old) > 0 {
+                if old.pointer("/metadata/deletionTimestamp").is_some() {
+                    return Ok((Mutation::Keep, None));
+                }
+                let mut n = (**old).clone();
+                let m = meta::meta_mut(&mut n);
+                m.insert("deletionTimestamp".into(), json!(meta::now()));
+                m.insert("deletionGracePeriodSeconds".into(), json!(0));
+                if info.group.is_empty() && info.plural == "namespaces" {
+                    n["status"] = json!({"phase": "Terminating"});
+                }
+                return Ok((Mutation::Put(n), None));
+            }
+            if is_service {
+                self.alloc().release_service(old);
+            }
+            Ok((Mutation::Remove, Some((**old).clone())))
+        })?;
+        if let Some(gone) = gone {
+            self.after_delete(info, &gone);
+            return Ok(with_type(info, Arc::new(gone)));
+        }
+        stored
+            .map(|s| with_type(info, s))
+            .ok_or_else(|| ApiError::internal("delete kept nothing"))
+    }
+
+    fn after_delete(&self, info: &ResourceInfo, gone: &Value) {
+        if info.group == "apiextensions.k8s.io"
+            && info.plural == "customresourcedefinitions"
+            && let Ok(entries) = resources::from_crd(gone)
+            && let Some(e) = entries.first()
+        {
+            {
+                // Delete every custom object of the CRD, then stop serving it.
+                let id = e.id.clone();
+                let (items, _) = self.store.list(&id, None);
+                for obj in items {
+                    let _ = self.store.mutate::<_, ApiError>(
+                        &id,
+                        meta::namespace(&obj),
+                        meta::name(&obj),
+                        |_, _| Ok((Mutation::Remove, ())),
+                    );
+                }
+                self.registry.remove(&e.group, &e.plural);
+            }
+        }
+    }
+
+    /// Namespace deletion: everything inside goes first (objects with finalizers are
+    /// only marked), then the namespace's own `kubernetes` finalizer is dropped so
+    /// the namespace disappears. Real namespace deletion waits for the contents.
+    fn delete_namespace_contents(&self, ns: &str) {
+        for (res, name) in self.store.keys_in_namespace(ns) {
+            let Some(info) = self.registry.all().into_iter().find(|i| i.id == res) else {
+                // resource no longer served (CRD deleted): drop the leftovers
+                let _ = self
+                    .store
+                    .mutate::<_, ApiError>(&res, ns, &name, |_, _| Ok((Mutation::Remove, ())));
+                continue;
+            };
+            let t = Target {
+                info,
+                namespace: ns.into(),
+                name,
+            };
+            let _ = self.delete(&t, &DeleteOptions::default());
+        }
+        let nsinfo = self.registry.lookup("", "v1", "namespaces");
+        if let Some(info) = nsinfo {
+            let _ = self
+                .store
+                .mutate::<_, ApiError>(&info.id, "", ns, |old, _| match old {
+                    Some(o) => {
+                        let mut n = (**o).clone();
+                        n["spec"] = json!({});
+                        Ok((Mutation::Put(n), ()))
+                    }
+                    None => Ok((Mutation::Keep, ())),
+                });
+        }
+    }
+}
+
+/// Objects are stored with apiVersion/kind of the version they were written as;
+/// reads through another version only rewrite these two fields (no conversion).
+fn with_type(info: &ResourceInfo, obj: Arc<Value>) -> Arc<Value> {
+    let av = info.api_version();
+    if obj.get("apiVersion").and_then(Value::as_str) == Some(av.as_str())
+        && obj.get("kind").and_then(Value::as_str) == Some(info.kind.as_str())
+    {
+        return obj;
+    }
+    let mut o = (*obj).clone();
+    if let Some(m) = o.as_object_mut() {
+        m.insert("apiVersion".into(), json!(av));
+        m.insert("kind".into(), json!(info.kind));
+    }
+    Arc::new(o)
+}
+
+fn check_type(info: &ResourceInfo, body: &Value) -> Result<(), ApiError> {
+    let kind = body.get("kind").and_then(Value::as_str).unwrap_or("");
+    if !kind.is_empty() && kind != info.kind {
+        return Err(ApiError::bad_request(format!(
+            "the object provided is unrecognized ({kind} is not {})",
+            info.kind
+        )));
+    }
+    let av = body.get("apiVersion").and_then(Value::as_str).unwrap_or("");
+    if !av.is_empty() && av != info.api_version() {
+        return Err(ApiError::bad_request(format!(
+            "the API version in the data ({av}) does not match the expected API version ({})",
+            info.api_version()
+        )));
+    }
+    Ok(())
+}
+
+/// Creates drop client-written status on resources with a status subresource.
+fn reset_status(info: &ResourceInfo, body: &mut Value) {
+    if let Some(o) = body.as_object_mut() {
+        o.remove("status");
+        o.insert("apiVersion".into(), json!(info.api_version()));
+        o.insert("kind".into(), json!(info.kind));
+    }
+    if info.group.is_empty() && matches!(info.plural.as_str(), "services") {
+        body["status"] = json!({"loadBalancer": {}});
+    }
+}
+
+fn crd_status(crd: &Value) -> Value {
+    let now = meta::now();
+    let names = crd
+        .pointer("/spec/names")
+        .cloned()
+        .unwrap_or_else(|| json!({}));
+    let stored: Vec<Value> = crd
+        .pointer("/spec/versions")
+        .and_then(Value::as_array)
+        .map(|vs| {
+            vs.iter()
+                .filter(|v| v.get("storage") == Some(&json!(true)))
+                .filter_map(|v| v.get("name").cloned())
+                .collect()
+        })
+        .unwrap_or_default();
+    json!({
+        "acceptedNames": names,
+        "storedVersions": stored,
+        "conditions": [
+            {"type": "NamesAccepted", "status": "True", "reason": "NoConflicts", "message": "no conflicts found", "lastTransitionTime": now},
+            {"type": "Established", "status": "True", "reason": "InitialNamesAccepted", "message": "the initial names have been accepted", "lastTransitionTime": now},
+        ],
+    })
+}

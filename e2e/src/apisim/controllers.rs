@@ -1,0 +1,880 @@
+//! Built-in controllers, as kube-controller-manager and the kubelet would run them:
+//!
+//! - Deployment → ReplicaSet (named `<deploy>-<template hash>`, older ones scaled to 0);
+//! - ReplicaSet → Pods (`generateName: <rs>-`);
+//! - kubelet: Pending pods get `spec.nodeName`, `status.podIP(s)` (from
+//!   `SimOptions::pod_ips`, then `pod_cidrs`, or the `apisim.ringlb.io/pod-ips`
+//!   annotation), phase Running and Ready=True (unless annotated
+//!   `apisim.ringlb.io/ready: "false"`);
+//! - EndpointSlices for every Service with a selector, from the selected Pods'
+//!   IPs and Ready condition, ports resolved from `targetPort` (named ports
+//!   through the Pods' container ports);
+//! - garbage collection of ReplicaSets, Pods and EndpointSlices whose owner is gone.
+//!
+//! One task: it follows the store's change history, collects what is dirty, and
+//! reconciles in batches. Its own writes come back as changes and settle because
+//! no-op writes are not stored.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use ipnetwork::IpNetwork;
+use serde_json::{Value, json};
+
+use super::api::{Api, DeleteOptions, Sub, Target};
+use super::meta;
+use super::patch::PatchKind;
+use super::resources::ResourceInfo;
+use super::select::LabelSelector;
+use super::store::EventType;
+
+pub const POD_IPS_ANNOTATION: &str = "apisim.ringlb.io/pod-ips";
+pub const READY_ANNOTATION: &str = "apisim.ringlb.io/ready";
+const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+const MANAGED_BY_LABEL: &str = "endpointslice.kubernetes.io/managed-by";
+const MANAGED_BY: &str = "endpointslice-controller.k8s.io";
+const MAX_ENDPOINTS: usize = 100;
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub kubelet: bool,
+    pub controllers: bool,
+    pub node_name: String,
+    pub pod_ips: Vec<IpAddr>,
+    pub pod_cidrs: Vec<IpNetwork>,
+}
+
+impl From<&super::SimOptions> for Config {
+    fn from(o: &super::SimOptions) -> Self {
+        Config {
+            kubelet: o.kubelet,
+            controllers: o.controllers,
+            node_name: o.node_name.clone(),
+            pod_ips: o.pod_ips.clone(),
+            pod_cidrs: o.pod_cidrs.clone(),
+        }
+    }
+}
+
+/// Pod IP allocation: the explicit list first, then the CIDRs.
+struct PodIps {
+    explicit: Vec<IpAddr>,
+    cidrs: Vec<IpNetwork>,
+    used: HashSet<IpAddr>,
+    next: HashMap<usize, u128>,
+}
+
+impl PodIps {
+    fn allocate(&mut self, v4: bool) -> Option<IpAddr> {
+        if let Some(ip) = self
+            .explicit
+            .iter()
+            .copied()
+            .find(|ip| ip.is_ipv4() == v4 && !self.used.contains(ip))
+        {
+            self.used.insert(ip);
+            return Some(ip);
+        }
+        let (idx, cidr) = self
+            .cidrs
+            .iter()
+            .enumerate()
+            .find(|(_, c)| c.is_ipv4() == v4)?;
+        let size: u128 = match cidr {
+            IpNetwork::V4(n) => 1u128 << (32 - n.prefix()),
+            IpNetwork::V6(n) => 1u128 << (128 - n.prefix()).min(32),
+        };
+        for _ in 0..size {
+            let off = self.next.entry(idx).or_insert(1);
+            let cur = *off;
+            *off = if cur + 1 >= size.saturating_sub(1) {
+                1
+            } else {
+                cur + 1
+            };
+            let ip = match cidr {
+                IpNetwork::V4(n) => {
+                    IpAddr::from(((u32::from(n.network()) as u128 + cur) as u32).to_be_bytes())
+                }
+                IpNetwork::V6(n) => IpAddr::from((u128::from(n.network()) + cur).to_be_bytes()),
+            };
+            if self.used.insert(ip) {
+                return Some(ip);
+            }
+        }
+        None
+    }
+}
+
+fn pod_ips_of(pod: &Value) -> Vec<IpAddr> {
+    let mut ips: Vec<IpAddr> = pod
+        .pointer("/status/podIPs")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|p| p.get("ip")?.as_str()?.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    if ips.is_empty()
+        && let Some(ip) = pod
+            .pointer("/status/podIP")
+            .and_then(Value::as_str)
+            .and_then(|s| s.parse().ok())
+    {
+        ips.push(ip);
+    }
+    ips
+}
+
+struct Ctl {
+    api: Arc<Api>,
+    cfg: Config,
+    ips: PodIps,
+    deployments: Arc<ResourceInfo>,
+    replicasets: Arc<ResourceInfo>,
+    pods: Arc<ResourceInfo>,
+    services: Arc<ResourceInfo>,
+    slices: Arc<ResourceInfo>,
+}
+
+#[derive(Default)]
+struct Dirty {
+    deployments: BTreeSet<(String, String)>,
+    replicasets: BTreeSet<(String, String)>,
+    services: BTreeSet<(String, String)>,
+    pods_to_start: BTreeSet<(String, String)>,
+    /// Namespaces whose pods changed (services there may select them).
+    pod_namespaces: BTreeMap<String, Vec<Value>>,
+    gone_owners: Vec<(Arc<ResourceInfo>, String, String)>,
+}
+
+fn key(obj: &Value) -> (String, String) {
+    (
+        meta::namespace(obj).to_string(),
+        meta::name(obj).to_string(),
+    )
+}
+
+fn controller_owner(obj: &Value) -> Option<(&str, &str)> {
+    obj.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|o| o.get("controller") == Some(&json!(true)))
+        .map(|o| {
+            (
+                o.get("kind").and_then(Value::as_str).unwrap_or(""),
+                o.get("name").and_then(Value::as_str).unwrap_or(""),
+            )
+        })
+}
+
+fn owned_by(obj: &Value, uid: &str) -> bool {
+    obj.pointer("/metadata/ownerReferences")
+        .and_then(Value::as_array)
+        .is_some_and(|a| {
+            a.iter()
+                .any(|o| o.get("uid").and_then(Value::as_str) == Some(uid))
+        })
+}
+
+fn owner_ref(owner: &Value, api_version: &str, kind: &str) -> Value {
+    json!([{"apiVersion": api_version, "kind": kind, "name": meta::name(owner), "uid": meta::uid(owner),
+            "controller": true, "blockOwnerDeletion": true}])
+}
+
+/// The parts of a Service that decide its EndpointSlices.
+fn slice_inputs(svc: &Value) -> Value {
+    json!([
+        svc.pointer("/spec/selector"),
+        svc.pointer("/spec/ports"),
+        svc.pointer("/spec/ipFamilies"),
+        svc.pointer("/spec/publishNotReadyAddresses"),
+        svc.pointer("/spec/type")
+    ])
+}
+
+pub async fn run(api: Arc<Api>, cfg: Config) {
+    let lookup = |g: &str, p: &str| api.registry.lookup(g, "v1", p);
+    let (Some(deployments), Some(replicasets), Some(pods), Some(services), Some(slices)) = (
+        lookup("apps", "deployments"),
+        lookup("apps", "replicasets"),
+        lookup("", "pods"),
+        lookup("", "services"),
+        lookup("discovery.k8s.io", "endpointslices"),
+    ) else {
+        tracing::error!("built-in resources missing; controllers not started");
+        return;
+    };
+    let ips = PodIps {
+        explicit: cfg.pod_ips.clone(),
+        cidrs: cfg.pod_cidrs.clone(),
+        used: HashSet::new(),
+        next: HashMap::new(),
+    };
+    let mut ctl = Ctl {
+        api: api.clone(),
+        cfg,
+        ips,
+        deployments,
+        replicasets,
+        pods,
+        services,
+        slices,
+    };
+    let mut changed = api.store.subscribe();
+    let mut cursor = 0u64;
+    let mut full = true;
+    loop {
+        changed.borrow_and_update();
+        let mut dirty = Dirty::default();
+        if full {
+            cursor = api.store.current_rv();
+            ctl.resync(&mut dirty);
+            full = false;
+        } else {
+            match api.store.changes_since(cursor) {
+                Ok(changes) => {
+                    for c in changes {
+                        cursor = c.rv;
+                        ctl.classify(&c.resource, c.kind, &c.object, c.old.as_deref(), &mut dirty);
+                    }
+                }
+                Err(_) => {
+                    full = true;
+                    continue;
+                }
+            }
+        }
+        ctl.reconcile(dirty);
+        if changed.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+impl Ctl {
+    fn target(&self, info: &Arc<ResourceInfo>, ns: &str, name: &str) -> Target {
+        Target {
+            info: info.clone(),
+            namespace: ns.into(),
+            name: name.into(),
+        }
+    }
+
+    fn resync(&mut self, d: &mut Dirty) {
+        for p in self.api.store.list(&self.pods.id, None).0 {
+            self.ips.used.extend(pod_ips_of(&p));
+            d.pods_to_start.insert(key(&p));
+        }
+        for o in self.api.store.list(&self.deployments.id, None).0 {
+            d.deployments.insert(key(&o));
+        }
+        for o in self.api.store.list(&self.replicasets.id, None).0 {
+            d.replicasets.insert(key(&o));
+        }
+        for o in self.api.store.list(&self.services.id, None).0 {
+            d.services.insert(key(&o));
+        }
+    }
+
+    fn classify(
+        &mut self,
+        res: &Arc<str>,
+        kind: EventType,
+        obj: &Value,
+        old: Option<&Value>,
+        d: &mut Dirty,
+    ) {
+        let k = key(obj);
+        if *res == self.deployments.id {
+            d.deployments.insert(k);
+            if kind == EventType::Deleted {
+                d.gone_owners.push((
+                    self.replicasets.clone(),
+                    meta::namespace(obj).into(),
+                    meta::uid(obj).into(),
+                ));
+            }
+        } else if *res == self.replicasets.id {
+            d.replicasets.insert(k);
+            if let Some(("Deployment", name)) = controller_owner(obj) {
+                d.deployments
+                    .insert((meta::namespace(obj).into(), name.into()));
+            }
+            if kind == EventType::Deleted {
+                d.gone_owners.push((
+                    self.pods.clone(),
+                    meta::namespace(obj).into(),
+                    meta::uid(obj).into(),
+                ));
+            }
+        } else if *res == self.pods.id {
+            if kind == EventType::Deleted {
+                for ip in pod_ips_of(obj) {
+                    self.ips.used.remove(&ip);
+                }
+            } else {
+                d.pods_to_start.insert(k);
+            }
+            if let Some(("ReplicaSet", name)) = controller_owner(obj) {
+                d.replicasets
+                    .insert((meta::namespace(obj).into(), name.into()));
+            }
+            let list = d
+                .pod_namespaces
+                .entry(meta::namespace(obj).into())
+                .or_default();
+            list.push(obj.clone());
+            if let Some(o) = old {
+                list.push(o.clone());
+            }
+        } else if *res == self.services.id {
+            let relevant = kind != EventType::Modified
+                || old.is_none_or(|o| slice_inputs(o) != slice_inputs(obj));
+            if relevant {
+                d.services.insert(k);
+            }
+            if kind == EventType::Deleted {
+                d.gone_owners.push((
+                    self.slices.clone(),
+                    meta::namespace(obj).into(),
+                    meta::uid(obj).into(),
+                ));
+            }
+        } else if *res == self.slices.id
+            && kind == EventType::Deleted
+            && let Some(svc) = obj
+                .pointer("/metadata/labels")
+                .and_then(|l| l.get(SERVICE_NAME_LABEL))
+                .and_then(Value::as_str)
+        {
+            d.services.insert((meta::namespace(obj).into(), svc.into()));
+        }
+    }
+
+    fn reconcile(&mut self, mut d: Dirty) {
+        // Pods that changed make the Services selecting them (before or after) dirty.
+        for (ns, pods) in std::mem::take(&mut d.pod_namespaces) {
+            for svc in self.api.store.list(&self.services.id, Some(&ns)).0 {
+                let Some(sel) = svc
+                    .pointer("/spec/selector")
+                    .and_then(Value::as_object)
+                    .filter(|m| !m.is_empty())
+                else {
+                    continue;
+                };
+                let sel = LabelSelector::from_map(sel);
+                if pods.iter().any(|p| sel.matches(p)) {
+                    d.services.insert(key(&svc));
+                }
+            }
+        }
+        if self.cfg.controllers {
+            for (info, ns, uid) in std::mem::take(&mut d.gone_owners) {
+                for o in self.api.store.list(&info.id, Some(&ns)).0 {
+                    if owned_by(&o, &uid) {
+                        let _ = self.api.delete(
+                            &self.target(&info, &ns, meta::name(&o)),
+                            &DeleteOptions::default(),
+                        );
+                    }
+                }
+            }
+            for (ns, name) in &d.deployments {
+                self.deployment(ns, name);
+            }
+            for (ns, name) in &d.replicasets {
+                self.replicaset(ns, name);
+            }
+        }
+        if self.cfg.kubelet {
+            for (ns, name) in &d.pods_to_start {
+                self.start_pod(ns, name);
+            }
+        }
+        if self.cfg.controllers {
+            for (ns, name) in &d.services {
+                self.endpoint_slices(ns, name);
+            }
+        }
+    }
+
+    fn deployment(&self, ns: &str, name: &str) {
+        let Some(dep) = self.api.store.get(&self.deployments.id, ns, name) else {
+            return;
+        };
+        if dep.pointer("/metadata/deletionTimestamp").is_some() {
+            return;
+        }
+        let replicas = dep
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1);
+        let template = dep
+            .pointer("/spec/template")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        let hash = template_hash(&template);
+        let rs_name = format!("{name}-{hash}");
+        let mut tmpl = template.clone();
+        tmpl["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+        let mut selector = dep
+            .pointer("/spec/selector")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        selector["matchLabels"]["pod-template-hash"] = json!(hash);
+        let uid = meta::uid(&dep).to_string();
+        let owned: Vec<Arc<Value>> = self
+            .api
+            .store
+            .list(&self.replicasets.id, Some(ns))
+            .0
+            .into_iter()
+            .filter(|r| owned_by(r, &uid))
+            .collect();
+        if !owned.iter().any(|r| meta::name(r) == rs_name) {
+            let rs = json!({"metadata": {"name": rs_name, "namespace": ns, "labels": tmpl["metadata"]["labels"],
+                    "ownerReferences": owner_ref(&dep, "apps/v1", "Deployment")},
+                "spec": {"replicas": replicas, "selector": selector, "template": tmpl}});
+            if let Err(e) = self.api.create(&self.replicasets, ns, rs) {
+                tracing::warn!(deployment = %name, error = %e, "creating ReplicaSet");
+            }
+        }
+        let (mut ready, mut total, mut updated) = (0, 0, 0);
+        for rs in &owned {
+            let want = if meta::name(rs) == rs_name {
+                replicas
+            } else {
+                0
+            };
+            if rs.pointer("/spec/replicas").and_then(Value::as_i64) != Some(want) {
+                let _ = self.api.patch(
+                    &self.target(&self.replicasets, ns, meta::name(rs)),
+                    Sub::Main,
+                    PatchKind::Merge,
+                    &json!({"spec": {"replicas": want}}),
+                );
+            }
+            let r = rs
+                .pointer("/status/replicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            total += r;
+            ready += rs
+                .pointer("/status/readyReplicas")
+                .and_then(Value::as_i64)
+                .unwrap_or(0);
+            if meta::name(rs) == rs_name {
+                updated = r;
+            }
+        }
+        let available = ready >= replicas;
+        let status = json!({"status": {
+            "observedGeneration": dep.pointer("/metadata/generation"),
+            "replicas": total, "readyReplicas": ready, "availableReplicas": ready, "updatedReplicas": updated,
+            "conditions": [{"type": "Available", "status": if available { "True" } else { "False" },
+                            "reason": if available { "MinimumReplicasAvailable" } else { "MinimumReplicasUnavailable" }}],
+        }});
+        let _ = self.api.patch(
+            &self.target(&self.deployments, ns, name),
+            Sub::Status,
+            PatchKind::Merge,
+            &status,
+        );
+    }
+
+    fn replicaset(&self, ns: &str, name: &str) {
+        let Some(rs) = self.api.store.get(&self.replicasets.id, ns, name) else {
+            return;
+        };
+        if rs.pointer("/metadata/deletionTimestamp").is_some() {
+            return;
+        }
+        let want = rs
+            .pointer("/spec/replicas")
+            .and_then(Value::as_i64)
+            .unwrap_or(1)
+            .max(0) as usize;
+        let uid = meta::uid(&rs).to_string();
+        let pods: Vec<Arc<Value>> = self
+            .api
+            .store
+            .list(&self.pods.id, Some(ns))
+            .0
+            .into_iter()
+            .filter(|p| owned_by(p, &uid) && p.pointer("/metadata/deletionTimestamp").is_none())
+            .collect();
+        if pods.len() < want {
+            let tmpl = rs
+                .pointer("/spec/template")
+                .cloned()
+                .unwrap_or_else(|| json!({}));
+            for _ in pods.len()..want {
+                let pod = json!({"metadata": {"generateName": format!("{name}-"), "namespace": ns,
+                        "labels": tmpl.pointer("/metadata/labels"), "annotations": tmpl.pointer("/metadata/annotations"),
+                        "ownerReferences": owner_ref(&rs, "apps/v1", "ReplicaSet")},
+                    "spec": tmpl.get("spec").cloned().unwrap_or_else(|| json!({}))});
+                if let Err(e) = self.api.create(&self.pods, ns, pod) {
+                    tracing::warn!(replicaset = %name, error = %e, "creating Pod");
+                }
+            }
+        } else {
+            for p in pods.iter().skip(want) {
+                let _ = self.api.delete(
+                    &self.target(&self.pods, ns, meta::name(p)),
+                    &DeleteOptions::default(),
+                );
+            }
+        }
+        let live = pods.len().min(want) as i64;
+        let ready = pods.iter().take(want).filter(|p| is_ready(p)).count() as i64;
+        let status = json!({"status": {"observedGeneration": rs.pointer("/metadata/generation"), "replicas": live,
+            "fullyLabeledReplicas": live, "readyReplicas": ready, "availableReplicas": ready}});
+        let _ = self.api.patch(
+            &self.target(&self.replicasets, ns, name),
+            Sub::Status,
+            PatchKind::Merge,
+            &status,
+        );
+    }
+
+    fn start_pod(&mut self, ns: &str, name: &str) {
+        let Some(pod) = self.api.store.get(&self.pods.id, ns, name) else {
+            return;
+        };
+        if pod.pointer("/metadata/deletionTimestamp").is_some() || !pod_ips_of(&pod).is_empty() {
+            return;
+        }
+        if !matches!(
+            pod.pointer("/status/phase").and_then(Value::as_str),
+            None | Some("Pending")
+        ) {
+            return;
+        }
+        let annotations = pod.pointer("/metadata/annotations");
+        let ann = |k: &str| annotations.and_then(|a| a.get(k)).and_then(Value::as_str);
+        let ips: Vec<IpAddr> = match ann(POD_IPS_ANNOTATION) {
+            Some(list) => list
+                .split(',')
+                .filter_map(|s| s.trim().parse().ok())
+                .collect(),
+            None => {
+                let mut fams: Vec<bool> = self.ips.cidrs.iter().map(IpNetwork::is_ipv4).collect();
+                fams.dedup();
+                fams.into_iter()
+                    .filter_map(|v4| self.ips.allocate(v4))
+                    .collect()
+            }
+        };
+        if ips.is_empty() {
+            tracing::warn!(pod = %name, "no pod IP available");
+            return;
+        }
+        self.ips.used.extend(ips.iter().copied());
+        let node = pod
+            .pointer("/spec/nodeName")
+            .and_then(Value::as_str)
+            .unwrap_or(&self.cfg.node_name)
+            .to_string();
+        if pod.pointer("/spec/nodeName").is_none() {
+            let _ = self.api.patch(
+                &self.target(&self.pods, ns, name),
+                Sub::Main,
+                PatchKind::Merge,
+                &json!({"spec": {"nodeName": node}}),
+            );
+        }
+        let ready = if ann(READY_ANNOTATION) == Some("false") {
+            "False"
+        } else {
+            "True"
+        };
+        let now = meta::now();
+        let cond = |t: &str, s: &str| json!({"type": t, "status": s, "lastTransitionTime": now});
+        let status = json!({"status": {
+            "phase": "Running",
+            "podIP": ips[0].to_string(),
+            "podIPs": ips.iter().map(|ip| json!({"ip": ip.to_string()})).collect::<Vec<_>>(),
+            "hostIP": "127.0.0.1",
+            "startTime": now,
+            "conditions": [cond("PodScheduled", "True"), cond("Initialized", "True"),
+                           cond("ContainersReady", ready), cond("Ready", ready)],
+        }});
+        let _ = self.api.patch(
+            &self.target(&self.pods, ns, name),
+            Sub::Status,
+            PatchKind::Merge,
+            &status,
+        );
+    }
+
+    fn endpoint_slices(&self, ns: &str, name: &str) {
+        let existing: Vec<Arc<Value>> = self
+            .api
+            .store
+            .list(&self.slices.id, Some(ns))
+            .0
+            .into_iter()
+            .filter(|s| {
+                let l = s.pointer("/metadata/labels");
+                let get = |k: &str| l.and_then(|l| l.get(k)).and_then(Value::as_str);
+                get(SERVICE_NAME_LABEL) == Some(name) && get(MANAGED_BY_LABEL) == Some(MANAGED_BY)
+            })
+            .collect();
+        let svc = self.api.store.get(&self.services.id, ns, name);
+        let selector = svc
+            .as_ref()
+            .filter(|s| s.pointer("/spec/type").and_then(Value::as_str) != Some("ExternalName"))
+            .and_then(|s| {
+                s.pointer("/spec/selector")
+                    .and_then(Value::as_object)
+                    .filter(|m| !m.is_empty())
+                    .cloned()
+            });
+        let (Some(svc), Some(selector)) = (svc, selector) else {
+            for s in existing {
+                let _ = self.api.delete(
+                    &self.target(&self.slices, ns, meta::name(&s)),
+                    &DeleteOptions::default(),
+                );
+            }
+            return;
+        };
+        let pods: Vec<Arc<Value>> = self.api.store.list(&self.pods.id, Some(ns)).0;
+        let desired = desired_slices(&svc, &LabelSelector::from_map(&selector), &pods);
+        // Reuse existing slices in order of (addressType, ports), update what differs.
+        let mut existing: Vec<Arc<Value>> = existing;
+        existing.sort_by_key(|s| {
+            (
+                s.get("addressType").map(Value::to_string),
+                s.get("ports").map(Value::to_string),
+                meta::name(s).to_string(),
+            )
+        });
+        let mut existing = existing.into_iter();
+        for body in desired {
+            match existing.next() {
+                Some(cur) => {
+                    let same = ["addressType", "endpoints", "ports"]
+                        .iter()
+                        .all(|k| cur.get(*k) == body.get(*k));
+                    if !same {
+                        let mut upd = (*cur).clone();
+                        for k in ["addressType", "endpoints", "ports"] {
+                            upd[k] = body.get(k).cloned().unwrap_or(Value::Null);
+                        }
+                        if let Err(e) = self.api.update(
+                            &self.target(&self.slices, ns, meta::name(&cur)),
+                            Sub::Main,
+                            upd,
+                        ) {
+                            tracing::warn!(service = %name, error = %e, "updating EndpointSlice");
+                        }
+                    }
+                }
+                None => {
+                    let mut obj = body;
+                    obj["metadata"] = json!({"generateName": format!("{name}-"), "namespace": ns,
+                        "labels": {SERVICE_NAME_LABEL: name, MANAGED_BY_LABEL: MANAGED_BY},
+                        "ownerReferences": owner_ref(&svc, "v1", "Service")});
+                    if let Err(e) = self.api.create(&self.slices, ns, obj) {
+                        tracing::warn!(service = %name, error = %e, "creating EndpointSlice");
+                    }
+                }
+            }
+        }
+        for s in existing {
+            let _ = self.api.delete(
+                &self.target(&self.slices, ns, meta::name(&s)),
+                &DeleteOptions::default(),
+            );
+        }
+    }
+}
+
+fn is_ready(pod: &Value) -> bool {
+    pod.pointer("/status/conditions")
+        .and_then(Value::as_array)
+        .is_some_and(|cs| {
+            cs.iter().any(|c| {
+                c.get("type") == Some(&json!("Ready")) && c.get("status") == Some(&json!("True"))
+            })
+        })
+}
+
+/// A stable 10-character hash of a pod template (the `pod-template-hash` label).
+fn template_hash(t: &Value) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in t.to_string().bytes() {
+        h = (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3);
+    }
+    const ALPHA: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
+    (0..10)
+        .map(|_| {
+            let c = ALPHA[(h % ALPHA.len() as u64) as usize] as char;
+            h /= ALPHA.len() as u64;
+            c
+        })
+        .collect()
+}
+
+/// Resolves a Service port's targetPort for one pod: numbers as they are, names via
+/// the pod's container ports.
+fn resolve_target(pod: &Value, sp: &Value) -> Option<u64> {
+    match sp.get("targetPort") {
+        Some(Value::Number(n)) => n.as_u64(),
+        Some(Value::String(s)) => match s.parse::<u64>() {
+            Ok(n) => Some(n),
+            Err(_) => pod
+                .pointer("/spec/containers")?
+                .as_array()?
+                .iter()
+                .flat_map(|c| {
+                    c.get("ports")
+                        .and_then(Value::as_array)
+                        .cloned()
+                        .unwrap_or_default()
+                })
+                .find(|p| p.get("name").and_then(Value::as_str) == Some(s.as_str()))
+                .and_then(|p| p.get("containerPort")?.as_u64()),
+        },
+        _ => sp.get("port").and_then(Value::as_u64),
+    }
+}
+
+/// The EndpointSlice bodies (addressType, endpoints, ports) a Service should have:
+/// per address family, pods grouped by their resolved port list, at most 100
+/// endpoints per slice. A Service that selects nothing gets one empty slice.
+fn desired_slices(svc: &Value, sel: &LabelSelector, pods: &[Arc<Value>]) -> Vec<Value> {
+    let families: Vec<String> = svc
+        .pointer("/spec/ipFamilies")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect()
+        })
+        .filter(|v: &Vec<String>| !v.is_empty())
+        .unwrap_or_else(|| vec!["IPv4".into()]);
+    let publish_not_ready = svc.pointer("/spec/publishNotReadyAddresses") == Some(&json!(true));
+    let svc_ports: Vec<Value> = svc
+        .pointer("/spec/ports")
+        .and_then(Value::as_array)
+        .cloned()
+        .unwrap_or_default();
+    let mut out = Vec::new();
+    for fam in &families {
+        let v4 = fam == "IPv4";
+        let mut groups: BTreeMap<String, (Value, Vec<Value>)> = BTreeMap::new();
+        let mut selected: Vec<&Arc<Value>> = pods.iter().filter(|p| sel.matches(p)).collect();
+        selected.sort_by_key(|p| meta::name(p).to_string());
+        for pod in selected {
+            if matches!(
+                pod.pointer("/status/phase").and_then(Value::as_str),
+                Some("Succeeded" | "Failed")
+            ) {
+                continue;
+            }
+            let Some(ip) = pod_ips_of(pod).into_iter().find(|ip| ip.is_ipv4() == v4) else {
+                continue;
+            };
+            let ports: Vec<Value> = svc_ports
+                .iter()
+                .filter_map(|sp| {
+                    let port = resolve_target(pod, sp)?;
+                    let mut p = json!({"name": sp.get("name").and_then(Value::as_str).unwrap_or(""),
+                        "port": port, "protocol": sp.get("protocol").and_then(Value::as_str).unwrap_or("TCP")});
+                    if let Some(ap) = sp.get("appProtocol") {
+                        p["appProtocol"] = ap.clone();
+                    }
+                    Some(p)
+                })
+                .collect();
+            let terminating = pod.pointer("/metadata/deletionTimestamp").is_some();
+            let serving = is_ready(pod) || publish_not_ready;
+            let mut ep = json!({"addresses": [ip.to_string()],
+                "conditions": {"ready": serving && !terminating, "serving": serving, "terminating": terminating},
+                "targetRef": {"kind": "Pod", "namespace": meta::namespace(pod), "name": meta::name(pod), "uid": meta::uid(pod)}});
+            if let Some(n) = pod.pointer("/spec/nodeName") {
+                ep["nodeName"] = n.clone();
+            }
+            let ports = json!(ports);
+            groups
+                .entry(ports.to_string())
+                .or_insert_with(|| (ports, Vec::new()))
+                .1
+                .push(ep);
+        }
+        for (_, (ports, eps)) in groups {
+            for chunk in eps.chunks(MAX_ENDPOINTS) {
+                out.push(json!({"addressType": fam, "endpoints": chunk, "ports": ports}));
+            }
+        }
+    }
+    if out.is_empty() {
+        out.push(json!({"addressType": families[0], "endpoints": [], "ports": Value::Null}));
+    }
+    out.sort_by_key(|s| (s["addressType"].to_string(), s["ports"].to_string()));
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pod(name: &str, ip: &str, ready: bool, labels: Value) -> Arc<Value> {
+        Arc::new(
+            json!({"metadata": {"name": name, "namespace": "ns", "uid": format!("u-{name}"), "labels": labels},
+            "spec": {"containers": [{"name": "c", "ports": [{"name": "http", "containerPort": 8080}]}]},
+            "status": {"phase": "Running", "podIP": ip, "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}]}}),
+        )
+    }
+
+    #[test]
+    fn slices_from_pods() {
+        let svc = json!({"spec": {"selector": {"app": "web"}, "ipFamilies": ["IPv4"],
+            "ports": [{"name": "web", "port": 80, "targetPort": "http", "protocol": "TCP"}]}});
+        let sel = LabelSelector::parse("app=web").unwrap();
+        let pods = vec![
+            pod("a", "10.0.0.1", true, json!({"app": "web"})),
+            pod("b", "10.0.0.2", false, json!({"app": "web"})),
+            pod("c", "10.0.0.3", true, json!({"app": "other"})),
+            pod("d", "fd00::4", true, json!({"app": "web"})),
+        ];
+        let s = desired_slices(&svc, &sel, &pods);
+        assert_eq!(s.len(), 1);
+        assert_eq!(
+            s[0]["ports"],
+            json!([{"name": "web", "port": 8080, "protocol": "TCP"}])
+        );
+        let eps = s[0]["endpoints"].as_array().unwrap();
+        assert_eq!(eps.len(), 2);
+        assert_eq!(eps[0]["addresses"], json!(["10.0.0.1"]));
+        assert_eq!(eps[0]["conditions"]["ready"], true);
+        assert_eq!(eps[1]["conditions"]["ready"], false);
+        assert_eq!(eps[1]["targetRef"]["name"], "b");
+        let empty = desired_slices(&svc, &LabelSelector::parse("app=none").unwrap(), &pods);
+        assert_eq!(empty[0]["endpoints"], json!([]));
+    }
+
+    #[test]
+    fn pod_ip_allocation_prefers_explicit() {
+        let mut p = PodIps {
+            explicit: vec!["192.0.2.7".parse().unwrap()],
+            cidrs: vec!["10.1.0.0/30".parse().unwrap()],
+            used: HashSet::new(),
+            next: HashMap::new(),
+        };
+        assert_eq!(p.allocate(true), Some("192.0.2.7".parse().unwrap()));
+        assert_eq!(p.allocate(true), Some("10.1.0.1".parse().unwrap()));
+        assert_eq!(p.allocate(true), Some("10.1.0.2".parse().unwrap()));
+        assert_eq!(p.allocate(true), None);
+        assert_eq!(p.allocate(false), None);
+        assert_eq!(
+            template_hash(&json!({"a": 1})),
+            template_hash(&json!({"a": 1}))
+        );
+    }
+}
