@@ -22,6 +22,13 @@ struct Args {
 enum Command {
     /// Run the edge agent: watch the API, program the datapath, announce VIPs.
     Run,
+    /// Run only the BGP speaker, with peers, policy and prefixes from a YAML file (no
+    /// Kubernetes); see docs/bgp.md.
+    Speaker {
+        /// The speaker's YAML configuration file.
+        #[arg(long)]
+        config: std::path::PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -30,6 +37,9 @@ async fn main() -> anyhow::Result<()> {
     ringlb_ops::logging::init(&args.common.log_level).map_err(anyhow::Error::msg)?;
     match args.command {
         Command::Run => run(&args.common).await,
+        Command::Speaker { config } => {
+            Ok(ringlb_edge::bgp::standalone::run(&config, args.common.metrics_addr).await?)
+        }
     }
 }
 

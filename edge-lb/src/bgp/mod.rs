@@ -17,6 +17,7 @@ pub mod rib;
 pub mod select;
 pub mod session;
 pub mod speaker;
+pub mod standalone;
 
 use std::net::IpAddr;
 

@@ -1,0 +1,386 @@
+//! Network-namespace lab for the BGP interop tests: a ToR namespace with a bridge,
+//! edge namespaces hanging off it by veth, daemons (BIRD, gobgpd, our speaker binary)
+//! started inside them. Everything it creates carries a unique prefix with the process
+//! id, and the Drop guard kills every daemon and deletes every namespace, also when a
+//! test fails. Nothing touches the caller's namespace.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+pub const TOR_V4: &str = "10.91.0.1";
+pub const TOR_V6: &str = "fd91::1";
+
+/// Edge `i` (1-based) addresses on the ToR segment.
+pub fn edge_v4(i: u8) -> String {
+    format!("10.91.0.{}", 10 + i)
+}
+pub fn edge_v6(i: u8) -> String {
+    format!("fd91::{}", 10 + i)
+}
+
+/// Why the lab cannot run here, if it cannot.
+pub fn skip_reason(tools: &[&str]) -> Option<String> {
+    if !is_root() {
+        return Some("needs root (network namespaces)".into());
+    }
+    for t in tools {
+        let found = std::env::var_os("PATH")
+            .map(|p| std::env::split_paths(&p).any(|d| d.join(t).is_file()))
+            .unwrap_or(false);
+        if !found {
+            return Some(format!(
+                "{t} is not installed (scripts/setup.sh installs it)"
+            ));
+        }
+    }
+    None
+}
+
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("Uid:"))
+                .map(|l| l.split_whitespace().nth(1) == Some("0"))
+        })
+        .unwrap_or(false)
+}
+
+/// Skip the calling test loudly when the lab cannot run.
+#[macro_export]
+macro_rules! require_lab {
+    ($($tool:expr),*) => {
+        if let Some(why) = bgp_support::skip_reason(&["ip", $($tool),*]) {
+            eprintln!("SKIPPED {}: {why}", module_path!());
+            return;
+        }
+    };
+}
+
+pub struct Daemon {
+    pub name: String,
+    pub child: Child,
+    pub log: PathBuf,
+}
+
+pub struct Lab {
+    pub prefix: String,
+    pub dir: PathBuf,
+    namespaces: Vec<String>,
+    pub daemons: Vec<Daemon>,
+}
+
+pub fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
+    let out = Command::new(cmd)
+        .args(args)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{cmd}: {e}"))?;
+    if out.status.success() {
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    } else {
+        Err(format!(
+            "{cmd} {args:?}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        ))
+    }
+}
+
+fn must(cmd: &str, args: &[&str]) -> String {
+    run(cmd, args).unwrap_or_else(|e| panic!("{e}"))
+}
+
+impl Lab {
+    /// A ToR namespace `tor` with bridge `br0` (TOR_V4/24, TOR_V6/64) and `edges`
+    /// edge namespaces `e1..eN`, each with `eth0` on the bridge.
+    pub fn new(tag: &str, edges: u8) -> Lab {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let prefix = format!("rlbgp{}{}{}", std::process::id(), tag, n);
+        let dir = std::env::temp_dir().join(&prefix);
+        std::fs::create_dir_all(&dir).unwrap();
+        let mut lab = Lab {
+            prefix,
+            dir,
+            namespaces: Vec::new(),
+            daemons: Vec::new(),
+        };
+        let tor = lab.add_ns("tor");
+        must(
+            "ip",
+            &[
+                "-n",
+                &tor,
+                "link",
+                "add",
+                "br0",
+                "type",
+                "bridge",
+                "stp_state",
+                "0",
+            ],
+        );
+        must(
+            "ip",
+            &[
+                "-n",
+                &tor,
+                "addr",
+                "add",
+                &format!("{TOR_V4}/24"),
+                "dev",
+                "br0",
+            ],
+        );
+        must(
+            "ip",
+            &[
+                "-n",
+                &tor,
+                "addr",
+                "add",
+                &format!("{TOR_V6}/64"),
+                "dev",
+                "br0",
+                "nodad",
+            ],
+        );
+        must("ip", &["-n", &tor, "link", "set", "br0", "up"]);
+        for i in 1..=edges {
+            let e = lab.add_ns(&format!("e{i}"));
+            let port = format!("ve{i}");
+            must(
+                "ip",
+                &[
+                    "-n", &tor, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
+                    "netns", &e,
+                ],
+            );
+            must(
+                "ip",
+                &["-n", &tor, "link", "set", &port, "master", "br0", "up"],
+            );
+            must(
+                "ip",
+                &[
+                    "-n",
+                    &e,
+                    "addr",
+                    "add",
+                    &format!("{}/24", edge_v4(i)),
+                    "dev",
+                    "eth0",
+                ],
+            );
+            must(
+                "ip",
+                &[
+                    "-n",
+                    &e,
+                    "addr",
+                    "add",
+                    &format!("{}/64", edge_v6(i)),
+                    "dev",
+                    "eth0",
+                    "nodad",
+                ],
+            );
+            must("ip", &["-n", &e, "link", "set", "eth0", "up"]);
+        }
+        lab
+    }
+
+    fn add_ns(&mut self, short: &str) -> String {
+        let name = format!("{}-{short}", self.prefix);
+        must("ip", &["netns", "add", &name]);
+        self.namespaces.push(name.clone());
+        must("ip", &["-n", &name, "link", "set", "lo", "up"]);
+        name
+    }
+
+    pub fn ns(&self, short: &str) -> String {
+        format!("{}-{short}", self.prefix)
+    }
+
+    pub fn path(&self, file: &str) -> PathBuf {
+        self.dir.join(file)
+    }
+
+    pub fn write(&self, file: &str, text: &str) -> PathBuf {
+        let p = self.path(file);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+
+    /// Run a command inside namespace `short`.
+    pub fn exec(&self, short: &str, cmd: &str, args: &[&str]) -> Result<String, String> {
+        let ns = self.ns(short);
+        let mut a = vec!["netns", "exec", ns.as_str(), cmd];
+        a.extend_from_slice(args);
+        run("ip", &a)
+    }
+
+    /// Start a daemon in namespace `short`; output goes to DIR/NAME.log.
+    pub fn spawn(&mut self, name: &str, short: &str, cmd: &Path, args: &[&str]) -> usize {
+        let log = self.path(&format!("{name}.log"));
+        let f = std::fs::File::create(&log).unwrap();
+        let child = Command::new("ip")
+            .args(["netns", "exec", &self.ns(short)])
+            .arg(cmd)
+            .args(args)
+            .stdin(Stdio::null())
+            .stdout(f.try_clone().unwrap())
+            .stderr(f)
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", cmd.display()));
+        self.daemons.push(Daemon {
+            name: name.to_string(),
+            child,
+            log,
+        });
+        self.daemons.len() - 1
+    }
+
+    /// `ip netns exec` execs the daemon, so the child's pid is the daemon's.
+    pub fn signal(&self, idx: usize, sig: &str) {
+        let pid = self.daemons[idx].child.id().to_string();
+        must("kill", &[&format!("-{sig}"), &pid]);
+    }
+
+    pub fn wait_exit(&mut self, idx: usize, timeout: Duration) -> bool {
+        let end = Instant::now() + timeout;
+        while Instant::now() < end {
+            if let Ok(Some(_)) = self.daemons[idx].child.try_wait() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+
+    pub fn log(&self, idx: usize) -> String {
+        std::fs::read_to_string(&self.daemons[idx].log).unwrap_or_default()
+    }
+
+    /// Every daemon's log, for failure messages.
+    pub fn logs(&self) -> String {
+        self.daemons
+            .iter()
+            .map(|d| {
+                let t = std::fs::read_to_string(&d.log).unwrap_or_default();
+                let tail: Vec<&str> = t.lines().rev().take(40).collect();
+                format!(
+                    "--- {} ---\n{}\n",
+                    d.name,
+                    tail.into_iter().rev().collect::<Vec<_>>().join("\n")
+                )
+            })
+            .collect()
+    }
+
+    // ---- BIRD
+
+    /// Start BIRD in the ToR namespace with `protocols` appended to a base config that
+    /// installs BGP routes into the kernel with ECMP (`merge paths`).
+    pub fn start_bird(&mut self, protocols: &str) -> usize {
+        let conf = format!(
+            r#"log stderr all;
+router id {TOR_V4};
+protocol device {{ scan time 5; }}
+protocol kernel kernel4 {{
+  merge paths on limit 16; learn off; persist off;
+  ipv4 {{ import none; export filter {{ if source = RTS_BGP then accept; reject; }}; }};
+}}
+protocol kernel kernel6 {{
+  merge paths on limit 16; learn off; persist off;
+  ipv6 {{ import none; export filter {{ if source = RTS_BGP then accept; reject; }}; }};
+}}
+template bgp edge {{
+  direct; hold time 3; keepalive time 1;
+  connect delay time 1; connect retry time 1; error wait time 1, 2;
+}}
+{protocols}
+"#
+        );
+        let c = self.write("bird.conf", &conf);
+        let sock = self.path("bird.ctl");
+        let (c, s) = (c.display().to_string(), sock.display().to_string());
+        self.spawn(
+            "bird",
+            "tor",
+            Path::new("bird"),
+            &["-f", "-c", &c, "-s", &s],
+        )
+    }
+
+    pub fn birdc(&self, args: &[&str]) -> String {
+        let sock = self.path("bird.ctl").display().to_string();
+        let mut a = vec!["-s", sock.as_str()];
+        a.extend_from_slice(args);
+        self.exec("tor", "birdc", &a).unwrap_or_default()
+    }
+
+    // ---- our speaker
+
+    pub fn start_speaker(&mut self, name: &str, short: &str, yaml: &str) -> usize {
+        let cfg = self.write(&format!("{name}.yaml"), yaml);
+        let bin = PathBuf::from(env!("CARGO_BIN_EXE_ringlb-edge"));
+        let c = cfg.display().to_string();
+        self.spawn(
+            name,
+            short,
+            &bin,
+            &[
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--log-level",
+                "debug",
+                "speaker",
+                "--config",
+                &c,
+            ],
+        )
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        for d in &mut self.daemons {
+            let _ = d.child.kill();
+            let _ = d.child.wait();
+        }
+        for ns in &self.namespaces {
+            // Anything still running in the namespace was started by this lab.
+            if let Ok(pids) = run("ip", &["netns", "pids", ns]) {
+                for p in pids.split_whitespace() {
+                    let _ = run("kill", &["-9", p]);
+                }
+            }
+            let _ = run("ip", &["netns", "del", ns]);
+        }
+        if std::env::var_os("RINGLB_KEEP_LAB").is_none() {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Poll `f` every 50 ms until it returns true or `timeout` passes.
+pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+    let end = Instant::now() + timeout;
+    loop {
+        if f() {
+            return true;
+        }
+        if Instant::now() >= end {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
