@@ -3,4 +3,5 @@
 
 pub mod bgp;
 pub mod datapath;
+pub mod desired;
 pub mod maglev;
