@@ -324,7 +324,7 @@ mod tests {
             json!([ep("10.0.0.1", true, true, false)]),
         );
         assert_eq!(
-            build(&[svc.clone()], &[a.clone(), c.clone()], true),
+            build(std::slice::from_ref(&svc), &[a.clone(), c.clone()], true),
             build(&[svc], &[c, a], true)
         );
     }
@@ -346,7 +346,7 @@ mod tests {
             json!([{"port": 80}]),
             json!([ep("fd00::1", true, true, false)]),
         );
-        let d = build(&[svc.clone()], &[v4, v6.clone()], true);
+        let d = build(std::slice::from_ref(&svc), &[v4, v6.clone()], true);
         assert_eq!(
             d.vips[&vip("192.0.2.1", 80, Proto::Tcp)].ready,
             vec![b("10.0.0.1", 80)]
