@@ -590,3 +590,6 @@ fn decode_open(body: &[u8]) -> Result<Open, CodecError> {
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod fuzz;
