@@ -230,22 +230,30 @@ impl Elector {
 
     /// Gives the Lease up (on shutdown) so a standby takes over at once.
     pub async fn release(&mut self) {
-        if let Ok(Some(mut lease)) = self.api.get_opt(&self.cfg.name).await {
-            let Some(spec) = lease.spec.as_mut() else {
-                return;
-            };
-            if spec.holder_identity.as_deref() != Some(self.cfg.identity.as_str()) {
+        let mut lease = match self.api.get_opt(&self.cfg.name).await {
+            Ok(Some(l)) => l,
+            Ok(None) => return,
+            Err(e) => {
+                tracing::warn!(error = %e, "releasing the Lease: reading it failed");
                 return;
             }
-            spec.holder_identity = None;
-            spec.renew_time = None;
-            if let Err(e) = self
-                .api
-                .replace(&self.cfg.name, &PostParams::default(), &lease)
-                .await
-            {
-                tracing::warn!(error = %e, "releasing the Lease failed");
-            }
+        };
+        let Some(spec) = lease.spec.as_mut() else {
+            return;
+        };
+        if spec.holder_identity.as_deref() != Some(self.cfg.identity.as_str()) {
+            tracing::info!(holder = ?spec.holder_identity, "not releasing the Lease: not ours");
+            return;
+        }
+        spec.holder_identity = None;
+        spec.renew_time = None;
+        match self
+            .api
+            .replace(&self.cfg.name, &PostParams::default(), &lease)
+            .await
+        {
+            Ok(_) => tracing::info!(lease = %self.cfg.name, "released the Lease"),
+            Err(e) => tracing::warn!(error = %e, "releasing the Lease failed"),
         }
     }
 }

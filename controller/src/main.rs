@@ -240,7 +240,7 @@ async fn main() -> anyhow::Result<()> {
 
     // Standby replicas are healthy and ready; only the leader writes.
     health.set_ready(true);
-    let lost = if args.leader_elect {
+    let mut lost = if args.leader_elect {
         let mut elector = Elector::new(client.clone(), leader_cfg.clone());
         tokio::select! {
             _ = elector.acquire() => {}
@@ -357,12 +357,14 @@ async fn main() -> anyhow::Result<()> {
     tracing::info!(default_class = args.default_class, "controller running");
     let result = tokio::select! {
         _ = reconcile::run(ctx, retry_rx, all_rx) => Err(anyhow::anyhow!("the Service controller stopped")),
-        lost = lost => match lost {
+        res = &mut lost => match res {
             Ok(e) => Err(anyhow::Error::new(e).context("stopping: no longer the leader, so no more writes")),
             Err(e) => Err(anyhow::anyhow!("leader election task failed: {e}")),
         },
         _ = &mut shutdown => {
             tracing::info!("shutting down; releasing the Lease");
+            // Stop renewing first, or a renewal could re-take the Lease after release.
+            lost.abort();
             if args.leader_elect {
                 Elector::new(client.clone(), leader_cfg).release().await;
             }

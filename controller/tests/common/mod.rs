@@ -1,0 +1,277 @@
+//! Harness for the controller integration tests: the API simulator in-process, the
+//! real `ringlb-controller` binary as a child process.
+
+#![allow(dead_code)]
+
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Service;
+use kube::api::{DeleteParams, PostParams};
+use kube::{Api, Client};
+use ringlb_crds::{IPPool, IPPoolSpec};
+use ringlb_e2e::{SimHandle, SimOptions, Simulator};
+use serde_json::json;
+
+pub const CONDITION: &str = "ringlb.io/IPAllocated";
+
+pub async fn sim() -> SimHandle {
+    Simulator::start(SimOptions {
+        kubelet: false,
+        controllers: false,
+        ..SimOptions::default()
+    })
+    .await
+    .expect("the API simulator starts")
+}
+
+/// A running controller process; killed (and reaped) on drop.
+pub struct Ctrl {
+    pub child: Child,
+    pub metrics: SocketAddr,
+    pub log: PathBuf,
+    pub identity: String,
+}
+
+impl Ctrl {
+    pub fn start(sim: &SimHandle, identity: &str, extra: &[&str]) -> Ctrl {
+        let metrics = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
+            l.local_addr().expect("local addr")
+        };
+        let log = std::env::temp_dir().join(format!(
+            "ringlb-ctrl-test-{}-{identity}-{}.log",
+            std::process::id(),
+            metrics.port()
+        ));
+        let out = std::fs::File::create(&log).expect("create log file");
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_ringlb-controller"));
+        if !extra.contains(&"--log-level") {
+            cmd.args(["--log-level", "info,kube=warn"]);
+        }
+        let child = cmd
+            .arg("--kubeconfig")
+            .arg(sim.kubeconfig_path())
+            .args(["--metrics-addr", &metrics.to_string()])
+            .args(["--identity", identity, "--lease-namespace", "default"])
+            .args([
+                "--lease-duration",
+                "2s",
+                "--renew-deadline",
+                "1500ms",
+                "--retry-period",
+                "250ms",
+            ])
+            .args(extra)
+            .stdout(out.try_clone().expect("dup log"))
+            .stderr(out)
+            .stdin(Stdio::null())
+            .spawn()
+            .expect("spawn ringlb-controller");
+        Ctrl {
+            child,
+            metrics,
+            log,
+            identity: identity.into(),
+        }
+    }
+
+    pub fn logs(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// The `/metrics` text, or "" while not serving.
+    pub async fn metrics_text(&self) -> String {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let Ok(mut s) = tokio::net::TcpStream::connect(self.metrics).await else {
+            return String::new();
+        };
+        if s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .await
+            .is_err()
+        {
+            return String::new();
+        }
+        let mut out = String::new();
+        let _ = s.read_to_string(&mut out).await;
+        out
+    }
+
+    /// The value of one metric line (exact series text before the value).
+    pub async fn metric(&self, series: &str) -> Option<f64> {
+        let text = self.metrics_text().await;
+        text.lines()
+            .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+    }
+
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// SIGTERM, then wait for exit (async: the simulator runs on this runtime and
+    /// must keep answering while the controller shuts down).
+    pub async fn terminate(&mut self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while Instant::now() < deadline {
+            if let Ok(Some(st)) = self.child.try_wait() {
+                eprintln!("controller {} exited: {st}", self.identity);
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        eprintln!(
+            "controller {} did not exit on SIGTERM; killing it",
+            self.identity
+        );
+        self.kill();
+    }
+
+    pub fn exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+}
+
+impl Drop for Ctrl {
+    fn drop(&mut self) {
+        self.kill();
+        if std::thread::panicking() {
+            eprintln!(
+                "---- controller {} log ----\n{}",
+                self.identity,
+                self.logs()
+            );
+        }
+        let _ = std::fs::remove_file(&self.log);
+    }
+}
+
+pub async fn create_pool(
+    client: &Client,
+    name: &str,
+    cidrs: &[&str],
+    f: impl FnOnce(&mut IPPoolSpec),
+) {
+    let mut spec = IPPoolSpec {
+        cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
+        ranges: vec![],
+        auto_assign: true,
+        avoid_buggy_ips: false,
+        service_selector: None,
+        namespace_selector: None,
+        priority: 0,
+    };
+    f(&mut spec);
+    Api::<IPPool>::all(client.clone())
+        .create(&PostParams::default(), &IPPool::new(name, spec))
+        .await
+        .expect("create IPPool");
+}
+
+/// A LoadBalancer Service `name` in `default` with one TCP port, plus `extra` merged
+/// into its JSON (annotations, spec fields).
+pub fn lb_service(name: &str, port: i32, extra: serde_json::Value) -> Service {
+    let mut v = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"port": port, "protocol": "TCP", "targetPort": 8080}]}
+    });
+    merge(&mut v, &extra);
+    serde_json::from_value(v).expect("valid Service")
+}
+
+fn merge(a: &mut serde_json::Value, b: &serde_json::Value) {
+    match (a, b) {
+        (serde_json::Value::Object(a), serde_json::Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k.clone()).or_insert(serde_json::Value::Null), v);
+            }
+        }
+        (a, b) => *a = b.clone(),
+    }
+}
+
+pub async fn create_svc(client: &Client, svc: &Service) {
+    Api::<Service>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), svc)
+        .await
+        .expect("create Service");
+}
+
+pub async fn delete_svc(client: &Client, name: &str) {
+    Api::<Service>::namespaced(client.clone(), "default")
+        .delete(name, &DeleteParams::default())
+        .await
+        .expect("delete Service");
+}
+
+pub fn ingress_ips(svc: &Service) -> Vec<IpAddr> {
+    ringlb_crds::service::status_ips(svc)
+}
+
+pub fn condition(svc: &Service) -> Option<(String, String)> {
+    svc.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == CONDITION)
+        .map(|c| (c.status.clone(), c.reason.clone()))
+}
+
+/// Polls until `f` returns Some, or panics after `timeout` with `what`.
+pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + timeout;
+    loop {
+        if let Some(v) = f().await {
+            return v;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Waits until the Service has VIPs in status and returns them.
+pub async fn wait_ips(client: &Client, name: &str, timeout: Duration) -> Vec<IpAddr> {
+    let api = Api::<Service>::namespaced(client.clone(), "default");
+    wait_for(timeout, &format!("VIP of Service {name}"), || {
+        let api = api.clone();
+        async move {
+            let s = api.get(name).await.ok()?;
+            let ips = ingress_ips(&s);
+            (!ips.is_empty() && condition(&s).is_some_and(|c| c.0 == "True")).then_some(ips)
+        }
+    })
+    .await
+}
+
+pub async fn get_svc(client: &Client, name: &str) -> Service {
+    Api::<Service>::namespaced(client.clone(), "default")
+        .get(name)
+        .await
+        .expect("get Service")
+}
+
+/// Warning Events (events.k8s.io/v1) about a Service, as (reason, note).
+pub async fn warnings(client: &Client, name: &str) -> Vec<(String, String)> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+    let list = api.list(&Default::default()).await.expect("list Events");
+    list.items
+        .into_iter()
+        .filter(|e| e.type_.as_deref() == Some("Warning"))
+        .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some(name))
+        .map(|e| (e.reason.unwrap_or_default(), e.note.unwrap_or_default()))
+        .collect()
+}

@@ -1,0 +1,405 @@
+//! The real controller binary against the API simulator: the everyday paths.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::json;
+
+#[tokio::test]
+async fn create_gets_vip_within_one_second_and_delete_frees_it() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "main", &["192.0.2.0/30"], |_| {}).await;
+    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    // Let the controller come up (first reconcile proves it).
+    create_svc(&client, &lb_service("warmup", 80, json!({}))).await;
+    assert_eq!(
+        wait_ips(&client, "warmup", Duration::from_secs(20)).await,
+        ["192.0.2.0".parse::<std::net::IpAddr>().unwrap()]
+    );
+
+    let t0 = Instant::now();
+    create_svc(&client, &lb_service("web", 80, json!({}))).await;
+    let ips = wait_ips(&client, "web", Duration::from_secs(1)).await;
+    let took = t0.elapsed();
+    assert_eq!(ips, ["192.0.2.1".parse::<std::net::IpAddr>().unwrap()]);
+    eprintln!("create -> VIP in status: {took:?}");
+    let svc = get_svc(&client, "web").await;
+    let ing = &svc
+        .status
+        .as_ref()
+        .unwrap()
+        .load_balancer
+        .as_ref()
+        .unwrap()
+        .ingress
+        .as_ref()
+        .unwrap()[0];
+    assert_eq!(ing.ip_mode.as_deref(), Some("VIP"));
+    assert_eq!(condition(&svc), Some(("True".into(), "Allocated".into())));
+
+    // Fill the pool, delete one, and the freed address goes to the next Service.
+    create_svc(&client, &lb_service("c", 80, json!({}))).await;
+    create_svc(&client, &lb_service("d", 80, json!({}))).await;
+    wait_ips(&client, "d", Duration::from_secs(5)).await;
+    create_svc(&client, &lb_service("e", 80, json!({}))).await;
+    wait_for(Duration::from_secs(5), "PoolExhausted on e", || {
+        let client = client.clone();
+        async move {
+            (condition(&get_svc(&client, "e").await)
+                .map(|c| c.1)
+                .as_deref()
+                == Some("PoolExhausted"))
+            .then_some(())
+        }
+    })
+    .await;
+    delete_svc(&client, "web").await;
+    assert_eq!(
+        wait_ips(&client, "e", Duration::from_secs(5)).await,
+        ips,
+        "e reuses web's freed address"
+    );
+}
+
+#[tokio::test]
+async fn requested_ip_and_refusals() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+
+    create_svc(
+        &client,
+        &lb_service(
+            "want",
+            80,
+            json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": "192.0.2.77"}}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        wait_ips(&client, "want", Duration::from_secs(20)).await,
+        ["192.0.2.77".parse::<std::net::IpAddr>().unwrap()]
+    );
+    // The deprecated field works too.
+    create_svc(
+        &client,
+        &lb_service(
+            "legacy",
+            80,
+            json!({"spec": {"loadBalancerIP": "192.0.2.78"}}),
+        ),
+    )
+    .await;
+    assert_eq!(
+        wait_ips(&client, "legacy", Duration::from_secs(5)).await,
+        ["192.0.2.78".parse::<std::net::IpAddr>().unwrap()]
+    );
+
+    // Refusals: each a Warning Event with its reason and a False condition.
+    let cases = [
+        (
+            "taken",
+            json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": "192.0.2.77"}}}),
+            "IPInUse",
+        ),
+        (
+            "outside",
+            json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": "203.0.113.1"}}}),
+            "IPOutsidePools",
+        ),
+        (
+            "garbage",
+            json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": "not-an-ip"}}}),
+            "MalformedAnnotation",
+        ),
+        (
+            "v6",
+            json!({"spec": {"ipFamilies": ["IPv6"], "ipFamilyPolicy": "SingleStack"}}),
+            "UnsupportedFamily",
+        ),
+        (
+            "nopool",
+            json!({"metadata": {"annotations": {"ringlb.io/ip-pool": "missing"}}}),
+            "PoolNotFound",
+        ),
+    ];
+    for (name, extra, _) in &cases {
+        create_svc(&client, &lb_service(name, 80, extra.clone())).await;
+    }
+    for (name, _, reason) in &cases {
+        wait_for(
+            Duration::from_secs(5),
+            &format!("{reason} Warning Event on {name}"),
+            || {
+                let client = client.clone();
+                async move {
+                    warnings(&client, name)
+                        .await
+                        .iter()
+                        .any(|(r, _)| r == reason)
+                        .then_some(())
+                }
+            },
+        )
+        .await;
+        let svc = get_svc(&client, name).await;
+        assert_eq!(
+            condition(&svc),
+            Some(("False".into(), reason.to_string())),
+            "{name}"
+        );
+        assert!(ingress_ips(&svc).is_empty(), "{name} got no address");
+    }
+    let ctrl = &_ctrl;
+    let n = ctrl
+        .metric("ringlb_controller_refusals_total{reason=\"ip_in_use\"}")
+        .await;
+    assert_eq!(n, Some(1.0), "{}", ctrl.metrics_text().await);
+
+    // The cause goes away (holder deleted): the refused Service is retried by itself.
+    delete_svc(&client, "want").await;
+    assert_eq!(
+        wait_ips(&client, "taken", Duration::from_secs(5)).await,
+        ["192.0.2.77".parse::<std::net::IpAddr>().unwrap()]
+    );
+}
+
+#[tokio::test]
+async fn sharing_and_dual_stack() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "v4", &["192.0.2.0/24"], |_| {}).await;
+    create_pool(&client, "v6", &["2001:db8::/64"], |_| {}).await;
+    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+
+    let shared = |name: &str, port: i32, key: &str| {
+        lb_service(
+            name,
+            port,
+            json!({"metadata": {"annotations": {"ringlb.io/allow-shared-ip": key}}}),
+        )
+    };
+    create_svc(&client, &shared("dns-tcp", 53, "dns")).await;
+    let a = wait_ips(&client, "dns-tcp", Duration::from_secs(20)).await;
+    create_svc(&client, &shared("dns-web", 80, "dns")).await;
+    assert_eq!(
+        wait_ips(&client, "dns-web", Duration::from_secs(5)).await,
+        a,
+        "same key, other port: shared"
+    );
+    create_svc(&client, &shared("dns-clash", 53, "dns")).await;
+    let c = wait_ips(&client, "dns-clash", Duration::from_secs(5)).await;
+    assert_ne!(c, a, "same key, same port: not shared");
+    create_svc(&client, &shared("other", 8080, "other-key")).await;
+    let o = wait_ips(&client, "other", Duration::from_secs(5)).await;
+    assert!(o != a && o != c);
+    // Explicitly asking for the shared address without the key is refused.
+    create_svc(
+        &client,
+        &lb_service(
+            "intruder",
+            9,
+            json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": a[0].to_string()}}}),
+        ),
+    )
+    .await;
+    wait_for(Duration::from_secs(5), "IPInUse on intruder", || {
+        let client = client.clone();
+        async move {
+            warnings(&client, "intruder")
+                .await
+                .iter()
+                .any(|(r, _)| r == "IPInUse")
+                .then_some(())
+        }
+    })
+    .await;
+
+    // Dual-stack: RequireDualStack gets both, in spec.ipFamilies order.
+    create_svc(
+        &client,
+        &lb_service(
+            "ds",
+            80,
+            json!({"spec": {"ipFamilies": ["IPv6", "IPv4"], "ipFamilyPolicy": "RequireDualStack"}}),
+        ),
+    )
+    .await;
+    let ds = wait_ips(&client, "ds", Duration::from_secs(5)).await;
+    assert_eq!(ds.len(), 2);
+    assert!(ds[0].is_ipv6() && ds[1].is_ipv4(), "{ds:?}");
+    assert_eq!(ds[0], "2001:db8::".parse::<std::net::IpAddr>().unwrap());
+    // PreferDualStack gets both while both families have pools.
+    create_svc(
+        &client,
+        &lb_service(
+            "prefer",
+            80,
+            json!({"spec": {"ipFamilies": ["IPv4"], "ipFamilyPolicy": "PreferDualStack"}}),
+        ),
+    )
+    .await;
+    let p = wait_ips(&client, "prefer", Duration::from_secs(5)).await;
+    assert!(p.len() == 2 && p[0].is_ipv4() && p[1].is_ipv6(), "{p:?}");
+    // Single-stack IPv6.
+    create_svc(
+        &client,
+        &lb_service(
+            "six",
+            80,
+            json!({"spec": {"ipFamilies": ["IPv6"], "ipFamilyPolicy": "SingleStack"}}),
+        ),
+    )
+    .await;
+    let six = wait_ips(&client, "six", Duration::from_secs(5)).await;
+    assert!(six.len() == 1 && six[0].is_ipv6());
+}
+
+#[tokio::test]
+async fn exhausted_pool_then_new_pool_allocates_without_touching_the_service() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "tiny", &["192.0.2.10/32"], |_| {}).await;
+    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    create_svc(&client, &lb_service("first", 80, json!({}))).await;
+    wait_ips(&client, "first", Duration::from_secs(20)).await;
+    create_svc(&client, &lb_service("second", 80, json!({}))).await;
+    wait_for(
+        Duration::from_secs(5),
+        "PoolExhausted Warning Event",
+        || {
+            let client = client.clone();
+            async move {
+                warnings(&client, "second")
+                    .await
+                    .into_iter()
+                    .find(|(r, _)| r == "PoolExhausted")
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        condition(&get_svc(&client, "second").await),
+        Some(("False".into(), "PoolExhausted".into()))
+    );
+    let t0 = Instant::now();
+    create_pool(&client, "more", &["198.51.100.0/24"], |_| {}).await;
+    assert_eq!(
+        wait_ips(&client, "second", Duration::from_secs(5)).await,
+        ["198.51.100.0".parse::<std::net::IpAddr>().unwrap()]
+    );
+    eprintln!(
+        "pool added -> pending Service allocated in {:?}",
+        t0.elapsed()
+    );
+
+    // Pool status: counts per family and Ready.
+    let pools: kube::Api<ringlb_crds::IPPool> = kube::Api::all(client.clone());
+    wait_for(Duration::from_secs(5), "pool status counts", || {
+        let pools = pools.clone();
+        async move {
+            let p = pools.get("tiny").await.ok()?;
+            let v4 = p.status.as_ref()?.ipv4.as_ref()?;
+            (v4.allocated == 1 && v4.free == "0").then_some(())
+        }
+    })
+    .await;
+
+    // Shrinking a pool away from a Service keeps its address and warns.
+    let patch = json!({"spec": {"cidrs": ["192.0.2.99/32"]}});
+    pools
+        .patch(
+            "tiny",
+            &kube::api::PatchParams::default(),
+            &kube::api::Patch::Merge(&patch),
+        )
+        .await
+        .unwrap();
+    wait_for(
+        Duration::from_secs(5),
+        "IPOutsidePools warning on first",
+        || {
+            let client = client.clone();
+            async move {
+                warnings(&client, "first")
+                    .await
+                    .into_iter()
+                    .find(|(r, _)| r == "IPOutsidePools")
+            }
+        },
+    )
+    .await;
+    assert_eq!(
+        ingress_ips(&get_svc(&client, "first").await),
+        ["192.0.2.10".parse::<std::net::IpAddr>().unwrap()]
+    );
+}
+
+#[tokio::test]
+async fn class_and_type_changes() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "main", &["192.0.2.0/30"], |_| {}).await;
+    let _ctrl = Ctrl::start(&sim, "c1", &["--default-class=false"]);
+    create_svc(
+        &client,
+        &lb_service(
+            "ours",
+            80,
+            json!({"spec": {"loadBalancerClass": "ringlb.io/maglev"}}),
+        ),
+    )
+    .await;
+    let ip = wait_ips(&client, "ours", Duration::from_secs(20)).await;
+    create_svc(&client, &lb_service("noclass", 80, json!({}))).await;
+    create_svc(
+        &client,
+        &lb_service(
+            "theirs",
+            80,
+            json!({"spec": {"loadBalancerClass": "example.com/other"}}),
+        ),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for n in ["noclass", "theirs"] {
+        let s = get_svc(&client, n).await;
+        assert!(
+            ingress_ips(&s).is_empty() && condition(&s).is_none(),
+            "{n} is not ours with --default-class=false"
+        );
+    }
+    // Type changes to ClusterIP: released and status cleared; the address is reused.
+    let api: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(client.clone(), "default");
+    let patch = json!({"spec": {"type": "ClusterIP", "loadBalancerClass": null}});
+    api.patch(
+        "ours",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(&patch),
+    )
+    .await
+    .unwrap();
+    wait_for(Duration::from_secs(5), "status cleared", || {
+        let client = client.clone();
+        async move {
+            let s = get_svc(&client, "ours").await;
+            (ingress_ips(&s).is_empty() && condition(&s).is_none()).then_some(())
+        }
+    })
+    .await;
+    create_svc(
+        &client,
+        &lb_service(
+            "next",
+            80,
+            json!({"spec": {"loadBalancerClass": "ringlb.io/maglev"}}),
+        ),
+    )
+    .await;
+    assert_eq!(wait_ips(&client, "next", Duration::from_secs(5)).await, ip);
+}

@@ -1,0 +1,317 @@
+//! The real controller binary against the API simulator: restarts, leader changes,
+//! lost watches and 410 Gone, and the rebuild before the first allocation.
+
+mod common;
+
+use std::collections::{BTreeMap, HashSet};
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use futures::StreamExt;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Service;
+use kube::Api;
+use kube::api::{ListParams, Patch, PatchParams};
+use serde_json::json;
+
+/// name -> (resourceVersion, VIPs) of every LoadBalancer Service in `default`.
+async fn snapshot(client: &kube::Client) -> BTreeMap<String, (String, Vec<IpAddr>)> {
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    api.list(&ListParams::default())
+        .await
+        .expect("list Services")
+        .items
+        .into_iter()
+        .filter(|s| s.spec.as_ref().and_then(|s| s.type_.as_deref()) == Some("LoadBalancer"))
+        .map(|s| {
+            let ips = ingress_ips(&s);
+            (
+                s.metadata.name.clone().unwrap(),
+                (s.metadata.resource_version.clone().unwrap(), ips),
+            )
+        })
+        .collect()
+}
+
+async fn create_many(client: &kube::Client, n: usize) {
+    futures::stream::iter(0..n)
+        .map(|i| {
+            let client = client.clone();
+            async move {
+                // Every tenth pair shares one VIP.
+                let svc = if i % 10 < 2 {
+                    lb_service(&format!("s{i:04}"), 80 + (i % 10) as i32, json!({"metadata": {"annotations": {"ringlb.io/allow-shared-ip": format!("k{}", i / 10)}}}))
+                } else {
+                    lb_service(&format!("s{i:04}"), 80, json!({}))
+                };
+                create_svc(&client, &svc).await
+            }
+        })
+        .buffer_unordered(32)
+        .collect::<Vec<_>>()
+        .await;
+}
+
+async fn wait_all_allocated(
+    client: &kube::Client,
+    n: usize,
+    timeout: Duration,
+) -> BTreeMap<String, (String, Vec<IpAddr>)> {
+    wait_for(timeout, &format!("{n} Services allocated"), || {
+        let client = client.clone();
+        async move {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            let s = snapshot(&client).await;
+            (s.len() >= n && s.values().all(|(_, ips)| !ips.is_empty())).then_some(s)
+        }
+    })
+    .await
+}
+
+#[tokio::test]
+async fn restart_with_1000_services_changes_no_vip() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "main", &["10.0.0.0/16"], |_| {}).await;
+    let mut c1 = Ctrl::start(&sim, "c1", &[]);
+    let t0 = Instant::now();
+    create_many(&client, 1000).await;
+    let before = wait_all_allocated(&client, 1000, Duration::from_secs(60)).await;
+    eprintln!("1000 Services created and allocated in {:?}", t0.elapsed());
+    let distinct: HashSet<&Vec<IpAddr>> = before.values().map(|(_, ips)| ips).collect();
+    assert_eq!(
+        distinct.len(),
+        900,
+        "100 pairs share a VIP, everything else is distinct"
+    );
+    assert_eq!(before["s0010"].1, before["s0011"].1, "shared pair");
+
+    // Crash (SIGKILL: the Lease is not released, the successor waits for it to expire).
+    c1.kill();
+    // A pool edit while no controller runs: a wider pool with a CIDR in front.
+    let pools: Api<ringlb_crds::IPPool> = Api::all(client.clone());
+    pools
+        .patch(
+            "main",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"cidrs": ["10.1.0.0/16", "10.0.0.0/16"]}})),
+        )
+        .await
+        .unwrap();
+    let t1 = Instant::now();
+    let c2 = Ctrl::start(&sim, "c2", &[]);
+    create_svc(&client, &lb_service("after-restart", 80, json!({}))).await;
+    let new_ip = wait_ips(&client, "after-restart", Duration::from_secs(20)).await;
+    eprintln!("successor allocating {:?} after the crash", t1.elapsed());
+    assert!(
+        !distinct.contains(&new_ip),
+        "a new Service never gets an address another holds"
+    );
+    assert_eq!(
+        new_ip,
+        ["10.1.0.0".parse::<IpAddr>().unwrap()],
+        "new allocations use the edited pool order"
+    );
+    // Give the successor time to reconcile everything, then compare.
+    wait_for(
+        Duration::from_secs(10),
+        "the successor to adopt all 1000",
+        || async {
+            let v = c2.metric("ringlb_controller_adoptions_total").await?;
+            (v >= 1000.0).then_some(())
+        },
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let mut after = snapshot(&client).await;
+    after.remove("after-restart");
+    assert_eq!(after.len(), 1000);
+    for (name, (rv, ips)) in &before {
+        let (rv2, ips2) = &after[name];
+        assert_eq!(ips, ips2, "{name} kept its VIP");
+        assert_eq!(rv, rv2, "{name} was not even rewritten");
+    }
+}
+
+#[tokio::test]
+async fn rebuild_reports_conflicts_and_touches_neither_service() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    // Two Services whose statuses (as some earlier, broken writer left them) hold
+    // one address without a legal share.
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    for name in ["older", "newer"] {
+        create_svc(&client, &lb_service(name, 80, json!({}))).await;
+        let st = json!({"status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.5", "ipMode": "VIP"}]}}});
+        api.patch_status(name, &PatchParams::default(), &Patch::Merge(&st))
+            .await
+            .unwrap();
+        tokio::time::sleep(Duration::from_millis(1100)).await; // distinct creationTimestamps
+    }
+    let ctrl = Ctrl::start(&sim, "c1", &[]);
+    wait_for(
+        Duration::from_secs(20),
+        "IPConflict Warning on newer",
+        || {
+            let client = client.clone();
+            async move {
+                warnings(&client, "newer")
+                    .await
+                    .into_iter()
+                    .find(|(r, _)| r == "IPConflict")
+            }
+        },
+    )
+    .await;
+    create_svc(&client, &lb_service("fresh", 80, json!({}))).await;
+    let fresh = wait_ips(&client, "fresh", Duration::from_secs(5)).await;
+    assert_ne!(fresh, ["192.0.2.5".parse::<IpAddr>().unwrap()]);
+    for name in ["older", "newer"] {
+        assert_eq!(
+            ingress_ips(&get_svc(&client, name).await),
+            ["192.0.2.5".parse::<IpAddr>().unwrap()],
+            "{name} untouched"
+        );
+    }
+    assert_eq!(
+        condition(&get_svc(&client, "older").await).map(|c| c.0),
+        Some("True".into())
+    );
+    assert_eq!(
+        condition(&get_svc(&client, "newer").await),
+        Some(("False".into(), "IPConflict".into()))
+    );
+    assert_eq!(
+        ctrl.metric("ringlb_controller_warnings_total{reason=\"rebuild_conflict\"}")
+            .await,
+        Some(1.0)
+    );
+}
+
+async fn lease_holder(client: &kube::Client) -> Option<String> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), "default");
+    api.get_opt("ringlb-controller")
+        .await
+        .ok()??
+        .spec?
+        .holder_identity
+}
+
+/// reportingInstance of every IPAllocated Event.
+async fn allocation_reporters(client: &kube::Client) -> Vec<String> {
+    let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
+    api.list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .into_iter()
+        .filter(|e| e.reason.as_deref() == Some("IPAllocated"))
+        .map(|e| e.reporting_instance.unwrap_or_default())
+        .collect()
+}
+
+#[tokio::test]
+async fn two_replicas_one_writer_and_failover() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let mut a = Ctrl::start(&sim, "replica-a", &[]);
+    let mut b = Ctrl::start(&sim, "replica-b", &[]);
+    let leader = wait_for(Duration::from_secs(20), "a Lease holder", || {
+        lease_holder(&client)
+    })
+    .await;
+    for i in 0..20 {
+        create_svc(&client, &lb_service(&format!("s{i}"), 80, json!({}))).await;
+    }
+    let before = wait_all_allocated(&client, 20, Duration::from_secs(10)).await;
+    let ips: HashSet<&Vec<IpAddr>> = before.values().map(|(_, ips)| ips).collect();
+    assert_eq!(ips.len(), 20, "no address handed out twice");
+    // Exactly one replica says it leads, and only it wrote (Events carry the writer).
+    let (la, lb) = (
+        a.metric("ringlb_controller_leader").await,
+        b.metric("ringlb_controller_leader").await,
+    );
+    assert_eq!(
+        la.unwrap_or(0.0) + lb.unwrap_or(0.0),
+        1.0,
+        "one leader: a={la:?} b={lb:?}"
+    );
+    let reporters: HashSet<String> = allocation_reporters(&client).await.into_iter().collect();
+    assert_eq!(
+        reporters,
+        HashSet::from([leader.clone()]),
+        "only the leader wrote"
+    );
+
+    // The leader dies without releasing the Lease: the standby takes over after it expires.
+    let (dead, standby) = if leader == "replica-a" {
+        (&mut a, &mut b)
+    } else {
+        (&mut b, &mut a)
+    };
+    dead.kill();
+    let t0 = Instant::now();
+    create_svc(&client, &lb_service("after-failover", 80, json!({}))).await;
+    let ip = wait_ips(&client, "after-failover", Duration::from_secs(15)).await;
+    eprintln!(
+        "failover: new Service allocated {:?} after the leader died",
+        t0.elapsed()
+    );
+    assert!(
+        !ips.contains(&ip),
+        "the new leader rebuilt before allocating"
+    );
+    assert_eq!(
+        lease_holder(&client).await.as_deref(),
+        Some(standby.identity.as_str())
+    );
+    let after = snapshot(&client).await;
+    for (name, (_, ips)) in &before {
+        assert_eq!(
+            &after[name].1, ips,
+            "{name} kept its VIP across the failover"
+        );
+    }
+
+    // A graceful stop releases the Lease at once.
+    standby.terminate().await;
+    assert!(
+        standby.logs().contains("released the Lease"),
+        "{}",
+        standby.logs()
+    );
+    assert_eq!(lease_holder(&client).await, None);
+}
+
+#[tokio::test]
+async fn dropped_watches_and_410_recover() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "main", &["192.0.2.0/29"], |_| {}).await;
+    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    create_svc(&client, &lb_service("one", 80, json!({}))).await;
+    let one = wait_ips(&client, "one", Duration::from_secs(20)).await;
+
+    // Watches dropped: the controller re-watches and keeps going.
+    sim.faults().drop_watches();
+    create_svc(&client, &lb_service("two", 80, json!({}))).await;
+    wait_ips(&client, "two", Duration::from_secs(5)).await;
+    assert!(sim.faults().dropped_watches() > 0);
+
+    // History compacted and watches dropped: re-watching from the old
+    // resourceVersion gets 410 Gone, the controller relists. A Service deleted in the
+    // meantime is noticed through the relist and its address is freed.
+    sim.faults().compact();
+    sim.faults().expire_next(4);
+    sim.faults().drop_watches();
+    delete_svc(&client, "one").await;
+    create_svc(&client, &lb_service("three", 80, json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": one[0].to_string()}}}))).await;
+    assert_eq!(
+        wait_ips(&client, "three", Duration::from_secs(10)).await,
+        one,
+        "one's address was released and reused"
+    );
+}
