@@ -13,6 +13,7 @@ pub mod bgppeer;
 pub mod common;
 pub mod generate;
 pub mod ippool;
+pub mod labels;
 pub mod service;
 
 pub use bgpadvertisement::{
