@@ -142,7 +142,11 @@ fn cluster_ips(svc: &Value) -> Vec<IpAddr> {
 }
 
 fn node_ports(svc: &Value) -> Vec<u16> {
-    svc.pointer("/spec/ports")
+    node_ports_in(svc.pointer("/spec/ports"))
+}
+
+fn node_ports_in(ports: Option<&Value>) -> Vec<u16> {
+    ports
         .and_then(Value::as_array)
         .map(|a| {
             a.iter()
@@ -363,11 +367,13 @@ pub fn prepare(new: &mut Value, old: Option<&Value>, alloc: &mut Allocator) -> R
             .and_then(|o| o.pointer("/spec/ports"))
             .and_then(Value::as_array)
             .cloned();
+        let explicit_new: Vec<u16> = node_ports_in(spec.get("ports"));
         let ports = spec
             .get_mut("ports")
             .and_then(Value::as_array_mut)
             .into_iter()
             .flatten();
+        let mut assigned: Vec<u16> = Vec::new();
         for p in ports {
             if !want {
                 if let Some(o) = p.as_object_mut() {
@@ -379,17 +385,18 @@ pub fn prepare(new: &mut Value, old: Option<&Value>, alloc: &mut Allocator) -> R
                 .get("nodePort")
                 .and_then(Value::as_u64)
                 .and_then(|v| u16::try_from(v).ok());
-            // Keep the port this Service port had before when the update omits it.
+            // An update that omits a nodePort keeps the one the old port of the
+            // same name had, unless another port took it (kube-apiserver's
+            // patchAllocatedValues matches by name too).
             let inherited = explicit.or_else(|| {
-                old_spec_ports.as_ref()?.iter().find_map(|op| {
-                    (op.get("port") == p.get("port") && op.get("protocol") == p.get("protocol"))
-                        .then(|| {
-                            op.get("nodePort")?
-                                .as_u64()
-                                .and_then(|v| u16::try_from(v).ok())
-                        })
-                        .flatten()
-                })
+                let name = p.get("name").and_then(Value::as_str).unwrap_or("");
+                old_spec_ports
+                    .as_ref()?
+                    .iter()
+                    .find(|op| op.get("name").and_then(Value::as_str).unwrap_or("") == name)
+                    .and_then(|op| op.get("nodePort")?.as_u64())
+                    .and_then(|v| u16::try_from(v).ok())
+                    .filter(|n| !explicit_new.contains(n) && !assigned.contains(n))
             });
             let port = match inherited {
                 Some(n) if old_ports.contains(&n) => n,
@@ -404,6 +411,7 @@ pub fn prepare(new: &mut Value, old: Option<&Value>, alloc: &mut Allocator) -> R
                     n
                 }
             };
+            assigned.push(port);
             p["nodePort"] = json!(port);
         }
         Ok(())
