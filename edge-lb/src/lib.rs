@@ -5,3 +5,4 @@ pub mod bgp;
 pub mod datapath;
 pub mod desired;
 pub mod maglev;
+pub mod plan;

@@ -1,0 +1,404 @@
+//! `ringlb-edge run`: the edge agent. It derives everything from the API and its flags.
+//! It lives in the binary: it is the orchestration `main` does, over the library's pieces.
+//!
+//! ```text
+//!  reflectors: Services, EndpointSlices, BGPPeers, BGPAdvertisements, IPPools, own Node
+//!        │ any event ──> notify (coalesced for DEBOUNCE)
+//!        ▼
+//!  sync task (owns the datapath and the speaker):
+//!     desired::build ──> plan::datapath_state ──> Datapath::apply (writes only the diff)
+//!                    └─> plan::routes ──────────> Speaker::announce / withdraw
+//!     bgp::select::select_for_node ─────────────> Speaker::set_peers
+//!  SIGTERM ──> Speaker::drain (GRACEFUL_SHUTDOWN, drain time, withdraw, Cease) ──> exit.
+//!  The XDP program and its maps stay pinned, so a restart keeps forwarding and conntrack.
+//! ```
+
+use std::collections::{BTreeSet, HashMap};
+use std::net::{Ipv4Addr, Ipv6Addr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::Context;
+use futures::StreamExt;
+use ipnetwork::IpNetwork;
+use k8s_openapi::api::core::v1::{Node, Secret, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::api::Api;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::{WatchStreamExt, watcher};
+use prometheus_client::registry::Registry;
+use ringlb_crds::{BGPAdvertisement, BGPPeer, IPPool, SecretKeyRef};
+use ringlb_ops::{CommonArgs, Health};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{Mutex, Notify};
+
+use ringlb_edge::bgp::{RouteAttrs, Speaker, select};
+use ringlb_edge::datapath::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
+use ringlb_edge::datapath::{Datapath, nexthop::KernelResolver};
+use ringlb_edge::{desired, maglev, plan};
+
+/// How long the agent waits for more events before it syncs.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+/// A full resync even without events (next hops change without API events).
+const RESYNC: Duration = Duration::from_secs(30);
+/// How soon a failed datapath apply is retried.
+const RETRY: Duration = Duration::from_secs(1);
+
+/// Flags of `ringlb-edge run`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct RunArgs {
+    /// This node's name (its labels select BGPPeers).
+    #[arg(long, env = "NODE_NAME")]
+    pub node_name: String,
+    /// Interface that receives VIP traffic from the ToR; the XDP program attaches here.
+    #[arg(long)]
+    pub interface: String,
+    /// XDP attach mode: auto tries native and falls back to generic with a warning.
+    #[arg(long, value_enum, default_value = "auto")]
+    pub xdp_mode: AttachMode,
+    /// Where the XDP maps and link are pinned (a bpffs).
+    #[arg(long, default_value = DEFAULT_PIN_DIR)]
+    pub pin_dir: PathBuf,
+    /// Outer source address of IPv4 encapsulation (this edge's address toward the pods).
+    #[arg(long)]
+    pub source_v4: Option<Ipv4Addr>,
+    /// Outer source address of IPv6 encapsulation.
+    #[arg(long)]
+    pub source_v6: Option<Ipv6Addr>,
+    /// Largest packet after encapsulation; larger ones are counted and passed.
+    #[arg(long, default_value_t = 1500)]
+    pub mtu: u32,
+    /// BGP router id. Default: --source-v4.
+    #[arg(long)]
+    pub router_id: Option<Ipv4Addr>,
+    /// TCP port for passive BGP opens; 0 turns passive open off.
+    #[arg(long, default_value_t = 179)]
+    pub bgp_listen_port: u16,
+    /// Maglev table size per VIP:port (a prime from 251 to 1048573).
+    #[arg(long, default_value_t = maglev::DEFAULT_TABLE_SIZE)]
+    pub ring_size: u32,
+    /// Serve LoadBalancer Services that set no loadBalancerClass.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    pub default_class: bool,
+    /// On SIGTERM, how long routes stay announced with GRACEFUL_SHUTDOWN before they
+    /// are withdrawn.
+    #[arg(long, default_value_t = 30)]
+    pub drain_seconds: u64,
+}
+
+struct Stores {
+    services: Store<Service>,
+    slices: Store<EndpointSlice>,
+    peers: Store<BGPPeer>,
+    adverts: Store<BGPAdvertisement>,
+    pools: Store<IPPool>,
+    nodes: Store<Node>,
+}
+
+/// Starts a reflector for `api` and returns its store; every event pokes `notify`.
+fn reflect<K>(api: Api<K>, cfg: watcher::Config, notify: Arc<Notify>) -> Store<K>
+where
+    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
+    K: serde::de::DeserializeOwned,
+{
+    let (reader, writer) = reflector::store();
+    let kind = K::kind(&()).to_string();
+    let stream = watcher(api, cfg)
+        .default_backoff()
+        .reflect(writer)
+        .touched_objects();
+    tokio::spawn(async move {
+        futures::pin_mut!(stream);
+        while let Some(ev) = stream.next().await {
+            match ev {
+                Ok(_) => notify.notify_one(),
+                Err(e) => tracing::warn!(kind, error = %e, "watch error; retrying with backoff"),
+            }
+        }
+    });
+    reader
+}
+
+/// Runs the edge agent until SIGTERM/SIGINT.
+pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
+    maglev::Table::build(
+        &[maglev::Backend {
+            addr: Ipv4Addr::LOCALHOST.into(),
+            port: 1,
+            weight: 1,
+        }],
+        args.ring_size,
+    )
+    .with_context(|| format!("--ring-size {}", args.ring_size))?;
+    let router_id = args
+        .router_id
+        .or(args.source_v4)
+        .context("--router-id (or --source-v4) is required for BGP")?;
+
+    let health = Health::new();
+    let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
+    let speaker = {
+        let mut r = registry.lock().await;
+        Speaker::start(args.bgp_listen_port, &mut r)?
+    };
+    let (addr, _ops) = ringlb_ops::serve_ops(common.metrics_addr, registry, health.clone())
+        .await
+        .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
+    tracing::info!(%addr, "serving /metrics /healthz /readyz");
+
+    let opts = XdpOptions {
+        pin_dir: Some(args.pin_dir.clone()),
+        src4: args.source_v4,
+        src6: args.source_v6,
+        mtu: args.mtu,
+        ..Default::default()
+    };
+    let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::default()))
+        .context("loading the XDP datapath")?;
+    let mode = dp
+        .attach(&args.interface, args.xdp_mode)
+        .with_context(|| format!("attaching XDP to {}", args.interface))?;
+    tracing::info!(interface = %args.interface, mode, "XDP attached");
+
+    let client = common.kube_client().await?;
+    check_crds(&client).await?;
+    let notify = Arc::new(Notify::new());
+    let all = watcher::Config::default();
+    let stores = Stores {
+        services: reflect(
+            Api::<Service>::all(client.clone()),
+            all.clone(),
+            notify.clone(),
+        ),
+        slices: reflect(
+            Api::<EndpointSlice>::all(client.clone()),
+            all.clone(),
+            notify.clone(),
+        ),
+        peers: reflect(
+            Api::<BGPPeer>::all(client.clone()),
+            all.clone(),
+            notify.clone(),
+        ),
+        adverts: reflect(
+            Api::<BGPAdvertisement>::all(client.clone()),
+            all.clone(),
+            notify.clone(),
+        ),
+        pools: reflect(
+            Api::<IPPool>::all(client.clone()),
+            all.clone(),
+            notify.clone(),
+        ),
+        nodes: reflect(
+            Api::<Node>::all(client.clone()),
+            all.clone()
+                .fields(&format!("metadata.name={}", args.node_name)),
+            notify.clone(),
+        ),
+    };
+    for (kind, ready) in [
+        ("Service", stores.services.wait_until_ready().await),
+        ("EndpointSlice", stores.slices.wait_until_ready().await),
+        ("BGPPeer", stores.peers.wait_until_ready().await),
+        ("BGPAdvertisement", stores.adverts.wait_until_ready().await),
+        ("IPPool", stores.pools.wait_until_ready().await),
+    ] {
+        ready.with_context(|| format!("first list of {kind}s"))?;
+    }
+
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
+    let mut state = SyncState::default();
+    loop {
+        sync(
+            &client, &stores, args, router_id, &mut dp, &speaker, &mut state,
+        )
+        .await;
+        health.set_ready(state.synced_once);
+        tokio::select! {
+            _ = notify.notified() => tokio::time::sleep(DEBOUNCE).await,
+            _ = tokio::time::sleep(if state.retry { RETRY } else { RESYNC }) => {}
+            _ = term.recv() => break,
+            _ = int.recv() => break,
+        }
+    }
+    tracing::info!(
+        drain_seconds = args.drain_seconds,
+        "shutting down: draining BGP"
+    );
+    health.set_ready(false);
+    tokio::select! {
+        _ = speaker.drain(Duration::from_secs(args.drain_seconds)) => {}
+        _ = term.recv() => { tracing::warn!("second signal: cutting the drain short"); speaker.withdraw_all(); }
+    }
+    speaker.shutdown().await;
+    tracing::info!("edge agent stopped; XDP program and maps stay pinned for the next start");
+    Ok(())
+}
+
+#[derive(Default)]
+struct SyncState {
+    announced: BTreeSet<IpNetwork>,
+    synced_once: bool,
+    /// The last apply failed: sync again soon without waiting for an event.
+    retry: bool,
+}
+
+async fn sync(
+    client: &kube::Client,
+    stores: &Stores,
+    args: &RunArgs,
+    router_id: Ipv4Addr,
+    dp: &mut XdpDatapath,
+    speaker: &Speaker,
+    st: &mut SyncState,
+) {
+    let start = Instant::now();
+    let services: Vec<Service> = stores
+        .services
+        .state()
+        .iter()
+        .map(|s| (**s).clone())
+        .collect();
+    let slices: Vec<EndpointSlice> = stores
+        .slices
+        .state()
+        .iter()
+        .map(|s| (**s).clone())
+        .collect();
+    let want = desired::build(&services, &slices, args.default_class);
+    for s in &want.skipped {
+        tracing::warn!(service = %s.service, reason = %s.reason, "not served");
+    }
+    let (state, problems) = plan::datapath_state(&want, args.ring_size);
+    for p in &problems {
+        tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
+    }
+    if let Err(e) = dp.refresh_next_hops() {
+        tracing::warn!(error = %e, "refreshing next hops");
+    }
+    let routes = match dp.apply(&state) {
+        Ok(stats) => {
+            tracing::debug!(?stats, vips = state.services.len(), "datapath applied");
+            st.retry = false;
+            plan::routes(&want, &state)
+        }
+        Err(e) => {
+            // Announce nothing new and withdraw nothing until the datapath is right.
+            tracing::error!(error = %e, kind = e.metric_label(), "datapath apply failed; retrying");
+            st.retry = true;
+            st.announced.clone()
+        }
+    };
+
+    // BGP peers for this node, then the routes.
+    let node_labels = stores
+        .nodes
+        .state()
+        .first()
+        .and_then(|n| n.metadata.labels.clone())
+        .unwrap_or_default();
+    let peers: Vec<BGPPeer> = stores.peers.state().iter().map(|p| (**p).clone()).collect();
+    let adverts: Vec<BGPAdvertisement> = stores
+        .adverts
+        .state()
+        .iter()
+        .map(|a| (**a).clone())
+        .collect();
+    let pools: Vec<IPPool> = stores.pools.state().iter().map(|p| (**p).clone()).collect();
+    let passwords = passwords(client, &peers).await;
+    let selection = select::select_for_node(
+        &node_labels,
+        router_id,
+        &peers,
+        &adverts,
+        &pools,
+        &|r: &SecretKeyRef| {
+            passwords
+                .get(&(r.namespace.clone(), r.name.clone(), r.key.clone()))
+                .cloned()
+        },
+    );
+    for (name, e) in &selection.errors {
+        tracing::warn!(bgppeer = %name, error = %e, "BGPPeer not used");
+    }
+    if let Err(e) = speaker.set_peers(selection.peers).await {
+        tracing::error!(error = %e, "configuring BGP peers");
+    }
+
+    for gone in st.announced.difference(&routes) {
+        speaker.withdraw(*gone);
+    }
+    speaker.announce_many(
+        routes
+            .difference(&st.announced)
+            .map(|r| (*r, RouteAttrs::default())),
+    );
+    st.announced = routes;
+    st.synced_once = true;
+    tracing::debug!(
+        elapsed_ms = start.elapsed().as_millis() as u64,
+        announced = st.announced.len(),
+        "synced"
+    );
+}
+
+/// MD5 passwords of the peers that name a Secret, keyed by (namespace, name, key).
+async fn passwords(
+    client: &kube::Client,
+    peers: &[BGPPeer],
+) -> HashMap<(String, String, Option<String>), String> {
+    let mut out = HashMap::new();
+    for r in peers
+        .iter()
+        .filter_map(|p| p.spec.password_secret_ref.as_ref())
+    {
+        let api: Api<Secret> = Api::namespaced(client.clone(), &r.namespace);
+        match api.get(&r.name).await {
+            Ok(secret) => {
+                let key = r.key.clone().unwrap_or_else(|| "password".into());
+                if let Some(v) = secret.data.as_ref().and_then(|d| d.get(&key))
+                    && let Ok(s) = String::from_utf8(v.0.clone())
+                {
+                    out.insert((r.namespace.clone(), r.name.clone(), r.key.clone()), s);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(secret = %format!("{}/{}", r.namespace, r.name), error = %e, "reading BGP password")
+            }
+        }
+    }
+    out
+}
+
+/// Exits with a clear message when ringlb's CRDs are not installed.
+async fn check_crds(client: &kube::Client) -> anyhow::Result<()> {
+    for (kind, res) in [
+        (
+            "BGPPeer",
+            Api::<BGPPeer>::all(client.clone())
+                .list(&Default::default())
+                .await
+                .map(|_| ()),
+        ),
+        (
+            "IPPool",
+            Api::<IPPool>::all(client.clone())
+                .list(&Default::default())
+                .await
+                .map(|_| ()),
+        ),
+    ] {
+        if let Err(kube::Error::Api(e)) = &res
+            && e.code == 404
+        {
+            anyhow::bail!(
+                "the {kind} CRD is not installed: kubectl apply -f crds/ (or install the Helm chart)"
+            );
+        }
+        res.with_context(|| format!("listing {kind}s"))?;
+    }
+    Ok(())
+}

@@ -1,0 +1,149 @@
+//! Pure glue between the pieces of `ringlb-edge run`: the desired backends (`desired`) become Maglev tables
+//! and the datapath's desired state, and the VIPs to announce.
+
+use std::collections::BTreeSet;
+
+use ipnetwork::IpNetwork;
+
+use crate::datapath::{DesiredState, ServiceEntry};
+use crate::desired::Desired;
+use crate::maglev::Table;
+
+/// A VIP:port the agent could not program, with the reason (for a log line).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    pub what: String,
+    pub reason: String,
+}
+
+/// The datapath state for `desired`, with tables of `ring_size` slots.
+///
+/// New flows go to `ready` backends. When a VIP:port has none, its serving-but-
+/// terminating backends take new flows too (as kube-proxy does since Kubernetes 1.26),
+/// so a rolling restart does not blackhole the Service. Terminating backends that are
+/// not in the table stay in the backend set, so conntrack keeps their established flows.
+pub fn datapath_state(desired: &Desired, ring_size: u32) -> (DesiredState, Vec<Problem>) {
+    let mut state = DesiredState::default();
+    let mut problems = Vec::new();
+    for (vip, b) in &desired.vips {
+        let table_backends = if b.ready.is_empty() {
+            &b.draining
+        } else {
+            &b.ready
+        };
+        if table_backends.is_empty() {
+            continue;
+        }
+        let entry = Table::build(table_backends, ring_size)
+            .map_err(|e| e.to_string())
+            .and_then(|table| {
+                let mut ips: Vec<_> = table.backends().iter().map(|b| b.addr).collect();
+                for d in &b.draining {
+                    if !ips.contains(&d.addr) {
+                        ips.push(d.addr);
+                    }
+                }
+                ServiceEntry::new(vip, ips, table.slots().to_vec()).map_err(|e| e.to_string())
+            });
+        match entry {
+            Ok(e) => {
+                state.services.insert(*vip, e);
+            }
+            Err(reason) => problems.push(Problem {
+                what: format!("{vip} ({})", b.service),
+                reason,
+            }),
+        }
+    }
+    (state, problems)
+}
+
+/// Host routes for the VIPs that are programmed and have a ready backend. A VIP is
+/// announced only when the datapath can serve it.
+pub fn routes(desired: &Desired, programmed: &DesiredState) -> BTreeSet<IpNetwork> {
+    let served: BTreeSet<_> = programmed.services.keys().map(|v| v.addr).collect();
+    desired
+        .announceable()
+        .into_iter()
+        .filter(|a| served.contains(a))
+        .map(IpNetwork::from)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::{Proto, Vip};
+    use crate::desired::VipBackends;
+    use crate::maglev::Backend;
+
+    fn b(ip: &str) -> Backend {
+        Backend {
+            addr: ip.parse().unwrap(),
+            port: 8080,
+            weight: 1,
+        }
+    }
+
+    fn vip(ip: &str, port: u16) -> Vip {
+        Vip {
+            addr: ip.parse().unwrap(),
+            port,
+            proto: Proto::Tcp,
+        }
+    }
+
+    fn desired(entries: Vec<(Vip, Vec<Backend>, Vec<Backend>)>) -> Desired {
+        let mut d = Desired::default();
+        for (v, ready, draining) in entries {
+            d.vips.insert(
+                v,
+                VipBackends {
+                    service: "default/web".into(),
+                    ready,
+                    draining,
+                },
+            );
+        }
+        d
+    }
+
+    #[test]
+    fn ready_backends_fill_the_ring_draining_ones_only_keep_flows() {
+        let d = desired(vec![(
+            vip("192.0.2.1", 80),
+            vec![b("10.0.0.1"), b("10.0.0.2")],
+            vec![b("10.0.0.3")],
+        )]);
+        let (s, problems) = datapath_state(&d, 251);
+        assert!(problems.is_empty());
+        let e = &s.services[&vip("192.0.2.1", 80)];
+        assert_eq!(e.backends().len(), 3, "draining backend kept for conntrack");
+        assert!(
+            e.ring().iter().all(|&i| i < 2),
+            "draining backend takes no new flows"
+        );
+        assert_eq!(routes(&d, &s).len(), 1);
+    }
+
+    #[test]
+    fn only_terminating_backends_still_serve_and_are_not_announced() {
+        let d = desired(vec![(vip("192.0.2.1", 80), vec![], vec![b("10.0.0.3")])]);
+        let (s, _) = datapath_state(&d, 251);
+        assert_eq!(s.services[&vip("192.0.2.1", 80)].backends().len(), 1);
+        assert!(routes(&d, &s).is_empty(), "no ready backend: not announced");
+    }
+
+    #[test]
+    fn a_bad_ring_size_is_a_problem_not_a_crash() {
+        let d = desired(vec![
+            (vip("192.0.2.1", 80), vec![b("10.0.0.1")], vec![]),
+            (vip("192.0.2.2", 80), vec![], vec![]),
+        ]);
+        let (s, problems) = datapath_state(&d, 1000);
+        assert!(s.services.is_empty());
+        assert_eq!(problems.len(), 1);
+        assert!(problems[0].what.contains("192.0.2.1"), "{problems:?}");
+        assert!(routes(&d, &s).is_empty());
+    }
+}
