@@ -455,3 +455,56 @@ async fn bad_input_gets_status_errors_and_the_server_survives() {
     assert_eq!(code, 200, "still serving");
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn custom_resources_are_pruned_defaulted_and_validated() {
+    let sim = Simulator::start(SimOptions::default()).await.unwrap();
+    let gvk = GroupVersionKind::gvk("ringlb.io", "v1alpha1", "IPPool");
+    let ar = ApiResource::from_gvk_with_plural(&gvk, "ippools");
+    let pools: Api<DynamicObject> = Api::all_with(sim.client().await, &ar);
+    let pool = |name: &str, spec: serde_json::Value| -> DynamicObject {
+        serde_json::from_value(json!({"apiVersion": "ringlb.io/v1alpha1", "kind": "IPPool", "metadata": {"name": name}, "spec": spec})).unwrap()
+    };
+    let got = pools
+        .create(
+            &PostParams::default(),
+            &pool("ok", json!({"cidrs": ["192.0.2.0/24"], "bogusField": 1})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        got.data["spec"]["autoAssign"], true,
+        "schema default filled in"
+    );
+    assert!(
+        got.data["spec"].get("bogusField").is_none(),
+        "unknown field pruned"
+    );
+    let err = pools
+        .create(
+            &PostParams::default(),
+            &pool("bad", json!({"cidrs": ["not-a-cidr"]})),
+        )
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!((s.code, s.reason.as_str()), (422, "Invalid"));
+            assert!(
+                s.message.contains("IPPool.ringlb.io \"bad\" is invalid"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // updates are validated too
+    let bad = json!({"spec": {"cidrs": ["300.0.0.0/8"]}});
+    assert!(
+        pools
+            .patch("ok", &PatchParams::default(), &Patch::Merge(bad))
+            .await
+            .is_err()
+    );
+    sim.shutdown().await;
+}

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
+use super::crschema;
 use super::error::ApiError;
 use super::meta;
 use super::patch::{self, PatchKind};
@@ -213,6 +214,7 @@ impl Api {
             reset_status(info, &mut body);
         }
         self.admit_create(info, &mut body)?;
+        check_schema(info, &mut body)?;
         let t = Target {
             info: info.clone(),
             namespace: if info.namespaced {
@@ -457,16 +459,17 @@ impl Api {
                     o.insert("apiVersion".into(), json!(info.api_version()));
                     o.insert("kind".into(), json!(info.kind));
                 }
+                check_schema(info, &mut new)?;
+                if is_service && sub == Sub::Main {
+                    services::prepare(&mut new, Some(old), &mut self.alloc())
+                        .map_err(|e| ApiError::invalid(&info.kind, &t.name, e))?;
+                }
                 if sub == Sub::Main && meta::spec_part(&new) != meta::spec_part(old) {
                     let g = old
                         .pointer("/metadata/generation")
                         .and_then(Value::as_i64)
                         .unwrap_or(1);
                     meta::meta_mut(&mut new).insert("generation".into(), json!(g + 1));
-                }
-                if is_service && sub == Sub::Main {
-                    services::prepare(&mut new, Some(old), &mut self.alloc())
-                        .map_err(|e| ApiError::invalid(&info.kind, &t.name, e))?;
                 }
                 // The last finalizer removed from an object being deleted: it goes now.
                 if new.pointer("/metadata/deletionTimestamp").is_some()
@@ -620,6 +623,25 @@ fn with_type(info: &ResourceInfo, obj: Arc<Value>) -> Arc<Value> {
         m.insert("kind".into(), json!(info.kind));
     }
     Arc::new(o)
+}
+
+/// Custom resources: prune, default and validate against the CRD schema.
+fn check_schema(info: &ResourceInfo, obj: &mut Value) -> Result<(), ApiError> {
+    let Some(schema) = &info.schema else {
+        return Ok(());
+    };
+    crschema::default_and_prune(schema, obj);
+    let errors = crschema::validate(schema, obj);
+    if errors.is_empty() {
+        return Ok(());
+    }
+    let kind = format!("{}.{}", info.kind, info.group);
+    let msg = if errors.len() == 1 {
+        errors[0].clone()
+    } else {
+        format!("[{}]", errors.join(", "))
+    };
+    Err(ApiError::invalid(&kind, meta::name(obj), msg))
 }
 
 fn check_type(info: &ResourceInfo, body: &Value) -> Result<(), ApiError> {

@@ -11,6 +11,7 @@
 
 mod api;
 mod controllers;
+mod crschema;
 mod discovery;
 mod error;
 mod faults;

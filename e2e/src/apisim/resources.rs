@@ -26,6 +26,9 @@ pub struct ResourceInfo {
     pub printer_columns: Vec<Value>,
     /// Storage identity shared by all versions of the resource: `group/plural`.
     pub id: Arc<str>,
+    /// A CRD version's `openAPIV3Schema` (custom resources are pruned, defaulted
+    /// and validated against it).
+    pub schema: Option<Arc<Value>>,
 }
 
 impl ResourceInfo {
@@ -51,6 +54,7 @@ impl ResourceInfo {
             scale: false,
             printer_columns: Vec::new(),
             id: format!("{group}/{plural}").into(),
+            schema: None,
         }
     }
 
@@ -155,6 +159,7 @@ pub fn from_crd(crd: &Value) -> Result<Vec<ResourceInfo>, CrdError> {
                 .cloned()
                 .unwrap_or_default(),
             id: format!("{group}/{plural}").into(),
+            schema: v.pointer("/schema/openAPIV3Schema").cloned().map(Arc::new),
         });
     }
     Ok(out)
