@@ -476,3 +476,92 @@ async fn live_fuzz_the_session_never_kills_the_speaker() {
     wait_state(&sp, State::Established).await;
     sp.shutdown().await;
 }
+
+/// Both sides open a connection at once (RFC 4271 §6.8). `remote_id` decides which
+/// survives: the connection opened by the side with the higher BGP Identifier.
+async fn collision(remote_id: Ipv4Addr) -> (Option<Message>, Option<Message>) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut reg = Registry::default();
+    let sp = Speaker::start(port, &mut reg).unwrap();
+    sp.add_peer(peer_cfg(l.local_addr().unwrap().port(), false))
+        .unwrap();
+    // Connection A: the speaker's outbound one. Read its OPEN, answer nothing yet.
+    let mut a = accept(&l).await;
+    let Some(Message::Open(_)) = a.read().await else {
+        panic!("no OPEN on A")
+    };
+    // Connection B: ours to the speaker, with our OPEN.
+    let s = TcpStream::connect(SocketAddr::from(([127, 0, 0, 1], port)))
+        .await
+        .unwrap();
+    let mut b = FakePeer { s };
+    b.send(&Message::Open(Open::new(
+        PEER_ASN,
+        3,
+        remote_id,
+        &[Afi::Ipv4],
+    )))
+    .await;
+    let first_b = b.read().await;
+    let first_a = timeout(Duration::from_secs(1), a.read())
+        .await
+        .ok()
+        .flatten();
+    if first_a.is_none() {
+        // A survived: finish the handshake on it.
+        a.send(&Message::Open(Open::new(
+            PEER_ASN,
+            3,
+            remote_id,
+            &[Afi::Ipv4],
+        )))
+        .await;
+        a.send(&Message::Keepalive).await;
+        wait_state(&sp, State::Established).await;
+    }
+    sp.shutdown().await;
+    (first_a, first_b)
+}
+
+#[tokio::test]
+async fn collision_higher_remote_id_keeps_the_inbound_connection() {
+    // Speaker id 10.0.0.11 < 10.0.0.200: dump A (ours), continue on B with an OPEN.
+    let (a, b) = collision(Ipv4Addr::new(10, 0, 0, 200)).await;
+    assert!(
+        matches!(
+            a,
+            Some(Message::Notification(Notification {
+                code: 6,
+                subcode: 7,
+                ..
+            }))
+        ),
+        "A should get Cease/Connection Collision Resolution, got {a:?}"
+    );
+    assert!(
+        matches!(b, Some(Message::Open(_))),
+        "B should continue with OPEN, got {b:?}"
+    );
+}
+
+#[tokio::test]
+async fn collision_lower_remote_id_keeps_the_outbound_connection() {
+    let (a, b) = collision(Ipv4Addr::new(10, 0, 0, 2)).await;
+    assert_eq!(a, None, "A (outbound) must stay and reach Established");
+    assert!(
+        matches!(
+            b,
+            Some(Message::Notification(Notification {
+                code: 6,
+                subcode: 7,
+                ..
+            }))
+        ),
+        "B should get Cease/Connection Collision Resolution, got {b:?}"
+    );
+}
