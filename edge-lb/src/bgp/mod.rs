@@ -5,12 +5,15 @@
 //! - `session`: one owner task per peer running the FSM over TCP.
 //! - `speaker`: the in-process API (`announce`, `withdraw`, peer state as a watch).
 //! - `rib`: pure export policy and Adj-RIB-Out diffing.
-//! - `config` / `select`: peers and policy from the standalone file or the CRDs.
+//! - `config` / `select`: peers and policy from the standalone file or the CRDs;
+//!   `k8s`: the watches that feed `select` and write `BGPPeer` status;
+//!   `standalone`: `ringlb-edge speaker --config FILE`.
 //! - `md5`: TCP MD5 signatures; `metrics`: Prometheus metrics per peer.
 
 pub mod codec;
 pub mod config;
 pub mod fsm;
+pub mod k8s;
 pub mod md5;
 pub mod metrics;
 pub mod rib;

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnetwork::IpNetwork;
-use ringlb_crds::{BGPAdvertisement, BGPPeer, IPPool, LabelSelector, NodeSession, SecretKeyRef};
+use ringlb_crds::{
+    BGPAdvertisement, BGPPeer, BGPPeerStatus, IPPool, LabelSelector, NodeSession, SecretKeyRef,
+};
 
 use super::Error;
 use super::config::{
@@ -126,6 +128,8 @@ fn name_of(meta: &kube::api::ObjectMeta) -> String {
 #[derive(Debug, Default)]
 pub struct Selection {
     pub peers: Vec<PeerConfig>,
+    /// The `BGPPeer` object name of each entry of `peers`, in the same order.
+    pub names: Vec<String>,
     pub errors: Vec<(String, Error)>,
 }
 
@@ -210,7 +214,10 @@ pub fn select_for_node(
             peer_from_spec(&p.spec, router_id, extras, ExportPolicy { rules }).map(Some)
         })();
         match r {
-            Ok(Some(c)) => sel.peers.push(c),
+            Ok(Some(c)) => {
+                sel.peers.push(c);
+                sel.names.push(pname);
+            }
             Ok(None) => {}
             Err(e) => sel.errors.push((pname, e)),
         }
@@ -231,6 +238,23 @@ pub fn node_session(node: &str, st: &PeerStatus) -> NodeSession {
         advertised: st.advertised as u32,
         last_transition: ts,
         last_error: st.last_error.clone(),
+    }
+}
+
+/// Put this node's entry into a `BGPPeer` status, leaving the other nodes' entries
+/// alone. Returns whether anything changed (so unchanged statuses are not written).
+pub fn merge_node_session(status: &mut BGPPeerStatus, entry: NodeSession) -> bool {
+    match status.nodes.iter_mut().find(|n| n.node == entry.node) {
+        Some(n) if *n == entry => false,
+        Some(n) => {
+            *n = entry;
+            true
+        }
+        None => {
+            status.nodes.push(entry);
+            status.nodes.sort_by(|a, b| a.node.cmp(&b.node));
+            true
+        }
     }
 }
 

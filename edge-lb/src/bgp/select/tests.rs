@@ -238,3 +238,26 @@ fn node_session_status() {
     assert_eq!(n.advertised, 3);
     assert_eq!(n.last_transition.as_deref(), Some("2023-11-14T22:13:20Z"));
 }
+
+#[test]
+fn merge_node_session_replaces_only_this_node() {
+    let mut st = BGPPeerStatus::default();
+    let e = |node: &str, state: &str| NodeSession {
+        node: node.into(),
+        state: state.into(),
+        ..Default::default()
+    };
+    assert!(merge_node_session(&mut st, e("b", "Active")));
+    assert!(merge_node_session(&mut st, e("a", "Established")));
+    assert!(
+        !merge_node_session(&mut st, e("a", "Established")),
+        "no change, no write"
+    );
+    assert!(merge_node_session(&mut st, e("b", "Established")));
+    let nodes: Vec<(&str, &str)> = st
+        .nodes
+        .iter()
+        .map(|n| (n.node.as_str(), n.state.as_str()))
+        .collect();
+    assert_eq!(nodes, vec![("a", "Established"), ("b", "Established")]);
+}
