@@ -372,10 +372,24 @@ async fn patch_flavours() {
     // Apply creates...
     let cm = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1"}});
     api.patch("c", &pp, &Patch::Apply(&cm)).await.unwrap();
-    // ...and merges.
+    // ...and merges what another manager applies...
     let cm2 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"b": "2"}});
-    let got = api.patch("c", &pp, &Patch::Apply(&cm2)).await.unwrap();
+    let got = api
+        .patch(
+            "c",
+            &PatchParams::apply("other-manager"),
+            &Patch::Apply(&cm2),
+        )
+        .await
+        .unwrap();
     assert_eq!(got.data.unwrap().len(), 2);
+    // ...while a manager that drops a key it applied before removes it.
+    let cm3 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"z": "9"}});
+    let got = api.patch("c", &pp, &Patch::Apply(&cm3)).await.unwrap();
+    let keys: Vec<String> = got.data.unwrap().into_keys().collect();
+    assert_eq!(keys, ["b", "z"]);
+    let cm4 = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"a": "1", "z": "9"}});
+    api.patch("c", &pp, &Patch::Apply(&cm4)).await.unwrap();
     // JSON patch, with a failing test op giving 422 and changing nothing.
     let ops: json_patch::Patch =
         serde_json::from_value(json!([{"op": "replace", "path": "/data/a", "value": "x"}]))
@@ -405,7 +419,7 @@ async fn patch_flavours() {
         )
         .await
         .unwrap();
-    assert_eq!(got.data.unwrap().keys().collect::<Vec<_>>(), ["a"]);
+    assert_eq!(got.data.unwrap().keys().collect::<Vec<_>>(), ["a", "z"]);
     // Apply needs a field manager.
     let err = api
         .patch("c", &PatchParams::default(), &Patch::Apply(&cm2))
@@ -616,5 +630,69 @@ async fn fault_knobs_fail_writes_and_delay() {
     api.get("c").await.unwrap();
     assert!(t.elapsed() >= Duration::from_millis(150));
     sim.faults().set_delay(Duration::ZERO);
+    sim.shutdown().await;
+}
+
+#[tokio::test]
+async fn server_side_apply_tracks_what_each_manager_owns() {
+    let sim = sim().await;
+    let api: Api<Service> = Api::default_namespaced(sim.client().await);
+    api.create(&PostParams::default(), &svc("web"))
+        .await
+        .unwrap();
+    let pp = PatchParams::apply("ringlb-controller").force();
+    let cond = json!({"type": "ringlb.io/IPAllocated", "status": "True", "reason": "Allocated", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"});
+    let with_ip = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "status": {"loadBalancer": {"ingress": [{"ip": "192.0.2.7", "ipMode": "VIP"}]}, "conditions": [cond]}});
+    let first = api
+        .patch_status("web", &pp, &Patch::Apply(&with_ip))
+        .await
+        .unwrap();
+    assert!(
+        first
+            .metadata
+            .managed_fields
+            .as_ref()
+            .unwrap()
+            .iter()
+            .any(|m| m.manager.as_deref() == Some("ringlb-controller"))
+    );
+    // The same apply again is a no-op: no new resourceVersion, no watch event.
+    let again = api
+        .patch_status("web", &pp, &Patch::Apply(&with_ip))
+        .await
+        .unwrap();
+    assert_eq!(
+        first.metadata.resource_version,
+        again.metadata.resource_version
+    );
+    // Another writer's condition survives the controller's applies.
+    let other = json!({"status": {"conditions": [{"type": "example.com/Other", "status": "True", "reason": "R", "message": "", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}});
+    api.patch_status("web", &PatchParams::default(), &Patch::Strategic(&other))
+        .await
+        .unwrap();
+    // Releasing: the controller applies its status without the ingress; it goes.
+    let released = json!({"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web"},
+        "status": {"conditions": [{"type": "ringlb.io/IPAllocated", "status": "False", "reason": "NotOurs", "message": "", "lastTransitionTime": "2026-01-01T00:00:01Z"}]}});
+    let after = api
+        .patch_status("web", &pp, &Patch::Apply(&released))
+        .await
+        .unwrap();
+    let st = after.status.unwrap();
+    assert!(
+        st.load_balancer
+            .and_then(|l| l.ingress)
+            .unwrap_or_default()
+            .is_empty(),
+        "ingress the manager dropped is removed"
+    );
+    let conds = st.conditions.unwrap();
+    assert_eq!(conds.len(), 2, "{conds:?}");
+    assert!(
+        conds
+            .iter()
+            .any(|c| c.type_ == "ringlb.io/IPAllocated" && c.status == "False")
+    );
+    assert!(conds.iter().any(|c| c.type_ == "example.com/Other"));
     sim.shutdown().await;
 }

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::crschema;
 use super::error::ApiError;
+use super::fields;
 use super::meta;
 use super::patch::{self, PatchKind};
 use super::resources::{self, Registry, ResourceInfo};
@@ -335,6 +336,7 @@ impl Api {
         sub: Sub,
         kind: PatchKind,
         body: &Value,
+        manager: Option<&str>,
     ) -> Result<Arc<Value>, ApiError> {
         let rv_pre = if kind == PatchKind::Json {
             None
@@ -357,9 +359,17 @@ impl Api {
             if self.store.get(&t.info.id, &t.namespace, &t.name).is_none() && sub == Sub::Main {
                 let mut obj = body.clone();
                 meta::meta_mut(&mut obj).insert("name".into(), json!(t.name));
+                let fs = fields::field_set(&applied_part(body, sub, t.info.status), "");
+                let m = manager.unwrap_or("unknown");
+                fields::record(
+                    &mut obj,
+                    fields::entry(m, &t.info.api_version(), None, fs, &meta::now()),
+                );
                 return match self.create(&t.info, &t.namespace, obj) {
                     // lost a race with another creator: fall through to a merge
-                    Err(e) if e.reason == "AlreadyExists" => self.patch(t, sub, kind, body),
+                    Err(e) if e.reason == "AlreadyExists" => {
+                        self.patch(t, sub, kind, body, manager)
+                    }
                     r => r,
                 };
             }
@@ -370,12 +380,27 @@ impl Api {
             {
                 return Err(ApiError::conflict(&t.info.qualified(), &t.name));
             }
-            let out = patch::apply(kind, cur, body).map_err(|e| match e {
+            let mut out = patch::apply(kind, cur, body).map_err(|e| match e {
                 patch::PatchError::Json(m) => ApiError::invalid(&t.info.kind, &t.name, m),
                 other => ApiError::bad_request(other.to_string()),
             })?;
             if !out.is_object() {
                 return Err(ApiError::bad_request("the patch result is not an object"));
+            }
+            if kind == PatchKind::Apply {
+                let m = manager.unwrap_or("unknown");
+                let subname = (sub == Sub::Status).then_some("status");
+                let fs = fields::field_set(&applied_part(body, sub, t.info.status), "");
+                let prev = fields::previous(cur, m, subname);
+                if let Some(prev) = &prev {
+                    fields::remove_stale(&mut out, prev, &fs);
+                }
+                // Unchanged field sets keep their entry (and its time), so that a
+                // repeated identical apply stays a no-op.
+                if prev.as_ref() != Some(&fs) {
+                    let e = fields::entry(m, &t.info.api_version(), subname, fs, &meta::now());
+                    fields::record(&mut out, e);
+                }
             }
             Ok(out)
         })
@@ -409,6 +434,9 @@ impl Api {
                 let mut new = match sub {
                     Sub::Status => {
                         let mut n = (**old).clone();
+                        if let Some(mf) = requested.pointer("/metadata/managedFields") {
+                            meta::meta_mut(&mut n).insert("managedFields".into(), mf.clone());
+                        }
                         n["status"] = requested.get("status").cloned().unwrap_or(Value::Null);
                         if n["status"].is_null()
                             && let Some(o) = n.as_object_mut()
@@ -419,6 +447,11 @@ impl Api {
                     }
                     Sub::Main => {
                         let mut n = requested;
+                        if n.pointer("/metadata/managedFields").is_none()
+                            && let Some(mf) = old.pointer("/metadata/managedFields")
+                        {
+                            meta::meta_mut(&mut n).insert("managedFields".into(), mf.clone());
+                        }
                         if info.status {
                             match old.get("status") {
                                 Some(s) => n["status"] = s.clone(),
@@ -623,6 +656,37 @@ fn with_type(info: &ResourceInfo, obj: Arc<Value>) -> Arc<Value> {
         m.insert("kind".into(), json!(info.kind));
     }
     Arc::new(o)
+}
+
+/// The fields an apply request sets: for `/status` only `status`; for the main
+/// resource everything but identity metadata (and `status` when it is a
+/// subresource).
+fn applied_part(body: &Value, sub: Sub, has_status: bool) -> Value {
+    if sub == Sub::Status {
+        return json!({"status": body.get("status").cloned().unwrap_or_else(|| json!({}))});
+    }
+    let mut out = serde_json::Map::new();
+    for (k, v) in body.as_object().into_iter().flatten() {
+        match k.as_str() {
+            "apiVersion" | "kind" => {}
+            "status" if has_status => {}
+            "metadata" => {
+                let mut m = serde_json::Map::new();
+                for f in ["labels", "annotations", "finalizers", "ownerReferences"] {
+                    if let Some(x) = v.get(f) {
+                        m.insert(f.into(), x.clone());
+                    }
+                }
+                if !m.is_empty() {
+                    out.insert(k.clone(), Value::Object(m));
+                }
+            }
+            _ => {
+                out.insert(k.clone(), v.clone());
+            }
+        }
+    }
+    Value::Object(out)
 }
 
 /// Custom resources: prune, default and validate against the CRD schema.

@@ -455,6 +455,7 @@ impl Ctl {
                     Sub::Main,
                     PatchKind::Merge,
                     &json!({"spec": {"replicas": want}}),
+                    None,
                 );
             }
             let r = rs
@@ -482,6 +483,7 @@ impl Ctl {
             Sub::Status,
             PatchKind::Merge,
             &status,
+            None,
         );
     }
 
@@ -537,6 +539,7 @@ impl Ctl {
             Sub::Status,
             PatchKind::Merge,
             &status,
+            None,
         );
     }
 
@@ -584,6 +587,7 @@ impl Ctl {
                 Sub::Main,
                 PatchKind::Merge,
                 &json!({"spec": {"nodeName": node}}),
+                None,
             );
         }
         let ready = if ann(READY_ANNOTATION) == Some("false") {
@@ -607,6 +611,7 @@ impl Ctl {
             Sub::Status,
             PatchKind::Merge,
             &status,
+            None,
         );
     }
 

@@ -15,6 +15,7 @@ mod crschema;
 mod discovery;
 mod error;
 mod faults;
+mod fields;
 mod kubeconfig;
 mod meta;
 mod patch;

@@ -68,9 +68,10 @@ pub fn apply(kind: PatchKind, doc: &Value, patch: &Value) -> Result<Value, Patch
     Ok(out)
 }
 
-/// The merge key of a list at a JSON path (dotted, array levels elided), if the
-/// built-in types give it one. Keys are the ones kubectl and controllers touch.
-fn merge_key(path: &str, field: &str) -> Option<&'static [&'static str]> {
+/// The merge key of a list field `field` inside the object at dotted `path`, if the
+/// built-in types give it one. Keys are the ones kubectl and controllers touch;
+/// other lists are atomic (replaced as a whole).
+pub(crate) fn merge_key(path: &str, field: &str) -> Option<&'static [&'static str]> {
     Some(match field {
         "containers"
         | "initContainers"
@@ -78,15 +79,13 @@ fn merge_key(path: &str, field: &str) -> Option<&'static [&'static str]> {
         | "volumes"
         | "env"
         | "volumeMounts"
-        | "imagePullSecrets"
-        | "finalizers_never" => &["name"],
-        "ports" if path.ends_with("spec") && !path.contains("containers") => &["port", "protocol"],
-        "ports" => &["containerPort", "protocol"],
+        | "imagePullSecrets" => &["name"],
+        "ports" if path.ends_with("containers") => &["containerPort", "protocol"],
+        "ports" if path.ends_with("spec") => &["port", "protocol"],
         "conditions" => &["type"],
         "ownerReferences" => &["uid"],
         "tolerations" => &["key"],
         "hostAliases" => &["ip"],
-        "ingress" if path.ends_with("loadBalancer") => return None,
         _ => return None,
     })
 }
@@ -96,7 +95,7 @@ fn is_set_list(field: &str) -> bool {
     matches!(field, "finalizers")
 }
 
-fn same_key(a: &Value, b: &Value, keys: &[&str]) -> bool {
+pub(crate) fn same_key(a: &Value, b: &Value, keys: &[&str]) -> bool {
     keys.iter().all(|k| {
         let (x, y) = (a.get(*k), b.get(*k));
         // protocol defaults to TCP when one side omits it

@@ -284,7 +284,13 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
                             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
                         ));
                     }
-                    api.patch(&t, which, kind, &p)?
+                    api.patch(
+                        &t,
+                        which,
+                        kind,
+                        &p,
+                        query.get("fieldManager").map(String::as_str),
+                    )?
                 }
                 Method::DELETE => {
                     if which == Sub::Status {
@@ -580,6 +586,6 @@ fn scale(
     {
         p["metadata"] = json!({"resourceVersion": rv});
     }
-    let out = api.patch(t, Sub::Main, PatchKind::Merge, &p)?;
+    let out = api.patch(t, Sub::Main, PatchKind::Merge, &p, None)?;
     Ok(json_response(StatusCode::OK, &to_scale(&out)))
 }
