@@ -8,7 +8,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use ipnetwork::IpNetwork;
 use ringlb_crds::{IPPoolSpec, LabelSelector};
 
 /// An address family.
@@ -165,85 +164,25 @@ impl Pool {
     /// first, so the pool's `Invalid` condition names them all.
     pub fn from_spec(name: &str, spec: &IPPoolSpec) -> Result<Pool, Vec<PoolError>> {
         let mut errors = Vec::new();
-        let mut ranges = Vec::new();
-        for (i, cidr) in spec.cidrs.iter().enumerate() {
-            match cidr.trim().parse::<IpNetwork>() {
-                Ok(net) => {
-                    let (family, start, end) = match net {
-                        IpNetwork::V4(n) => (
-                            Family::V4,
-                            u128::from(u32::from(n.network())),
-                            u128::from(u32::from(n.broadcast())),
-                        ),
-                        IpNetwork::V6(n) => {
-                            let start = u128::from(n.network());
-                            let host_bits = 128 - u32::from(n.prefix());
-                            let end = if host_bits == 128 {
-                                u128::MAX
-                            } else {
-                                start | ((1u128 << host_bits) - 1)
-                            };
-                            (Family::V6, start, end)
-                        }
-                    };
-                    if net.ip() != u128_to_ip(family, start) {
-                        errors.push(PoolError::new(
-                            format!("spec.cidrs[{i}]"),
-                            format!(
-                                "{cidr:?} has host bits set (did you mean {}/{}?)",
-                                u128_to_ip(family, start),
-                                net.prefix()
-                            ),
-                        ));
-                    } else {
-                        ranges.push(Range { family, start, end });
-                    }
-                }
-                Err(e) => errors.push(PoolError::new(
-                    format!("spec.cidrs[{i}]"),
-                    format!("{cidr:?} is not a CIDR: {e}"),
-                )),
+        // The schema's rules (shared with the CRD, in ringlb-crds) first.
+        let ranges: Vec<Range> = match spec.blocks() {
+            Ok(blocks) => blocks
+                .into_iter()
+                .map(|b| Range {
+                    family: Family::of(&b.start),
+                    start: ip_to_u128(&b.start),
+                    end: ip_to_u128(&b.end),
+                })
+                .collect(),
+            Err(errs) => {
+                errors.extend(
+                    errs.0
+                        .into_iter()
+                        .map(|e| PoolError::new(e.field, e.message)),
+                );
+                Vec::new()
             }
-        }
-        for (i, r) in spec.ranges.iter().enumerate() {
-            let start = r.start.trim().parse::<IpAddr>();
-            let end = r.end.trim().parse::<IpAddr>();
-            match (start, end) {
-                (Ok(s), Ok(e)) if Family::of(&s) != Family::of(&e) => errors.push(PoolError::new(
-                    format!("spec.ranges[{i}]"),
-                    format!("start {s} and end {e} are of different families"),
-                )),
-                (Ok(s), Ok(e)) if ip_to_u128(&s) > ip_to_u128(&e) => errors.push(PoolError::new(
-                    format!("spec.ranges[{i}]"),
-                    format!("start {s} is after end {e}"),
-                )),
-                (Ok(s), Ok(e)) => ranges.push(Range {
-                    family: Family::of(&s),
-                    start: ip_to_u128(&s),
-                    end: ip_to_u128(&e),
-                }),
-                (s, e) => {
-                    if s.is_err() {
-                        errors.push(PoolError::new(
-                            format!("spec.ranges[{i}].start"),
-                            format!("{:?} is not an IP address", r.start),
-                        ));
-                    }
-                    if e.is_err() {
-                        errors.push(PoolError::new(
-                            format!("spec.ranges[{i}].end"),
-                            format!("{:?} is not an IP address", r.end),
-                        ));
-                    }
-                }
-            }
-        }
-        if spec.cidrs.is_empty() && spec.ranges.is_empty() {
-            errors.push(PoolError::new(
-                "spec",
-                "a pool needs at least one CIDR or range",
-            ));
-        }
+        };
         for i in 0..ranges.len() {
             for j in (i + 1)..ranges.len() {
                 if ranges[i].overlaps(&ranges[j]) {

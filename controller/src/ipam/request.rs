@@ -211,3 +211,150 @@ pub fn request_from_service(svc: &Service, namespace_labels: Labels) -> Result<R
         ports,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn svc(extra: serde_json::Value) -> Service {
+        let mut v = json!({
+            "metadata": {"name": "web", "namespace": "shop", "labels": {"app": "web"}},
+            "spec": {"type": "LoadBalancer", "ports": [{"port": 443}, {"port": 53, "protocol": "UDP"}]}
+        });
+        for (k, val) in extra.as_object().unwrap() {
+            for (k2, v2) in val.as_object().unwrap() {
+                v[k][k2] = v2.clone();
+            }
+        }
+        serde_json::from_value(v).unwrap()
+    }
+
+    fn fams(r: &Request) -> Vec<(Family, bool)> {
+        r.families.iter().map(|f| (f.family, f.required)).collect()
+    }
+
+    #[test]
+    fn defaults() {
+        let r = request_from_service(&svc(json!({})), Labels::new()).unwrap();
+        assert_eq!(r.key, "shop/web");
+        assert_eq!(fams(&r), [(Family::V4, true)]);
+        assert_eq!(
+            r.ports,
+            [
+                PortProto {
+                    port: 53,
+                    protocol: "UDP".into()
+                },
+                PortProto {
+                    port: 443,
+                    protocol: "TCP".into()
+                }
+            ]
+        );
+        assert_eq!(
+            r.namespace_labels
+                .get("kubernetes.io/metadata.name")
+                .map(String::as_str),
+            Some("shop")
+        );
+    }
+
+    #[test]
+    fn family_policies() {
+        let f = |fam: serde_json::Value, pol: &str| {
+            let r = request_from_service(
+                &svc(json!({"spec": {"ipFamilies": fam, "ipFamilyPolicy": pol}})),
+                Labels::new(),
+            );
+            fams(&r.unwrap())
+        };
+        assert_eq!(f(json!(["IPv6"]), "SingleStack"), [(Family::V6, true)]);
+        assert_eq!(
+            f(json!(["IPv4"]), "PreferDualStack"),
+            [(Family::V4, true), (Family::V6, false)]
+        );
+        assert_eq!(
+            f(json!(["IPv6", "IPv4"]), "RequireDualStack"),
+            [(Family::V6, true), (Family::V4, true)]
+        );
+        let bad = request_from_service(
+            &svc(json!({"spec": {"ipFamilyPolicy": "Sometimes"}})),
+            Labels::new(),
+        );
+        assert_eq!(bad.unwrap_err().metric_label(), "unsupported_family");
+    }
+
+    #[test]
+    fn annotations() {
+        let r = request_from_service(
+            &svc(json!({"metadata": {"annotations": {
+                ANNOTATION_IPS: "2001:db8::5, 192.0.2.5", ANNOTATION_POOL: " gold ", ANNOTATION_SHARED: "k1"
+            }}, "spec": {"ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack"}})),
+            Labels::new(),
+        )
+        .unwrap();
+        assert_eq!(
+            r.requested_ip(Family::V4),
+            Some("192.0.2.5".parse().unwrap())
+        );
+        assert_eq!(
+            r.requested_ip(Family::V6),
+            Some("2001:db8::5".parse().unwrap())
+        );
+        assert_eq!(
+            (r.pool.as_deref(), r.sharing_key.as_deref()),
+            (Some("gold"), Some("k1"))
+        );
+
+        // spec.loadBalancerIP when the annotation is absent.
+        let r = request_from_service(
+            &svc(json!({"spec": {"loadBalancerIP": "192.0.2.9"}})),
+            Labels::new(),
+        )
+        .unwrap();
+        assert_eq!(r.requested, ["192.0.2.9".parse::<IpAddr>().unwrap()]);
+
+        let err = |a: serde_json::Value| {
+            request_from_service(&svc(json!({"metadata": {"annotations": a}})), Labels::new())
+                .unwrap_err()
+        };
+        assert_eq!(
+            err(json!({ANNOTATION_IPS: "192.0.2.1,banana"})).metric_label(),
+            "malformed_annotation"
+        );
+        assert_eq!(
+            err(json!({ANNOTATION_IPS: "192.0.2.1,192.0.2.2"})).metric_label(),
+            "malformed_annotation"
+        );
+        assert_eq!(
+            err(json!({ANNOTATION_POOL: ""})).metric_label(),
+            "malformed_annotation"
+        );
+        assert_eq!(
+            err(json!({ANNOTATION_SHARED: "  "})).metric_label(),
+            "malformed_annotation"
+        );
+        // A v6 address on a single-stack v4 Service.
+        let r = request_from_service(
+            &svc(
+                json!({"metadata": {"annotations": {ANNOTATION_IPS: "2001:db8::1"}}, "spec": {"ipFamilies": ["IPv4"]}}),
+            ),
+            Labels::new(),
+        );
+        assert_eq!(r.unwrap_err().metric_label(), "unsupported_family");
+        let msg = err(json!({ANNOTATION_IPS: "x"})).to_string();
+        assert!(
+            msg.contains("ringlb.io/load-balancer-ips") && msg.contains("\"x\""),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn requested_ip_sets_family_when_ip_families_unset() {
+        let mut s = svc(json!({"metadata": {"annotations": {ANNOTATION_IPS: "2001:db8::7"}}}));
+        s.spec.as_mut().unwrap().ip_families = None;
+        let r = request_from_service(&s, Labels::new()).unwrap();
+        assert_eq!(fams(&r), [(Family::V6, true)]);
+    }
+}

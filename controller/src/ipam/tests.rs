@@ -298,19 +298,23 @@ fn invalid_specs_name_every_bad_field() {
         end: "y".into(),
     });
     let errs = Pool::from_spec("p", &s).unwrap_err();
+    // Host bits are ignored, as the CRD schema does: 192.0.2.1/24 is 192.0.2.0/24.
     let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
     assert_eq!(
         fields,
         [
-            "spec.cidrs[0]",
             "spec.cidrs[1]",
             "spec.ranges[0]",
             "spec.ranges[1]",
-            "spec.ranges[2].start",
-            "spec.ranges[2].end"
+            "spec.ranges[2].start"
         ]
     );
     assert!(Pool::from_spec("p", &spec(&[])).is_err());
+    let p = Pool::from_spec("p", &spec(&["192.0.2.1/24"])).unwrap();
+    assert_eq!(p.ranges[0].to_string(), "192.0.2.0-192.0.2.255");
+    // Overlaps inside one pool are refused (they would double-count).
+    let errs = Pool::from_spec("p", &spec(&["192.0.2.0/24", "192.0.2.128/25"])).unwrap_err();
+    assert!(errs[0].message.contains("overlaps"), "{errs:?}");
 }
 
 #[test]
