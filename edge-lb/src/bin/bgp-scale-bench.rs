@@ -234,6 +234,36 @@ impl Birdc {
         }
     }
 
+    /// Run a command; read until a line contains `expect`.
+    fn cmd(&mut self, cmd: &str, expect: &str) -> anyhow::Result<()> {
+        writeln!(self.stdin, "{cmd}")?;
+        self.stdin.flush()?;
+        let mut line = String::new();
+        loop {
+            line.clear();
+            if self.out.read_line(&mut line)? == 0 {
+                bail!("birdc exited");
+            }
+            if line.contains(expect) {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Poll until protocol `p` is Established; returns when it was seen.
+    fn wait_established(&mut self, p: &str, limit: Duration) -> anyhow::Result<Instant> {
+        let t = Instant::now();
+        loop {
+            if self.established(p)? {
+                return Ok(Instant::now());
+            }
+            if t.elapsed() > limit {
+                bail!("protocol {p} not Established");
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    }
+
     fn established(&mut self, p: &str) -> anyhow::Result<bool> {
         writeln!(self.stdin, "show protocols {p}")?;
         self.stdin.flush()?;
@@ -317,9 +347,20 @@ fn enter_netns(ns: &str) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Our speaker in netns e1: session up, then time announce -> BIRD has all.
-fn measure_ours(lab: &Lab, birdc: &mut Birdc, ps: &[IpNetwork]) -> anyhow::Result<Duration> {
+/// Our speaker in netns e1. `preload == false`: session up, then time announce ->
+/// BIRD has all. `preload == true`: the routes are announced before the session exists;
+/// time from BIRD seeing Established to BIRD having all (initial table transfer).
+fn measure_ours(
+    lab: &Lab,
+    birdc: &mut Birdc,
+    ps: &[IpNetwork],
+    preload: bool,
+) -> anyhow::Result<Duration> {
     let ns = lab.ns("e1");
+    let pre: Vec<IpNetwork> = if preload { ps.to_vec() } else { Vec::new() };
+    if preload {
+        birdc.cmd("disable e1", "disabled")?;
+    }
     let (tx, rx) = std::sync::mpsc::channel::<()>();
     let (up_tx, up_rx) = std::sync::mpsc::channel::<anyhow::Result<Speaker>>();
     let rt_thread = std::thread::spawn(move || -> anyhow::Result<()> {
@@ -331,6 +372,7 @@ fn measure_ours(lab: &Lab, birdc: &mut Birdc, ps: &[IpNetwork]) -> anyhow::Resul
         rt.block_on(async move {
             let mut reg = Registry::default();
             let sp = Speaker::start(0, &mut reg)?;
+            sp.announce_many(pre.into_iter().map(|p| (p, RouteAttrs::default())));
             sp.add_peer(PeerConfig {
                 address: TOR.parse()?,
                 port: 179,
@@ -349,6 +391,10 @@ fn measure_ours(lab: &Lab, birdc: &mut Birdc, ps: &[IpNetwork]) -> anyhow::Resul
                 families: vec![Afi::Ipv4],
                 policy: ExportPolicy::default(),
             })?;
+            if preload {
+                let _ = up_tx.send(Ok(sp));
+                return anyhow::Ok(());
+            }
             let mut st = sp.peer_status(TOR.parse()?).context("peer")?;
             tokio::time::timeout(
                 Duration::from_secs(20),
@@ -365,11 +411,15 @@ fn measure_ours(lab: &Lab, birdc: &mut Birdc, ps: &[IpNetwork]) -> anyhow::Resul
         Ok(())
     });
     let sp = up_rx.recv().context("speaker thread died")??;
-    if !birdc.established("e1")? {
-        std::thread::sleep(Duration::from_millis(200));
-    }
-    let t0 = Instant::now();
-    sp.announce_many(ps.iter().map(|p| (*p, RouteAttrs::default())));
+    let t0 = if preload {
+        birdc.cmd("enable e1", "enabled")?;
+        birdc.wait_established("e1", Duration::from_secs(30))?
+    } else {
+        birdc.wait_established("e1", Duration::from_secs(30))?;
+        let t0 = Instant::now();
+        sp.announce_many(ps.iter().map(|p| (*p, RouteAttrs::default())));
+        t0
+    };
     birdc.wait("e1", ps.len(), Duration::from_secs(60))?;
     let took = t0.elapsed();
     drop(sp); // aborts the tasks: the socket closes, BIRD flushes the routes
@@ -386,17 +436,22 @@ fn measure_gobgp(
     birdc: &mut Birdc,
     n: usize,
     mrt: &Path,
+    preload: bool,
 ) -> anyhow::Result<(Duration, Duration)> {
     let conf = format!(
         "[global.config]\n  as = 65012\n  router-id = \"{GOBGP}\"\n  port = 179\n\
          [[neighbors]]\n  [neighbors.config]\n    neighbor-address = \"{TOR}\"\n    peer-as = 65000\n\
          \x20 [neighbors.timers.config]\n    hold-time = 9\n    keepalive-interval = 3\n    connect-retry = 1\n\
+         \x20   idle-hold-time-after-reset = 1\n\
          \x20 [[neighbors.afi-safis]]\n    [neighbors.afi-safis.config]\n      afi-safi-name = \"ipv4-unicast\"\n"
     );
     let f = lab.dir.join("gobgpd.toml");
     std::fs::write(&f, conf)?;
     let api = format!("127.0.0.1:{API_PORT}");
     let fs = f.display().to_string();
+    if preload {
+        birdc.cmd("disable g2", "disabled")?;
+    }
     let idx = lab.spawn(
         "e2",
         "gobgpd",
@@ -411,23 +466,51 @@ fn measure_gobgp(
         ],
         "gobgpd.log",
     )?;
-    let t = Instant::now();
-    while !birdc.established("g2")? {
-        if t.elapsed() > Duration::from_secs(30) {
-            bail!("gobgpd session not Established");
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
     let e2 = lab.ns("e2");
     let m = mrt.display().to_string();
-    let t0 = Instant::now();
-    sh(
-        "ip",
-        &[
-            "netns", "exec", &e2, "gobgp", "-p", API_PORT, "mrt", "inject", "global", &m,
-        ],
-    )?;
-    let inject = t0.elapsed();
+    let gobgp = |args: &[&str]| -> anyhow::Result<String> {
+        let mut a = vec!["netns", "exec", e2.as_str(), "gobgp", "-p", API_PORT];
+        a.extend_from_slice(args);
+        sh("ip", &a)
+    };
+    let (t0, inject) = if preload {
+        // Wait for gobgpd's API, load its RIB, check it holds all N, then let BIRD in.
+        let t = Instant::now();
+        while gobgp(&["global", "rib", "summary"]).is_err() {
+            if t.elapsed() > Duration::from_secs(20) {
+                bail!("gobgpd API not up");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        gobgp(&["mrt", "inject", "global", &m])?;
+        let t = Instant::now();
+        loop {
+            let out = gobgp(&["global", "rib", "summary"])?;
+            let have: usize = out
+                .split("Destination: ")
+                .nth(1)
+                .and_then(|r| r.split(',').next())
+                .and_then(|x| x.trim().parse().ok())
+                .unwrap_or(0);
+            if have >= n {
+                break;
+            }
+            if t.elapsed() > Duration::from_secs(30) {
+                bail!("gobgpd RIB holds {have} < {n} after mrt inject");
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        birdc.cmd("enable g2", "enabled")?;
+        (
+            birdc.wait_established("g2", Duration::from_secs(30))?,
+            Duration::ZERO,
+        )
+    } else {
+        birdc.wait_established("g2", Duration::from_secs(30))?;
+        let t0 = Instant::now();
+        gobgp(&["mrt", "inject", "global", &m])?;
+        (t0, t0.elapsed())
+    };
     birdc.wait("g2", n, Duration::from_secs(120))?;
     let took = t0.elapsed();
     let c = &mut lab.children[idx];
@@ -478,27 +561,53 @@ fn main() -> anyhow::Result<()> {
     let mrt = lab.dir.join("routes.mrt");
     write_mrt(&mrt, &ps, (routes / 2).max(2_000))?;
 
-    println!("bgp-scale-bench: {routes} /32 routes into BIRD 2 ({rounds} rounds, alternating)");
-    println!("round  ours_ms  gobgpd_ms  (gobgp inject CLI returned after ms)");
-    let (mut ours, mut gob) = (Vec::new(), Vec::new());
-    for r in 0..rounds {
-        let o = measure_ours(&lab, &mut birdc, &ps)?;
-        let (g, inj) = measure_gobgp(&mut lab, &mut birdc, routes, &mrt)?;
-        println!(
-            "{r:>5}  {:>7.1}  {:>9.1}  ({:.1})",
-            o.as_secs_f64() * 1e3,
-            g.as_secs_f64() * 1e3,
-            inj.as_secs_f64() * 1e3
-        );
-        ours.push(o);
-        gob.push(g);
-    }
-    let (mo, mg) = (median(&mut ours), median(&mut gob));
     println!(
-        "median: ours {:.1} ms, gobgpd {:.1} ms, gobgpd/ours = {:.2}x",
-        mo.as_secs_f64() * 1e3,
-        mg.as_secs_f64() * 1e3,
-        mg.as_secs_f64() / mo.as_secs_f64()
+        "bgp-scale-bench: {routes} /32 routes into BIRD 2, {rounds} rounds, speakers alternating"
+    );
+    println!(
+        "A = routes handed to the running speaker (ours: announce_many; gobgpd: gobgp mrt inject) -> BIRD has all"
+    );
+    println!(
+        "B = speaker already holds the routes; BIRD sees Established -> BIRD has all (initial transfer)"
+    );
+    println!("round  A_ours_ms  A_gobgpd_ms (inject CLI ms)  B_ours_ms  B_gobgpd_ms");
+    let (mut ao, mut ag, mut bo, mut bg) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    for r in 0..rounds {
+        let a_o = measure_ours(&lab, &mut birdc, &ps, false)?;
+        let (a_g, inj) = measure_gobgp(&mut lab, &mut birdc, routes, &mrt, false)?;
+        let b_o = measure_ours(&lab, &mut birdc, &ps, true)?;
+        let (b_g, _) = measure_gobgp(&mut lab, &mut birdc, routes, &mrt, true)?;
+        println!(
+            "{r:>5}  {:>9.1}  {:>11.1} ({:>7.1})  {:>9.1}  {:>11.1}",
+            ms(a_o),
+            ms(a_g),
+            ms(inj),
+            ms(b_o),
+            ms(b_g)
+        );
+        ao.push(a_o);
+        ag.push(a_g);
+        bo.push(b_o);
+        bg.push(b_g);
+    }
+    let (mao, mag, mbo, mbg) = (
+        median(&mut ao),
+        median(&mut ag),
+        median(&mut bo),
+        median(&mut bg),
+    );
+    println!(
+        "median A: ours {:.1} ms, gobgpd {:.1} ms, gobgpd/ours = {:.1}x",
+        ms(mao),
+        ms(mag),
+        ms(mag) / ms(mao)
+    );
+    println!(
+        "median B: ours {:.1} ms, gobgpd {:.1} ms, gobgpd/ours = {:.1}x",
+        ms(mbo),
+        ms(mbg),
+        ms(mbg) / ms(mbo)
     );
     Ok(())
 }
