@@ -6,7 +6,9 @@
  * replies go straight to the client: DSR). This kernel has no ipip/ip6tnl
  * device, so BPF does the decapsulation. Used by the real-traffic tests; the
  * worker-node agent has its own program. Mixed families (4in6/6in4) are
- * counted as ST_DECAP_UNSUPPORTED and passed unchanged.
+ * counted as ST_DECAP_UNSUPPORTED and passed unchanged. Section "classifier"
+ * (what aya calls a SchedClassifier); by hand:
+ *   tc filter add dev eth0 ingress bpf da obj tc_decap.o sec classifier
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -37,7 +39,7 @@ static __always_inline void count(__u32 idx)
 		*v += 1;
 }
 
-SEC("tc")
+SEC("classifier")
 int ringlb_decap(struct __sk_buff *skb)
 {
 	void *data = (void *)(long)skb->data;

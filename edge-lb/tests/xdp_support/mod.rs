@@ -105,3 +105,56 @@ pub fn xdp_prog_id(dev: &str) -> Option<u64> {
         .as_u64()
         .or_else(|| v[0]["xdp"]["attached"][0]["prog"]["id"].as_u64())
 }
+
+/// Runs `f` on a thread that lives in network namespace `name`.
+pub fn in_netns<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            enter_netns(name);
+            f()
+        })
+        .join()
+        .expect("netns thread panicked")
+    })
+}
+
+/// Turns TX checksum offload off on `dev` in the current thread's netns
+/// (`ethtool -K dev tx off` through SIOCETHTOOL; there is no ethtool here).
+/// A veth leaves checksums partial and native XDP_TX loses that state.
+#[allow(unsafe_code)]
+pub fn tx_checksum_off(dev: &str) {
+    use std::os::fd::AsRawFd;
+    const SIOCETHTOOL: libc::c_ulong = 0x8946;
+    const ETHTOOL_STXCSUM: u32 = 0x17;
+    #[repr(C)]
+    struct EthtoolValue {
+        cmd: u32,
+        data: u32,
+    }
+    #[repr(C)]
+    struct IfReq {
+        name: [u8; 16],
+        data: *mut EthtoolValue,
+        pad: [u8; 16],
+    }
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").expect("socket");
+    let mut val = EthtoolValue {
+        cmd: ETHTOOL_STXCSUM,
+        data: 0,
+    };
+    let mut ifr = IfReq {
+        name: [0; 16],
+        data: &mut val,
+        pad: [0; 16],
+    };
+    ifr.name[..dev.len()].copy_from_slice(dev.as_bytes());
+    // SAFETY: SIOCETHTOOL reads ifr (name + pointer to val), both alive for
+    // the call; the kernel writes nothing back for a set command.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCETHTOOL as _, &mut ifr as *mut IfReq) };
+    assert_eq!(
+        rc,
+        0,
+        "SIOCETHTOOL tx off on {dev}: {}",
+        std::io::Error::last_os_error()
+    );
+}
