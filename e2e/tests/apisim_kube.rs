@@ -696,3 +696,50 @@ async fn server_side_apply_tracks_what_each_manager_owns() {
     assert!(conds.iter().any(|c| c.type_ == "example.com/Other"));
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn recorder_events_are_core_events_too() {
+    use k8s_openapi::api::core::v1::Event as CoreEvent;
+    use kube::Resource;
+    use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+    let sim = sim().await;
+    let client = sim.client().await;
+    let svcs: Api<Service> = Api::default_namespaced(client.clone());
+    let web = svcs
+        .create(&PostParams::default(), &svc("web"))
+        .await
+        .unwrap();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "ringlb-controller".into(),
+            instance: None,
+        },
+    );
+    let ev = Event {
+        type_: EventType::Warning,
+        reason: "AllocationFailed".into(),
+        note: Some("pool exhausted".into()),
+        action: "Allocate".into(),
+        secondary: None,
+    };
+    let reference = web.object_ref(&());
+    recorder.publish(&ev, &reference).await.unwrap();
+    // The same event again becomes a series (a merge patch through events.k8s.io).
+    recorder.publish(&ev, &reference).await.unwrap();
+    let core: Api<CoreEvent> = Api::default_namespaced(client);
+    let uid = web.metadata.uid.clone().unwrap();
+    let lp = ListParams::default().fields(&format!(
+        "involvedObject.kind=Service,involvedObject.name=web,involvedObject.uid={uid}"
+    ));
+    let got = core.list(&lp).await.unwrap().items;
+    assert_eq!(got.len(), 1, "{got:?}");
+    assert_eq!(got[0].type_.as_deref(), Some("Warning"));
+    assert_eq!(got[0].message.as_deref(), Some("pool exhausted"));
+    assert_eq!(
+        got[0].reporting_component.as_deref(),
+        Some("ringlb-controller")
+    );
+    assert_eq!(got[0].series.as_ref().map(|s| s.count), Some(Some(2)));
+    sim.shutdown().await;
+}

@@ -155,6 +155,32 @@ async fn create_expose_get_delete() {
     );
     assert!(row(&out, "kubernetes").is_some());
 
+    // `kubectl get svc web -w` sees <pending> turn into the VIP when the
+    // controller's status write lands.
+    let mut watch = tokio::process::Command::new("kubectl")
+        .arg("--kubeconfig")
+        .arg(sim.kubeconfig_path())
+        .args(["get", "svc", "web", "-w"])
+        .env("HOME", &home.0)
+        .env("KUBECACHEDIR", home.0.join("cache"))
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(watch.stdout.take().unwrap()));
+    let first = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let l = lines.next_line().await.unwrap().unwrap();
+            if l.starts_with("web ") {
+                return l;
+            }
+        }
+    })
+    .await
+    .expect("kubectl get -w prints the Service");
+    assert!(first.contains("<pending>"), "{first}");
+
     // What the controller does: a status patch with the VIP.
     let svcs: Api<Service> = Api::default_namespaced(sim.client().await);
     let st =
@@ -162,10 +188,56 @@ async fn create_expose_get_delete() {
     svcs.patch_status("web", &PatchParams::default(), &Patch::Merge(&st))
         .await
         .unwrap();
+    let changed = tokio::time::timeout(Duration::from_secs(5), lines.next_line())
+        .await
+        .expect("a watch update within 5 s");
+    let changed = changed.unwrap().unwrap_or_default();
+    assert!(
+        changed.contains("192.0.2.10") && changed.starts_with("web "),
+        "{changed}"
+    );
+    drop(watch);
     let out = ok(&sim, &home, &["get", "svc", "web"]).await;
     assert_eq!(
         row(&out, "web").unwrap()["EXTERNAL-IP"],
         "192.0.2.10",
+        "{out}"
+    );
+
+    // A Warning Event from kube-rs's Recorder (events.k8s.io) shows in
+    // `kubectl get events` and `kubectl describe svc` (core v1 Events).
+    {
+        use kube::Resource;
+        use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+        let web = svcs.get("web").await.unwrap();
+        let recorder = Recorder::new(
+            sim.client().await,
+            Reporter {
+                controller: "ringlb-controller".into(),
+                instance: None,
+            },
+        );
+        let ev = Event {
+            type_: EventType::Warning,
+            reason: "AllocationFailed".into(),
+            note: Some("no pool matches".into()),
+            action: "Allocate".into(),
+            secondary: None,
+        };
+        recorder.publish(&ev, &web.object_ref(&())).await.unwrap();
+    }
+    let out = ok(&sim, &home, &["get", "events"]).await;
+    assert!(
+        out.contains("Warning") && out.contains("AllocationFailed") && out.contains("service/web"),
+        "{out}"
+    );
+    let out = ok(&sim, &home, &["describe", "svc", "web"]).await;
+    assert!(
+        out.contains("AllocationFailed") && out.contains("no pool matches"),
+        "{out}"
+    );
+    assert!(
+        out.contains("LoadBalancer Ingress:") && out.contains("192.0.2.10"),
         "{out}"
     );
 

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 
 use serde_json::{Value, json};
 
+use super::convert;
 use super::crschema;
 use super::error::ApiError;
 use super::fields;
@@ -108,16 +109,19 @@ impl Api {
                 .map_err(|_| ApiError::bad_request(format!("invalid continue token {tok:?}")))?;
             after = Some((ns.to_string(), name.to_string()));
         }
-        let mut matching = items.into_iter().filter(|obj| {
-            after.as_ref().is_none_or(|(ns, name)| {
-                (meta::namespace(obj), meta::name(obj)) > (ns.as_str(), name.as_str())
-            }) && o.labels.matches(obj)
-                && o.fields.matches(obj)
-        });
+        let mut matching = items
+            .into_iter()
+            .map(|obj| with_type(info, obj))
+            .filter(|obj| {
+                after.as_ref().is_none_or(|(ns, name)| {
+                    (meta::namespace(obj), meta::name(obj)) > (ns.as_str(), name.as_str())
+                }) && o.labels.matches(obj)
+                    && o.fields.matches(obj)
+            });
         let mut out = Vec::new();
         let limit = o.limit.filter(|l| *l > 0).unwrap_or(usize::MAX);
         for obj in matching.by_ref() {
-            out.push(with_type(info, obj));
+            out.push(obj);
             if out.len() >= limit {
                 break;
             }
@@ -167,7 +171,7 @@ impl Api {
         &self,
         info: &Arc<ResourceInfo>,
         namespace: &str,
-        mut body: Value,
+        body: Value,
     ) -> Result<Arc<Value>, ApiError> {
         if !body.is_object() {
             return Err(ApiError::bad_request(
@@ -175,6 +179,7 @@ impl Api {
             ));
         }
         check_type(info, &body)?;
+        let mut body = convert::to_storage(info, body);
         self.check_namespace(info, namespace)?;
         let m = meta::meta_mut(&mut body);
         let body_ns = m.get("namespace").and_then(Value::as_str).unwrap_or("");
@@ -430,7 +435,7 @@ impl Api {
                 let Some(old) = old else {
                     return Err(ApiError::not_found(&info.qualified(), &t.name));
                 };
-                let requested = f(old)?;
+                let requested = convert::to_storage(info, f(&with_type(info, old.clone()))?);
                 let mut new = match sub {
                     Sub::Status => {
                         let mut n = (**old).clone();
@@ -489,7 +494,10 @@ impl Api {
                     }
                 }
                 if let Some(o) = new.as_object_mut() {
-                    o.insert("apiVersion".into(), json!(info.api_version()));
+                    o.insert(
+                        "apiVersion".into(),
+                        json!(convert::storage_api_version(info)),
+                    );
                     o.insert("kind".into(), json!(info.kind));
                 }
                 check_schema(info, &mut new)?;
@@ -641,21 +649,8 @@ impl Api {
     }
 }
 
-/// Objects are stored with apiVersion/kind of the version they were written as;
-/// reads through another version only rewrite these two fields (no conversion).
 fn with_type(info: &ResourceInfo, obj: Arc<Value>) -> Arc<Value> {
-    let av = info.api_version();
-    if obj.get("apiVersion").and_then(Value::as_str) == Some(av.as_str())
-        && obj.get("kind").and_then(Value::as_str) == Some(info.kind.as_str())
-    {
-        return obj;
-    }
-    let mut o = (*obj).clone();
-    if let Some(m) = o.as_object_mut() {
-        m.insert("apiVersion".into(), json!(av));
-        m.insert("kind".into(), json!(info.kind));
-    }
-    Arc::new(o)
+    convert::present(info, obj)
 }
 
 /// The fields an apply request sets: for `/status` only `status`; for the main

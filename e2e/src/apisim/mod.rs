@@ -11,6 +11,7 @@
 
 mod api;
 mod controllers;
+mod convert;
 mod crschema;
 mod discovery;
 mod error;

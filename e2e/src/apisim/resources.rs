@@ -288,6 +288,10 @@ pub fn builtins() -> Vec<ResourceInfo> {
         ) {
             r.categories = vec!["all".into()];
         }
+        if r.group == "events.k8s.io" {
+            // stored as core v1 Events (see convert.rs)
+            r.id = "/events".into();
+        }
         if r.plural == "endpointslices" {
             r.singular = "endpointslice".into();
         }

@@ -209,7 +209,7 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
                 let watching = rp.watch_prefix
                     || matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
                 if watching {
-                    return start_watch(st, &info, rp.namespace, &query);
+                    return start_watch(st, &info, rp.namespace, &query, table::wants_table(&accept));
                 }
                 list(st, &info, rp.namespace.as_deref(), &query, &accept)
             }
@@ -465,6 +465,7 @@ fn start_watch(
     info: &Arc<ResourceInfo>,
     ns: Option<String>,
     q: &HashMap<String, String>,
+    table: bool,
 ) -> Result<Response<Body>, ApiError> {
     let opts = list_options(q)?;
     let timeout = match q.get("timeoutSeconds").filter(|s| !s.is_empty()) {
@@ -483,6 +484,7 @@ fn start_watch(
         send_initial_events: truthy("sendInitialEvents"),
         bookmarks: truthy("allowWatchBookmarks"),
         timeout,
+        table,
     };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::spawn(watchmod::run(

@@ -226,6 +226,60 @@ fn columns_and_rows(info: &ResourceInfo, items: &[Arc<Value>]) -> (Vec<Value>, V
                 })
                 .collect(),
         ),
+        ("", "events") | ("events.k8s.io", "events") => {
+            let core = info.group.is_empty();
+            let (regarding, note) = if core {
+                ("involvedObject", "message")
+            } else {
+                ("regarding", "note")
+            };
+            (
+                vec![
+                    col("Last Seen", "string", 0),
+                    col("Type", "string", 0),
+                    col("Reason", "string", 0),
+                    col("Object", "string", 0),
+                    col("Message", "string", 0),
+                ],
+                items
+                    .iter()
+                    .map(|o| {
+                        let last = [
+                            "/series/lastObservedTime",
+                            "/lastTimestamp",
+                            "/deprecatedLastTimestamp",
+                            "/eventTime",
+                            "/metadata/creationTimestamp",
+                        ]
+                        .iter()
+                        .find_map(|p| {
+                            o.pointer(p)
+                                .and_then(Value::as_str)
+                                .filter(|s| !s.is_empty())
+                        })
+                        .and_then(meta::age_seconds)
+                        .map_or("<unknown>".into(), meta::short_age);
+                        let r = o.get(regarding);
+                        let kind = r
+                            .and_then(|r| r.get("kind"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .to_ascii_lowercase();
+                        let name = r
+                            .and_then(|r| r.get("name"))
+                            .and_then(Value::as_str)
+                            .unwrap_or("");
+                        vec![
+                            json!(last),
+                            json!(s(o, "/type")),
+                            json!(s(o, "/reason")),
+                            json!(format!("{kind}/{name}")),
+                            json!(o.get(note).and_then(Value::as_str).unwrap_or("")),
+                        ]
+                    })
+                    .collect(),
+            )
+        }
         ("", "namespaces") => (
             vec![name(), col("Status", "string", 0), col("Age", "string", 0)],
             items

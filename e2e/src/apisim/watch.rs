@@ -20,6 +20,8 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::api::Api;
+use super::convert::present;
+use super::table;
 use super::error::ApiError;
 use super::faults::Faults;
 use super::resources::ResourceInfo;
@@ -38,6 +40,8 @@ pub struct WatchRequest {
     pub send_initial_events: bool,
     pub bookmarks: bool,
     pub timeout: Option<Duration>,
+    /// `kubectl get -w`: every event's object is a one-row Table.
+    pub table: bool,
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -63,16 +67,15 @@ pub fn expired_line(rv: u64, oldest: u64) -> Bytes {
     line("ERROR", &e.to_status())
 }
 
-fn with_type(info: &ResourceInfo, obj: &Value) -> Value {
-    let mut o = obj.clone();
-    if let Some(m) = o.as_object_mut() {
-        m.insert("apiVersion".into(), json!(info.api_version()));
-        m.insert("kind".into(), json!(info.kind));
-    }
-    o
-}
-
 impl WatchRequest {
+    fn event(&self, kind: &str, obj: &Arc<Value>, rv: u64) -> Bytes {
+        if self.table {
+            line(kind, &table::render(&self.info, std::slice::from_ref(obj), rv))
+        } else {
+            line(kind, obj)
+        }
+    }
+
     fn matches(&self, obj: &Value) -> bool {
         if let Some(ns) = &self.namespace
             && obj
@@ -111,12 +114,9 @@ pub async fn run(
         }
         _ => {
             let (items, rv) = api.store.list(&req.info.id, req.namespace.as_deref());
-            for obj in items.iter().filter(|o| req.matches(o)) {
-                if tx
-                    .send(line("ADDED", &with_type(&req.info, obj)))
-                    .await
-                    .is_err()
-                {
+            let shown = items.into_iter().map(|o| present(&req.info, o));
+            for obj in shown.filter(|o| req.matches(o)) {
+                if tx.send(req.event("ADDED", &obj, rv)).await.is_err() {
                     return;
                 }
             }
@@ -145,8 +145,12 @@ pub async fn run(
             if c.resource != req.info.id {
                 continue;
             }
-            let now = req.matches(&c.object);
-            let before = c.old.as_ref().is_some_and(|o| req.matches(o));
+            let obj = present(&req.info, c.object.clone());
+            let now = req.matches(&obj);
+            let before = c
+                .old
+                .as_ref()
+                .is_some_and(|o| req.matches(&present(&req.info, o.clone())));
             let kind = match (c.kind, before, now) {
                 (EventType::Deleted, true, _) => "DELETED",
                 (EventType::Deleted, false, _) => continue,
@@ -156,11 +160,7 @@ pub async fn run(
                 (EventType::Modified, true, false) => "DELETED",
                 _ => continue,
             };
-            if tx
-                .send(line(kind, &with_type(&req.info, &c.object)))
-                .await
-                .is_err()
-            {
+            if tx.send(req.event(kind, &obj, c.rv)).await.is_err() {
                 return;
             }
         }
