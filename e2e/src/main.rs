@@ -47,7 +47,7 @@ struct Args {
     #[arg(long)]
     no_kubelet: bool,
     /// Changes kept for watches; older resourceVersions get 410 Gone.
-    #[arg(long, default_value_t = 200_000)]
+    #[arg(long, default_value_t = 100_000)]
     history_limit: usize,
     /// Log filter (error, warn, info, debug, trace or an EnvFilter directive).
     #[arg(long, default_value = "info", env = "RINGLB_LOG")]

@@ -87,7 +87,7 @@ impl Default for SimOptions {
             kubelet: true,
             controllers: true,
             node_name: "apisim-node".into(),
-            history_limit: 200_000,
+            history_limit: 100_000,
             bookmark_interval: Duration::from_secs(5),
             install_crds: true,
         }
