@@ -2,18 +2,19 @@
 //! It lives in the binary: it is the orchestration `main` does, over the library's pieces.
 //!
 //! ```text
-//!  reflectors: Services, EndpointSlices, BGPPeers, BGPAdvertisements, IPPools, own Node
+//!  reflectors: Services, EndpointSlices
 //!        │ any event ──> notify (coalesced for DEBOUNCE)
 //!        ▼
-//!  sync task (owns the datapath and the speaker):
+//!  sync (this task owns the datapath):
 //!     desired::build ──> plan::datapath_state ──> Datapath::apply (writes only the diff)
 //!                    └─> plan::routes ──────────> Speaker::announce / withdraw
-//!     bgp::select::select_for_node ─────────────> Speaker::set_peers
+//!  bgp::k8s::run task: BGPPeer/BGPAdvertisement/IPPool/Node ──> Speaker::set_peers,
+//!                      BGPPeer status per node
 //!  SIGTERM ──> Speaker::drain (GRACEFUL_SHUTDOWN, drain time, withdraw, Cease) ──> exit.
 //!  The XDP program and its maps stay pinned, so a restart keeps forwarding and conntrack.
 //! ```
 
-use std::collections::{BTreeSet, HashMap};
+use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,18 +23,18 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use futures::StreamExt;
 use ipnetwork::IpNetwork;
-use k8s_openapi::api::core::v1::{Node, Secret, Service};
+use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::{WatchStreamExt, watcher};
 use prometheus_client::registry::Registry;
-use ringlb_crds::{BGPAdvertisement, BGPPeer, IPPool, SecretKeyRef};
+use ringlb_crds::{BGPPeer, IPPool};
 use ringlb_ops::{CommonArgs, Health};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify};
 
-use ringlb_edge::bgp::{RouteAttrs, Speaker, select};
+use ringlb_edge::bgp::{self, RouteAttrs, Speaker, k8s::NodeContext};
 use ringlb_edge::datapath::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
 use ringlb_edge::datapath::{Datapath, nexthop::KernelResolver};
 use ringlb_edge::{desired, maglev, plan};
@@ -90,10 +91,6 @@ pub struct RunArgs {
 struct Stores {
     services: Store<Service>,
     slices: Store<EndpointSlice>,
-    peers: Store<BGPPeer>,
-    adverts: Store<BGPAdvertisement>,
-    pools: Store<IPPool>,
-    nodes: Store<Node>,
 }
 
 /// Starts a reflector for `api` and returns its store; every event pokes `notify`.
@@ -140,7 +137,7 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
     let speaker = {
         let mut r = registry.lock().await;
-        Speaker::start(args.bgp_listen_port, &mut r)?
+        Arc::new(Speaker::start(args.bgp_listen_port, &mut r)?)
     };
     let (addr, _ops) = ringlb_ops::serve_ops(common.metrics_addr, registry, health.clone())
         .await
@@ -173,49 +170,35 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         ),
         slices: reflect(
             Api::<EndpointSlice>::all(client.clone()),
-            all.clone(),
-            notify.clone(),
-        ),
-        peers: reflect(
-            Api::<BGPPeer>::all(client.clone()),
-            all.clone(),
-            notify.clone(),
-        ),
-        adverts: reflect(
-            Api::<BGPAdvertisement>::all(client.clone()),
-            all.clone(),
-            notify.clone(),
-        ),
-        pools: reflect(
-            Api::<IPPool>::all(client.clone()),
-            all.clone(),
-            notify.clone(),
-        ),
-        nodes: reflect(
-            Api::<Node>::all(client.clone()),
-            all.clone()
-                .fields(&format!("metadata.name={}", args.node_name)),
+            all,
             notify.clone(),
         ),
     };
     for (kind, ready) in [
         ("Service", stores.services.wait_until_ready().await),
         ("EndpointSlice", stores.slices.wait_until_ready().await),
-        ("BGPPeer", stores.peers.wait_until_ready().await),
-        ("BGPAdvertisement", stores.adverts.wait_until_ready().await),
-        ("IPPool", stores.pools.wait_until_ready().await),
     ] {
         ready.with_context(|| format!("first list of {kind}s"))?;
     }
+    // Peers and policy come from BGPPeer / BGPAdvertisement / IPPool for this node.
+    let node = NodeContext {
+        node_name: args.node_name.clone(),
+        router_id,
+    };
+    let bgp_task = tokio::spawn({
+        let (client, speaker) = (client.clone(), speaker.clone());
+        async move {
+            if let Err(e) = bgp::k8s::run(client, node, speaker).await {
+                tracing::error!(error = %e, "BGP configuration from the API stopped");
+            }
+        }
+    });
 
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut state = SyncState::default();
     loop {
-        sync(
-            &client, &stores, args, router_id, &mut dp, &speaker, &mut state,
-        )
-        .await;
+        sync(&stores, args, &mut dp, &speaker, &mut state);
         health.set_ready(state.synced_once);
         tokio::select! {
             _ = notify.notified() => tokio::time::sleep(DEBOUNCE).await,
@@ -233,7 +216,12 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         _ = speaker.drain(Duration::from_secs(args.drain_seconds)) => {}
         _ = term.recv() => { tracing::warn!("second signal: cutting the drain short"); speaker.withdraw_all(); }
     }
-    speaker.shutdown().await;
+    bgp_task.abort();
+    let _ = bgp_task.await;
+    match Arc::try_unwrap(speaker) {
+        Ok(speaker) => speaker.shutdown().await,
+        Err(_) => tracing::warn!("speaker still shared at exit; sessions close with the process"),
+    }
     tracing::info!("edge agent stopped; XDP program and maps stay pinned for the next start");
     Ok(())
 }
@@ -246,11 +234,9 @@ struct SyncState {
     retry: bool,
 }
 
-async fn sync(
-    client: &kube::Client,
+fn sync(
     stores: &Stores,
     args: &RunArgs,
-    router_id: Ipv4Addr,
     dp: &mut XdpDatapath,
     speaker: &Speaker,
     st: &mut SyncState,
@@ -292,42 +278,6 @@ async fn sync(
             st.announced.clone()
         }
     };
-
-    // BGP peers for this node, then the routes.
-    let node_labels = stores
-        .nodes
-        .state()
-        .first()
-        .and_then(|n| n.metadata.labels.clone())
-        .unwrap_or_default();
-    let peers: Vec<BGPPeer> = stores.peers.state().iter().map(|p| (**p).clone()).collect();
-    let adverts: Vec<BGPAdvertisement> = stores
-        .adverts
-        .state()
-        .iter()
-        .map(|a| (**a).clone())
-        .collect();
-    let pools: Vec<IPPool> = stores.pools.state().iter().map(|p| (**p).clone()).collect();
-    let passwords = passwords(client, &peers).await;
-    let selection = select::select_for_node(
-        &node_labels,
-        router_id,
-        &peers,
-        &adverts,
-        &pools,
-        &|r: &SecretKeyRef| {
-            passwords
-                .get(&(r.namespace.clone(), r.name.clone(), r.key.clone()))
-                .cloned()
-        },
-    );
-    for (name, e) in &selection.errors {
-        tracing::warn!(bgppeer = %name, error = %e, "BGPPeer not used");
-    }
-    if let Err(e) = speaker.set_peers(selection.peers).await {
-        tracing::error!(error = %e, "configuring BGP peers");
-    }
-
     for gone in st.announced.difference(&routes) {
         speaker.withdraw(*gone);
     }
@@ -343,34 +293,6 @@ async fn sync(
         announced = st.announced.len(),
         "synced"
     );
-}
-
-/// MD5 passwords of the peers that name a Secret, keyed by (namespace, name, key).
-async fn passwords(
-    client: &kube::Client,
-    peers: &[BGPPeer],
-) -> HashMap<(String, String, Option<String>), String> {
-    let mut out = HashMap::new();
-    for r in peers
-        .iter()
-        .filter_map(|p| p.spec.password_secret_ref.as_ref())
-    {
-        let api: Api<Secret> = Api::namespaced(client.clone(), &r.namespace);
-        match api.get(&r.name).await {
-            Ok(secret) => {
-                let key = r.key.clone().unwrap_or_else(|| "password".into());
-                if let Some(v) = secret.data.as_ref().and_then(|d| d.get(&key))
-                    && let Ok(s) = String::from_utf8(v.0.clone())
-                {
-                    out.insert((r.namespace.clone(), r.name.clone(), r.key.clone()), s);
-                }
-            }
-            Err(e) => {
-                tracing::warn!(secret = %format!("{}/{}", r.namespace, r.name), error = %e, "reading BGP password")
-            }
-        }
-    }
-    out
 }
 
 /// Exits with a clear message when ringlb's CRDs are not installed.
