@@ -250,6 +250,13 @@ impl Fsm {
             (Idle, Event::AutomaticStart | Event::IdleHoldTimerExpires) if !self.stopped => {
                 Some(self.start())
             }
+            (Idle, Event::ManualStop) => {
+                // Stop during the restart backoff: no automatic restart any more.
+                self.stopped = true;
+                self.connect_retry_counter = 0;
+                self.push(Action::StopTimer(Timer::IdleHold));
+                None
+            }
             (Idle, _) => None, // Idle refuses everything else (incoming connections too)
 
             // ---- ManualStop in any other state

@@ -300,3 +300,17 @@ fn zero_hold_time_disables_keepalives() {
     );
     assert!(a.contains(&Action::StopTimer(Timer::Hold)));
 }
+
+#[test]
+fn manual_stop_during_backoff_cancels_the_restart() {
+    let mut f = Fsm::new(cfg(false));
+    f.fsm_event(Event::ManualStart);
+    f.fsm_event(Event::TcpConnectionFails);
+    f.fsm_event(Event::TcpCrAcked);
+    f.fsm_event(Event::HoldTimerExpires);
+    assert_eq!(f.state(), State::Idle);
+    f.take_actions();
+    assert_eq!(f.fsm_event(Event::ManualStop), None);
+    assert_eq!(f.take_actions(), vec![Action::StopTimer(Timer::IdleHold)]);
+    assert_eq!(f.fsm_event(Event::IdleHoldTimerExpires), None, "stays Idle");
+}
