@@ -299,3 +299,39 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
     eprintln!("kill -9 -> nexthop dropped after {:?}", t1.elapsed());
     assert!(established(&lab, "e2"));
 }
+
+#[test]
+fn bird_passive_on_another_port_with_a_source_address() {
+    require_lab!("bird", "birdc");
+    let mut lab = Lab::new("src", 1);
+    // A second address on the edge; BIRD only knows the edge by that one, listens on
+    // port 1790 and never dials out, so only our active open with the configured
+    // source address and port can bring the session up.
+    lab.exec("e1", "ip", &["addr", "add", "10.91.0.21/24", "dev", "eth0"])
+        .unwrap();
+    lab.start_bird(&format!(
+        r#"
+protocol bgp e1 from edge {{
+  local {TOR_V4} port 1790 as 65000; neighbor 10.91.0.21 as 65011; passive on;
+  ipv4 {{ import all; export none; }};
+}}
+"#
+    ));
+    let peer = ebgp_v4_peer(65011, "    port: 1790\n    sourceAddress: 10.91.0.21\n");
+    lab.start_speaker(
+        "edge1",
+        "e1",
+        &speaker_yaml(1, &peer, &format!("  - prefix: {VIP4}/32\n"), 1),
+    );
+    assert!(
+        wait_until(Duration::from_secs(15), || established(&lab, "e1")),
+        "not Established:\n{}\n{}",
+        lab.birdc(&["show", "protocols", "all", "e1"]),
+        lab.logs()
+    );
+    assert!(
+        in_fib(&lab, VIP4, "10.91.0.21"),
+        "next-hop self must be the session's source address: {}",
+        kernel_route(&lab, VIP4)
+    );
+}
