@@ -597,20 +597,18 @@ impl Api {
             && let Ok(entries) = resources::from_crd(gone)
             && let Some(e) = entries.first()
         {
-            {
-                // Delete every custom object of the CRD, then stop serving it.
-                let id = e.id.clone();
-                let (items, _) = self.store.list(&id, None);
-                for obj in items {
-                    let _ = self.store.mutate::<_, ApiError>(
-                        &id,
-                        meta::namespace(&obj),
-                        meta::name(&obj),
-                        |_, _| Ok((Mutation::Remove, ())),
-                    );
-                }
-                self.registry.remove(&e.group, &e.plural);
+            // Delete every custom object of the CRD, then stop serving it.
+            let id = e.id.clone();
+            let (items, _) = self.store.list(&id, None);
+            for obj in items {
+                let _ = self.store.mutate::<_, ApiError>(
+                    &id,
+                    meta::namespace(&obj),
+                    meta::name(&obj),
+                    |_, _| Ok((Mutation::Remove, ())),
+                );
             }
+            self.registry.remove(&e.group, &e.plural);
         }
     }
 

@@ -14,6 +14,7 @@ mod controllers;
 mod convert;
 mod crschema;
 mod discovery;
+mod endpointslices;
 mod error;
 mod faults;
 mod fields;

@@ -209,7 +209,13 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
                 let watching = rp.watch_prefix
                     || matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
                 if watching {
-                    return start_watch(st, &info, rp.namespace, &query, table::wants_table(&accept));
+                    return start_watch(
+                        st,
+                        &info,
+                        rp.namespace,
+                        &query,
+                        table::wants_table(&accept),
+                    );
                 }
                 list(st, &info, rp.namespace.as_deref(), &query, &accept)
             }

@@ -21,12 +21,12 @@ use tokio::sync::mpsc;
 
 use super::api::Api;
 use super::convert::present;
-use super::table;
 use super::error::ApiError;
 use super::faults::Faults;
 use super::resources::ResourceInfo;
 use super::select::{FieldSelector, LabelSelector};
 use super::store::EventType;
+use super::table;
 
 /// A parsed watch request.
 #[derive(Debug, Clone)]
@@ -70,7 +70,10 @@ pub fn expired_line(rv: u64, oldest: u64) -> Bytes {
 impl WatchRequest {
     fn event(&self, kind: &str, obj: &Arc<Value>, rv: u64) -> Bytes {
         if self.table {
-            line(kind, &table::render(&self.info, std::slice::from_ref(obj), rv))
+            line(
+                kind,
+                &table::render(&self.info, std::slice::from_ref(obj), rv),
+            )
         } else {
             line(kind, obj)
         }
