@@ -59,6 +59,9 @@ pub struct Ctx {
     pub metrics: Metrics,
     pub default_class: bool,
     pub namespaces: Store<Namespace>,
+    /// The Service reflector's cache (the Controller's own store).
+    services: Store<Service>,
+    services_writer: Mutex<Option<reflector::store::Writer<Service>>>,
     /// Set when allocations change, so the pool status writer runs.
     pub pools_dirty: Arc<tokio::sync::Notify>,
     /// Refused Services, retried when an address is released.
@@ -87,6 +90,7 @@ impl Ctx {
         pools_dirty: Arc<tokio::sync::Notify>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<ObjectRef<Service>>) {
         let (retry_tx, retry_rx) = mpsc::unbounded();
+        let (services, services_writer) = reflector::store();
         let ctx = Ctx {
             client,
             ipam,
@@ -94,6 +98,8 @@ impl Ctx {
             metrics,
             default_class,
             namespaces,
+            services,
+            services_writer: Mutex::new(Some(services_writer)),
             pools_dirty,
             pending: Mutex::default(),
             retry_tx,
@@ -201,6 +207,14 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
         .unwrap_or_default();
     let result = request_from_service(svc, ns_labels.into_iter().collect())
         .and_then(|req| lock(&ctx.ipam).ensure(&req, &status_ips(svc)));
+
+    // A Delete may have been applied while this reconcile ran on the old object; the
+    // reflector removes the object from the store before `forget` runs, so checking
+    // the store after `ensure` closes the window in which we could re-take its IPs.
+    if result.is_ok() && ctx.services.get(&oref).is_none() {
+        ctx.forget(key);
+        return Ok(Action::await_change());
+    }
 
     match result {
         Ok(out) => {
@@ -316,9 +330,14 @@ pub async fn run(
     reconcile_all: impl Stream<Item = ()> + Send + 'static,
 ) {
     let api: Api<Service> = Api::all(ctx.client.clone());
-    let (reader, writer) = reflector::store();
+    let Some(writer) = lock(&ctx.services_writer).take() else {
+        tracing::error!(
+            "reconcile::run called twice for one Ctx; not starting a second controller"
+        );
+        return;
+    };
     let stream = service_stream(api, writer, ctx.clone());
-    Controller::for_stream(stream, reader)
+    Controller::for_stream(stream, ctx.services.clone())
         .reconcile_on(retry_rx)
         .reconcile_all_on(reconcile_all)
         .run(reconcile, error_policy, ctx)

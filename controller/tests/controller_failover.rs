@@ -315,3 +315,65 @@ async fn dropped_watches_and_410_recover() {
         "one's address was released and reused"
     );
 }
+
+#[tokio::test]
+async fn leader_that_loses_its_lease_stops() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let mut c = Ctrl::start(&sim, "victim", &[]);
+    wait_for(Duration::from_secs(20), "victim leads", || async {
+        (lease_holder(&client).await.as_deref() == Some("victim")).then_some(())
+    })
+    .await;
+    // Someone else takes the Lease over (an operator, or a partitioned replica's
+    // successor): the old leader must notice on its next renewal and stop.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let mut l = leases.get("ringlb-controller").await.unwrap();
+    l.spec.as_mut().unwrap().holder_identity = Some("usurper".into());
+    leases
+        .replace("ringlb-controller", &Default::default(), &l)
+        .await
+        .unwrap();
+    let t0 = Instant::now();
+    while !c.exited() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "the old leader kept running"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = c.child.wait().unwrap();
+    assert!(
+        !status.success(),
+        "exits non-zero so it gets restarted as a candidate"
+    );
+    assert!(c.logs().contains("no longer the leader"), "{}", c.logs());
+}
+
+#[tokio::test]
+async fn missing_crds_give_a_clear_exit() {
+    let sim = ringlb_e2e::Simulator::start(ringlb_e2e::SimOptions {
+        kubelet: false,
+        controllers: false,
+        install_crds: false,
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    let mut c = Ctrl::start(&sim, "nocrd", &[]);
+    let t0 = Instant::now();
+    while !c.exited() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "controller did not exit without CRDs"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(!c.child.wait().unwrap().success());
+    let log = c.logs();
+    assert!(
+        log.contains("the IPPool CRD (ippools.ringlb.io) is not installed"),
+        "{log}"
+    );
+}
