@@ -47,7 +47,7 @@ fn in_fib(lab: &Lab, vip: &str, via: &str) -> bool {
 fn bird_ipv4_ebgp_and_ipv6_ibgp_with_attributes() {
     require_lab!("bird", "birdc");
     let mut lab = Lab::new("attr", 1);
-    lab.start_bird(&format!(
+    let bird = lab.start_bird(&format!(
         r#"
 protocol bgp e1 from edge {{
   local {TOR_V4} as 65000; neighbor {} as 65011;
@@ -71,7 +71,7 @@ protocol bgp e1i from edge {{
         )
     );
     let prefixes = format!("  - prefix: {VIP4}/32\n    med: 10\n  - prefix: {VIP6}/128\n");
-    lab.start_speaker("edge1", "e1", &speaker_yaml(1, &peers, &prefixes, 1));
+    let e1 = lab.start_speaker("edge1", "e1", &speaker_yaml(1, &peers, &prefixes, 1));
 
     let up = wait_until(Duration::from_secs(15), || {
         established(&lab, "e1") && established(&lab, "e1i")
@@ -127,6 +127,31 @@ protocol bgp e1i from edge {{
         in_fib(&lab, VIP6, &edge_v6(1)),
         "IPv6 VIP not in the ToR's kernel FIB: {}",
         kernel_route(&lab, VIP6)
+    );
+
+    // Graceful shutdown withdraws both families (IPv6 through MP_UNREACH_NLRI).
+    lab.signal(e1, "TERM");
+    let gone = wait_until(Duration::from_secs(5), || {
+        !kernel_route(&lab, VIP4).contains("via") && !kernel_route(&lab, VIP6).contains("via")
+    });
+    assert!(
+        gone,
+        "VIPs still routed after SIGTERM: {} / {}",
+        kernel_route(&lab, VIP4),
+        kernel_route(&lab, VIP6)
+    );
+    // BIRD's route log (debug routes): both families were withdrawn by UPDATE (IPv6
+    // through MP_UNREACH_NLRI) before the Cease arrived, not flushed by the session end.
+    let log = lab.log(bird);
+    let pos = |needle: &str| {
+        log.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in bird.log:\n{log}"))
+    };
+    let cease = pos("e1i: Received: Administrative shutdown");
+    assert!(pos("e1i.ipv6 > removed [sole] fd91:100::1/128") < cease);
+    assert!(
+        pos("e1.ipv4 > removed [sole] 10.91.100.1/32")
+            < pos("e1: Received: Administrative shutdown")
     );
 }
 

@@ -565,3 +565,38 @@ async fn collision_lower_remote_id_keeps_the_outbound_connection() {
         "B should get Cease/Connection Collision Resolution, got {b:?}"
     );
 }
+
+#[tokio::test]
+async fn route_refresh_resends_the_adj_rib_out_and_v6_withdraw_uses_mp_unreach() {
+    let (sp, l, _reg) = setup().await;
+    sp.announce(net("10.1.0.1/32"), RouteAttrs::default());
+    sp.announce(net("fd00:1::1/128"), RouteAttrs::default());
+    let mut p = accept(&l).await;
+    p.handshake(PEER_ASN).await;
+    assert_eq!(p.initial_dump().await.len(), 2);
+    p.send(&Message::RouteRefresh { afi: 1, safi: 1 }).await;
+    let mut again = Vec::new();
+    while again.len() < 2 {
+        match p.read().await {
+            Some(Message::Update(u)) => again.extend(u.nlri),
+            other => panic!("expected the routes again, got {other:?}"),
+        }
+    }
+    again.sort();
+    assert_eq!(again, vec![net("10.1.0.1/32"), net("fd00:1::1/128")]);
+    sp.withdraw(net("fd00:1::1/128"));
+    let raw = loop {
+        let raw = p.read_raw().await.expect("withdrawal");
+        if raw[18] == 2 {
+            break raw;
+        }
+    };
+    // No withdrawn-routes field; one MP_UNREACH_NLRI (type 15) attribute.
+    assert_eq!(&raw[19..21], &[0, 0]);
+    assert_eq!(raw[24], 15, "attribute type: {raw:02x?}");
+    match codec::decode(&raw, true).unwrap() {
+        Decoded::Update(u) => assert_eq!(u.update.withdrawn, vec![net("fd00:1::1/128")]),
+        other => panic!("{other:?}"),
+    }
+    sp.shutdown().await;
+}

@@ -303,7 +303,7 @@ protocol kernel kernel6 {{
   ipv6 {{ import none; export filter {{ if source = RTS_BGP then accept; reject; }}; }};
 }}
 template bgp edge {{
-  direct; hold time 3; keepalive time 1;
+  direct; hold time 3; keepalive time 1; debug {{ states, routes }};
   connect delay time 1; connect retry time 1; error wait time 1, 2;
 }}
 {protocols}
