@@ -600,3 +600,62 @@ async fn route_refresh_resends_the_adj_rib_out_and_v6_withdraw_uses_mp_unreach()
     }
     sp.shutdown().await;
 }
+
+#[tokio::test]
+async fn set_peers_changes_policy_in_place_and_restarts_only_on_session_changes() {
+    use ringlb_edge::bgp::config::ExportRule;
+    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let mut reg = Registry::default();
+    let sp = Speaker::start(0, &mut reg).unwrap();
+    sp.announce(net("10.1.0.1/32"), RouteAttrs::default());
+    sp.set_peers(vec![peer_cfg(port, false)]).await.unwrap();
+    let mut p = accept(&l).await;
+    p.handshake(PEER_ASN).await;
+    p.initial_dump().await;
+
+    // New policy (a BGPAdvertisement appeared): re-announce with the community, same
+    // session.
+    let mut with_policy = peer_cfg(port, false);
+    with_policy.policy.rules.push(ExportRule {
+        communities: vec![(65011 << 16) | 42],
+        ..Default::default()
+    });
+    sp.set_peers(vec![with_policy.clone()]).await.unwrap();
+    match p.read().await {
+        Some(Message::Update(u)) => {
+            assert_eq!(u.nlri, vec![net("10.1.0.1/32")]);
+            assert_eq!(u.attrs.unwrap().communities, vec![(65011 << 16) | 42]);
+        }
+        other => panic!("expected a re-announce on the same session, got {other:?}"),
+    }
+    let st = sp.peer_status(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    assert_eq!(st.borrow().flaps, 0);
+
+    // A session setting changed: Cease, then a new session.
+    let mut new_hold = with_policy.clone();
+    new_hold.hold_time = 6;
+    sp.set_peers(vec![new_hold]).await.unwrap();
+    match p.read().await {
+        Some(Message::Notification(n)) => assert_eq!(n.code, notif::CEASE),
+        other => panic!("{other:?}"),
+    }
+    let mut p2 = accept(&l).await;
+    let open = p2.handshake(PEER_ASN).await;
+    assert_eq!(open.hold_time, 6);
+
+    // Peer gone from the objects: Cease and forgotten.
+    sp.set_peers(vec![]).await.unwrap();
+    loop {
+        match p2.read().await {
+            Some(Message::Notification(n)) => {
+                assert_eq!(n.code, notif::CEASE);
+                break;
+            }
+            Some(_) => {}
+            None => panic!("closed without Cease"),
+        }
+    }
+    assert!(sp.peer_status(IpAddr::V4(Ipv4Addr::LOCALHOST)).is_none());
+    assert!(sp.peers().is_empty());
+}

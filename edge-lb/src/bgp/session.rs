@@ -28,7 +28,7 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use super::codec::{self, Afi, CodecError, Decoded, HEADER_LEN, Message, Notification, notif};
-use super::config::PeerConfig;
+use super::config::{ExportPolicy, PeerConfig};
 use super::fsm::{self, Action, CollisionWinner, Event, Fsm, FsmConfig, Negotiated, State, Timer};
 use super::md5;
 use super::metrics::{BgpMetrics, Labels};
@@ -66,6 +66,8 @@ impl Default for PeerStatus {
 pub(crate) enum PeerCmd {
     /// Send pending withdrawals, NOTIFICATION Cease, close, and end the task.
     Stop { done: oneshot::Sender<()> },
+    /// A new export policy: re-diff the Adj-RIB-Out, no session reset.
+    SetPolicy(ExportPolicy),
 }
 
 enum ConnEvent {
@@ -190,6 +192,7 @@ pub(crate) struct PeerTask {
     status: watch::Sender<PeerStatus>,
     metrics: BgpMetrics,
     next_id: u64,
+    rng: u64,
 }
 
 impl PeerTask {
@@ -215,6 +218,7 @@ impl PeerTask {
         let (ev_tx, ev_rx) = mpsc::channel(256);
         let (conn_tx, conn_rx) = mpsc::channel(4);
         let name = cfg.address.to_string();
+        let rng = seed(&name);
         PeerTask {
             label: BgpMetrics::peer(&name),
             name,
@@ -235,6 +239,7 @@ impl PeerTask {
             sent: AdjRibOut::new(),
             session: None,
             status,
+            rng,
             metrics,
             next_id: 0,
         }
@@ -251,12 +256,21 @@ impl PeerTask {
             let deadline = self.timers.values().min().copied();
             let established = self.fsm.state() == State::Established;
             tokio::select! {
-                cmd = self.cmds.recv() => {
-                    let done = cmd.map(|PeerCmd::Stop { done }| done);
-                    self.stop().await;
-                    if let Some(d) = done { let _ = d.send(()); }
-                    return;
-                }
+                cmd = self.cmds.recv() => match cmd {
+                    Some(PeerCmd::SetPolicy(p)) => {
+                        self.cfg.policy = p;
+                        self.sync_routes();
+                    }
+                    Some(PeerCmd::Stop { done }) => {
+                        self.stop().await;
+                        let _ = done.send(());
+                        return;
+                    }
+                    None => {
+                        self.stop().await;
+                        return;
+                    }
+                },
                 Some(ev) = self.ev_rx.recv() => self.on_conn_event(ev),
                 Some((id, res)) = self.conn_rx.recv() => self.on_connect(id, res),
                 Some(stream) = self.inbound.recv() => self.on_inbound(stream),
@@ -368,6 +382,9 @@ impl PeerTask {
                 Err(e) => tracing::error!(error = %e, "cannot encode message"),
             },
             Action::StartTimer(t, d) => {
+                // RFC 4271 §10: jitter ConnectRetry, Keepalive (and our restart backoff)
+                // to 75..100% so many edges do not move in lockstep. Never the hold timer.
+                let d = if t == Timer::Hold { d } else { self.jitter(d) };
                 self.timers.insert(t, Instant::now() + d);
             }
             Action::StopTimer(t) => {
@@ -393,6 +410,16 @@ impl PeerTask {
                 self.status.send_modify(|s| s.last_error = Some(message));
             }
         }
+    }
+
+    fn jitter(&mut self, d: Duration) -> Duration {
+        // xorshift64: no crypto needed, only de-synchronisation between edges.
+        let mut x = self.rng;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.rng = x;
+        d.mul_f64(0.75 + (x % 1000) as f64 / 4000.0)
     }
 
     fn session_up(&mut self, n: Negotiated) {
@@ -666,6 +693,18 @@ impl PeerTask {
         self.event(Event::TcpConnectionConfirmed);
         self.event(Event::BgpOpen(Box::new(open)));
     }
+}
+
+/// A per-peer, per-process seed for the timer jitter (never zero).
+fn seed(name: &str) -> u64 {
+    let t = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let h = name.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+    });
+    (t ^ h ^ u64::from(std::process::id())) | 1
 }
 
 async fn sleep_until_opt(d: Option<Instant>) {

@@ -173,6 +173,9 @@ impl Speaker {
                 }
             }
             stop_peer(h).await;
+            let labels = BgpMetrics::peer(&addr.to_string());
+            self.metrics.session_state.remove(&labels);
+            self.metrics.prefixes_advertised.remove(&labels);
         }
     }
 
@@ -182,14 +185,33 @@ impl Speaker {
             .iter()
             .map(|(a, h)| (*a, h.cfg.clone()))
             .collect();
+        // Same session settings, other policy: update in place, no session reset.
+        let same_session = |a: &PeerConfig, b: &PeerConfig| {
+            let mut a = a.clone();
+            a.policy = b.policy.clone();
+            a == *b
+        };
         for (addr, cfg) in &current {
-            if !want.iter().any(|w| w == cfg) {
+            if !want.iter().any(|w| same_session(w, cfg)) {
                 self.remove_peer(*addr).await;
             }
         }
         for w in want {
-            if current.get(&w.address) != Some(&w) {
-                self.add_peer(w)?;
+            match current.get(&w.address) {
+                Some(c) if *c == w => {}
+                Some(c) if same_session(c, &w) => {
+                    let cmd = {
+                        let mut peers = lock(&self.peers);
+                        peers.get_mut(&w.address).map(|h| {
+                            h.cfg.policy = w.policy.clone();
+                            h.cmd.clone()
+                        })
+                    };
+                    if let Some(cmd) = cmd {
+                        let _ = cmd.send(PeerCmd::SetPolicy(w.policy)).await;
+                    }
+                }
+                _ => self.add_peer(w)?,
             }
         }
         Ok(())
