@@ -300,6 +300,14 @@ fn service_stream(
     let mut listing: Option<HashSet<String>> = None;
     watcher(api, watcher::Config::default())
         .default_backoff()
+        // Keep the cache small: nothing here reads managedFields or the (often
+        // large) last-applied-configuration annotation.
+        .modify(|s| {
+            s.managed_fields_mut().clear();
+            if let Some(a) = s.metadata.annotations.as_mut() {
+                a.remove("kubectl.kubernetes.io/last-applied-configuration");
+            }
+        })
         .reflect(writer)
         .inspect_ok(move |ev| match ev {
             Event::Delete(s) => {

@@ -403,3 +403,65 @@ async fn class_and_type_changes() {
     .await;
     assert_eq!(wait_ips(&client, "next", Duration::from_secs(5)).await, ip);
 }
+
+#[tokio::test]
+async fn namespace_and_service_selectors_pick_the_pool() {
+    use k8s_openapi::api::core::v1::{Namespace, Service};
+    use kube::Api;
+    use kube::api::PostParams;
+
+    let sim = sim().await;
+    let client = sim.client().await;
+    let ns: Namespace =
+        serde_json::from_value(json!({"metadata": {"name": "prod", "labels": {"tier": "gold"}}}))
+            .unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
+    create_pool(&client, "gold", &["198.51.100.0/24"], |s| {
+        s.priority = -1;
+        s.namespace_selector =
+            Some(serde_json::from_value(json!({"matchLabels": {"tier": "gold"}})).unwrap());
+    })
+    .await;
+    create_pool(&client, "edge", &["203.0.113.0/24"], |s| {
+        s.priority = -2;
+        s.service_selector = Some(
+            serde_json::from_value(
+                json!({"matchExpressions": [{"key": "edge", "operator": "Exists"}]}),
+            )
+            .unwrap(),
+        );
+    })
+    .await;
+    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+
+    let mut in_prod = lb_service("api", 80, json!({}));
+    in_prod.metadata.namespace = Some("prod".into());
+    let prod: Api<Service> = Api::namespaced(client.clone(), "prod");
+    prod.create(&PostParams::default(), &in_prod).await.unwrap();
+    create_svc(&client, &lb_service("plain", 80, json!({}))).await;
+    create_svc(
+        &client,
+        &lb_service("edgy", 80, json!({"metadata": {"labels": {"edge": "yes"}}})),
+    )
+    .await;
+
+    let ip = wait_for(Duration::from_secs(20), "prod/api VIP", || {
+        let prod = prod.clone();
+        async move { ingress_ips(&prod.get("api").await.ok()?).first().copied() }
+    })
+    .await;
+    assert_eq!(ip.to_string(), "198.51.100.0", "namespace selector");
+    assert_eq!(
+        wait_ips(&client, "plain", Duration::from_secs(5)).await[0].to_string(),
+        "192.0.2.0"
+    );
+    assert_eq!(
+        wait_ips(&client, "edgy", Duration::from_secs(5)).await[0].to_string(),
+        "203.0.113.0",
+        "service selector + priority"
+    );
+}
