@@ -2,5 +2,6 @@
 //! edges, kubectl and the end-to-end tests talk to through an ordinary kubeconfig.
 
 pub mod apisim;
+pub mod lab;
 
 pub use apisim::{Faults, SimHandle, SimOptions, Simulator};

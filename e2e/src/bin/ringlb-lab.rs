@@ -1,0 +1,405 @@
+//! ringlb-lab: the end-to-end network-namespace lab (`make demo`).
+//!
+//! ```text
+//! ringlb-lab demo [--requests N]   build the lab, show every step with evidence, tear down
+//! ringlb-lab up                    build the lab and leave it running (prints how to poke it)
+//! ringlb-lab down                  remove the lab (daemons, namespaces, bpffs, files)
+//! ```
+//!
+//! Everything runs as the project's real programs (ringlb-apisim, ringlb-controller,
+//! ringlb-edge) plus BIRD and kubectl, in namespaces named `<prefix>-*`; see docs/lab.md.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use clap::{Parser, Subcommand};
+use ringlb_e2e::lab::{self, Addrs, Bins, Cluster, Topology, config, topology};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "ringlb-lab",
+    about = "ringlb end-to-end lab in network namespaces (needs root)"
+)]
+struct Args {
+    /// Namespace name prefix; every namespace is `<prefix>-<role>`.
+    #[arg(long, default_value = "rlb-demo", global = true)]
+    prefix: String,
+    /// Directory for logs, configs, the kubeconfig, PID file and bpffs.
+    /// Default: /run/ringlb-lab/<prefix>.
+    #[arg(long, global = true)]
+    dir: Option<PathBuf>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Debug, Subcommand)]
+enum Cmd {
+    /// Build the lab, run the whole path with evidence at each step, tear it down.
+    Demo {
+        /// HTTP requests from the client to the VIP.
+        #[arg(long, default_value_t = 20)]
+        requests: usize,
+    },
+    /// Build the lab and leave it running.
+    Up,
+    /// Tear the lab down (also the leftovers of an interrupted run).
+    Down,
+    /// (inside a pod namespace) answer HTTP with this pod's name.
+    #[command(hide = true)]
+    PodHttp {
+        #[arg(long)]
+        listen: std::net::SocketAddr,
+        #[arg(long)]
+        name: String,
+    },
+}
+
+const SERVICE: &str = "web";
+
+struct Printer {
+    n: usize,
+    total: usize,
+    start: Instant,
+}
+
+impl Printer {
+    fn step(&mut self, title: &str) {
+        self.n += 1;
+        println!(
+            "\n\x1b[1m==> [{}/{}] {title}\x1b[0m  (t={:.1}s)",
+            self.n,
+            self.total,
+            self.start.elapsed().as_secs_f64()
+        );
+    }
+    fn cmd(&self, shown: &str, out: &str) {
+        println!("$ {shown}");
+        for l in out.trim_end().lines() {
+            println!("  {l}");
+        }
+    }
+}
+
+/// The lab as `up` leaves it and `demo` continues from.
+struct Running {
+    topo: Topology,
+    cluster: Cluster,
+    vip: String,
+}
+
+fn bring_up(prefix: &str, dir: &std::path::Path, p: &mut Printer) -> anyhow::Result<Running> {
+    let bins = Bins::discover()?;
+    p.step("fabric: client, ToR, 2 edges, 2 pods in network namespaces");
+    let topo = Topology::up(prefix, dir, Addrs::default()).context("building the fabric")?;
+    let a = topo.addrs.clone();
+    println!(
+        "  namespaces {prefix}-{{tor,client,edge1,edge2,pod1,pod2}}; client {}, edges {}, pods {}",
+        a.client,
+        a.edges.join(" "),
+        a.pods.join(" ")
+    );
+    println!("  ToR: ringlb_pass XDP on ve-e1/ve-e2; pods: tc ringlb_decap on eth0 ingress");
+    let mut cluster = Cluster::new(&topo, bins);
+
+    p.step("pods: `ringlb-lab pod-http` in each pod namespace on :8080");
+    cluster.start_pods()?;
+    for i in 1..=a.pods.len() {
+        let ns = topo.ns(&format!("pod{i}"));
+        let tc = lab::cmd::run(&["tc", "-n", &ns, "filter", "show", "dev", "eth0", "ingress"])?;
+        p.cmd(&format!("tc -n {ns} filter show dev eth0 ingress"), &tc);
+    }
+
+    p.step("ToR: BIRD 2 (AS 65000), eBGP to both edges, ECMP into the kernel");
+    cluster.start_bird()?;
+    p.cmd(
+        "birdc show protocols",
+        &cluster.birdc(&["show", "protocols"])?,
+    );
+
+    p.step("control plane: ringlb-apisim + ringlb-controller in the ToR namespace");
+    cluster.start_apisim()?;
+    cluster.start_controller()?;
+    let manifests = cluster.write_manifests()?;
+    let applied = cluster.apply(&manifests)?;
+    p.cmd(
+        &format!("kubectl apply -f {}", manifests.display()),
+        &applied,
+    );
+    let pods = lab::wait_for(
+        "2 Running pods with the lab's IPs",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        || {
+            let out = cluster.kubectl(&["get", "pods", "-o", "wide"])?;
+            Ok(if a.pods.iter().all(|ip| out.contains(ip)) {
+                Ok(out)
+            } else {
+                Err(out)
+            })
+        },
+    )?;
+    p.cmd("kubectl get pods -o wide", &pods);
+
+    p.step("edges: `ringlb-edge run` in edge1 and edge2 (native XDP on eth0, BGP from BGPPeer)");
+    let pins: Vec<PathBuf> = (1..=a.edges.len()).map(|i| topo.pin_dir(i)).collect();
+    cluster.start_edges(&pins)?;
+    std::thread::sleep(Duration::from_millis(500));
+    cluster.check_daemons()?;
+    for i in 1..=a.edges.len() {
+        let ns = topo.ns(&format!("edge{i}"));
+        let link = lab::cmd::run(&["ip", "-n", &ns, "-d", "link", "show", "dev", "eth0"])?;
+        let xdp = link
+            .lines()
+            .find(|l| l.contains("prog/xdp"))
+            .unwrap_or("(no XDP yet)");
+        println!("  {ns} eth0: {}", xdp.trim());
+    }
+
+    p.step("kubectl expose deployment web --type=LoadBalancer: the controller allocates a VIP");
+    let port = a.port.to_string();
+    let exposed = cluster.kubectl(&[
+        "expose",
+        "deployment",
+        SERVICE,
+        &format!("--port={port}"),
+        &format!("--target-port={port}"),
+        "--type=LoadBalancer",
+    ])?;
+    p.cmd(
+        &format!(
+            "kubectl expose deployment web --port={port} --target-port={port} --type=LoadBalancer"
+        ),
+        &exposed,
+    );
+    let t0 = Instant::now();
+    let vip = cluster.wait_vip(SERVICE, Duration::from_secs(15))?;
+    println!("  EXTERNAL-IP after {} ms", t0.elapsed().as_millis());
+    p.cmd(
+        "kubectl get svc web",
+        &cluster.kubectl(&["get", "svc", SERVICE])?,
+    );
+    p.cmd(
+        "kubectl get endpointslices -l kubernetes.io/service-name=web",
+        &cluster.kubectl(&[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+        ])?,
+    );
+    // What the node agent will do once it exists: make the pods answer for the VIP.
+    topo.add_vip_to_pods(&vip)?;
+    println!("  (pods: {vip}/32 added to lo — the node agent's job; Service port == targetPort)");
+
+    p.step("BGP: both edges announce the VIP; the ToR installs one route with 2 next hops");
+    let t1 = Instant::now();
+    cluster.wait_ecmp(&vip, a.edges.len(), Duration::from_secs(30))?;
+    println!(
+        "  ECMP in the ToR's FIB {} ms after the VIP appeared",
+        t1.elapsed().as_millis()
+    );
+    let (bird, _, kernel, _) = cluster.routes(&vip)?;
+    p.cmd(&format!("birdc show route for {vip} all"), &bird);
+    p.cmd(&format!("ip -n {prefix}-tor route show {vip}"), &kernel);
+    p.cmd(
+        "kubectl get bgppeers tor -o jsonpath={.status.nodes}",
+        &cluster
+            .kubectl(&["get", "bgppeers", "tor", "-o", "jsonpath={.status.nodes}"])
+            .unwrap_or_default(),
+    );
+    Ok(Running { topo, cluster, vip })
+}
+
+fn traffic(r: &mut Running, requests: usize, p: &mut Printer) -> anyhow::Result<()> {
+    let vip = r.vip.clone();
+    p.step(&format!(
+        "traffic: {requests} HTTP requests from the client to {vip}:{}",
+        r.topo.addrs.port
+    ));
+    let before = r.topo.counters()?;
+    let mut bodies = Vec::new();
+    for i in 0..requests {
+        let body = r
+            .cluster
+            .http_get(&vip)
+            .with_context(|| format!("request {i}"))?;
+        if i < 6 || i + 1 == requests {
+            println!(
+                "  curl http://{vip}:{}/  ->  {}",
+                r.topo.addrs.port,
+                body.trim()
+            );
+        } else if i == 6 {
+            println!("  ...");
+        }
+        bodies.push(body);
+    }
+    let per_pod = config::count_answers(bodies.iter().map(String::as_str));
+    println!("  answers per pod: {per_pod:?}");
+
+    p.step("DSR: the ToR's forward-path counters (nftables) for exactly these requests");
+    let after = r.topo.counters()?;
+    let delta = |k: &str| after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
+    for (k, what) in [
+        ("to_vip", "client -> VIP packets entering the ToR"),
+        ("ipip_from_edge1", "IPIP packets edge1 -> pods (XDP encap)"),
+        ("ipip_from_edge2", "IPIP packets edge2 -> pods (XDP encap)"),
+        (
+            "replies_to_client",
+            "VIP -> client packets from the pods, routed straight to the client",
+        ),
+        (
+            "replies_toward_edges",
+            "packets from the VIP sent toward the edges",
+        ),
+    ] {
+        println!("  {:>6}  {what}", delta(k));
+    }
+    let ipip = delta("ipip_from_edge1") + delta("ipip_from_edge2");
+    if per_pod.len() < 2 {
+        bail!("only {per_pod:?} answered; expected both pods");
+    }
+    if delta("replies_toward_edges") != 0 || delta("replies_to_client") == 0 || ipip == 0 {
+        bail!("the counters do not show DSR: {after:?}");
+    }
+    println!(
+        "  => every request was encapsulated by an edge ({ipip} IPIP packets), every reply went pod -> client"
+    );
+    Ok(())
+}
+
+fn dir_of(args: &Args) -> PathBuf {
+    args.dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from("/run/ringlb-lab").join(&args.prefix))
+}
+
+/// Runs `f` on a worker thread; SIGINT/SIGTERM tear the lab down and exit.
+fn with_teardown_on_signal(
+    prefix: String,
+    dir: PathBuf,
+    f: impl FnOnce() -> anyhow::Result<()> + Send + 'static,
+) -> anyhow::Result<()> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let work = tokio::task::spawn_blocking(f);
+        tokio::select! {
+            r = work => r.context("the lab thread panicked")?,
+            _ = tokio::signal::ctrl_c() => interrupted(&prefix, &dir),
+            _ = term.recv() => interrupted(&prefix, &dir),
+        }
+    })
+}
+
+fn interrupted(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    eprintln!("\ninterrupted: tearing the lab down");
+    let removed = topology::teardown(prefix, dir);
+    eprintln!("removed: {}", removed.join(", "));
+    std::process::exit(130);
+}
+
+fn main() -> anyhow::Result<()> {
+    let args = Args::parse();
+    let dir = dir_of(&args);
+    let prefix = args.prefix.clone();
+    match args.command {
+        Cmd::PodHttp { listen, name } => {
+            let l =
+                std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
+            lab::httpd::serve(l, &name);
+            Ok(())
+        }
+        Cmd::Down => {
+            let removed = topology::teardown(&prefix, &dir);
+            if removed.is_empty() {
+                println!("nothing to remove for lab {prefix}");
+            } else {
+                println!("removed: {}", removed.join(", "));
+            }
+            Ok(())
+        }
+        Cmd::Demo { requests } => {
+            if let Some(why) = lab::skip_reason() {
+                bail!("{why}");
+            }
+            let (p2, d2) = (prefix.clone(), dir.clone());
+            with_teardown_on_signal(prefix, dir, move || {
+                let mut p = Printer {
+                    n: 0,
+                    total: 9,
+                    start: Instant::now(),
+                };
+                let result = bring_up(&p2, &d2, &mut p).and_then(|mut r| {
+                    let res = traffic(&mut r, requests, &mut p);
+                    if res.is_err() {
+                        eprintln!("{}", r.cluster.log_tails(20));
+                    }
+                    res
+                });
+                // `Running` dropped above: daemons stopped, namespaces deleted, bpffs
+                // unmounted. This sweeps anything an error path left behind.
+                println!("\n==> teardown");
+                let removed = topology::teardown(&p2, &d2);
+                let left: Vec<String> = lab::netns::list()
+                    .into_iter()
+                    .filter(|n| n.starts_with(&format!("{p2}-")))
+                    .collect();
+                println!(
+                    "  daemons stopped, namespaces deleted{}; {p2}-* namespaces left: {}",
+                    if removed.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (swept: {})", removed.join(", "))
+                    },
+                    left.len()
+                );
+                result?;
+                println!(
+                    "\ndemo OK: Service -> VIP -> BGP ECMP at the ToR -> XDP on both edges -> both pods, replies by DSR"
+                );
+                Ok(())
+            })
+        }
+        Cmd::Up => {
+            if let Some(why) = lab::skip_reason() {
+                bail!("{why}");
+            }
+            let (p2, d2) = (prefix.clone(), dir.clone());
+            with_teardown_on_signal(prefix, dir, move || {
+                let mut p = Printer {
+                    n: 0,
+                    total: 7,
+                    start: Instant::now(),
+                };
+                let mut r = match bring_up(&p2, &d2, &mut p) {
+                    Ok(r) => r,
+                    Err(e) => {
+                        topology::teardown(&p2, &d2);
+                        return Err(e);
+                    }
+                };
+                r.cluster.keep();
+                r.topo.keep();
+                let kc = r.cluster.kubeconfig().display().to_string();
+                println!("\nlab {p2} is up (files in {}). Try:", d2.display());
+                println!(
+                    "  ip netns exec {p2}-client curl http://{}:{}/",
+                    r.vip, r.topo.addrs.port
+                );
+                println!(
+                    "  ip netns exec {p2}-tor kubectl --kubeconfig {kc} get svc,pods,bgppeers"
+                );
+                println!(
+                    "  ip netns exec {p2}-tor birdc -s {}/bird.ctl show route all",
+                    d2.display()
+                );
+                println!("  ringlb-lab down");
+                Ok(())
+            })
+        }
+    }
+}

@@ -1,0 +1,385 @@
+//! The programs on the fabric: the API simulator and the controller in the ToR
+//! namespace (the edges reach the API over the fabric), BIRD as the ToR, one
+//! `ringlb-edge run` per edge, `ringlb-lab pod-http` per pod, and kubectl against the
+//! simulator. Only the project's real binaries and real BIRD run here.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use super::cmd::{run_in, run_in_env};
+use super::daemon::Daemon;
+use super::topology::{Addrs, FABRIC_MTU, Topology};
+use super::{Error, Result, config, wait_for};
+
+/// Where the project's binaries are.
+#[derive(Debug, Clone)]
+pub struct Bins {
+    pub apisim: PathBuf,
+    pub controller: PathBuf,
+    pub edge: PathBuf,
+    pub lab: PathBuf,
+}
+
+impl Bins {
+    /// Looks in `$RINGLB_BIN_DIR`, then next to the running program and one level up
+    /// (a test runs from `target/debug/deps`, its binaries are in `target/debug`).
+    pub fn discover() -> Result<Bins> {
+        let mut dirs: Vec<PathBuf> = Vec::new();
+        if let Some(d) = std::env::var_os("RINGLB_BIN_DIR") {
+            dirs.push(d.into());
+        }
+        if let Ok(exe) = std::env::current_exe()
+            && let Some(d) = exe.parent()
+        {
+            dirs.push(d.to_path_buf());
+            if let Some(up) = d.parent() {
+                dirs.push(up.to_path_buf());
+            }
+        }
+        Self::find_in(&dirs)
+    }
+
+    /// Finds all four binaries in the first of `dirs` that has them.
+    pub fn find_in(dirs: &[PathBuf]) -> Result<Bins> {
+        let find = |name: &str| -> Result<PathBuf> {
+            dirs.iter()
+                .map(|d| d.join(name))
+                .find(|p| p.is_file())
+                .ok_or_else(|| Error::MissingBinary {
+                    name: name.into(),
+                    searched: dirs
+                        .iter()
+                        .map(|d| d.display().to_string())
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    hint: "cargo build -p ringlb-e2e -p ringlb-controller -p ringlb-edge --bins"
+                        .into(),
+                })
+        };
+        Ok(Bins {
+            apisim: find("ringlb-apisim")?,
+            controller: find("ringlb-controller")?,
+            edge: find("ringlb-edge")?,
+            lab: find("ringlb-lab")?,
+        })
+    }
+}
+
+/// The running programs of one lab; every daemon stops when this drops (and its log
+/// tail is printed when the drop happens during a panic, i.e. a failed test).
+#[derive(Debug)]
+pub struct Cluster {
+    pub prefix: String,
+    pub dir: PathBuf,
+    pub addrs: Addrs,
+    pub bins: Bins,
+    pub daemons: Vec<Daemon>,
+    keep: bool,
+}
+
+impl Cluster {
+    pub fn new(topo: &Topology, bins: Bins) -> Cluster {
+        Cluster {
+            prefix: topo.prefix.clone(),
+            dir: topo.dir.clone(),
+            addrs: topo.addrs.clone(),
+            bins,
+            daemons: Vec::new(),
+            keep: false,
+        }
+    }
+
+    fn ns(&self, role: &str) -> String {
+        format!("{}-{role}", self.prefix)
+    }
+
+    pub fn kubeconfig(&self) -> PathBuf {
+        self.dir.join("kubeconfig")
+    }
+
+    fn bird_ctl(&self) -> String {
+        self.dir.join("bird.ctl").display().to_string()
+    }
+
+    fn spawn(&mut self, name: &str, role: &str, argv: &[&str]) -> Result<()> {
+        let d = Daemon::spawn(&self.dir, name, Some(&self.ns(role)), argv, &[])?;
+        self.daemons.push(d);
+        Ok(())
+    }
+
+    /// An error naming the first daemon that exited, with its log.
+    pub fn check_daemons(&mut self) -> Result<()> {
+        self.daemons.iter_mut().try_for_each(Daemon::check_alive)
+    }
+
+    /// `ringlb-lab pod-http` in every pod namespace, on 0.0.0.0:PORT (it answers for
+    /// the VIP once the VIP is on the pod's lo).
+    pub fn start_pods(&mut self) -> Result<()> {
+        let lab = self.bins.lab.display().to_string();
+        let listen = format!("0.0.0.0:{}", self.addrs.port);
+        for i in 1..=self.addrs.pods.len() {
+            let name = format!("pod{i}");
+            self.spawn(
+                &name,
+                &name,
+                &[&lab, "pod-http", "--listen", &listen, "--name", &name],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// BIRD in the ToR namespace; waits until `birdc` answers.
+    pub fn start_bird(&mut self) -> Result<()> {
+        let conf = self.dir.join("bird.conf");
+        std::fs::write(&conf, config::bird_conf(&self.addrs))
+            .map_err(Error::io(format!("writing {}", conf.display())))?;
+        let (conf, ctl) = (conf.display().to_string(), self.bird_ctl());
+        self.spawn("bird", "tor", &["bird", "-f", "-c", &conf, "-s", &ctl])?;
+        wait_for(
+            "BIRD to answer on its control socket",
+            Duration::from_secs(10),
+            Duration::from_millis(100),
+            || {
+                self.check_daemons()?;
+                Ok(self.birdc(&["show", "status"]).map_err(|e| e.to_string()))
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// `birdc -s <ctl> ARGS` in the ToR namespace.
+    pub fn birdc(&self, args: &[&str]) -> Result<String> {
+        let ctl = self.bird_ctl();
+        let mut argv = vec!["birdc", "-s", &ctl];
+        argv.extend_from_slice(args);
+        run_in(&self.ns("tor"), &argv)
+    }
+
+    /// The API simulator on the ToR's fabric address, handing the pod IPs of the lab
+    /// to the first pods; waits until kubectl can talk to it.
+    pub fn start_apisim(&mut self) -> Result<()> {
+        let apisim = self.bins.apisim.display().to_string();
+        let listen = format!("{}:{}", self.addrs.tor_fabric, self.addrs.api_port);
+        let kubeconfig = self.kubeconfig().display().to_string();
+        let pod_ips = self.addrs.pods.join(",");
+        self.spawn(
+            "apisim",
+            "tor",
+            &[
+                &apisim,
+                "--listen",
+                &listen,
+                "--kubeconfig-out",
+                &kubeconfig,
+                "--pod-ips",
+                &pod_ips,
+            ],
+        )?;
+        wait_for(
+            "the API simulator to serve",
+            Duration::from_secs(20),
+            Duration::from_millis(100),
+            || {
+                self.check_daemons()?;
+                if !self.kubeconfig().exists() {
+                    return Ok(Err("no kubeconfig yet".into()));
+                }
+                Ok(self
+                    .kubectl(&["get", "--raw", "/readyz"])
+                    .map_err(|e| e.to_string()))
+            },
+        )
+        .map(|_| ())
+    }
+
+    /// The controller next to the simulator (one replica, no leader election).
+    pub fn start_controller(&mut self) -> Result<()> {
+        let ctl = self.bins.controller.display().to_string();
+        let kubeconfig = self.kubeconfig().display().to_string();
+        self.spawn(
+            "controller",
+            "tor",
+            &[
+                &ctl,
+                "--kubeconfig",
+                &kubeconfig,
+                "--metrics-addr",
+                "127.0.0.1:9091",
+                "--leader-elect=false",
+            ],
+        )
+    }
+
+    /// One `ringlb-edge run` per edge namespace: native XDP on eth0, maps pinned in the
+    /// lab's bpffs, BGP peers from the BGPPeer objects.
+    pub fn start_edges(&mut self, pin_dirs: &[PathBuf]) -> Result<()> {
+        let edge = self.bins.edge.display().to_string();
+        let kubeconfig = self.kubeconfig().display().to_string();
+        let mtu = FABRIC_MTU.to_string();
+        for (i, ip) in self.addrs.edges.clone().iter().enumerate() {
+            let name = format!("edge{}", i + 1);
+            let pin = pin_dirs[i].display().to_string();
+            self.spawn(
+                &name,
+                &name,
+                &[
+                    &edge,
+                    "--kubeconfig",
+                    &kubeconfig,
+                    "--metrics-addr",
+                    "127.0.0.1:9090",
+                    "run",
+                    "--node-name",
+                    &name,
+                    "--interface",
+                    "eth0",
+                    "--source-v4",
+                    ip,
+                    "--xdp-mode",
+                    "native",
+                    "--pin-dir",
+                    &pin,
+                    "--mtu",
+                    &mtu,
+                    "--drain-seconds",
+                    "0",
+                ],
+            )?;
+        }
+        Ok(())
+    }
+
+    /// kubectl against the simulator, from the ToR namespace, with a private HOME and
+    /// discovery cache in the lab directory.
+    pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let kubeconfig = self.kubeconfig().display().to_string();
+        let home = self.dir.join("home").display().to_string();
+        let cache = self.dir.join("home/cache").display().to_string();
+        let mut argv = vec!["kubectl", "--kubeconfig", &kubeconfig];
+        argv.extend_from_slice(args);
+        run_in_env(
+            &self.ns("tor"),
+            &argv,
+            &[("HOME", &home), ("KUBECACHEDIR", &cache)],
+        )
+    }
+
+    /// Writes the manifests into `<dir>/manifests` and returns that directory.
+    pub fn write_manifests(&self) -> Result<PathBuf> {
+        let dir = self.dir.join("manifests");
+        std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
+        for (name, yaml) in config::manifests(&self.addrs) {
+            let p = dir.join(name);
+            std::fs::write(&p, yaml).map_err(Error::io(format!("writing {}", p.display())))?;
+        }
+        Ok(dir)
+    }
+
+    /// `kubectl apply -f <dir>`.
+    pub fn apply(&self, dir: &Path) -> Result<String> {
+        self.kubectl(&["apply", "-f", &dir.display().to_string()])
+    }
+
+    /// Waits until Service `name` has an address in `status.loadBalancer.ingress`.
+    pub fn wait_vip(&mut self, name: &str, limit: Duration) -> Result<String> {
+        wait_for(
+            &format!("an EXTERNAL-IP on Service {name}"),
+            limit,
+            Duration::from_millis(100),
+            || {
+                self.check_daemons()?;
+                let ip = self.kubectl(&[
+                    "get",
+                    "svc",
+                    name,
+                    "-o",
+                    "jsonpath={.status.loadBalancer.ingress[0].ip}",
+                ])?;
+                let ip = ip.trim().to_string();
+                Ok(if ip.is_empty() {
+                    Err("<pending>".into())
+                } else {
+                    Ok(ip)
+                })
+            },
+        )
+    }
+
+    /// BIRD's paths to `vip` and the ToR kernel's next hops for it.
+    pub fn routes(
+        &self,
+        vip: &str,
+    ) -> Result<(String, Vec<std::net::IpAddr>, String, Vec<std::net::IpAddr>)> {
+        let bird = self.birdc(&["show", "route", "for", vip, "all"])?;
+        let kernel_json = run_in(&self.ns("tor"), &["ip", "-j", "route", "show", vip])?;
+        let kernel = run_in(&self.ns("tor"), &["ip", "route", "show", vip])?;
+        let khops = config::kernel_next_hops(&kernel_json).map_err(|detail| Error::Parse {
+            what: "ip -j route".into(),
+            detail,
+        })?;
+        Ok((bird.clone(), config::bird_next_hops(&bird), kernel, khops))
+    }
+
+    /// Waits until BIRD has `n` paths to `vip` and the kernel route has `n` next hops.
+    pub fn wait_ecmp(&mut self, vip: &str, n: usize, limit: Duration) -> Result<()> {
+        wait_for(
+            &format!("{n} BGP paths and {n} kernel next hops for {vip}"),
+            limit,
+            Duration::from_millis(200),
+            || {
+                self.check_daemons()?;
+                let (_, bird, _, kernel) = self.routes(vip)?;
+                Ok(if bird.len() == n && kernel.len() == n {
+                    Ok(())
+                } else {
+                    Err(format!("BIRD via {bird:?}, kernel via {kernel:?}"))
+                })
+            },
+        )
+    }
+
+    /// One HTTP GET from the client namespace to `vip` (curl, a new connection each).
+    pub fn http_get(&self, vip: &str) -> Result<String> {
+        let url = format!("http://{vip}:{}/", self.addrs.port);
+        run_in(
+            &self.ns("client"),
+            &["curl", "--noproxy", "*", "-sS", "--max-time", "5", &url],
+        )
+    }
+
+    /// The last lines of every daemon's log.
+    pub fn log_tails(&self, n: usize) -> String {
+        self.daemons
+            .iter()
+            .map(|d| {
+                format!(
+                    "--- {} ({}) ---\n{}\n",
+                    d.name,
+                    d.log.display(),
+                    d.log_tail(n)
+                )
+            })
+            .collect()
+    }
+
+    /// Leaves every daemon running when this value drops (`ringlb-lab up`).
+    pub fn keep(&mut self) {
+        self.keep = true;
+        self.daemons.iter_mut().for_each(Daemon::keep);
+    }
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        if std::thread::panicking() {
+            eprintln!("lab daemon logs:\n{}", self.log_tails(25));
+        }
+        // edges first (they withdraw), then the rest
+        for d in self.daemons.iter_mut().rev() {
+            d.stop(Duration::from_secs(3));
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Long-running programs inside lab namespaces.
+//!
+//! `ip netns exec NS PROG ...` execs PROG in place, so the child's PID is the daemon's
+//! own. Each daemon gets its own process group (a Ctrl-C at the terminal reaches only
+//! `ringlb-lab`, which then tears down in order), a log file, and a line `PID NAME` in
+//! the lab's PID file so `ringlb-lab down` can stop exactly what the lab started.
+
+use std::fs::OpenOptions;
+use std::io::Write;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::netns::signal;
+use super::{Error, Result};
+
+/// A spawned daemon; stopped (TERM, then KILL) on drop unless kept.
+#[derive(Debug)]
+pub struct Daemon {
+    pub name: String,
+    pub log: PathBuf,
+    child: Child,
+    keep: bool,
+}
+
+impl Daemon {
+    /// Starts `argv` inside `ns` (or on the host when `ns` is None), logging stdout and
+    /// stderr to `<dir>/<name>.log` and recording the PID in `<dir>/pids`.
+    pub fn spawn(
+        dir: &Path,
+        name: &str,
+        ns: Option<&str>,
+        argv: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Daemon> {
+        let log = dir.join(format!("{name}.log"));
+        let out = std::fs::File::create(&log)
+            .map_err(Error::io(format!("creating {}", log.display())))?;
+        let err = out
+            .try_clone()
+            .map_err(Error::io(format!("opening {}", log.display())))?;
+        let mut full: Vec<&str> = Vec::new();
+        if let Some(ns) = ns {
+            full.extend(["ip", "netns", "exec", ns]);
+        }
+        full.extend_from_slice(argv);
+        let child = Command::new(full[0])
+            .args(&full[1..])
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+            .map_err(|source| Error::Spawn {
+                cmd: full.join(" "),
+                source,
+            })?;
+        let pids = dir.join("pids");
+        let line = format!("{} {name}\n", child.id());
+        OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&pids)
+            .and_then(|mut f| f.write_all(line.as_bytes()))
+            .map_err(Error::io(format!("writing {}", pids.display())))?;
+        Ok(Daemon {
+            name: name.to_string(),
+            log,
+            child,
+            keep: false,
+        })
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Still running?
+    pub fn alive(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// An error naming the daemon and its log when it has exited.
+    pub fn check_alive(&mut self) -> Result<()> {
+        match self.child.try_wait() {
+            Ok(None) => Ok(()),
+            Ok(Some(status)) => Err(Error::Command {
+                cmd: self.name.clone(),
+                status: status.to_string(),
+                stderr: format!(
+                    "exited early; log {}:\n{}",
+                    self.log.display(),
+                    self.log_tail(15)
+                ),
+            }),
+            Err(e) => Err(Error::io(format!("waiting for {}", self.name))(e)),
+        }
+    }
+
+    /// The last `n` lines of the daemon's log.
+    pub fn log_tail(&self, n: usize) -> String {
+        tail(&self.log, n)
+    }
+
+    /// Stops it now: SIGTERM, up to `grace` to exit, then SIGKILL.
+    pub fn stop(&mut self, grace: Duration) {
+        if !self.alive() {
+            return;
+        }
+        signal(self.pid(), "TERM");
+        let until = Instant::now() + grace;
+        while Instant::now() < until {
+            if !self.alive() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// Leaves the daemon running when this guard drops (`ringlb-lab up`).
+    pub fn keep(&mut self) {
+        self.keep = true;
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        if !self.keep {
+            self.stop(Duration::from_secs(3));
+        }
+    }
+}
+
+/// The last `n` lines of a file ("" when unreadable).
+pub fn tail(path: &Path, n: usize) -> String {
+    let s = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = s.lines().collect();
+    lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// Stops every process listed in `<dir>/pids` (TERM, then KILL), for `ringlb-lab down`.
+/// Only PIDs whose command line still mentions the recorded program are signalled, so
+/// a reused PID is left alone.
+pub fn stop_recorded(dir: &Path) -> usize {
+    let Ok(s) = std::fs::read_to_string(dir.join("pids")) else {
+        return 0;
+    };
+    let mut stopped = 0;
+    for line in s.lines() {
+        let mut it = line.split_whitespace();
+        let (Some(pid), Some(name)) = (it.next().and_then(|p| p.parse::<u32>().ok()), it.next())
+        else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        if cmdline.is_empty() || !recorded_matches(&cmdline, name) {
+            continue;
+        }
+        signal(pid, "TERM");
+        let until = Instant::now() + Duration::from_secs(3);
+        while Path::new(&format!("/proc/{pid}")).exists() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if Path::new(&format!("/proc/{pid}")).exists() {
+            signal(pid, "KILL");
+        }
+        stopped += 1;
+    }
+    stopped
+}
+
+/// Does a `/proc/PID/cmdline` belong to the daemon recorded as `name`? The lab names
+/// daemons after their program (`bird`, `apisim`, `controller`, `edge1`, `pod1`), and
+/// every lab program's command line carries the lab's directory or namespace prefix.
+fn recorded_matches(cmdline: &[u8], name: &str) -> bool {
+    let s = String::from_utf8_lossy(cmdline);
+    let prog = match name {
+        n if n.starts_with("edge") => "ringlb-edge",
+        n if n.starts_with("pod") => "ringlb-lab",
+        "apisim" => "ringlb-apisim",
+        "controller" => "ringlb-controller",
+        other => other,
+    };
+    s.contains(prog)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recorded_matches_by_program_name() {
+        assert!(recorded_matches(b"/x/ringlb-edge\0run\0", "edge1"));
+        assert!(recorded_matches(b"bird\0-f\0-c\0/tmp/x\0", "bird"));
+        assert!(!recorded_matches(b"/usr/bin/vim\0", "edge2"));
+        assert!(!recorded_matches(b"/usr/bin/vim\0", "apisim"));
+    }
+
+    #[test]
+    fn spawn_logs_records_pid_and_stops_on_drop() {
+        let dir = std::env::temp_dir().join(format!("ringlb-lab-daemon-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let pid = {
+            let mut d = Daemon::spawn(
+                &dir,
+                "sleeper",
+                None,
+                &["sh", "-c", "echo started; exec sleep 30"],
+                &[],
+            )
+            .unwrap();
+            assert!(d.alive());
+            let pid = d.pid();
+            let recorded = std::fs::read_to_string(dir.join("pids")).unwrap();
+            assert_eq!(recorded.trim(), format!("{pid} sleeper"));
+            std::thread::sleep(Duration::from_millis(200));
+            assert_eq!(d.log_tail(5), "started");
+            pid
+        };
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists()
+                || std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                    .map(|s| s.contains(") Z"))
+                    .unwrap_or(true),
+            "the daemon is gone after drop"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

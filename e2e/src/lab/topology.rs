@@ -1,0 +1,323 @@
+//! The lab's fabric: namespaces, links, bridges, sysctls, the ToR-side XDP programs,
+//! the pods' tc decap, the ToR's nftables counters and a private bpffs for the edges.
+//! Everything is removed again when [`Topology`] drops (unless kept for `ringlb-lab up`).
+//!
+//! Settings each one has a reason (see docs/lab.md, "Pitfalls"):
+//! - the ToR-side veth of each edge runs `ringlb_pass`: a native XDP_TX frame only
+//!   reaches a veth peer that has an XDP program;
+//! - the client sends with TX checksum offload off: XDP_TX loses CHECKSUM_PARTIAL;
+//! - loose rp_filter on the ToR: DSR replies arrive from br-pod, the VIP routes to br-lb;
+//! - ECMP hash over the 5-tuple (policy 3, fields 0x37), not the socket's random hash;
+//! - edges forward (bpf_fib_lookup needs it) and run MTU 1600 (encap adds 20 bytes);
+//! - pods hold the VIP on lo with arp_ignore/arp_announce and decapsulate with tc.
+
+use std::path::{Path, PathBuf};
+
+use ringlb_edge::datapath::xdp::objects;
+
+use super::cmd::{run, run_in};
+use super::netns::{self, Netns};
+use super::{Error, Result, daemon};
+
+/// The lab's addresses and numbers (IPv4 only; see docs/lab.md).
+#[derive(Debug, Clone)]
+pub struct Addrs {
+    pub tor_fabric: &'static str,
+    pub tor_client_side: &'static str,
+    pub tor_pod_side: &'static str,
+    pub client: &'static str,
+    pub edges: Vec<&'static str>,
+    pub pods: Vec<&'static str>,
+    pub vip_range: &'static str,
+    pub vip_first: &'static str,
+    pub vip_last: &'static str,
+    pub tor_asn: u32,
+    pub edge_asn: u32,
+    /// The Service port, equal to the pods' targetPort (no node agent translates yet).
+    pub port: u16,
+    pub api_port: u16,
+}
+
+impl Default for Addrs {
+    fn default() -> Self {
+        Addrs {
+            tor_fabric: "10.210.0.1",
+            tor_client_side: "10.210.1.1",
+            tor_pod_side: "10.210.2.1",
+            client: "10.210.1.2",
+            edges: vec!["10.210.0.11", "10.210.0.12"],
+            pods: vec!["10.210.2.21", "10.210.2.22"],
+            vip_range: "10.210.100.0/24",
+            vip_first: "10.210.100.10",
+            vip_last: "10.210.100.19",
+            tor_asn: 65000,
+            edge_asn: 65001,
+            port: 8080,
+            api_port: 6443,
+        }
+    }
+}
+
+/// MTU of the fabric (edges, ToR, pods): room for the 20-byte IPIP header.
+pub const FABRIC_MTU: u32 = 1600;
+
+/// A built fabric.
+#[derive(Debug)]
+pub struct Topology {
+    pub prefix: String,
+    pub dir: PathBuf,
+    pub addrs: Addrs,
+    namespaces: Vec<Netns>,
+    bpffs: Option<PathBuf>,
+    keep: bool,
+}
+
+impl Topology {
+    /// Builds the fabric for lab `prefix`, with its files (logs, configs, PID file,
+    /// bpffs) in `dir`. Leftovers of an earlier run with the same prefix are removed.
+    pub fn up(prefix: &str, dir: &Path, addrs: Addrs) -> Result<Topology> {
+        teardown(prefix, dir);
+        std::fs::create_dir_all(dir).map_err(Error::io(format!("creating {}", dir.display())))?;
+        let mut t = Topology {
+            prefix: prefix.to_string(),
+            dir: dir.to_path_buf(),
+            addrs,
+            namespaces: Vec::new(),
+            bpffs: None,
+            keep: false,
+        };
+        t.build()?;
+        Ok(t)
+    }
+
+    /// The namespace name of `role` (tor, client, edge1, edge2, pod1, pod2).
+    pub fn ns(&self, role: &str) -> String {
+        format!("{}-{role}", self.prefix)
+    }
+
+    /// The edges' bpffs pin directory of edge `i` (1-based).
+    pub fn pin_dir(&self, i: usize) -> PathBuf {
+        self.dir.join("bpffs").join(format!("edge{i}"))
+    }
+
+    fn build(&mut self) -> Result<()> {
+        let a = self.addrs.clone();
+        let xdp_pass = self.dir.join("xdp_floor.o");
+        let decap = self.dir.join("tc_decap.o");
+        for (path, bytes) in [(&xdp_pass, objects::XDP_FLOOR), (&decap, objects::TC_DECAP)] {
+            std::fs::write(path, bytes)
+                .map_err(Error::io(format!("writing {}", path.display())))?;
+        }
+        let (xdp_pass, decap) = (xdp_pass.display().to_string(), decap.display().to_string());
+        let edges: Vec<String> = (1..=a.edges.len()).map(|i| format!("edge{i}")).collect();
+        let pods: Vec<String> = (1..=a.pods.len()).map(|i| format!("pod{i}")).collect();
+        let mut roles = vec!["tor".to_string(), "client".to_string()];
+        roles.extend(edges.iter().cloned());
+        roles.extend(pods.iter().cloned());
+        for r in &roles {
+            let ns = self.ns(r);
+            self.namespaces.push(Netns::create(&ns)?);
+            // before any link exists, so every device inherits it
+            let rpf = if r == "tor" { "2" } else { "0" };
+            netns::sysctls(
+                &ns,
+                &[
+                    &format!("net.ipv4.conf.all.rp_filter={rpf}"),
+                    &format!("net.ipv4.conf.default.rp_filter={rpf}"),
+                ],
+            )?;
+        }
+        let tor = self.ns("tor");
+        netns::sysctls(
+            &tor,
+            &[
+                "net.ipv4.ip_forward=1",
+                "net.ipv4.fib_multipath_hash_policy=3",
+                "net.ipv4.fib_multipath_hash_fields=0x0037",
+            ],
+        )?;
+
+        // client
+        let client = self.ns("client");
+        netns::veth(&client, "eth0", &tor, "ve-cl", 1500)?;
+        netns::addr(&client, "eth0", &format!("{}/24", a.client))?;
+        netns::addr(&tor, "ve-cl", &format!("{}/24", a.tor_client_side))?;
+        netns::default_route(&client, a.tor_client_side)?;
+        run_in(&client, &["ethtool", "-K", "eth0", "tx", "off"])?;
+
+        // edges on br-lb
+        let mut lb_ports = Vec::new();
+        for (i, (role, ip)) in edges.iter().zip(&a.edges).enumerate() {
+            let ns = self.ns(role);
+            let port = format!("ve-e{}", i + 1);
+            netns::veth(&ns, "eth0", &tor, &port, FABRIC_MTU)?;
+            netns::addr(&ns, "eth0", &format!("{ip}/24"))?;
+            netns::default_route(&ns, a.tor_fabric)?;
+            netns::sysctls(&ns, &["net.ipv4.ip_forward=1"])?;
+            run(&[
+                "ip",
+                "-n",
+                &tor,
+                "link",
+                "set",
+                "dev",
+                &port,
+                "xdpdrv",
+                "obj",
+                &xdp_pass,
+                "program",
+                "ringlb_pass",
+            ])?;
+            lb_ports.push(port);
+        }
+        let lb_refs: Vec<&str> = lb_ports.iter().map(String::as_str).collect();
+        netns::bridge(
+            &tor,
+            "br-lb",
+            &format!("{}/24", a.tor_fabric),
+            FABRIC_MTU,
+            &lb_refs,
+        )?;
+
+        // pods on br-pod
+        let mut pod_ports = Vec::new();
+        for (i, (role, ip)) in pods.iter().zip(&a.pods).enumerate() {
+            let ns = self.ns(role);
+            let port = format!("ve-p{}", i + 1);
+            netns::veth(&ns, "eth0", &tor, &port, FABRIC_MTU)?;
+            netns::addr(&ns, "eth0", &format!("{ip}/24"))?;
+            netns::default_route(&ns, a.tor_pod_side)?;
+            netns::sysctls(
+                &ns,
+                &[
+                    "net.ipv4.conf.all.arp_ignore=1",
+                    "net.ipv4.conf.all.arp_announce=2",
+                ],
+            )?;
+            run(&["tc", "-n", &ns, "qdisc", "add", "dev", "eth0", "clsact"])?;
+            run(&[
+                "tc",
+                "-n",
+                &ns,
+                "filter",
+                "add",
+                "dev",
+                "eth0",
+                "ingress",
+                "bpf",
+                "direct-action",
+                "obj",
+                &decap,
+                "sec",
+                "classifier",
+            ])?;
+            pod_ports.push(port);
+        }
+        let pod_refs: Vec<&str> = pod_ports.iter().map(String::as_str).collect();
+        netns::bridge(
+            &tor,
+            "br-pod",
+            &format!("{}/24", a.tor_pod_side),
+            FABRIC_MTU,
+            &pod_refs,
+        )?;
+
+        // evidence: forward-path counters in the ToR
+        let rules = self.dir.join("tor.nft");
+        std::fs::write(&rules, super::config::nft_ruleset(&a))
+            .map_err(Error::io(format!("writing {}", rules.display())))?;
+        run_in(&tor, &["nft", "-f", &rules.display().to_string()])?;
+
+        // a private bpffs for the edges' pinned maps and links (`ip netns exec` remounts
+        // /sys, so /sys/fs/bpf is not there inside a namespace)
+        let bpffs = self.dir.join("bpffs");
+        std::fs::create_dir_all(&bpffs)
+            .map_err(Error::io(format!("creating {}", bpffs.display())))?;
+        run(&["mount", "-t", "bpf", "bpf", &bpffs.display().to_string()])?;
+        self.bpffs = Some(bpffs);
+        Ok(())
+    }
+
+    /// Puts `vip`/32 on every pod's `lo` (the pods answer for the VIP; DSR).
+    pub fn add_vip_to_pods(&self, vip: &str) -> Result<()> {
+        for i in 1..=self.addrs.pods.len() {
+            let ns = self.ns(&format!("pod{i}"));
+            let have = run(&["ip", "-n", &ns, "-br", "addr", "show", "dev", "lo"])?;
+            if !have.split_whitespace().any(|w| w == format!("{vip}/32")) {
+                netns::addr(&ns, "lo", &format!("{vip}/32"))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The ToR's nftables counters (packets per named counter).
+    pub fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>> {
+        let out = run_in(
+            &self.ns("tor"),
+            &[
+                "nft",
+                "-j",
+                "list",
+                "counters",
+                "table",
+                "inet",
+                "ringlb_lab",
+            ],
+        )?;
+        super::config::nft_counters(&out).map_err(|detail| Error::Parse {
+            what: "nft -j list counters".into(),
+            detail,
+        })
+    }
+
+    /// Leaves everything in place when this value drops (`ringlb-lab up`).
+    pub fn keep(&mut self) {
+        self.keep = true;
+        for n in &mut self.namespaces {
+            n.keep();
+        }
+    }
+}
+
+impl Drop for Topology {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        self.namespaces.clear();
+        if let Some(b) = self.bpffs.take() {
+            let _ = run(&["umount", &b.display().to_string()]);
+        }
+        if std::thread::panicking() {
+            eprintln!("lab files (logs, configs) kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
+/// Removes lab `prefix` completely: the daemons in `<dir>/pids`, every `<prefix>-*`
+/// namespace with whatever still runs in it, the bpffs mount and `dir`. Safe to run on
+/// a lab that is half built or already gone. Returns what it removed.
+pub fn teardown(prefix: &str, dir: &Path) -> Vec<String> {
+    let mut removed = Vec::new();
+    let stopped = daemon::stop_recorded(dir);
+    if stopped > 0 {
+        removed.push(format!("{stopped} daemons"));
+    }
+    removed.extend(netns::teardown_prefix(prefix));
+    let bpffs = dir.join("bpffs");
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let b = bpffs.display().to_string();
+    if mounts
+        .lines()
+        .any(|l| l.split_whitespace().nth(1) == Some(b.as_str()))
+    {
+        let _ = run(&["umount", &b]);
+        removed.push(b);
+    }
+    if dir.exists() && std::fs::remove_dir_all(dir).is_ok() {
+        removed.push(dir.display().to_string());
+    }
+    removed
+}
