@@ -508,3 +508,61 @@ async fn custom_resources_are_pruned_defaulted_and_validated() {
     );
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn graceful_pod_deletion_keeps_serving_terminating_endpoints() {
+    let opts = SimOptions {
+        pod_termination_grace: Duration::from_millis(800),
+        ..SimOptions::default()
+    };
+    let sim = Simulator::start(opts).await.unwrap();
+    let client = sim.client().await;
+    let (pods, svcs, slices): (Api<Pod>, Api<Service>, Api<EndpointSlice>) = (
+        Api::default_namespaced(client.clone()),
+        Api::default_namespaced(client.clone()),
+        Api::default_namespaced(client),
+    );
+    let svc: Service = serde_json::from_value(json!({"metadata": {"name": "web"}, "spec": {
+        "selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]}}))
+    .unwrap();
+    svcs.create(&PostParams::default(), &svc).await.unwrap();
+    pods.create(&PostParams::default(), &pod("a", "198.51.100.1", true))
+        .await
+        .unwrap();
+    eventually("a ready", || async {
+        endpoints(&slices, "web")
+            .await
+            .first()
+            .is_some_and(|e| e.1)
+            .then_some(())
+    })
+    .await;
+    let t = std::time::Instant::now();
+    pods.delete("a", &DeleteParams::default()).await.unwrap();
+    // still there, terminating: serving but not ready
+    let p = pods.get("a").await.unwrap();
+    assert!(p.metadata.deletion_timestamp.is_some());
+    eventually("a terminating", || async {
+        let e = endpoints(&slices, "web").await;
+        (e.len() == 1 && !e[0].1 && e[0].2 && e[0].3).then_some(())
+    })
+    .await;
+    eventually("a removed by the kubelet", || async {
+        pods.get_opt("a").await.unwrap().is_none().then_some(())
+    })
+    .await;
+    assert!(
+        t.elapsed() >= Duration::from_millis(700),
+        "removed after the grace period, not before ({:?})",
+        t.elapsed()
+    );
+    // gracePeriodSeconds=0 deletes at once
+    pods.create(&PostParams::default(), &pod("b", "198.51.100.2", true))
+        .await
+        .unwrap();
+    pods.delete("b", &DeleteParams::default().grace_period(0))
+        .await
+        .unwrap();
+    assert!(pods.get_opt("b").await.unwrap().is_none());
+    sim.shutdown().await;
+}

@@ -57,6 +57,8 @@ pub struct ListPage {
 pub struct DeleteOptions {
     pub uid: Option<String>,
     pub resource_version: Option<String>,
+    /// `gracePeriodSeconds`; 0 forces an immediate delete of a terminating pod.
+    pub grace_period_seconds: Option<u64>,
 }
 
 /// The API: store, registry and allocators.
@@ -64,6 +66,9 @@ pub struct Api {
     pub store: Arc<Store>,
     pub registry: Registry,
     services: Mutex<Allocator>,
+    /// Pods are deleted gracefully: deletionTimestamp first, the simulated
+    /// kubelet removes them after this (zero: at once).
+    pub pod_grace: std::time::Duration,
 }
 
 impl Api {
@@ -72,6 +77,7 @@ impl Api {
             store,
             registry,
             services: Mutex::new(services),
+            pod_grace: std::time::Duration::ZERO,
         }
     }
 
@@ -550,6 +556,7 @@ impl Api {
             self.delete_namespace_contents(&t.name);
         }
         let is_service = info.plural == "services" && info.group.is_empty();
+        let is_pod = info.plural == "pods" && info.group.is_empty();
         let (stored, gone) = self.store.mutate(&info.id, &t.namespace, &t.name, |old, _| {
             let Some(old) = old else {
                 return Err(ApiError::not_found(&info.qualified(), &t.name));
@@ -564,8 +571,22 @@ impl Api {
             {
                 return Err(ApiError::precondition(&info.qualified(), &t.name, &format!("ResourceVersion in precondition: {rv}, ResourceVersion in object meta: {}", meta::meta_str(old, "resourceVersion").unwrap_or(""))));
             }
+            let terminating = old.pointer("/metadata/deletionTimestamp").is_some();
+            let grace = opts.grace_period_seconds.map_or(self.pod_grace, std::time::Duration::from_secs);
+            if is_pod && !terminating && !grace.is_zero() {
+                let mut n = (**old).clone();
+                let until = jiff::Timestamp::now().as_second() + grace.as_secs_f64().ceil() as i64;
+                let m = meta::meta_mut(&mut n);
+                let ts = jiff::Timestamp::from_second(until).map(|t| t.to_string()).unwrap_or_else(|_| meta::now());
+                m.insert("deletionTimestamp".into(), json!(ts));
+                m.insert("deletionGracePeriodSeconds".into(), json!(grace.as_secs_f64().ceil() as i64));
+                return Ok((Mutation::Put(n), None));
+            }
+            if is_pod && terminating && !grace.is_zero() {
+                return Ok((Mutation::Keep, None));
+            }
             if meta::finalizers(old) > 0 {
-                if old.pointer("/metadata/deletionTimestamp").is_some() {
+                if terminating {
                     return Ok((Mutation::Keep, None));
                 }
                 let mut n = (**old).clone();

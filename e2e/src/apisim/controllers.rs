@@ -116,6 +116,8 @@ struct Ctl {
     pods: Arc<ResourceInfo>,
     services: Arc<ResourceInfo>,
     slices: Arc<ResourceInfo>,
+    /// uids of pods whose removal is scheduled
+    terminating: HashSet<String>,
 }
 
 #[derive(Default)]
@@ -201,6 +203,7 @@ pub async fn run(api: Arc<Api>, cfg: Config) {
         pods,
         services,
         slices,
+        terminating: HashSet::new(),
     };
     let mut changed = api.store.subscribe();
     let mut cursor = 0u64;
@@ -242,10 +245,46 @@ impl Ctl {
         }
     }
 
+    /// The kubelet side of graceful deletion: a terminating pod is removed when
+    /// its grace period is over.
+    fn schedule_removal(&mut self, pod: &Value) {
+        let Some(secs) = pod
+            .pointer("/metadata/deletionGracePeriodSeconds")
+            .and_then(Value::as_u64)
+            .filter(|s| *s > 0)
+        else {
+            return;
+        };
+        let uid = meta::uid(pod).to_string();
+        if !self.terminating.insert(uid.clone()) {
+            return;
+        }
+        let configured = self.api.pod_grace;
+        let wait = if configured.as_secs_f64().ceil() as u64 == secs {
+            configured
+        } else {
+            std::time::Duration::from_secs(secs)
+        };
+        let api = self.api.clone();
+        let t = self.target(&self.pods, meta::namespace(pod), meta::name(pod));
+        tokio::spawn(async move {
+            tokio::time::sleep(wait).await;
+            let force = DeleteOptions {
+                uid: Some(uid),
+                grace_period_seconds: Some(0),
+                ..DeleteOptions::default()
+            };
+            let _ = api.delete(&t, &force);
+        });
+    }
+
     fn resync(&mut self, d: &mut Dirty) {
         for p in self.api.store.list(&self.pods.id, None).0 {
             self.ips.used.extend(pod_ips_of(&p));
             d.pods_to_start.insert(key(&p));
+            if self.cfg.kubelet {
+                self.schedule_removal(&p);
+            }
         }
         for o in self.api.store.list(&self.deployments.id, None).0 {
             d.deployments.insert(key(&o));
@@ -294,8 +333,12 @@ impl Ctl {
                 for ip in pod_ips_of(obj) {
                     self.ips.used.remove(&ip);
                 }
+                self.terminating.remove(meta::uid(obj));
             } else {
                 d.pods_to_start.insert(k);
+                if self.cfg.kubelet {
+                    self.schedule_removal(obj);
+                }
             }
             if let Some(("ReplicaSet", name)) = controller_owner(obj) {
                 d.replicasets

@@ -74,6 +74,11 @@ pub struct SimOptions {
     pub bookmark_interval: Duration,
     /// Install the ringlb CRDs (IPPool, BGPPeer, BGPAdvertisement) at start.
     pub install_crds: bool,
+    /// Graceful pod deletion: a deleted pod keeps running with a deletionTimestamp
+    /// (its endpoints `serving`+`terminating`) for this long, then the simulated
+    /// kubelet removes it. Zero deletes pods at once. A delete with
+    /// `gracePeriodSeconds` overrides it.
+    pub pod_termination_grace: Duration,
 }
 
 impl Default for SimOptions {
@@ -91,6 +96,7 @@ impl Default for SimOptions {
             history_limit: 100_000,
             bookmark_interval: Duration::from_secs(5),
             install_crds: true,
+            pod_termination_grace: Duration::ZERO,
         }
     }
 }
@@ -103,11 +109,13 @@ impl Simulator {
     /// writes the kubeconfig and starts serving.
     pub async fn start(opts: SimOptions) -> anyhow::Result<SimHandle> {
         let store = Arc::new(Store::new(opts.history_limit));
-        let api = Arc::new(Api::new(
+        let mut api = Api::new(
             store.clone(),
             Registry::new(),
             services::Allocator::new(opts.service_cidrs.clone()),
-        ));
+        );
+        api.pod_grace = opts.pod_termination_grace;
+        let api = Arc::new(api);
         bootstrap(&api, &opts).context("bootstrapping the simulated cluster")?;
         let faults = Arc::new(Faults::new(store));
         let listener = tokio::net::TcpListener::bind(opts.listen)

@@ -526,6 +526,13 @@ fn delete_options(body: &[u8], q: &HashMap<String, String>) -> Result<DeleteOpti
             .pointer("/preconditions/resourceVersion")
             .and_then(Value::as_str)
             .map(str::to_string);
+        o.grace_period_seconds = v.get("gracePeriodSeconds").and_then(Value::as_u64);
+    }
+    if let Some(g) = q.get("gracePeriodSeconds") {
+        o.grace_period_seconds = Some(
+            g.parse()
+                .map_err(|_| ApiError::bad_request(format!("invalid gracePeriodSeconds {g:?}")))?,
+        );
     }
     if let Some(u) = q.get("preconditions.uid") {
         o.uid = Some(u.clone());
