@@ -23,7 +23,9 @@ fn v4(i: u32) -> IpAddr {
 }
 
 fn v6(i: u32) -> IpAddr {
-    IpAddr::from(std::net::Ipv6Addr::from((0x2001_0db8_u128 << 96) | u128::from(i)))
+    IpAddr::from(std::net::Ipv6Addr::from(
+        (0x2001_0db8_u128 << 96) | u128::from(i),
+    ))
 }
 
 fn fnv1a64(slots: &[u32]) -> u64 {
