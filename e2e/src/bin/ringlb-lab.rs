@@ -144,16 +144,8 @@ fn bring_up(prefix: &str, dir: &std::path::Path, p: &mut Printer) -> anyhow::Res
     p.step("edges: `ringlb-edge run` in edge1 and edge2 (native XDP on eth0, BGP from BGPPeer)");
     let pins: Vec<PathBuf> = (1..=a.edges.len()).map(|i| topo.pin_dir(i)).collect();
     cluster.start_edges(&pins)?;
-    std::thread::sleep(Duration::from_millis(500));
-    cluster.check_daemons()?;
-    for i in 1..=a.edges.len() {
-        let ns = topo.ns(&format!("edge{i}"));
-        let link = lab::cmd::run(&["ip", "-n", &ns, "-d", "link", "show", "dev", "eth0"])?;
-        let xdp = link
-            .lines()
-            .find(|l| l.contains("prog/xdp"))
-            .unwrap_or("(no XDP yet)");
-        println!("  {ns} eth0: {}", xdp.trim());
+    for line in cluster.wait_xdp(Duration::from_secs(15))? {
+        println!("  {line}");
     }
 
     p.step("kubectl expose deployment web --type=LoadBalancer: the controller allocates a VIP");
@@ -202,12 +194,14 @@ fn bring_up(prefix: &str, dir: &std::path::Path, p: &mut Printer) -> anyhow::Res
     let (bird, _, kernel, _) = cluster.routes(&vip)?;
     p.cmd(&format!("birdc show route for {vip} all"), &bird);
     p.cmd(&format!("ip -n {prefix}-tor route show {vip}"), &kernel);
-    p.cmd(
-        "kubectl get bgppeers tor -o jsonpath={.status.nodes}",
-        &cluster
-            .kubectl(&["get", "bgppeers", "tor", "-o", "jsonpath={.status.nodes}"])
-            .unwrap_or_default(),
-    );
+    // the edges write their session state into the BGPPeer's status
+    match cluster.wait_peer_status("tor", Duration::from_secs(15)) {
+        Ok(out) => p.cmd(
+            "kubectl get bgppeers tor -o jsonpath='{.status.nodes...}'",
+            &out,
+        ),
+        Err(e) => println!("  (BGPPeer status not complete yet: {e})"),
+    }
     Ok(Running { topo, cluster, vip })
 }
 

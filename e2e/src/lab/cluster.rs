@@ -249,6 +249,62 @@ impl Cluster {
         Ok(())
     }
 
+    /// Waits until every edge has an XDP program on eth0; returns `ip -d link`'s
+    /// `prog/xdp` line per edge.
+    pub fn wait_xdp(&mut self, limit: Duration) -> Result<Vec<String>> {
+        let n = self.addrs.edges.len();
+        wait_for(
+            "XDP programs on the edges' eth0",
+            limit,
+            Duration::from_millis(100),
+            || {
+                self.check_daemons()?;
+                let mut lines = Vec::new();
+                for i in 1..=n {
+                    let ns = self.ns(&format!("edge{i}"));
+                    let link = run_in(&ns, &["ip", "-d", "link", "show", "dev", "eth0"])?;
+                    match link.lines().find(|l| l.contains("prog/xdp")) {
+                        Some(l) => lines.push(format!("{ns} eth0: {}", l.trim())),
+                        None => return Ok(Err(format!("{ns}: no XDP program yet"))),
+                    }
+                }
+                Ok(Ok(lines))
+            },
+        )
+    }
+
+    /// Waits until BGPPeer `peer`'s status lists every edge as Established with one
+    /// route advertised; returns the `node state advertised` lines.
+    pub fn wait_peer_status(&mut self, peer: &str, limit: Duration) -> Result<String> {
+        let n = self.addrs.edges.len();
+        let path = r#"jsonpath={range .status.nodes[*]}{.node}{"  "}{.state}{"  advertised="}{.advertised}{"\n"}{end}"#;
+        wait_for(
+            &format!("BGPPeer {peer} status: {n} nodes Established"),
+            limit,
+            Duration::from_millis(250),
+            || {
+                self.check_daemons()?;
+                let out = self.kubectl(&["get", "bgppeers", peer, "-o", path])?;
+                let up = out
+                    .lines()
+                    .filter(|l| l.contains("Established") && l.contains("advertised=1"))
+                    .count();
+                Ok(if up == n { Ok(out) } else { Err(out) })
+            },
+        )
+    }
+
+    /// SIGKILLs the daemon `name` (e.g. `edge1`) and reaps it.
+    pub fn kill(&mut self, name: &str) -> Result<()> {
+        let d = self
+            .daemons
+            .iter_mut()
+            .find(|d| d.name == name)
+            .ok_or_else(|| Error::Unsupported(format!("no daemon named {name}")))?;
+        d.kill();
+        Ok(())
+    }
+
     /// kubectl against the simulator, from the ToR namespace, with a private HOME and
     /// discovery cache in the lab directory.
     pub fn kubectl(&self, args: &[&str]) -> Result<String> {

@@ -22,6 +22,8 @@ pub struct Daemon {
     pub log: PathBuf,
     child: Child,
     keep: bool,
+    /// Stopped on purpose ([`Daemon::kill`]): not an early exit.
+    killed: bool,
 }
 
 impl Daemon {
@@ -70,6 +72,7 @@ impl Daemon {
             log,
             child,
             keep: false,
+            killed: false,
         })
     }
 
@@ -82,8 +85,19 @@ impl Daemon {
         matches!(self.child.try_wait(), Ok(None))
     }
 
-    /// An error naming the daemon and its log when it has exited.
+    /// SIGKILL now (a crash, as far as its peers can tell) and reap it.
+    pub fn kill(&mut self) {
+        self.killed = true;
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// An error naming the daemon and its log when it has exited (unless it was
+    /// killed on purpose).
     pub fn check_alive(&mut self) -> Result<()> {
+        if self.killed {
+            return Ok(());
+        }
         match self.child.try_wait() {
             Ok(None) => Ok(()),
             Ok(Some(status)) => Err(Error::Command {

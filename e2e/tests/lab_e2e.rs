@@ -1,0 +1,163 @@
+//! The full path, as `make demo` shows it, with assertions: in network namespaces,
+//! the real ringlb-apisim + ringlb-controller, a BIRD ToR, two `ringlb-edge run`
+//! agents (native XDP, BGP from a BGPPeer object) and two tc-decap pods.
+//!
+//! - `kubectl expose --type=LoadBalancer` gets a VIP from the lab's IPPool;
+//! - BIRD learns the VIP from both edges and the ToR's kernel route has 2 next hops;
+//! - HTTP from the client reaches both pods; every client packet was IPIP-encapsulated
+//!   by an edge (both edges carried traffic), and every reply went from the pod
+//!   straight to the client (DSR: nothing from the VIP toward the edges);
+//! - `kill -9` of one edge: the ToR drops that next hop within the hold time (3 s) and
+//!   traffic keeps reaching both pods through the other edge.
+//!
+//! Needs root, BIRD, kubectl, nftables, ethtool; skips loudly otherwise. Needs the
+//! ringlb-controller and ringlb-edge binaries next to this package's (`make test`
+//! builds the whole workspace).
+
+use std::time::{Duration, Instant};
+
+use ringlb_e2e::lab::{self, Addrs, Bins, Cluster, Topology, config};
+
+const REQUESTS: usize = 30;
+
+fn bins() -> Bins {
+    let lab_bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ringlb-lab"));
+    let mut dirs = vec![lab_bin.parent().unwrap().to_path_buf()];
+    if let Some(d) = std::env::var_os("RINGLB_BIN_DIR") {
+        dirs.insert(0, d.into());
+    }
+    Bins::find_in(&dirs).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// `n` GETs from the client; every one must succeed. Returns the bodies.
+fn requests(cluster: &Cluster, vip: &str, n: usize) -> Vec<String> {
+    (0..n)
+        .map(|i| {
+            cluster
+                .http_get(vip)
+                .unwrap_or_else(|e| panic!("request {i} to {vip}: {e}"))
+        })
+        .collect()
+}
+
+#[test]
+fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
+    if let Some(why) = lab::skip_reason() {
+        eprintln!("SKIPPED lab_e2e: {why}");
+        return;
+    }
+    let bins = bins();
+    let start = Instant::now();
+    let pid = std::process::id();
+    let prefix = format!("rlb{pid}");
+    let dir = std::env::temp_dir().join(format!("ringlb-lab-test-{pid}"));
+    // declared first, dropped last: the daemons stop before the namespaces go
+    let topo = Topology::up(&prefix, &dir, Addrs::default()).expect("fabric");
+    let a = topo.addrs.clone();
+    let mut cluster = Cluster::new(&topo, bins);
+
+    cluster.start_pods().unwrap();
+    cluster.start_bird().unwrap();
+    cluster.start_apisim().unwrap();
+    cluster.start_controller().unwrap();
+    let manifests = cluster.write_manifests().unwrap();
+    let applied = cluster.apply(&manifests).unwrap();
+    assert!(
+        applied.contains("bgppeer.ringlb.io/tor created"),
+        "{applied}"
+    );
+    let pins: Vec<_> = (1..=a.edges.len()).map(|i| topo.pin_dir(i)).collect();
+    cluster.start_edges(&pins).unwrap();
+    let xdp = cluster.wait_xdp(Duration::from_secs(15)).unwrap();
+    assert!(xdp.iter().all(|l| l.contains("name ringlb_xdp")), "{xdp:?}");
+
+    // a Service gets a VIP from the pool
+    cluster
+        .kubectl(&[
+            "expose",
+            "deployment",
+            "web",
+            "--port=8080",
+            "--target-port=8080",
+            "--type=LoadBalancer",
+        ])
+        .unwrap();
+    let vip = cluster.wait_vip("web", Duration::from_secs(10)).unwrap();
+    let v: std::net::Ipv4Addr = vip.parse().expect("an IPv4 VIP");
+    let (lo, hi): (std::net::Ipv4Addr, std::net::Ipv4Addr) =
+        (a.vip_first.parse().unwrap(), a.vip_last.parse().unwrap());
+    assert!(lo <= v && v <= hi, "VIP {vip} is from the lab pool");
+    let table = cluster.kubectl(&["get", "svc", "web"]).unwrap();
+    assert!(table.contains(&vip), "kubectl get svc shows it: {table}");
+    topo.add_vip_to_pods(&vip).unwrap();
+
+    // the ToR learns it from both edges: ECMP in BIRD and in the kernel
+    cluster.wait_ecmp(&vip, 2, Duration::from_secs(30)).unwrap();
+    let (_, bird_hops, _, kernel_hops) = cluster.routes(&vip).unwrap();
+    let edges: Vec<std::net::IpAddr> = a.edges.iter().map(|e| e.parse().unwrap()).collect();
+    assert_eq!(bird_hops, edges, "BIRD has a path through each edge");
+    assert_eq!(kernel_hops, edges, "the kernel route has both next hops");
+    let status = cluster
+        .wait_peer_status("tor", Duration::from_secs(15))
+        .unwrap();
+    assert!(
+        status.contains("edge1") && status.contains("edge2"),
+        "{status}"
+    );
+
+    // traffic: both pods serve, both edges encapsulate, replies bypass the edges
+    let before = topo.counters().unwrap();
+    let bodies = requests(&cluster, &vip, REQUESTS);
+    let after = topo.counters().unwrap();
+    let d = |k: &str| after[k] - before[k];
+    let per_pod = config::count_answers(bodies.iter().map(String::as_str));
+    eprintln!("answers per pod: {per_pod:?}; counters: {after:?}");
+    assert_eq!(
+        per_pod.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["pod1", "pod2"],
+        "both pods answer: {per_pod:?}"
+    );
+    let as_vip = format!("{vip}:8080");
+    assert!(
+        bodies.iter().all(|b| b.trim().ends_with(&as_vip)),
+        "every pod answered as the VIP: {bodies:?}"
+    );
+    assert!(
+        d("ipip_from_edge1") > 0 && d("ipip_from_edge2") > 0,
+        "both edges carried traffic (ECMP): {after:?}"
+    );
+    assert_eq!(
+        d("ipip_from_edge1") + d("ipip_from_edge2"),
+        d("to_vip"),
+        "every client packet to the VIP was IPIP-encapsulated by an edge"
+    );
+    assert!(
+        d("to_vip") >= 3 * REQUESTS as u64,
+        "the requests went through the ToR"
+    );
+    assert!(
+        d("replies_to_client") >= 2 * REQUESTS as u64,
+        "replies went from the pods to the client: {after:?}"
+    );
+    assert_eq!(d("replies_toward_edges"), 0, "DSR: no reply passed an edge");
+
+    // an edge dies: the ToR drops it within the hold time; traffic continues
+    let t = Instant::now();
+    cluster.kill("edge1").unwrap();
+    cluster.wait_ecmp(&vip, 1, Duration::from_secs(6)).unwrap();
+    let (_, _, kernel, hops) = cluster.routes(&vip).unwrap();
+    assert_eq!(hops, vec![edges[1]], "only edge2 is left: {kernel}");
+    eprintln!(
+        "edge1 killed: ToR down to 1 next hop after {:?}",
+        t.elapsed()
+    );
+    let before = topo.counters().unwrap();
+    let bodies = requests(&cluster, &vip, 10);
+    let after = topo.counters().unwrap();
+    let per_pod = config::count_answers(bodies.iter().map(String::as_str));
+    assert_eq!(per_pod.len(), 2, "both pods still serve: {per_pod:?}");
+    assert_eq!(after["ipip_from_edge1"], before["ipip_from_edge1"]);
+    assert!(after["ipip_from_edge2"] > before["ipip_from_edge2"]);
+    assert_eq!(after["replies_toward_edges"], 0);
+    eprintln!("lab e2e done in {:?}", start.elapsed());
+}
