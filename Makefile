@@ -1,5 +1,5 @@
 # The verbs a person types. `make test` is exactly what CI runs.
-.PHONY: test setup fmt lint unit crds help
+.PHONY: test setup fmt lint unit crds help demo
 
 CARGO ?= cargo
 
@@ -7,6 +7,7 @@ help:
 	@echo "make test   - set up (apt) + fmt check + clippy + all tests (what CI runs)"
 	@echo "make crds   - regenerate crds/*.yaml and the chart's copy from the Rust types"
 	@echo "make setup  - install the Debian packages the tests need (idempotent)"
+	@echo "make demo   - (root) the end-to-end lab: Service -> VIP -> BGP ECMP -> XDP edges -> pods, DSR"
 
 setup:
 	bash scripts/setup.sh
@@ -24,3 +25,8 @@ test: setup fmt lint unit
 
 crds:
 	$(CARGO) run -q -p ringlb-crds --bin crdgen
+
+# The end-to-end lab in network namespaces (needs root); docs/lab.md.
+demo: setup
+	$(CARGO) build -p ringlb-e2e -p ringlb-controller -p ringlb-edge --bins
+	./target/debug/ringlb-lab demo

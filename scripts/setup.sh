@@ -8,6 +8,7 @@ PKGS=(
   bird2 gobgpd                           # real BGP peers for interop tests
   iproute2 iptables nftables tcpdump     # network-namespace lab, kube-proxy comparison
   iputils-ping curl python3 procps       # lab traffic and helpers
+  ethtool                                # lab: TX checksum offload off on the client veth
   libclang-dev                           # (used by some -sys crates' build scripts)
 )
 
