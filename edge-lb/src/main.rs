@@ -26,6 +26,9 @@ enum Command {
         #[arg(long)]
         config: std::path::PathBuf,
     },
+    /// Operator commands against the running edge's pinned XDP maps: dump VIPs and
+    /// backends, show counters, look up a 5-tuple, uninstall; see docs/datapath.md.
+    Datapath(ringlb_edge::datapath::cli::DatapathArgs),
 }
 
 #[tokio::main]
@@ -37,5 +40,6 @@ async fn main() -> anyhow::Result<()> {
         Command::Speaker { config } => {
             Ok(ringlb_edge::bgp::standalone::run(&config, args.common.metrics_addr).await?)
         }
+        Command::Datapath(dp) => Ok(ringlb_edge::datapath::cli::run(&dp, &mut std::io::stdout())?),
     }
 }

@@ -141,7 +141,60 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
         "idempotent"
     );
 
-    dp.uninstall().unwrap();
+    // the operator CLI reads the same pinned maps
+    let cli = |args: &[&str]| {
+        let pin = bpffs.path().join("ringlb");
+        let mut v = vec![
+            env!("CARGO_BIN_EXE_ringlb-edge"),
+            "datapath",
+            "--pin-dir",
+            pin.to_str().unwrap(),
+        ];
+        v.extend_from_slice(args);
+        sh(&v)
+    };
+    let dump = cli(&["dump", "--slots"]);
+    assert!(
+        dump.contains("VIP 10.100.0.1:80/tcp") && dump.contains("ring 7"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("10.1.0.1") && dump.contains("10.1.0.2") && dump.contains("slots"),
+        "{dump}"
+    );
+    let counters = cli(&["counters"]);
+    assert!(
+        counters.contains("tx") && counters.contains("10.100.0.1:80/tcp"),
+        "{counters}"
+    );
+    let lookup = cli(&[
+        "lookup",
+        "--src",
+        "192.0.2.7:40000",
+        "--dst",
+        "10.100.0.1:80",
+    ]);
+    assert!(lookup.contains("(conntrack entry)"), "{lookup}");
+    let lookup = cli(&[
+        "lookup",
+        "--src",
+        "192.0.2.7:40000",
+        "--dst",
+        "10.100.0.9:80",
+    ]);
+    assert!(lookup.contains("not a VIP"), "{lookup}");
+    let missing = std::process::Command::new(env!("CARGO_BIN_EXE_ringlb-edge"))
+        .args(["datapath", "--pin-dir", "/nonexistent/ringlb", "dump"])
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    assert!(
+        String::from_utf8_lossy(&missing.stderr).contains("not pinned"),
+        "clear error"
+    );
+
+    cli(&["uninstall"]);
+    drop(dp); // our own link fd was the last reference
     assert_eq!(xdp_prog_id("pa"), None, "detached");
     assert!(!bpffs.path().join("ringlb").exists(), "pins removed");
 }

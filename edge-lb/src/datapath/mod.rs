@@ -13,6 +13,7 @@
 
 pub mod abi;
 pub mod batch;
+pub mod cli;
 pub mod nexthop;
 pub mod packet;
 pub mod state;

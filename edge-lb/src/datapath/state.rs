@@ -343,11 +343,9 @@ pub fn plan_update(
 
     // 2. the ring and the VIP entry
     if let Some(svc) = new {
-        let ids: Vec<u32> = svc
-            .ring
-            .iter()
-            .map(|&i| p.backends[&svc.backends[i as usize]].id)
-            .collect();
+        // index -> id once, then the ring: O(M) without a map lookup per slot
+        let id_of: Vec<u32> = svc.backends.iter().map(|a| p.backends[a].id).collect();
+        let ids: Vec<u32> = svc.ring.iter().map(|&i| id_of[i as usize]).collect();
         let size = ids.len() as u32;
         let (vip_id, fresh) = match &old {
             Some(o) if o.ring_size == size => (o.vip_id, false),

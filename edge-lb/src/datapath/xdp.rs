@@ -143,6 +143,69 @@ impl XdpDatapath {
         Ok(me)
     }
 
+    /// Opens the maps a running edge pinned in `dir`, without loading or
+    /// attaching anything (for the operator CLI). Fails if nothing is pinned.
+    pub fn open_pinned(dir: &Path) -> Result<Self, Error> {
+        for name in abi::map::ALL {
+            let p = dir.join(name);
+            if !p.exists() {
+                return Err(Error::Pin {
+                    path: p,
+                    source: std::io::Error::new(
+                        std::io::ErrorKind::NotFound,
+                        "map not pinned: is the edge running with this --pin-dir?",
+                    ),
+                });
+            }
+        }
+        let mut loader = EbpfLoader::new();
+        for name in abi::map::ALL {
+            loader.map_pin_path(name, dir.join(name));
+        }
+        let ebpf = loader
+            .load(objects::XDP_LB)
+            .map_err(|e| Error::Load(Box::new(e)))?;
+        let mut me = Self {
+            ebpf,
+            programmed: Programmed::default(),
+            resolver: Box::new(super::nexthop::StaticResolver::default()),
+            pin_dir: Some(dir.to_path_buf()),
+            link_pin: None,
+            link: None,
+        };
+        me.programmed = me.read_programmed()?;
+        Ok(me)
+    }
+
+    /// Every used backend entry: (id, value).
+    pub fn backend_table(&self) -> Result<Vec<(u32, abi::BackendValue)>, Error> {
+        let m: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+        let mut v = Vec::new();
+        for (id, b) in m.iter().enumerate() {
+            let b = b.map_err(map_err(abi::map::BACKENDS))?;
+            if b.family != 0 {
+                v.push((id as u32, b));
+            }
+        }
+        Ok(v)
+    }
+
+    /// Slots per backend id in one VIP's ring (reads every slot).
+    pub fn ring_slot_counts(
+        &self,
+        vip_id: u32,
+        size: u32,
+    ) -> Result<std::collections::BTreeMap<u32, u32>, Error> {
+        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
+        let ring = rings.get(&vip_id, 0).map_err(map_err(abi::map::RINGS))?;
+        let mut c = std::collections::BTreeMap::new();
+        for slot in 0..size.min(ring.len()) {
+            let id = ring.get(&slot, 0).map_err(map_err("ring"))?;
+            *c.entry(id).or_default() += 1;
+        }
+        Ok(c)
+    }
+
     fn write_config(&mut self, opts: &XdpOptions) -> Result<(), Error> {
         let mut cfg = abi::ConfigValue {
             mtu: opts.mtu,
@@ -591,8 +654,18 @@ impl XdpDatapath {
         }
     }
 
-    /// Removes the pin directory's files (maps and link) after detaching.
+    /// Removes the pin directory's files: links (detaching them) and maps.
     fn remove_pins(dir: &Path) -> Result<(), Error> {
+        if let Ok(entries) = std::fs::read_dir(dir) {
+            for e in entries.flatten() {
+                if e.file_name().to_string_lossy().starts_with("link_") {
+                    std::fs::remove_file(e.path()).map_err(|source| Error::Pin {
+                        path: e.path(),
+                        source,
+                    })?;
+                }
+            }
+        }
         for name in abi::map::ALL {
             let p = dir.join(name);
             match std::fs::remove_file(&p) {

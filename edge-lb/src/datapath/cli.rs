@@ -1,0 +1,261 @@
+//! `ringlb-edge datapath ...`: operator commands against the pinned XDP maps
+//! of a running edge (nothing is loaded or attached by these commands, except
+//! `uninstall`, which removes the datapath).
+//!
+//! ```text
+//! ringlb-edge datapath dump [--slots]          VIPs, their backends, next hops
+//! ringlb-edge datapath counters                global verdicts/reasons, per-VIP packets/bytes
+//! ringlb-edge datapath lookup --proto tcp --src 192.0.2.7:40000 --dst 10.0.0.1:80
+//! ringlb-edge datapath uninstall              detach and remove the pins
+//! ```
+
+use std::{
+    collections::BTreeMap,
+    fmt::Write as _,
+    io::Write,
+    net::{IpAddr, SocketAddr},
+    path::PathBuf,
+};
+
+use super::{Counters, Datapath, Error, Proto, abi, xdp::XdpDatapath};
+
+#[derive(clap::Args, Debug)]
+pub struct DatapathArgs {
+    /// Where the edge pinned its maps.
+    #[arg(long, default_value = super::xdp::DEFAULT_PIN_DIR, global = true)]
+    pub pin_dir: PathBuf,
+    #[command(subcommand)]
+    pub command: DatapathCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+pub enum DatapathCommand {
+    /// VIPs with their ring size and backends (id, address, generation, next hop).
+    Dump {
+        /// Also count ring slots per backend (reads every slot: slower).
+        #[arg(long)]
+        slots: bool,
+    },
+    /// Global verdict/reason counters and per-VIP packets and bytes.
+    Counters,
+    /// Which backend a 5-tuple goes to now (conntrack first, then the ring).
+    Lookup {
+        #[arg(long, default_value = "tcp")]
+        proto: Proto,
+        /// Client address:port.
+        #[arg(long)]
+        src: SocketAddr,
+        /// VIP address:port.
+        #[arg(long)]
+        dst: SocketAddr,
+    },
+    /// Detach the program (every pinned link in --pin-dir) and remove every
+    /// pin; traffic to the VIPs then goes to the kernel stack.
+    Uninstall,
+}
+
+/// Runs one operator command, writing human-readable output to `out`.
+pub fn run(args: &DatapathArgs, out: &mut dyn Write) -> Result<(), Error> {
+    let dp = XdpDatapath::open_pinned(&args.pin_dir)?;
+    let mut s = String::new();
+    match &args.command {
+        DatapathCommand::Dump { slots } => {
+            let backends = dp.backend_table()?;
+            let mut counts = BTreeMap::new();
+            if *slots {
+                for p in dp.programmed().vips.values() {
+                    counts.insert(p.vip_id, dp.ring_slot_counts(p.vip_id, p.ring_size)?);
+                }
+            }
+            s = format_dump(&dp, &backends, &counts);
+        }
+        DatapathCommand::Counters => s = format_counters(&dp.read_counters()?),
+        DatapathCommand::Lookup { proto, src, dst } => {
+            if src.is_ipv4() != dst.is_ipv4() {
+                return Err(Error::InvalidService {
+                    vip: dst.to_string(),
+                    reason: format!("source {src} and destination {dst} are different families"),
+                });
+            }
+            let flow = flow(*proto, *src, *dst);
+            match dp.lookup(&flow)? {
+                Some((b, true)) => {
+                    writeln!(s, "{src} -> {dst}/{proto:?}: backend {b} (conntrack entry)")
+                }
+                Some((b, false)) => writeln!(
+                    s,
+                    "{src} -> {dst}/{proto:?}: backend {b} (Maglev ring; no conntrack entry yet)"
+                ),
+                None => writeln!(
+                    s,
+                    "{src} -> {dst}/{proto:?}: not a VIP, passed to the kernel"
+                ),
+            }
+            .ok();
+        }
+        DatapathCommand::Uninstall => {
+            dp.uninstall()?;
+            writeln!(s, "datapath removed from {}", args.pin_dir.display()).ok();
+        }
+    }
+    out.write_all(s.as_bytes())
+        .map_err(|source| Error::Syscall {
+            call: "write",
+            source,
+        })
+}
+
+/// The conntrack key of a 5-tuple.
+pub fn flow(proto: Proto, src: SocketAddr, dst: SocketAddr) -> abi::Flow {
+    let (saddr, family) = abi::RawAddr::from_ip(src.ip());
+    abi::Flow {
+        saddr,
+        daddr: abi::RawAddr::from_ip(dst.ip()).0,
+        sport: abi::Be16::from_host(src.port()),
+        dport: abi::Be16::from_host(dst.port()),
+        proto: proto.number(),
+        family,
+        pad: [0; 2],
+    }
+}
+
+fn mac(m: &[u8; 6]) -> String {
+    m.iter()
+        .map(|b| format!("{b:02x}"))
+        .collect::<Vec<_>>()
+        .join(":")
+}
+
+/// `dump` output (pure: tested without BPF).
+pub fn format_dump(
+    dp: &XdpDatapath,
+    backends: &[(u32, abi::BackendValue)],
+    slot_counts: &BTreeMap<u32, BTreeMap<u32, u32>>,
+) -> String {
+    format_dump_parts(&dp.programmed().vips, backends, slot_counts)
+}
+
+fn format_dump_parts(
+    vips: &BTreeMap<super::Vip, super::state::ProgrammedVip>,
+    backends: &[(u32, abi::BackendValue)],
+    slot_counts: &BTreeMap<u32, BTreeMap<u32, u32>>,
+) -> String {
+    let by_id: BTreeMap<u32, &abi::BackendValue> = backends.iter().map(|(i, b)| (*i, b)).collect();
+    let mut s = format!("{} VIPs, {} backends\n", vips.len(), backends.len());
+    for (vip, p) in vips {
+        let no_ct = if p.flags & abi::VIP_F_NO_CT != 0 {
+            " no-conntrack"
+        } else {
+            ""
+        };
+        writeln!(s, "VIP {vip}  id {}  ring {}{no_ct}", p.vip_id, p.ring_size).ok();
+        if let Some(c) = slot_counts.get(&p.vip_id) {
+            for (id, n) in c {
+                let addr = by_id
+                    .get(id)
+                    .and_then(|b| b.addr.to_ip(b.family))
+                    .map_or_else(|| "<missing>".to_string(), |a| a.to_string());
+                writeln!(s, "  backend {id:>6} {addr:<39} {n:>6} slots").ok();
+            }
+        }
+    }
+    writeln!(s, "backends:").ok();
+    for (id, b) in backends {
+        let addr = b
+            .addr
+            .to_ip(b.family)
+            .map_or_else(|| "?".into(), |a: IpAddr| a.to_string());
+        let nh = if b.nh_valid != 0 {
+            format!(
+                "via ifindex {} {} -> {}",
+                b.ifindex,
+                mac(&b.smac),
+                mac(&b.dmac)
+            )
+        } else {
+            "next hop unresolved (bpf_fib_lookup fallback)".to_string()
+        };
+        writeln!(s, "  {id:>6} {addr:<39} gen {:<6} {nh}", b.generation).ok();
+    }
+    s
+}
+
+/// `counters` output.
+pub fn format_counters(c: &Counters) -> String {
+    let mut s = String::from("global:\n");
+    for (label, v) in &c.global {
+        writeln!(s, "  {label:<18} {v}").ok();
+    }
+    writeln!(s, "per VIP:").ok();
+    for (vip, p, b) in &c.per_vip {
+        writeln!(s, "  {vip:<45} {p:>12} packets {b:>15} bytes").ok();
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::datapath::{Vip, state::ProgrammedVip};
+
+    #[test]
+    fn dump_lists_vips_slots_and_next_hops() {
+        let vip = Vip {
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 80,
+            proto: Proto::Tcp,
+        };
+        let vips = [(
+            vip,
+            ProgrammedVip {
+                vip_id: 3,
+                ring_size: 251,
+                flags: abi::VIP_F_NO_CT,
+                ring: None,
+                backends: vec![],
+                entry: None,
+            },
+        )]
+        .into_iter()
+        .collect();
+        let (addr, family) = abi::RawAddr::from_ip("10.1.0.1".parse().unwrap());
+        let b = abi::BackendValue {
+            addr,
+            family,
+            generation: 4,
+            ifindex: 2,
+            smac: [2, 0, 0, 0, 0, 1],
+            dmac: [2, 0, 0, 0, 0, 0xff],
+            nh_valid: 1,
+            ..Default::default()
+        };
+        let counts = [(3, [(1, 251)].into_iter().collect())]
+            .into_iter()
+            .collect();
+        let s = format_dump_parts(&vips, &[(1, b)], &counts);
+        assert!(
+            s.contains("VIP 10.0.0.1:80/tcp  id 3  ring 251 no-conntrack"),
+            "{s}"
+        );
+        assert!(s.contains("10.1.0.1") && s.contains("251 slots"), "{s}");
+        assert!(s.contains("02:00:00:00:00:01 -> 02:00:00:00:00:ff"), "{s}");
+    }
+
+    #[test]
+    fn counters_and_flow_keys() {
+        let c = Counters {
+            global: vec![("tx", 5)],
+            per_vip: vec![],
+        };
+        assert!(format_counters(&c).contains("tx"));
+        let f = flow(
+            Proto::Udp,
+            "192.0.2.1:5".parse().unwrap(),
+            "10.0.0.1:53".parse().unwrap(),
+        );
+        assert_eq!(
+            (f.proto, f.family, f.dport.to_host()),
+            (17, abi::AF_INET, 53)
+        );
+    }
+}
