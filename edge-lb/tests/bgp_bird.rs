@@ -360,3 +360,52 @@ protocol bgp e1 from edge {{
         kernel_route(&lab, VIP4)
     );
 }
+
+#[test]
+fn bird_ipv6_vip_over_an_ipv4_session_with_configured_next_hop() {
+    require_lab!("bird", "birdc");
+    let mut lab = Lab::new("mp", 1);
+    lab.start_bird(&format!(
+        r#"
+protocol bgp e1 from edge {{
+  local {TOR_V4} as 65000; neighbor {} as 65011;
+  ipv4 {{ import all; export none; }};
+  ipv6 {{ import all; export none; }};
+}}
+"#,
+        edge_v4(1)
+    ));
+    let peer = format!(
+        "  - peerAddress: {TOR_V4}\n    peerASN: 65000\n    myASN: 65011\n    holdTime: 3\n    \
+         connectRetrySeconds: 1\n    nextHopV6: {}\n",
+        edge_v6(1)
+    );
+    let prefixes = format!("  - prefix: {VIP4}/32\n  - prefix: {VIP6}/128\n");
+    lab.start_speaker("edge1", "e1", &speaker_yaml(1, &peer, &prefixes, 1));
+    assert!(
+        wait_until(Duration::from_secs(15), || established(&lab, "e1")),
+        "not Established:\n{}",
+        lab.logs()
+    );
+    let mut r = String::new();
+    let ok = wait_until(Duration::from_secs(5), || {
+        r = lab.birdc(&["show", "route", "all", "protocol", "e1"]);
+        r.contains(VIP4) && r.contains(VIP6)
+    });
+    assert!(
+        ok,
+        "both families over one IPv4 session expected:\n{r}\n{}",
+        lab.logs()
+    );
+    assert!(r.contains(&format!("BGP.next_hop: {}", edge_v6(1))), "{r}");
+    assert!(
+        in_fib(&lab, VIP6, &edge_v6(1)),
+        "{}",
+        kernel_route(&lab, VIP6)
+    );
+    assert!(
+        in_fib(&lab, VIP4, &edge_v4(1)),
+        "{}",
+        kernel_route(&lab, VIP4)
+    );
+}
