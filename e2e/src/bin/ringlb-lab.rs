@@ -57,6 +57,9 @@ enum Cmd {
 
 const SERVICE: &str = "web";
 
+/// Set when SIGINT/SIGTERM started the teardown: the worker's errors are then expected.
+static INTERRUPTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 struct Printer {
     n: usize,
     total: usize,
@@ -101,7 +104,21 @@ fn bring_up(prefix: &str, dir: &std::path::Path, p: &mut Printer) -> anyhow::Res
     );
     println!("  ToR: ringlb_pass XDP on ve-e1/ve-e2; pods: tc ringlb_decap on eth0 ingress");
     let mut cluster = Cluster::new(&topo, bins);
+    match run_steps(&topo, &mut cluster, p) {
+        Ok(vip) => Ok(Running { topo, cluster, vip }),
+        Err(e) => {
+            if !INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
+                eprintln!("{}", cluster.log_tails(20));
+            }
+            Err(e)
+        }
+    }
+}
 
+/// Steps 2..7: pods, BIRD, control plane, edges, the Service and its VIP, BGP.
+fn run_steps(topo: &Topology, cluster: &mut Cluster, p: &mut Printer) -> anyhow::Result<String> {
+    let a = topo.addrs.clone();
+    let prefix = topo.prefix.clone();
     p.step("pods: `ringlb-lab pod-http` in each pod namespace on :8080");
     cluster.start_pods()?;
     for i in 1..=a.pods.len() {
@@ -202,7 +219,7 @@ fn bring_up(prefix: &str, dir: &std::path::Path, p: &mut Printer) -> anyhow::Res
         ),
         Err(e) => println!("  (BGPPeer status not complete yet: {e})"),
     }
-    Ok(Running { topo, cluster, vip })
+    Ok(vip)
 }
 
 fn traffic(r: &mut Running, requests: usize, p: &mut Printer) -> anyhow::Result<()> {
@@ -290,6 +307,7 @@ fn with_teardown_on_signal(
 }
 
 fn interrupted(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    INTERRUPTED.store(true, std::sync::atomic::Ordering::SeqCst);
     eprintln!("\ninterrupted: tearing the lab down");
     let removed = topology::teardown(prefix, dir);
     eprintln!("removed: {}", removed.join(", "));
@@ -329,7 +347,7 @@ fn main() -> anyhow::Result<()> {
                 };
                 let result = bring_up(&p2, &d2, &mut p).and_then(|mut r| {
                     let res = traffic(&mut r, requests, &mut p);
-                    if res.is_err() {
+                    if res.is_err() && !INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
                         eprintln!("{}", r.cluster.log_tails(20));
                     }
                     res
