@@ -743,3 +743,53 @@ async fn recorder_events_are_core_events_too() {
     assert_eq!(got[0].series.as_ref().map(|s| s.count), Some(Some(2)));
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn kube_runtime_finalizer_helper_works() {
+    use kube::runtime::controller::Action;
+    use kube::runtime::finalizer::{Event as Fin, finalizer};
+    use std::sync::Arc;
+    let sim = sim().await;
+    let api: Api<Service> = Api::default_namespaced(sim.client().await);
+    let created = api
+        .create(&PostParams::default(), &svc("web"))
+        .await
+        .unwrap();
+    let ip = created.spec.as_ref().unwrap().cluster_ip.clone().unwrap();
+    let run = |obj: Service| {
+        let api = api.clone();
+        async move {
+            finalizer(&api, "ringlb.io/vip", Arc::new(obj), |ev| async move {
+                Ok::<_, std::convert::Infallible>(match ev {
+                    Fin::Apply(_) => Action::await_change(),
+                    Fin::Cleanup(_) => Action::await_change(),
+                })
+            })
+            .await
+        }
+    };
+    // first pass adds the finalizer (JSON patch: test null, add)
+    run(api.get("web").await.unwrap()).await.unwrap();
+    let got = api.get("web").await.unwrap();
+    assert_eq!(
+        got.metadata.finalizers.as_deref(),
+        Some(&["ringlb.io/vip".to_string()][..])
+    );
+    run(got).await.unwrap();
+    // delete: held by the finalizer until cleanup removes it (JSON patch: test, remove)
+    api.delete("web", &DeleteParams::default()).await.unwrap();
+    let held = api.get("web").await.unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    run(held).await.unwrap();
+    assert!(
+        api.get_opt("web").await.unwrap().is_none(),
+        "gone after the finalizer is removed"
+    );
+    // its ClusterIP was released: the next Service gets it again
+    let next = api
+        .create(&PostParams::default(), &svc("next"))
+        .await
+        .unwrap();
+    assert_eq!(next.spec.unwrap().cluster_ip.unwrap(), ip);
+    sim.shutdown().await;
+}

@@ -55,7 +55,20 @@ pub fn apply(kind: PatchKind, doc: &Value, patch: &Value) -> Result<Value, Patch
         PatchKind::Json => {
             let ops: json_patch::Patch = serde_json::from_value(patch.clone())
                 .map_err(|e| PatchError::Body(e.to_string()))?;
-            json_patch::patch(&mut out, &ops).map_err(|e| PatchError::Json(e.to_string()))?;
+            // One op at a time on a copy (the caller drops it on error, so the patch
+            // stays atomic). A `test` for `null` at a missing path succeeds, as in
+            // kube-apiserver's JSON patch library: kube-runtime's finalizer helper
+            // relies on it (`test /metadata/finalizers == null`, then `add`).
+            for op in ops.iter() {
+                if let json_patch::PatchOperation::Test(t) = op
+                    && t.value.is_null()
+                    && out.pointer(t.path.as_str()).is_none()
+                {
+                    continue;
+                }
+                json_patch::patch(&mut out, std::slice::from_ref(op))
+                    .map_err(|e| PatchError::Json(e.to_string()))?;
+            }
         }
         PatchKind::Strategic => strategic(&mut out, patch, ""),
         PatchKind::Apply => {
@@ -211,6 +224,17 @@ mod tests {
         let stale = json!([{"op": "test", "path": "/metadata/resourceVersion", "value": "4"}]);
         assert!(apply(PatchKind::Json, &d, &stale).is_err());
         assert!(apply(PatchKind::Json, &d, &json!({"op": 1})).is_err());
+    }
+
+    #[test]
+    fn json_patch_test_null_on_missing_path_passes() {
+        let d = json!({"metadata": {}});
+        let p = json!([{"op": "test", "path": "/metadata/finalizers", "value": null},
+                       {"op": "add", "path": "/metadata/finalizers", "value": ["x"]}]);
+        let out = apply(PatchKind::Json, &d, &p).unwrap();
+        assert_eq!(out["metadata"]["finalizers"], json!(["x"]));
+        // ...but not when the path exists with another value
+        assert!(apply(PatchKind::Json, &out, &p).is_err());
     }
 
     #[test]

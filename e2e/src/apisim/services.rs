@@ -213,6 +213,8 @@ pub fn prepare(new: &mut Value, old: Option<&Value>, alloc: &mut Allocator) -> R
     // Ports: protocol and targetPort defaults, names required when more than one.
     let ports = spec.get_mut("ports").and_then(Value::as_array_mut);
     let nports = ports.as_ref().map_or(0, |p| p.len());
+    let mut seen_names = HashSet::new();
+    let mut seen_ports = HashSet::new();
     if let Some(ports) = ports {
         for (i, p) in ports.iter_mut().enumerate() {
             let Some(port) = p
@@ -236,6 +238,24 @@ pub fn prepare(new: &mut Value, old: Option<&Value>, alloc: &mut Allocator) -> R
                     .is_none_or(str::is_empty)
             {
                 return Err(format!("spec.ports[{i}].name: Required value"));
+            }
+            let name = p
+                .get("name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            let proto = p
+                .get("protocol")
+                .and_then(Value::as_str)
+                .unwrap_or("TCP")
+                .to_string();
+            if !name.is_empty() && !seen_names.insert(name.clone()) {
+                return Err(format!("spec.ports[{i}].name: Duplicate value: {name:?}"));
+            }
+            if !seen_ports.insert((port, proto.clone())) {
+                return Err(format!(
+                    "spec.ports[{i}]: Duplicate value: {{port: {port}, protocol: {proto:?}}}"
+                ));
             }
         }
     }
@@ -527,5 +547,18 @@ mod tests {
             .is_err()
         );
         assert!(prepare(&mut json!({"spec": {"ports": [{"port": 0}]}}), None, &mut a).is_err());
+        let dup =
+            json!({"spec": {"ports": [{"name": "a", "port": 80}, {"name": "a", "port": 81}]}});
+        assert!(
+            prepare(&mut dup.clone(), None, &mut a)
+                .unwrap_err()
+                .contains("Duplicate")
+        );
+        let dup2 = json!({"spec": {"ports": [{"name": "a", "port": 80}, {"name": "b", "port": 80, "protocol": "TCP"}]}});
+        assert!(
+            prepare(&mut dup2.clone(), None, &mut a)
+                .unwrap_err()
+                .contains("Duplicate")
+        );
     }
 }
