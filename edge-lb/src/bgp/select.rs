@@ -3,7 +3,6 @@
 //! labels and the objects, so it is tested without an API server. Also the builder of
 //! the per-node entry in `BGPPeer.status.nodes`.
 
-use std::collections::BTreeMap;
 use std::net::{IpAddr, Ipv4Addr};
 
 use ipnetwork::IpNetwork;
@@ -18,48 +17,20 @@ use super::config::{
 };
 use super::session::PeerStatus;
 
-pub type Labels = BTreeMap<String, String>;
+pub use ringlb_crds::labels::Labels;
 
-fn bad_selector(what: &str, reason: String) -> Error {
-    Error::Config {
-        field: what.to_string(),
-        reason,
-    }
-}
-
-/// Kubernetes label-selector semantics: `None` or empty selects everything;
-/// `matchLabels` and every `matchExpressions` entry must hold.
+/// Kubernetes label-selector semantics (`ringlb_crds::labels`): `None` or empty
+/// selects everything; `matchLabels` and every `matchExpressions` entry must hold.
+/// `what` names the selector in errors.
 pub fn selector_matches(
     sel: Option<&LabelSelector>,
     labels: &Labels,
     what: &str,
 ) -> Result<bool, Error> {
-    let Some(sel) = sel else { return Ok(true) };
-    if let Some(ml) = &sel.match_labels
-        && ml.iter().any(|(k, v)| labels.get(k) != Some(v))
-    {
-        return Ok(false);
-    }
-    for e in sel.match_expressions.iter().flatten() {
-        let vals = e.values.clone().unwrap_or_default();
-        let have = labels.get(&e.key);
-        let ok = match e.operator.as_str() {
-            "In" => have.is_some_and(|h| vals.contains(h)),
-            "NotIn" => !have.is_some_and(|h| vals.contains(h)),
-            "Exists" => have.is_some(),
-            "DoesNotExist" => have.is_none(),
-            op => {
-                return Err(bad_selector(
-                    what,
-                    format!("unknown selector operator {op:?}"),
-                ));
-            }
-        };
-        if !ok {
-            return Ok(false);
-        }
-    }
-    Ok(true)
+    ringlb_crds::labels::selects(what, sel, labels).map_err(|e| Error::Config {
+        field: e.field,
+        reason: e.message,
+    })
 }
 
 /// The CIDRs covering an inclusive range (the usual greedy split).
