@@ -793,3 +793,40 @@ async fn kube_runtime_finalizer_helper_works() {
     assert_eq!(next.spec.unwrap().cluster_ip.unwrap(), ip);
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn metadata_only_get_list_and_watch() {
+    let sim = sim().await;
+    let api: Api<Service> = Api::default_namespaced(sim.client().await);
+    api.create(&PostParams::default(), &svc("web"))
+        .await
+        .unwrap();
+    let m = api.get_metadata("web").await.unwrap();
+    assert_eq!(m.metadata.name.as_deref(), Some("web"));
+    let l = api.list_metadata(&ListParams::default()).await.unwrap();
+    assert_eq!(l.items.len(), 2);
+    let rv = l.metadata.resource_version.unwrap();
+    let mut w = api
+        .watch_metadata(&WatchParams::default().timeout(5), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    api.create(&PostParams::default(), &svc("two"))
+        .await
+        .unwrap();
+    loop {
+        match tokio::time::timeout(Duration::from_secs(5), w.try_next())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Some(WatchEvent::Added(o)) => {
+                assert_eq!(o.metadata.name.as_deref(), Some("two"));
+                break;
+            }
+            Some(WatchEvent::Bookmark(_)) => {}
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+    sim.shutdown().await;
+}

@@ -26,7 +26,7 @@ use super::patch::{self, PatchKind};
 use super::resources::ResourceInfo;
 use super::select::{FieldSelector, LabelSelector};
 use super::table;
-use super::watch::{self as watchmod, WatchRequest};
+use super::watch::{self as watchmod, Repr, WatchRequest};
 
 pub type Body = BoxBody<Bytes, Infallible>;
 
@@ -209,13 +209,7 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
                 let watching = rp.watch_prefix
                     || matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
                 if watching {
-                    return start_watch(
-                        st,
-                        &info,
-                        rp.namespace,
-                        &query,
-                        table::wants_table(&accept),
-                    );
+                    return start_watch(st, &info, rp.namespace, &query, Repr::of(&accept));
                 }
                 list(st, &info, rp.namespace.as_deref(), &query, &accept)
             }
@@ -275,6 +269,9 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
                     let o = api.get(&t)?;
                     if table::wants_table(&accept) {
                         return ok(table::render(&info, &[o], api.store.current_rv()));
+                    }
+                    if table::wants_metadata(&accept) {
+                        return ok(table::partial(&o));
                     }
                     o
                 }
@@ -455,15 +452,32 @@ fn list(
     if let Some(r) = page.remaining {
         meta["remainingItemCount"] = json!(r);
     }
-    // Serialize items without cloning them out of their Arcs.
-    let items: Vec<&Value> = page.items.iter().map(|a| a.as_ref()).collect();
-    let body = json!({
-        "kind": format!("{}List", info.kind),
-        "apiVersion": info.api_version(),
-        "metadata": meta,
-        "items": items,
-    });
-    Ok(json_response(StatusCode::OK, &body))
+    if table::wants_metadata(accept) {
+        let items: Vec<Value> = page.items.iter().map(|o| table::partial(o)).collect();
+        let body = json!({"kind": "PartialObjectMetadataList", "apiVersion": "meta.k8s.io/v1",
+            "metadata": meta, "items": items});
+        return Ok(json_response(StatusCode::OK, &body));
+    }
+    // Serialized straight from the stored objects (no deep copy of 10k items).
+    #[derive(serde::Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct ListBody<'a> {
+        kind: String,
+        api_version: String,
+        metadata: Value,
+        items: Vec<&'a Value>,
+    }
+    let body = ListBody {
+        kind: format!("{}List", info.kind),
+        api_version: info.api_version(),
+        metadata: meta,
+        items: page.items.iter().map(|a| a.as_ref()).collect(),
+    };
+    Ok(full(
+        StatusCode::OK,
+        "application/json",
+        serde_json::to_vec(&body).unwrap_or_default(),
+    ))
 }
 
 fn start_watch(
@@ -471,7 +485,7 @@ fn start_watch(
     info: &Arc<ResourceInfo>,
     ns: Option<String>,
     q: &HashMap<String, String>,
-    table: bool,
+    repr: Repr,
 ) -> Result<Response<Body>, ApiError> {
     let opts = list_options(q)?;
     let timeout = match q.get("timeoutSeconds").filter(|s| !s.is_empty()) {
@@ -490,7 +504,7 @@ fn start_watch(
         send_initial_events: truthy("sendInitialEvents"),
         bookmarks: truthy("allowWatchBookmarks"),
         timeout,
-        table,
+        repr,
     };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
     tokio::spawn(watchmod::run(

@@ -14,6 +14,21 @@ pub fn wants_table(accept: &str) -> bool {
     accept.split(',').any(|a| a.contains("as=Table"))
 }
 
+/// `Accept: application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1`
+/// (kube-rs `Api::get_metadata`, `metadata_watcher`).
+pub fn wants_metadata(accept: &str) -> bool {
+    !wants_table(accept)
+        && accept
+            .split(',')
+            .any(|a| a.contains("as=PartialObjectMetadata"))
+}
+
+/// An object reduced to `meta.k8s.io/v1` PartialObjectMetadata.
+pub fn partial(obj: &Value) -> Value {
+    json!({"apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata",
+           "metadata": obj.get("metadata").cloned().unwrap_or_else(|| json!({}))})
+}
+
 fn s<'a>(o: &'a Value, ptr: &str) -> &'a str {
     o.pointer(ptr).and_then(Value::as_str).unwrap_or("")
 }

@@ -40,8 +40,30 @@ pub struct WatchRequest {
     pub send_initial_events: bool,
     pub bookmarks: bool,
     pub timeout: Option<Duration>,
+    /// How event objects are rendered.
+    pub repr: Repr,
+}
+
+/// The representation a client asked for in `Accept`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Repr {
+    Full,
     /// `kubectl get -w`: every event's object is a one-row Table.
-    pub table: bool,
+    Table,
+    /// kube-rs metadata watches: PartialObjectMetadata.
+    Metadata,
+}
+
+impl Repr {
+    pub fn of(accept: &str) -> Self {
+        if table::wants_table(accept) {
+            Repr::Table
+        } else if table::wants_metadata(accept) {
+            Repr::Metadata
+        } else {
+            Repr::Full
+        }
+    }
 }
 
 fn line(kind: &str, object: &Value) -> Bytes {
@@ -69,13 +91,13 @@ pub fn expired_line(rv: u64, oldest: u64) -> Bytes {
 
 impl WatchRequest {
     fn event(&self, kind: &str, obj: &Arc<Value>, rv: u64) -> Bytes {
-        if self.table {
-            line(
+        match self.repr {
+            Repr::Table => line(
                 kind,
                 &table::render(&self.info, std::slice::from_ref(obj), rv),
-            )
-        } else {
-            line(kind, obj)
+            ),
+            Repr::Metadata => line(kind, &table::partial(obj)),
+            Repr::Full => line(kind, obj),
         }
     }
 
