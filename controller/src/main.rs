@@ -376,3 +376,28 @@ async fn main() -> anyhow::Result<()> {
     status_task.abort();
     result
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
+        assert_eq!(parse_duration("1500ms"), Ok(Duration::from_millis(1500)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("soon").is_err());
+        assert!(parse_duration("-1s").is_err());
+    }
+
+    #[test]
+    fn flags() {
+        let a =
+            Args::try_parse_from(["c", "--default-class=false", "--leader-elect=false"]).unwrap();
+        assert!(!a.default_class && !a.leader_elect);
+        let a = Args::try_parse_from(["c"]).unwrap();
+        assert!(a.default_class && a.leader_elect);
+        assert!(Args::try_parse_from(["c", "--lease-duration", "fast"]).is_err());
+    }
+}

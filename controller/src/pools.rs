@@ -139,6 +139,9 @@ pub async fn status_writer(
         let now = Time(Timestamp::now());
         let wanted: Vec<(String, IPPoolStatus, bool)> = {
             let ipam = ipam.lock().unwrap_or_else(|e| e.into_inner());
+            // Deleted pools must not leave stale gauges behind.
+            metrics.pool_allocated.clear();
+            metrics.pool_free.clear();
             objs.iter()
                 .map(|o| {
                     let name = o.name_any();
