@@ -85,14 +85,12 @@ impl PodIps {
             IpNetwork::V4(n) => 1u128 << (32 - n.prefix()),
             IpNetwork::V6(n) => 1u128 << (128 - n.prefix()).min(32),
         };
-        for _ in 0..size {
-            let off = self.next.entry(idx).or_insert(1);
+        // Skip the network and broadcast addresses, except in /31 and /32.
+        let (lo, hi) = if size <= 2 { (0, size) } else { (1, size - 1) };
+        for _ in lo..hi {
+            let off = self.next.entry(idx).or_insert(lo);
             let cur = *off;
-            *off = if cur + 1 >= size.saturating_sub(1) {
-                1
-            } else {
-                cur + 1
-            };
+            *off = if cur + 1 >= hi { lo } else { cur + 1 };
             let ip = match cidr {
                 IpNetwork::V4(n) => {
                     IpAddr::from(((u32::from(n.network()) as u128 + cur) as u32).to_be_bytes())
@@ -754,6 +752,14 @@ mod tests {
         assert_eq!(p.allocate(true), Some("10.1.0.2".parse().unwrap()));
         assert_eq!(p.allocate(true), None);
         assert_eq!(p.allocate(false), None);
+        let mut one = PodIps {
+            explicit: vec![],
+            cidrs: vec!["192.0.2.9/32".parse().unwrap()],
+            used: HashSet::new(),
+            next: HashMap::new(),
+        };
+        assert_eq!(one.allocate(true), Some("192.0.2.9".parse().unwrap()));
+        assert_eq!(one.allocate(true), None);
         assert_eq!(
             template_hash(&json!({"a": 1})),
             template_hash(&json!({"a": 1}))

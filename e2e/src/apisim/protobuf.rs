@@ -539,3 +539,22 @@ mod tests {
         assert_eq!(base64(b"hello"), "aGVsbG8=");
     }
 }
+
+#[cfg(test)]
+mod garbage {
+    /// Random bodies after the magic never panic the decoder.
+    #[test]
+    fn random_bodies_do_not_panic() {
+        let mut x: u64 = 0x2545_F491_4F6C_DD1D;
+        for len in 0..400usize {
+            let mut b = b"k8s\0".to_vec();
+            for _ in 0..len {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                b.push(x as u8);
+            }
+            let _ = super::decode(&b);
+        }
+    }
+}
