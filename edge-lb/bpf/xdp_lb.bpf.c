@@ -47,7 +47,9 @@ struct {
 struct ring_inner {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
 	__uint(max_entries, RINGLB_MAX_RING_SIZE);
-	__uint(map_flags, BPF_F_INNER_MAP); /* inner maps may have any size <= M */
+	/* inner maps may have any size <= M; mmapable so that the loader writes
+	 * changed slots straight into the array (no syscall per slot) */
+	__uint(map_flags, BPF_F_INNER_MAP | BPF_F_MMAPABLE);
 	__type(key, __u32);
 	__type(value, __u32);
 };

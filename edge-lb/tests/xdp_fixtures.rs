@@ -538,3 +538,29 @@ fn maglev_ring_in_the_kernel_agrees_with_the_rust_table() {
     }
     assert_eq!(seen.len(), 5, "200 flows reach all 5 backends");
 }
+
+#[test]
+fn ring_slots_are_written_through_mmap() {
+    use aya::maps::{Array, IterableMap, MapData};
+    use ringlb_edge::datapath::batch::{BPF_F_MMAPABLE, write_mmapped_u32};
+    use std::os::fd::AsFd;
+    if !is_root() {
+        eprintln!("SKIP: needs root to create BPF maps");
+        return;
+    }
+    const BPF_F_INNER_MAP: u32 = 1 << 12;
+    let ring = Array::<MapData, u32>::create(251, BPF_F_INNER_MAP | BPF_F_MMAPABLE).unwrap();
+    let fd = ring.map().fd().as_fd();
+    write_mmapped_u32(fd, 251, &[(0, 7), (1, 8), (250, 9)]).unwrap();
+    assert_eq!(ring.get(&0, 0).unwrap(), 7);
+    assert_eq!(ring.get(&1, 0).unwrap(), 8);
+    assert_eq!(ring.get(&250, 0).unwrap(), 9);
+    assert_eq!(ring.get(&2, 0).unwrap(), 0);
+    assert!(
+        write_mmapped_u32(fd, 251, &[(251, 1)]).is_err(),
+        "out of range is refused"
+    );
+    // a ring without BPF_F_MMAPABLE cannot be mapped (the loader then batches)
+    let plain = Array::<MapData, u32>::create(251, BPF_F_INNER_MAP).unwrap();
+    assert!(write_mmapped_u32(plain.map().fd().as_fd(), 251, &[(0, 1)]).is_err());
+}

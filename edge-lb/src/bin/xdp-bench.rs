@@ -478,10 +478,20 @@ fn section_iptables(a: &Args) -> anyhow::Result<()> {
         v.sort_by(f64::total_cmp);
         Ok(v[1])
     };
-    restore(&r, "iptables-restore", false, &kube_proxy_rules(1, "udp", None))?;
+    restore(
+        &r,
+        "iptables-restore",
+        false,
+        &kube_proxy_rules(1, "udp", None),
+    )?;
     let base = run(0, 20_000)?;
     for &n in &a.iptables_services {
-        restore(&r, "iptables-restore", false, &kube_proxy_rules(n, "udp", None))?;
+        restore(
+            &r,
+            "iptables-restore",
+            false,
+            &kube_proxy_rules(n, "udp", None),
+        )?;
         let count = if n >= 5000 { 2000 } else { 10_000 };
         let target = n / 2;
         let t = run(target, count)?;
@@ -508,13 +518,13 @@ fn section_iptables(a: &Args) -> anyhow::Result<()> {
 fn section_update(a: &Args) -> anyhow::Result<()> {
     println!("## update latency: one service's backends change, N services present\n");
     println!(
-        "ringlb: `XdpDatapath::apply_service` (plan + batched map writes) for a service with {} backends and ring {}, one backend replaced; the other N-1 services have 2 backends and ring {} (memory). Median/max of 21 changes. iptables: `iptables-restore --noflush` of the whole kube-proxy nat table with one endpoint changed (what kube-proxy does), median of 3.\n",
+        "ringlb: `XdpDatapath::apply_service` (plan + slot writes into the mmapped ring) for a service with {} backends and ring {}, one backend replaced; the other N-1 services have 2 backends and ring {} (memory). Median/max of 21 changes. iptables: `iptables-restore --noflush` of the whole kube-proxy nat table with one endpoint changed (what kube-proxy does), median of 3.\n",
         a.backends, a.ring, a.filler_ring
     );
     println!(
-        "| services | ringlb median | ringlb max | slots written | iptables-restore (nft) one change | initial iptables-restore |"
+        "| services | ringlb median | ringlb max | of which plan (median) | slots written | iptables-restore (nft) one change | initial iptables-restore |"
     );
-    println!("|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|");
     for &n in &a.update_services {
         let mut d = desired(n.saturating_sub(1), 2, a.filler_ring)?;
         let (tv, ts) = service(n, a.backends, a.ring, 0)?;
@@ -533,8 +543,24 @@ fn section_update(a: &Args) -> anyhow::Result<()> {
         }
         times.sort();
         drop(dp);
+        // the pure part alone (plan_update on the same state, no map writes)
+        let mut prog = ringlb_edge::datapath::plan(&Default::default(), &d)?.1;
+        let mut plan_times = Vec::new();
+        for k in 0..21 {
+            let e = if k % 2 == 0 { &alt } else { &orig };
+            let t = Instant::now();
+            ringlb_edge::datapath::plan_update(&mut prog, &tv, Some(e))?;
+            plan_times.push(t.elapsed());
+        }
+        plan_times.sort();
+        drop(prog);
         let ns = Netns::new(format!("rlbb-u-{}", std::process::id()))?;
-        let t0 = restore(&ns, "iptables-restore", false, &kube_proxy_rules(n, "tcp", None))?;
+        let t0 = restore(
+            &ns,
+            "iptables-restore",
+            false,
+            &kube_proxy_rules(n, "tcp", None),
+        )?;
         let mut ipt = Vec::new();
         for k in 0..3 {
             let rules = kube_proxy_rules(n, "tcp", (k % 2 == 0).then_some(n / 2));
@@ -542,8 +568,8 @@ fn section_update(a: &Args) -> anyhow::Result<()> {
         }
         ipt.sort();
         println!(
-            "| {n} | {:?} | {:?} | {slots} | {:?} | {t0:?} |",
-            times[10], times[20], ipt[1]
+            "| {n} | {:?} | {:?} | {:?} | {slots} | {:?} | {t0:?} |",
+            times[10], times[20], plan_times[10], ipt[1]
         );
     }
     println!();

@@ -25,7 +25,7 @@ use aya::{
 
 use super::{
     ApplyStats, Counters, Datapath, DesiredState, Error, MapOp, Programmed, ServiceEntry, Vip, abi,
-    batch::update_batch,
+    batch::{BPF_F_MMAPABLE, update_batch, write_mmapped_u32},
     map_err,
     nexthop::Resolver,
     state::{ProgrammedBackend, ProgrammedVip, plan, plan_update},
@@ -474,8 +474,9 @@ impl XdpDatapath {
                     continue;
                 }
                 MapOp::CreateRing { vip_id, size } => {
-                    let ring = Array::<MapData, u32>::create(*size, BPF_F_INNER_MAP)
-                        .map_err(map_err("ring"))?;
+                    let ring =
+                        Array::<MapData, u32>::create(*size, BPF_F_INNER_MAP | BPF_F_MMAPABLE)
+                            .map_err(map_err("ring"))?;
                     let mut rings: ArrayOfMaps<&mut MapData, Array<MapData, u32>> =
                         self.map_mut(abi::map::RINGS)?;
                     rings
@@ -500,8 +501,13 @@ impl XdpDatapath {
                     let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> =
                         self.map(abi::map::RINGS)?;
                     let ring = rings.get(vip_id, 0).map_err(map_err(abi::map::RINGS))?;
-                    let (keys, vals): (Vec<u32>, Vec<u32>) = slots.iter().copied().unzip();
-                    update_batch(ring.map().fd().as_fd(), &keys, &vals)?;
+                    // straight into the mmapped ring; a ring without
+                    // BPF_F_MMAPABLE (made by an older loader) gets one batch
+                    let fd = ring.map().fd().as_fd();
+                    if write_mmapped_u32(fd, ring.len(), slots).is_err() {
+                        let (keys, vals): (Vec<u32>, Vec<u32>) = slots.iter().copied().unzip();
+                        update_batch(fd, &keys, &vals)?;
+                    }
                     st.slots_written += slots.len();
                 }
                 MapOp::PutVip { vip, info } => {
@@ -523,7 +529,7 @@ impl XdpDatapath {
                 MapOp::DelRing { vip_id } => {
                     // ARRAY_OF_MAPS has no delete in aya 0.14; an empty 1-slot
                     // ring releases the old inner map's memory.
-                    let ring = Array::<MapData, u32>::create(1, BPF_F_INNER_MAP)
+                    let ring = Array::<MapData, u32>::create(1, BPF_F_INNER_MAP | BPF_F_MMAPABLE)
                         .map_err(map_err("ring"))?;
                     let mut rings: ArrayOfMaps<&mut MapData, Array<MapData, u32>> =
                         self.map_mut(abi::map::RINGS)?;
