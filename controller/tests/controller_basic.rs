@@ -465,3 +465,44 @@ async fn namespace_and_service_selectors_pick_the_pool() {
         "service selector + priority"
     );
 }
+
+#[tokio::test]
+async fn pool_status_shows_overlaps_and_usage() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "wide", &["192.0.2.0/24", "2001:db8::/64"], |_| {}).await;
+    create_pool(&client, "narrow", &["192.0.2.128/25"], |_| {}).await;
+    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    create_svc(
+        &client,
+        &lb_service(
+            "a",
+            80,
+            json!({"spec": {"ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack"}}),
+        ),
+    )
+    .await;
+    wait_ips(&client, "a", Duration::from_secs(20)).await;
+    let pools: kube::Api<ringlb_crds::IPPool> = kube::Api::all(client.clone());
+    let cond = |p: &ringlb_crds::IPPool, t: &str| {
+        p.status
+            .as_ref()
+            .and_then(|s| s.conditions.iter().find(|c| c.type_ == t))
+            .map(|c| (c.status.clone(), c.message.clone()))
+    };
+    let wide = wait_for(Duration::from_secs(5), "wide pool status", || {
+        let pools = pools.clone();
+        async move {
+            let p = pools.get("wide").await.ok()?;
+            (p.status.as_ref()?.ipv6.as_ref()?.allocated == 1).then_some(p)
+        }
+    })
+    .await;
+    let st = wide.status.as_ref().unwrap();
+    assert_eq!(st.ipv4.as_ref().unwrap().free, "255");
+    assert_eq!(st.ipv6.as_ref().unwrap().free, "18446744073709551615");
+    assert_eq!(cond(&wide, "Ready").unwrap().0, "True");
+    let (overlapping, msg) = cond(&wide, "Overlapping").unwrap();
+    assert_eq!(overlapping, "True");
+    assert!(msg.contains("narrow"), "{msg}");
+}
