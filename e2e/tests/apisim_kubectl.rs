@@ -396,3 +396,129 @@ async fn apply_crds_pool_and_service_manifests() {
     assert!(!out.contains("lab"), "{out}");
     sim.shutdown().await;
 }
+
+/// kubectl 1.33 sends these as protobuf; the simulator decodes them.
+#[tokio::test]
+async fn typed_creates_sent_as_protobuf() {
+    if !have_kubectl() {
+        return;
+    }
+    let sim = Simulator::start(SimOptions {
+        kubelet: false,
+        ..SimOptions::default()
+    })
+    .await
+    .unwrap();
+    let home = Home::new("typed");
+    ok(
+        &sim,
+        &home,
+        &[
+            "create",
+            "service",
+            "loadbalancer",
+            "lb1",
+            "--tcp=80:8080,443:8443",
+        ],
+    )
+    .await;
+    let out = ok(&sim, &home, &["get", "svc", "lb1", "-o", "jsonpath={.spec.type} {.spec.ports[1].port} {.spec.ports[1].targetPort} {.spec.selector.app}"]).await;
+    assert_eq!(out, "LoadBalancer 443 8443 lb1");
+    ok(&sim, &home, &["create", "namespace", "team"]).await;
+    let out = ok(
+        &sim,
+        &home,
+        &[
+            "get",
+            "ns",
+            "team",
+            "-o",
+            "jsonpath={.metadata.labels.kubernetes\\.io/metadata\\.name}",
+        ],
+    )
+    .await;
+    assert_eq!(out, "team");
+    ok(
+        &sim,
+        &home,
+        &[
+            "-n",
+            "team",
+            "create",
+            "configmap",
+            "cm1",
+            "--from-literal=a=b",
+        ],
+    )
+    .await;
+    assert_eq!(
+        ok(
+            &sim,
+            &home,
+            &["-n", "team", "get", "cm", "cm1", "-o", "jsonpath={.data.a}"]
+        )
+        .await,
+        "b"
+    );
+    ok(
+        &sim,
+        &home,
+        &[
+            "create",
+            "secret",
+            "generic",
+            "s1",
+            "--from-literal=pw=secret",
+        ],
+    )
+    .await;
+    assert_eq!(
+        ok(
+            &sim,
+            &home,
+            &["get", "secret", "s1", "-o", "jsonpath={.data.pw} {.type}"]
+        )
+        .await,
+        "c2VjcmV0 Opaque"
+    );
+    ok(
+        &sim,
+        &home,
+        &[
+            "run",
+            "p1",
+            "--image=busybox",
+            "--labels=app=x",
+            "--port=9090",
+            "--",
+            "sleep",
+            "10",
+        ],
+    )
+    .await;
+    let out = ok(&sim, &home, &["get", "pod", "p1", "-o", "jsonpath={.spec.containers[0].ports[0].containerPort} {.spec.containers[0].args} {.status.phase}"]).await;
+    assert_eq!(out, r#"9090 ["sleep","10"] Pending"#);
+    ok(
+        &sim,
+        &home,
+        &[
+            "create",
+            "deployment",
+            "zero",
+            "--image=nginx",
+            "--replicas=0",
+        ],
+    )
+    .await;
+    assert_eq!(
+        ok(
+            &sim,
+            &home,
+            &["get", "deploy", "zero", "-o", "jsonpath={.spec.replicas}"]
+        )
+        .await,
+        "0",
+        "a pointer field keeps an explicit 0"
+    );
+    sim.shutdown().await;
+}

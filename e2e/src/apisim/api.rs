@@ -290,6 +290,15 @@ impl Api {
                     l.insert("kubernetes.io/metadata.name".into(), json!(name));
                 }
             }
+            ("", "secrets") => {
+                if body
+                    .get("type")
+                    .and_then(Value::as_str)
+                    .is_none_or(str::is_empty)
+                {
+                    body["type"] = json!("Opaque");
+                }
+            }
             ("", "pods") => {
                 body["status"] = json!({"phase": "Pending"});
             }
