@@ -290,14 +290,13 @@ impl Api {
                     l.insert("kubernetes.io/metadata.name".into(), json!(name));
                 }
             }
-            ("", "secrets") => {
+            ("", "secrets")
                 if body
                     .get("type")
                     .and_then(Value::as_str)
-                    .is_none_or(str::is_empty)
-                {
-                    body["type"] = json!("Opaque");
-                }
+                    .is_none_or(str::is_empty) =>
+            {
+                body["type"] = json!("Opaque");
             }
             ("", "pods") => {
                 body["status"] = json!({"phase": "Pending"});
