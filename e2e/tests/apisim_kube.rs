@@ -830,3 +830,51 @@ async fn metadata_only_get_list_and_watch() {
     }
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn apply_conflicts_between_managers_unless_forced() {
+    let sim = sim().await;
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().await);
+    let cm = |v: &str| json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"owner": v}});
+    api.patch("c", &PatchParams::apply("a"), &Patch::Apply(cm("a")))
+        .await
+        .unwrap();
+    // the same value from another manager is shared ownership, not a conflict
+    api.patch("c", &PatchParams::apply("b"), &Patch::Apply(cm("a")))
+        .await
+        .unwrap();
+    // a different value is a conflict...
+    let err = api
+        .patch("c", &PatchParams::apply("c"), &Patch::Apply(cm("c")))
+        .await
+        .unwrap_err();
+    match err {
+        kube::Error::Api(s) => {
+            assert_eq!(s.code, 409);
+            assert!(
+                s.message.starts_with("Apply failed with") && s.message.contains(".data.owner"),
+                "{}",
+                s.message
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // ...unless forced
+    let got = api
+        .patch(
+            "c",
+            &PatchParams::apply("c").force(),
+            &Patch::Apply(cm("c")),
+        )
+        .await
+        .unwrap();
+    assert_eq!(got.data.unwrap()["owner"], "c");
+    // "a" drops the field: "b" and "c" still own it, so it stays
+    let empty = json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}, "data": {"other": "x"}});
+    let got = api
+        .patch("c", &PatchParams::apply("a"), &Patch::Apply(empty))
+        .await
+        .unwrap();
+    assert_eq!(got.data.unwrap()["owner"], "c");
+    sim.shutdown().await;
+}

@@ -356,6 +356,7 @@ impl Api {
         kind: PatchKind,
         body: &Value,
         manager: Option<&str>,
+        force: bool,
     ) -> Result<Arc<Value>, ApiError> {
         let rv_pre = if kind == PatchKind::Json {
             None
@@ -387,7 +388,7 @@ impl Api {
                 return match self.create(&t.info, &t.namespace, obj) {
                     // lost a race with another creator: fall through to a merge
                     Err(e) if e.reason == "AlreadyExists" => {
-                        self.patch(t, sub, kind, body, manager)
+                        self.patch(t, sub, kind, body, manager, force)
                     }
                     r => r,
                 };
@@ -409,10 +410,27 @@ impl Api {
             if kind == PatchKind::Apply {
                 let m = manager.unwrap_or("unknown");
                 let subname = (sub == Sub::Status).then_some("status");
-                let fs = fields::field_set(&applied_part(body, sub, t.info.status), "");
+                let applied = applied_part(body, sub, t.info.status);
+                let fs = fields::field_set(&applied, "");
+                let owners = fields::other_owners(cur, m, subname);
+                if !force {
+                    let found = fields::conflicts(cur, &applied, &fs, &owners);
+                    if !found.is_empty() {
+                        let list: Vec<String> = found
+                            .iter()
+                            .map(|(mgr, p)| format!("conflict with \"{mgr}\": {p}"))
+                            .collect();
+                        return Err(ApiError::apply_conflict(
+                            &t.info.qualified(),
+                            &t.name,
+                            &list,
+                        ));
+                    }
+                }
                 let prev = fields::previous(cur, m, subname);
                 if let Some(prev) = &prev {
-                    fields::remove_stale(&mut out, prev, &fs);
+                    let theirs: Vec<Value> = owners.into_iter().map(|(_, s)| s).collect();
+                    fields::remove_stale(&mut out, prev, &fs, &theirs);
                 }
                 // Unchanged field sets keep their entry (and its time), so that a
                 // repeated identical apply stays a no-op.

@@ -476,6 +476,7 @@ impl Ctl {
                     PatchKind::Merge,
                     &json!({"spec": {"replicas": want}}),
                     None,
+                    false,
                 );
             }
             let r = rs
@@ -504,6 +505,7 @@ impl Ctl {
             PatchKind::Merge,
             &status,
             None,
+            false,
         );
     }
 
@@ -560,6 +562,7 @@ impl Ctl {
             PatchKind::Merge,
             &status,
             None,
+            false,
         );
     }
 
@@ -608,6 +611,7 @@ impl Ctl {
                 PatchKind::Merge,
                 &json!({"spec": {"nodeName": node}}),
                 None,
+                false,
             );
         }
         let ready = if ann(READY_ANNOTATION) == Some("false") {
@@ -632,6 +636,7 @@ impl Ctl {
             PatchKind::Merge,
             &status,
             None,
+            false,
         );
     }
 

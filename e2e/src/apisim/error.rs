@@ -66,6 +66,21 @@ impl ApiError {
         .with_details(qualified, name)
     }
 
+    /// A server-side apply that would change fields another manager owns.
+    pub fn apply_conflict(qualified: &str, name: &str, conflicts: &[String]) -> Self {
+        let n = conflicts.len();
+        let s = if n == 1 { "" } else { "s" };
+        Self::new(
+            409,
+            "Conflict",
+            format!(
+                "Apply failed with {n} conflict{s}: {}",
+                conflicts.join(", ")
+            ),
+        )
+        .with_details(qualified, name)
+    }
+
     pub fn precondition(qualified: &str, name: &str, what: &str) -> Self {
         Self::new(
             409,

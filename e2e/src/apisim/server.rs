@@ -293,6 +293,7 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
                         kind,
                         &p,
                         query.get("fieldManager").map(String::as_str),
+                        query.get("force").is_some_and(|f| f == "true"),
                     )?
                 }
                 Method::DELETE => {
@@ -615,6 +616,6 @@ fn scale(
     {
         p["metadata"] = json!({"resourceVersion": rv});
     }
-    let out = api.patch(t, Sub::Main, PatchKind::Merge, &p, None)?;
+    let out = api.patch(t, Sub::Main, PatchKind::Merge, &p, None, false)?;
     Ok(json_response(StatusCode::OK, &to_scale(&out)))
 }
