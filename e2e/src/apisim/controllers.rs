@@ -116,6 +116,8 @@ struct Ctl {
     slices: Arc<ResourceInfo>,
     /// uids of pods whose removal is scheduled
     terminating: HashSet<String>,
+    /// (namespace, Service) -> names of the EndpointSlices we manage for it
+    slice_index: HashMap<(String, String), BTreeSet<String>>,
 }
 
 #[derive(Default)]
@@ -127,6 +129,15 @@ struct Dirty {
     /// Namespaces whose pods changed (services there may select them).
     pod_namespaces: BTreeMap<String, Vec<Value>>,
     gone_owners: Vec<(Arc<ResourceInfo>, String, String)>,
+}
+
+/// The Service an EndpointSlice belongs to, if this controller manages it.
+fn managed_slice_owner(slice: &Value) -> Option<&str> {
+    let l = slice.pointer("/metadata/labels")?;
+    if l.get(MANAGED_BY_LABEL).and_then(Value::as_str) != Some(MANAGED_BY) {
+        return None;
+    }
+    l.get(SERVICE_NAME_LABEL).and_then(Value::as_str)
 }
 
 fn key(obj: &Value) -> (String, String) {
@@ -202,6 +213,7 @@ pub async fn run(api: Arc<Api>, cfg: Config) {
         services,
         slices,
         terminating: HashSet::new(),
+        slice_index: HashMap::new(),
     };
     let mut changed = api.store.subscribe();
     let mut cursor = 0u64;
@@ -277,6 +289,16 @@ impl Ctl {
     }
 
     fn resync(&mut self, d: &mut Dirty) {
+        self.slice_index.clear();
+        for s in self.api.store.list(&self.slices.id, None).0 {
+            if let Some(svc) = managed_slice_owner(&s) {
+                let owner = (meta::namespace(&s).to_string(), svc.to_string());
+                self.slice_index
+                    .entry(owner)
+                    .or_default()
+                    .insert(meta::name(&s).to_string());
+            }
+        }
         for p in self.api.store.list(&self.pods.id, None).0 {
             self.ips.used.extend(pod_ips_of(&p));
             d.pods_to_start.insert(key(&p));
@@ -364,13 +386,20 @@ impl Ctl {
                 ));
             }
         } else if *res == self.slices.id
-            && kind == EventType::Deleted
-            && let Some(svc) = obj
-                .pointer("/metadata/labels")
-                .and_then(|l| l.get(SERVICE_NAME_LABEL))
-                .and_then(Value::as_str)
+            && let Some(svc) = managed_slice_owner(obj)
         {
-            d.services.insert((meta::namespace(obj).into(), svc.into()));
+            let owner = (meta::namespace(obj).to_string(), svc.to_string());
+            if kind == EventType::Deleted {
+                if let Some(set) = self.slice_index.get_mut(&owner) {
+                    set.remove(meta::name(obj));
+                }
+                d.services.insert(owner);
+            } else {
+                self.slice_index
+                    .entry(owner)
+                    .or_default()
+                    .insert(meta::name(obj).to_string());
+            }
         }
     }
 
@@ -641,17 +670,14 @@ impl Ctl {
     }
 
     fn endpoint_slices(&self, ns: &str, name: &str) {
+        // From the index (kept from the change stream), not a scan of every slice
+        // in the namespace: O(slices of this Service) per reconcile.
         let existing: Vec<Arc<Value>> = self
-            .api
-            .store
-            .list(&self.slices.id, Some(ns))
-            .0
+            .slice_index
+            .get(&(ns.to_string(), name.to_string()))
             .into_iter()
-            .filter(|s| {
-                let l = s.pointer("/metadata/labels");
-                let get = |k: &str| l.and_then(|l| l.get(k)).and_then(Value::as_str);
-                get(SERVICE_NAME_LABEL) == Some(name) && get(MANAGED_BY_LABEL) == Some(MANAGED_BY)
-            })
+            .flatten()
+            .filter_map(|n| self.api.store.get(&self.slices.id, ns, n))
             .collect();
         let svc = self.api.store.get(&self.services.id, ns, name);
         let selector = svc

@@ -41,6 +41,10 @@ struct Args {
     /// Concurrent watches on Services during the status phase.
     #[arg(long, default_value_t = 4)]
     watchers: usize,
+    /// Run the built-in controllers with this many pods selected by every
+    /// Service (0: controllers off, as in the controller benchmark).
+    #[arg(long, default_value_t = 0)]
+    pods: usize,
 }
 
 fn pct(v: &[Duration], p: f64) -> f64 {
@@ -71,8 +75,8 @@ fn peak_rss_mib() -> f64 {
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let sim = Simulator::start(SimOptions {
-        kubelet: false,
-        controllers: false,
+        kubelet: args.pods > 0,
+        controllers: args.pods > 0,
         history_limit: 10 * args.services.max(1000),
         ..SimOptions::default()
     })
@@ -85,6 +89,18 @@ async fn main() -> anyhow::Result<()> {
                 "selector": {"app": "bench"}, "ports": [{"port": 80, "protocol": "TCP"}]}}))
         .expect("static Service JSON")
     };
+
+    if args.pods > 0 {
+        let pods: Api<k8s_openapi::api::core::v1::Pod> =
+            Api::default_namespaced(sim.client().await);
+        for i in 0..args.pods {
+            let p = serde_json::from_value(
+                json!({"metadata": {"name": format!("pod-{i}"), "labels": {"app": "bench"}},
+                "spec": {"containers": [{"name": "c", "image": "x"}]}}),
+            )?;
+            pods.create(&PostParams::default(), &p).await?;
+        }
+    }
 
     // 1. creates
     let t = Instant::now();
@@ -183,10 +199,32 @@ async fn main() -> anyhow::Result<()> {
     }
     let all_seen_s = t.elapsed().as_secs_f64();
     watch_lat.sort();
+    let slices = if args.pods > 0 {
+        // wait for the EndpointSlice controller to catch up
+        let sl: Api<k8s_openapi::api::discovery::v1::EndpointSlice> =
+            Api::default_namespaced(sim.client().await);
+        let t = Instant::now();
+        loop {
+            let n = sl.list_metadata(&ListParams::default()).await?.items.len();
+            if n >= args.services || t.elapsed() > Duration::from_secs(120) {
+                break format!(
+                    "  EndpointSlices: {n} present {:.2} s after the last status patch\n",
+                    t.elapsed().as_secs_f64()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    } else {
+        String::new()
+    };
 
     println!(
-        "apisim benchmark: {} Services, concurrency {}, {} watchers",
-        args.services, args.concurrency, args.watchers
+        "apisim benchmark: {} Services, concurrency {}, {} watchers, {} pods (controllers {})",
+        args.services,
+        args.concurrency,
+        args.watchers,
+        args.pods,
+        if args.pods > 0 { "on" } else { "off" }
     );
     println!(
         "  create:           {:>9.0} Services/s   p50 {:>6.2} ms  p99 {:>6.2} ms",
@@ -209,6 +247,7 @@ async fn main() -> anyhow::Result<()> {
         pct(&watch_lat, 0.99),
         all_seen_s
     );
+    print!("{slices}");
     println!("  peak RSS (simulator + client): {:.1} MiB", peak_rss_mib());
     sim.shutdown().await;
     Ok(())
