@@ -45,6 +45,24 @@ enum Cmd {
     Up,
     /// Tear the lab down (also the leftovers of an interrupted run).
     Down,
+    /// Build the lab, then time N Service creations: API call -> VIP in status ->
+    /// first route in the ToR's FIB -> ECMP over both edges; tear down.
+    Bench {
+        #[arg(long, default_value_t = 50)]
+        services: usize,
+    },
+    /// (inside the ToR namespace) the measuring half of `bench`.
+    #[command(hide = true)]
+    Measure {
+        #[arg(long)]
+        kubeconfig: PathBuf,
+        #[arg(long)]
+        services: usize,
+        #[arg(long, default_value_t = 2)]
+        edges: usize,
+        #[arg(long, default_value_t = 8080)]
+        port: u16,
+    },
     /// (inside a pod namespace) answer HTTP with this pod's name.
     #[command(hide = true)]
     PodHttp {
@@ -280,6 +298,38 @@ fn traffic(r: &mut Running, requests: usize, p: &mut Printer) -> anyhow::Result<
     Ok(())
 }
 
+fn print_samples(samples: &[lab::measure::Sample]) {
+    use lab::measure::percentile;
+    let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
+    let cols: [(&str, Vec<Duration>); 3] = [
+        (
+            "create -> VIP in Service status",
+            samples.iter().map(|s| s.to_status).collect(),
+        ),
+        (
+            "create -> first route in ToR FIB",
+            samples.iter().map(|s| s.to_first_route).collect(),
+        ),
+        (
+            "create -> ECMP (2 next hops) in ToR FIB",
+            samples.iter().map(|s| s.to_ecmp).collect(),
+        ),
+    ];
+    println!("  {} Services; milliseconds", samples.len());
+    println!("  | interval | min | p50 | p90 | p99 | max |");
+    println!("  |---|---|---|---|---|---|");
+    for (name, v) in &cols {
+        println!(
+            "  | {name} | {} | {} | {} | {} | {} |",
+            ms(percentile(v, 0.0)),
+            ms(percentile(v, 50.0)),
+            ms(percentile(v, 90.0)),
+            ms(percentile(v, 99.0)),
+            ms(percentile(v, 100.0))
+        );
+    }
+}
+
 fn dir_of(args: &Args) -> PathBuf {
     args.dir
         .clone()
@@ -324,6 +374,61 @@ fn main() -> anyhow::Result<()> {
                 std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
             lab::httpd::serve(l, &name);
             Ok(())
+        }
+        Cmd::Measure {
+            kubeconfig,
+            services,
+            edges,
+            port,
+        } => {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()?;
+            let samples = rt.block_on(lab::measure::measure(&kubeconfig, services, edges, port))?;
+            print_samples(&samples);
+            Ok(())
+        }
+        Cmd::Bench { services } => {
+            if let Some(why) = lab::skip_reason() {
+                bail!("{why}");
+            }
+            if !(1..=200).contains(&services) {
+                bail!("--services must be 1..=200 (the lab's pool has 241 addresses)");
+            }
+            let (p2, d2) = (prefix.clone(), dir.clone());
+            with_teardown_on_signal(prefix, dir, move || {
+                let mut p = Printer {
+                    n: 0,
+                    total: 8,
+                    start: Instant::now(),
+                };
+                let result = bring_up(&p2, &d2, &mut p).and_then(|r| {
+                    p.step(&format!("bench: {services} Services, one after the other"));
+                    let tor = r.topo.ns("tor");
+                    let kc = r.cluster.kubeconfig().display().to_string();
+                    let lab_bin = r.cluster.bins.lab.display().to_string();
+                    let n = services.to_string();
+                    let status = std::process::Command::new("ip")
+                        .args([
+                            "netns",
+                            "exec",
+                            &tor,
+                            &lab_bin,
+                            "measure",
+                            "--kubeconfig",
+                            &kc,
+                        ])
+                        .args(["--services", &n, "--edges", "2", "--port", "8080"])
+                        .status()
+                        .context("running ringlb-lab measure in the ToR namespace")?;
+                    if !status.success() {
+                        bail!("measure failed ({status})");
+                    }
+                    Ok(())
+                });
+                topology::teardown(&p2, &d2);
+                result
+            })
         }
         Cmd::Down => {
             let removed = topology::teardown(&prefix, &dir);

@@ -31,6 +31,7 @@ pub mod cmd;
 pub mod config;
 pub mod daemon;
 pub mod httpd;
+pub mod measure;
 pub mod netns;
 pub mod topology;
 

@@ -49,7 +49,7 @@ impl Default for Addrs {
             pods: vec!["10.210.2.21", "10.210.2.22"],
             vip_range: "10.210.100.0/24",
             vip_first: "10.210.100.10",
-            vip_last: "10.210.100.19",
+            vip_last: "10.210.100.250",
             tor_asn: 65000,
             edge_asn: 65001,
             port: 8080,
