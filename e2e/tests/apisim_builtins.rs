@@ -361,6 +361,14 @@ async fn bad_input_gets_status_errors_and_the_server_survives() {
         (
             "POST",
             svcs.into(),
+            "application/json",
+            br#"{"metadata":{"name":"x","resourceVersion":"5"},"spec":{"ports":[{"port":1}]}}"#
+                .to_vec(),
+            500,
+        ),
+        (
+            "POST",
+            svcs.into(),
             "application/vnd.kubernetes.protobuf",
             b"k8s\x00\x0a\xff".to_vec(),
             415,

@@ -214,6 +214,15 @@ impl Api {
         m.insert("uid".into(), json!(meta::new_uid()));
         m.insert("creationTimestamp".into(), json!(meta::now()));
         m.insert("generation".into(), json!(1));
+        if m.get("resourceVersion")
+            .and_then(Value::as_str)
+            .is_some_and(|rv| !rv.is_empty())
+        {
+            // kube-apiserver's storage refuses this with exactly these words (500).
+            return Err(ApiError::internal(
+                "resourceVersion should not be set on objects to be created",
+            ));
+        }
         for f in [
             "deletionTimestamp",
             "deletionGracePeriodSeconds",
@@ -378,7 +387,9 @@ impl Api {
             }
             if self.store.get(&t.info.id, &t.namespace, &t.name).is_none() && sub == Sub::Main {
                 let mut obj = body.clone();
-                meta::meta_mut(&mut obj).insert("name".into(), json!(t.name));
+                let om = meta::meta_mut(&mut obj);
+                om.insert("name".into(), json!(t.name));
+                om.remove("resourceVersion");
                 let fs = fields::field_set(&applied_part(body, sub, t.info.status), "");
                 let m = manager.unwrap_or("unknown");
                 fields::record(
