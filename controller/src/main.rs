@@ -249,6 +249,8 @@ async fn main() -> anyhow::Result<()> {
         metrics.leader.set(1);
         tokio::spawn(async move { elector.hold().await })
     } else {
+        // Without election this replica is the (only) writer.
+        metrics.leader.set(1);
         tokio::spawn(futures::future::pending())
     };
 
