@@ -152,7 +152,8 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
         t.elapsed()
     );
     let before = topo.counters().unwrap();
-    let bodies = requests(&cluster, &vip, 10);
+    // 20: the chance that Maglev sends every new flow to one pod is 2^-19
+    let bodies = requests(&cluster, &vip, 20);
     let after = topo.counters().unwrap();
     let per_pod = config::count_answers(bodies.iter().map(String::as_str));
     assert_eq!(per_pod.len(), 2, "both pods still serve: {per_pod:?}");
