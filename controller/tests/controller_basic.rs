@@ -505,4 +505,37 @@ async fn pool_status_shows_overlaps_and_usage() {
     let (overlapping, msg) = cond(&wide, "Overlapping").unwrap();
     assert_eq!(overlapping, "True");
     assert!(msg.contains("narrow"), "{msg}");
+
+    // A pool the schema accepts but the controller cannot use (overlapping blocks
+    // inside one pool) is marked Invalid, naming the problem, and is not used.
+    create_pool(
+        &client,
+        "dup",
+        &["198.51.100.0/24", "198.51.100.128/25"],
+        |s| s.priority = -5,
+    )
+    .await;
+    let dup = wait_for(Duration::from_secs(5), "dup pool Invalid", || {
+        let pools = pools.clone();
+        async move {
+            let p = pools.get("dup").await.ok()?;
+            (cond(&p, "Invalid")?.0 == "True").then_some(p)
+        }
+    })
+    .await;
+    assert_eq!(cond(&dup, "Ready").unwrap().0, "False");
+    assert!(
+        cond(&dup, "Invalid").unwrap().1.contains("overlaps"),
+        "{:?}",
+        cond(&dup, "Invalid")
+    );
+    create_svc(&client, &lb_service("b", 80, json!({}))).await;
+    let b = wait_ips(&client, "b", Duration::from_secs(5)).await;
+    // "narrow" sorts before "wide" at equal priority; the invalid pool (priority -5)
+    // would come first if it were used.
+    assert_eq!(
+        b[0].to_string(),
+        "192.0.2.129",
+        "the invalid pool is skipped"
+    );
 }
