@@ -193,6 +193,20 @@ async fn deployment_makes_ready_pods_with_configured_ips() {
         ["10.99.0.7", "10.99.0.8"],
         "pods get the configured IPs first"
     );
+    // A malformed Deployment (no Deployment validation in the simulator) must not
+    // take the built-in controllers down: the scaling and GC below still work.
+    let raw: Api<DynamicObject> = Api::default_namespaced_with(
+        deps.clone().into_client(),
+        &ApiResource::from_gvk_with_plural(
+            &GroupVersionKind::gvk("apps", "v1", "Deployment"),
+            "deployments",
+        ),
+    );
+    let bad: DynamicObject =
+        serde_json::from_value(json!({"apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": "bad"}, "spec": {"template": "x", "selector": 5, "replicas": 1}}))
+        .unwrap();
+    raw.create(&PostParams::default(), &bad).await.unwrap();
     eventually("deployment status", || async {
         let s = deps.get("web").await.unwrap().status?;
         (s.ready_replicas == Some(2)).then_some(())
@@ -207,12 +221,19 @@ async fn deployment_makes_ready_pods_with_configured_ips() {
     .await
     .unwrap();
     eventually("one pod", || async {
-        (pods.list(&ListParams::default()).await.unwrap().items.len() == 1).then_some(())
+        (pods
+            .list(&ListParams::default().labels("app=web"))
+            .await
+            .unwrap()
+            .items
+            .len()
+            == 1)
+            .then_some(())
     })
     .await;
     deps.delete("web", &DeleteParams::default()).await.unwrap();
     eventually("no pods", || async {
-        pods.list(&ListParams::default())
+        pods.list(&ListParams::default().labels("app=web"))
             .await
             .unwrap()
             .items

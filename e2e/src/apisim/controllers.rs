@@ -131,6 +131,24 @@ struct Dirty {
     gone_owners: Vec<(Arc<ResourceInfo>, String, String)>,
 }
 
+/// `map` with `pod-template-hash: hash` added.
+fn with_hash(mut map: serde_json::Map<String, Value>, hash: &str) -> Value {
+    map.insert("pod-template-hash".into(), json!(hash));
+    Value::Object(map)
+}
+
+/// An object (from `obj` if it is one) whose map field `field` carries the hash label.
+fn with_label(obj: Option<&Value>, field: &str, hash: &str) -> Value {
+    let mut o = obj.and_then(Value::as_object).cloned().unwrap_or_default();
+    let inner = o
+        .get(field)
+        .and_then(Value::as_object)
+        .cloned()
+        .unwrap_or_default();
+    o.insert(field.into(), with_hash(inner, hash));
+    Value::Object(o)
+}
+
 /// The Service an EndpointSlice belongs to, if this controller manages it.
 fn managed_slice_owner(slice: &Value) -> Option<&str> {
     let l = slice.pointer("/metadata/labels")?;
@@ -461,19 +479,27 @@ impl Ctl {
             .pointer("/spec/replicas")
             .and_then(Value::as_i64)
             .unwrap_or(1);
+        // Built defensively: a malformed Deployment must not panic this task.
         let template = dep
             .pointer("/spec/template")
+            .filter(|t| t.is_object())
             .cloned()
             .unwrap_or_else(|| json!({}));
         let hash = template_hash(&template);
         let rs_name = format!("{name}-{hash}");
         let mut tmpl = template.clone();
-        tmpl["metadata"]["labels"]["pod-template-hash"] = json!(hash);
+        tmpl["metadata"] = with_label(tmpl.get("metadata"), "labels", &hash);
         let mut selector = dep
             .pointer("/spec/selector")
+            .filter(|s| s.is_object())
             .cloned()
             .unwrap_or_else(|| json!({}));
-        selector["matchLabels"]["pod-template-hash"] = json!(hash);
+        let ml = selector
+            .get("matchLabels")
+            .and_then(Value::as_object)
+            .cloned()
+            .unwrap_or_default();
+        selector["matchLabels"] = with_hash(ml, &hash);
         let uid = meta::uid(&dep).to_string();
         let owned: Vec<Arc<Value>> = self
             .api
