@@ -144,7 +144,7 @@ impl Simulator {
         });
         let mut tasks = vec![tokio::spawn(server::serve(listener, state, rx))];
         if opts.controllers || opts.kubelet {
-            tasks.push(tokio::spawn(controllers::run(
+            tasks.push(tokio::spawn(supervise(
                 api.clone(),
                 controllers::Config::from(&opts),
             )));
@@ -164,6 +164,28 @@ impl Simulator {
 }
 
 mod server;
+
+/// Runs the built-in controllers and restarts them (with a full resync) if they
+/// panic, so one bad object cannot silently stop them for the rest of a test.
+async fn supervise(api: Arc<Api>, cfg: controllers::Config) {
+    /// Aborts the inner task when the supervisor itself is aborted.
+    struct AbortOnDrop(JoinHandle<()>);
+    impl Drop for AbortOnDrop {
+        fn drop(&mut self) {
+            self.0.abort();
+        }
+    }
+    loop {
+        let mut inner = AbortOnDrop(tokio::spawn(controllers::run(api.clone(), cfg.clone())));
+        match (&mut inner.0).await {
+            Err(e) if e.is_panic() => {
+                tracing::error!("built-in controllers panicked; restarting them");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            _ => return,
+        }
+    }
+}
 
 fn bootstrap(api: &Api, opts: &SimOptions) -> Result<(), ApiError> {
     let reg = &api.registry;
