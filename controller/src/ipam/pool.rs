@@ -4,11 +4,10 @@
 //! An address is kept as a `u128` together with its [`Family`], so IPv4 and IPv6 share
 //! one arithmetic and nothing ever enumerates a range.
 
-use std::collections::BTreeMap;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use ringlb_crds::{IPPoolSpec, LabelSelector};
+use ringlb_crds::IPPoolSpec;
 
 /// An address family.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -195,12 +194,12 @@ impl Pool {
         }
         let service_selector =
             Selector::parse("spec.serviceSelector", spec.service_selector.as_ref())
-                .map_err(|e| errors.push(e))
+                .map_err(|e| errors.push(PoolError::new(e.field, e.message)))
                 .ok()
                 .flatten();
         let namespace_selector =
             Selector::parse("spec.namespaceSelector", spec.namespace_selector.as_ref())
-                .map_err(|e| errors.push(e))
+                .map_err(|e| errors.push(PoolError::new(e.field, e.message)))
                 .ok()
                 .flatten();
         if !errors.is_empty() {
@@ -262,69 +261,4 @@ impl Pool {
     }
 }
 
-pub type Labels = BTreeMap<String, String>;
-
-/// A parsed label selector (`matchLabels` + `matchExpressions`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Selector {
-    requirements: Vec<Requirement>,
-}
-
-#[derive(Clone, Debug, PartialEq, Eq)]
-enum Requirement {
-    In(String, Vec<String>),
-    NotIn(String, Vec<String>),
-    Exists(String),
-    DoesNotExist(String),
-}
-
-impl Selector {
-    /// `None` for an absent selector (matches everything). An empty selector `{}`
-    /// also matches everything, as in Kubernetes.
-    pub fn parse(field: &str, sel: Option<&LabelSelector>) -> Result<Option<Selector>, PoolError> {
-        let Some(sel) = sel else { return Ok(None) };
-        let mut requirements = Vec::new();
-        for (k, v) in sel.match_labels.iter().flatten() {
-            requirements.push(Requirement::In(k.clone(), vec![v.clone()]));
-        }
-        for (i, e) in sel.match_expressions.iter().flatten().enumerate() {
-            let values = e.values.clone().unwrap_or_default();
-            let field = format!("{field}.matchExpressions[{i}]");
-            let req = match e.operator.as_str() {
-                "In" | "NotIn" if values.is_empty() => {
-                    return Err(PoolError::new(
-                        field,
-                        format!("operator {} needs values", e.operator),
-                    ));
-                }
-                "In" => Requirement::In(e.key.clone(), values),
-                "NotIn" => Requirement::NotIn(e.key.clone(), values),
-                "Exists" | "DoesNotExist" if !values.is_empty() => {
-                    return Err(PoolError::new(
-                        field,
-                        format!("operator {} takes no values", e.operator),
-                    ));
-                }
-                "Exists" => Requirement::Exists(e.key.clone()),
-                "DoesNotExist" => Requirement::DoesNotExist(e.key.clone()),
-                other => {
-                    return Err(PoolError::new(
-                        field,
-                        format!("unknown operator {other:?} (In, NotIn, Exists, DoesNotExist)"),
-                    ));
-                }
-            };
-            requirements.push(req);
-        }
-        Ok(Some(Selector { requirements }))
-    }
-
-    pub fn matches(&self, labels: &Labels) -> bool {
-        self.requirements.iter().all(|r| match r {
-            Requirement::In(k, vs) => labels.get(k).is_some_and(|v| vs.contains(v)),
-            Requirement::NotIn(k, vs) => labels.get(k).is_none_or(|v| !vs.contains(v)),
-            Requirement::Exists(k) => labels.contains_key(k),
-            Requirement::DoesNotExist(k) => !labels.contains_key(k),
-        })
-    }
-}
+pub use ringlb_crds::labels::{Labels, Selector};
