@@ -7,7 +7,9 @@
 //! - HTTP from the client reaches both pods; every client packet was IPIP-encapsulated
 //!   by an edge (both edges carried traffic), and every reply went from the pod
 //!   straight to the client (DSR: nothing from the VIP toward the edges);
-//! - `kill -9` of one edge: the ToR drops that next hop within the hold time (3 s) and
+//! - `kill -9` of one edge while 8 long downloads are in flight (some through it): the
+//!   ToR drops that next hop within the hold time (3 s), every download completes from
+//!   the one pod that started it (both edges hold the same Maglev table), and new
 //!   traffic keeps reaching both pods through the other edge.
 //!
 //! Needs root, BIRD, kubectl, nftables, ethtool; skips loudly otherwise. Needs the
@@ -16,9 +18,14 @@
 
 use std::time::{Duration, Instant};
 
+use ringlb_e2e::lab::daemon::Daemon;
+use ringlb_e2e::lab::httpd::SLOW_LINES;
 use ringlb_e2e::lab::{self, Addrs, Bins, Cluster, Topology, config};
 
 const REQUESTS: usize = 30;
+/// Long downloads in flight when an edge dies; with 8 flows the chance that none of
+/// them goes through edge1 is 2^-8.
+const SLOW_FLOWS: usize = 8;
 
 fn bins() -> Bins {
     let lab_bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ringlb-lab"));
@@ -141,7 +148,38 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
     );
     assert_eq!(d("replies_toward_edges"), 0, "DSR: no reply passed an edge");
 
-    // an edge dies: the ToR drops it within the hold time; traffic continues
+    // long downloads in flight (some through edge1), then edge1 dies: the ToR drops it
+    // within the hold time, the flows move to edge2, whose Maglev table is the same,
+    // so they reach the same pods and finish
+    let client = topo.ns("client");
+    let url = format!("http://{vip}:8080/slow");
+    let mut slow: Vec<(Daemon, std::path::PathBuf)> = (0..SLOW_FLOWS)
+        .map(|i| {
+            let out = dir.join(format!("slow{i}.out"));
+            let o = out.display().to_string();
+            let argv = [
+                "curl",
+                "--noproxy",
+                "*",
+                "-sS",
+                "--max-time",
+                "20",
+                "-o",
+                &o,
+                &url,
+            ];
+            let d = Daemon::spawn(&dir, &format!("slow{i}"), Some(&client), &argv, &[]).unwrap();
+            (d, out)
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(700));
+    let w0 = topo.counters().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let w1 = topo.counters().unwrap();
+    assert!(
+        w1["ipip_from_edge1"] > w0["ipip_from_edge1"],
+        "some of the {SLOW_FLOWS} long flows run through edge1 before it dies"
+    );
     let t = Instant::now();
     cluster.kill("edge1").unwrap();
     cluster.wait_ecmp(&vip, 1, Duration::from_secs(6)).unwrap();
@@ -151,6 +189,35 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
         "edge1 killed: ToR down to 1 next hop after {:?}",
         t.elapsed()
     );
+    for (d, out) in &mut slow {
+        let st = d.wait_exit(Duration::from_secs(15)).unwrap();
+        let body = std::fs::read_to_string(&*out).unwrap_or_default();
+        assert!(
+            st.success(),
+            "{}: the flow survived the edge failure ({st}): {}",
+            d.name,
+            d.log_tail(3)
+        );
+        let pods = config::count_answers(body.lines());
+        assert_eq!(
+            pods.values().sum::<usize>(),
+            SLOW_LINES,
+            "{}: {pods:?}",
+            d.name
+        );
+        assert_eq!(
+            pods.len(),
+            1,
+            "{}: one pod served the whole flow: {pods:?}",
+            d.name
+        );
+    }
+    let w2 = topo.counters().unwrap();
+    assert!(
+        w2["ipip_from_edge2"] > w1["ipip_from_edge2"],
+        "edge2 carried the flows after edge1 died"
+    );
+    eprintln!("{SLOW_FLOWS} long downloads completed across the edge failure");
     let before = topo.counters().unwrap();
     // 20: the chance that Maglev sends every new flow to one pod is 2^-19
     let bodies = requests(&cluster, &vip, 20);

@@ -113,6 +113,25 @@ impl Daemon {
         }
     }
 
+    /// Waits up to `limit` for the daemon to exit by itself; its exit status.
+    pub fn wait_exit(&mut self, limit: Duration) -> Result<std::process::ExitStatus> {
+        let until = Instant::now() + limit;
+        loop {
+            match self.child.try_wait() {
+                Ok(Some(st)) => return Ok(st),
+                Ok(None) if Instant::now() >= until => {
+                    return Err(Error::Timeout {
+                        what: format!("{} to exit", self.name),
+                        waited: limit,
+                        last: self.log_tail(5),
+                    });
+                }
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(Error::io(format!("waiting for {}", self.name))(e)),
+            }
+        }
+    }
+
     /// The last `n` lines of the daemon's log.
     pub fn log_tail(&self, n: usize) -> String {
         tail(&self.log, n)

@@ -1,6 +1,8 @@
 //! The lab pods' HTTP server (`ringlb-lab pod-http`): answers every request with
 //! `NAME LOCAL-ADDR` so the client sees which pod served it and that the pod answered
-//! as the VIP. HTTP/1.0, one response per connection, a thread per connection.
+//! as the VIP. `GET /slow` instead streams [`SLOW_LINES`] lines `NAME NNNN`, one every
+//! [`SLOW_EVERY`], so a test can hold a connection open while it breaks something.
+//! HTTP/1.0, one response per connection, a thread per connection.
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -9,15 +11,25 @@ use std::time::Duration;
 /// Largest request head accepted; anything bigger gets a 431 and the connection closes.
 const MAX_HEAD: usize = 16 * 1024;
 
+/// Lines of a `/slow` response.
+pub const SLOW_LINES: usize = 40;
+/// Pause between two `/slow` lines.
+pub const SLOW_EVERY: Duration = Duration::from_millis(100);
+
+/// Line `i` of a `/slow` response (all lines of one pod have the same length).
+pub fn slow_line(name: &str, i: usize) -> String {
+    format!("{name} {i:04}\n")
+}
+
 /// The body a pod answers with.
 pub fn body(name: &str, local: &str) -> String {
     format!("{name} {local}\n")
 }
 
 /// The full response for a request head (`Ok`) or a refusal.
-fn response(head: Result<(), u16>, body: &str) -> String {
+fn response(head: Result<String, u16>, body: &str) -> String {
     let (status, reason, body) = match head {
-        Ok(()) => (200, "OK", body.to_string()),
+        Ok(_) => (200, "OK", body.to_string()),
         Err(431) => (
             431,
             "Request Header Fields Too Large",
@@ -31,10 +43,12 @@ fn response(head: Result<(), u16>, body: &str) -> String {
     )
 }
 
-/// Reads a request head (until the empty line). `Err(code)` for a bad or huge head.
-fn read_head(r: &mut impl BufRead) -> Result<(), u16> {
+/// Reads a request head (until the empty line); the request path, or `Err(code)` for
+/// a bad or huge head.
+fn read_head(r: &mut impl BufRead) -> Result<String, u16> {
     let mut total = 0;
     let mut first = true;
+    let mut path = String::new();
     loop {
         let mut line = String::new();
         let n = r.read_line(&mut line).map_err(|_| 400u16)?;
@@ -47,14 +61,16 @@ fn read_head(r: &mut impl BufRead) -> Result<(), u16> {
         }
         if first {
             let mut w = line.split_whitespace();
-            let ok = matches!((w.next(), w.next(), w.next()), (Some(_), Some(p), Some(v)) if p.starts_with('/') && v.starts_with("HTTP/"));
-            if !ok {
-                return Err(400);
+            match (w.next(), w.next(), w.next()) {
+                (Some(_), Some(p), Some(v)) if p.starts_with('/') && v.starts_with("HTTP/") => {
+                    path = p.to_string()
+                }
+                _ => return Err(400),
             }
             first = false;
         }
         if line == "\r\n" || line == "\n" {
-            return Ok(());
+            return Ok(path);
         }
     }
 }
@@ -70,6 +86,22 @@ fn handle(stream: TcpStream, name: &str) {
     };
     // bounded: a client that never sends a newline cannot make us buffer without end
     let head = read_head(&mut BufReader::new(stream.take(MAX_HEAD as u64 + 1)));
+    if head.as_deref() == Ok("/slow") {
+        let len = slow_line(name, 0).len() * SLOW_LINES;
+        let hdr = format!(
+            "HTTP/1.0 200 OK\r\nContent-Type: text/plain\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+        );
+        if w.write_all(hdr.as_bytes()).is_err() {
+            return;
+        }
+        for i in 0..SLOW_LINES {
+            if w.write_all(slow_line(name, i).as_bytes()).is_err() {
+                return;
+            }
+            std::thread::sleep(SLOW_EVERY);
+        }
+        return;
+    }
     let _ = w.write_all(response(head, &body(name, &local)).as_bytes());
 }
 
@@ -108,6 +140,15 @@ mod tests {
         assert!(ok.ends_with(&format!("\r\n\r\npod7 {addr}\n")), "{ok}");
         let bad = ask(addr, b"hello\r\n\r\n");
         assert!(bad.starts_with("HTTP/1.0 400"), "{bad}");
+        let t = std::time::Instant::now();
+        let slow = ask(addr, b"GET /slow HTTP/1.0\r\n\r\n");
+        assert!(t.elapsed() >= SLOW_EVERY * (SLOW_LINES as u32 - 1));
+        let body = slow.split("\r\n\r\n").nth(1).unwrap();
+        assert_eq!(body.lines().count(), SLOW_LINES);
+        assert_eq!(
+            body.lines().last(),
+            Some(format!("pod7 {:04}", SLOW_LINES - 1).as_str())
+        );
     }
 
     #[test]
@@ -121,8 +162,8 @@ mod tests {
             Err(400)
         );
         assert_eq!(
-            read_head(&mut std::io::Cursor::new(b"GET / HTTP/1.0\r\n\r\n")),
-            Ok(())
+            read_head(&mut std::io::Cursor::new(b"GET /x HTTP/1.0\r\n\r\n")),
+            Ok("/x".to_string())
         );
         assert!(response(Err(431), "x").starts_with("HTTP/1.0 431"));
     }
