@@ -76,9 +76,13 @@ async fn main() -> anyhow::Result<()> {
         sim.url(),
         sim.kubeconfig_path().display()
     );
-    tokio::signal::ctrl_c()
-        .await
-        .context("waiting for Ctrl-C")?;
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .context("installing the SIGTERM handler")?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r.context("waiting for Ctrl-C")?,
+        _ = term.recv() => {}
+    }
+    tracing::info!("shutting down");
     sim.shutdown().await;
     Ok(())
 }
