@@ -564,3 +564,42 @@ fn ring_slots_are_written_through_mmap() {
     let plain = Array::<MapData, u32>::create(251, BPF_F_INNER_MAP).unwrap();
     assert!(write_mmapped_u32(plain.map().fd().as_fd(), 251, &[(0, 1)]).is_err());
 }
+
+#[test]
+fn ipv4_with_options_finds_the_ports_behind_them() {
+    use ringlb_edge::datapath::packet::ipv4_checksum;
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    // the VIP matches only if dport is read after the 4 option bytes (reading
+    // at offset 20 would see the options and pass the packet as not-a-VIP)
+    dp.apply(&base_state()).unwrap();
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    let plain = f.bytes();
+    let mut l3 = plain[14..34].to_vec();
+    l3[0] = 0x46; // IHL 6
+    let tot = (plain.len() - 14 + 4) as u16;
+    l3[2..4].copy_from_slice(&tot.to_be_bytes());
+    l3[10..12].copy_from_slice(&[0, 0]);
+    l3.extend([1, 1, 1, 0]); // NOP NOP NOP EOL
+    let c = ipv4_checksum(&l3);
+    l3[10..12].copy_from_slice(&c.to_be_bytes());
+    l3.extend_from_slice(&plain[34..]);
+    let mut frame = plain[..14].to_vec();
+    frame.extend_from_slice(&l3);
+    let (verdict, out) = run(&dp, &frame);
+    assert_eq!(verdict, XDP_TX);
+    let mut want = l2_header(NH.dmac, NH.smac, None, 0x0800);
+    want.extend(ip_header(
+        ip("10.0.0.11"),
+        ip("10.1.0.1"),
+        4,
+        l3.len(),
+        0,
+        true,
+        64,
+        0,
+    ));
+    want.extend(&l3);
+    assert_eq!(out, want);
+}
