@@ -138,6 +138,8 @@ impl XdpDatapath {
             link_pin: None,
             link: None,
         };
+        // pinned maps from an older build with another layout: refuse clearly
+        me.check_abi()?;
         me.write_config(opts)?;
         me.programmed = me.read_programmed()?;
         Ok(me)
