@@ -14,6 +14,7 @@
 pub mod abi;
 pub mod batch;
 pub mod cli;
+pub mod metrics;
 pub mod nexthop;
 pub mod packet;
 pub mod state;
