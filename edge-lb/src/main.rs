@@ -40,6 +40,9 @@ async fn main() -> anyhow::Result<()> {
         Command::Speaker { config } => {
             Ok(ringlb_edge::bgp::standalone::run(&config, args.common.metrics_addr).await?)
         }
-        Command::Datapath(dp) => Ok(ringlb_edge::datapath::cli::run(&dp, &mut std::io::stdout())?),
+        Command::Datapath(dp) => Ok(ringlb_edge::datapath::cli::run(
+            &dp,
+            &mut std::io::stdout(),
+        )?),
     }
 }
