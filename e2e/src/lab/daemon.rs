@@ -100,14 +100,11 @@ impl Daemon {
         }
         match self.child.try_wait() {
             Ok(None) => Ok(()),
-            Ok(Some(status)) => Err(Error::Command {
-                cmd: self.name.clone(),
+            Ok(Some(status)) => Err(Error::DaemonExited {
+                name: self.name.clone(),
                 status: status.to_string(),
-                stderr: format!(
-                    "exited early; log {}:\n{}",
-                    self.log.display(),
-                    self.log_tail(15)
-                ),
+                log: self.log.display().to_string(),
+                tail: self.log_tail(15),
             }),
             Err(e) => Err(Error::io(format!("waiting for {}", self.name))(e)),
         }

@@ -73,6 +73,13 @@ pub enum Error {
         searched: String,
         hint: String,
     },
+    #[error("{name} exited early ({status}); log {log}:\n{tail}")]
+    DaemonExited {
+        name: String,
+        status: String,
+        log: String,
+        tail: String,
+    },
     #[error("the lab cannot run here: {0}")]
     Unsupported(String),
     #[error("unexpected output of `{what}`: {detail}")]
@@ -105,8 +112,9 @@ pub fn skip_reason() -> Option<String> {
     None
 }
 
-/// Polls `f` every `every` until it returns `Ok(Some(v))` or `limit` passes. `f`
-/// returns `Ok(None)` (or an error) with a description of what it saw.
+/// Polls `f` every `every` until it returns `Ok(Ok(v))` or `limit` passes. `f`
+/// returns `Ok(Err(seen))` (or a transient error) with what it saw; an
+/// [`Error::DaemonExited`] ends the wait at once.
 pub fn wait_for<T>(
     what: &str,
     limit: Duration,
@@ -118,6 +126,8 @@ pub fn wait_for<T>(
         let last = match f() {
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(seen)) => seen,
+            // a daemon died: waiting longer cannot help
+            Err(e @ Error::DaemonExited { .. }) => return Err(e),
             Err(e) => e.to_string(),
         };
         if start.elapsed() >= limit {
