@@ -9,6 +9,7 @@
 //!                              kubelet (pod IPs, Ready), EndpointSlices, garbage collection
 //! ```
 
+mod admission;
 mod api;
 mod controllers;
 mod convert;
@@ -21,6 +22,7 @@ mod fields;
 mod kubeconfig;
 mod meta;
 mod patch;
+mod podips;
 mod protobuf;
 mod resources;
 mod select;
