@@ -17,17 +17,26 @@ impl Drop for Proc {
     }
 }
 
-fn tmpdir(tag: &str) -> std::path::PathBuf {
+/// A temporary directory removed on drop (also when an assertion fails).
+struct TmpDir(std::path::PathBuf);
+
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tmpdir(tag: &str) -> TmpDir {
     let d = std::env::temp_dir().join(format!("ringlb-apisim-bin-{}-{tag}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TmpDir(d)
 }
 
 #[tokio::test]
 async fn program_serves_through_its_kubeconfig_and_stops_on_sigterm() {
     let dir = tmpdir("run");
-    let kc = dir.join("kubeconfig");
+    let kc = dir.0.join("kubeconfig");
     let child = Command::new(env!("CARGO_BIN_EXE_ringlb-apisim"))
         .args([
             "--listen",
@@ -86,7 +95,6 @@ async fn program_serves_through_its_kubeconfig_and_stops_on_sigterm() {
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     assert!(status.success(), "{status:?}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
