@@ -298,6 +298,44 @@ fn traffic(r: &mut Running, requests: usize, p: &mut Printer) -> anyhow::Result<
     Ok(())
 }
 
+fn failover(r: &mut Running, p: &mut Printer) -> anyhow::Result<()> {
+    let vip = r.vip.clone();
+    p.step("failover: kill -9 the edge1 agent; the ToR drops it, edge2 carries everything");
+    let t = Instant::now();
+    r.cluster.kill("edge1")?;
+    r.cluster.wait_ecmp(&vip, 1, Duration::from_secs(10))?;
+    println!(
+        "  ToR route down to 1 next hop {} ms after the kill (the kernel closed edge1's BGP session)",
+        t.elapsed().as_millis()
+    );
+    let (_, _, kernel, _) = r.cluster.routes(&vip)?;
+    p.cmd(
+        &format!("ip -n {}-tor route show {vip}", r.topo.prefix),
+        &kernel,
+    );
+    let before = r.topo.counters()?;
+    let mut bodies = Vec::new();
+    for i in 0..10 {
+        bodies.push(
+            r.cluster
+                .http_get(&vip)
+                .with_context(|| format!("request {i} after the failover"))?,
+        );
+    }
+    let after = r.topo.counters()?;
+    let per_pod = config::count_answers(bodies.iter().map(String::as_str));
+    let d = |k: &str| after.get(k).copied().unwrap_or(0) - before.get(k).copied().unwrap_or(0);
+    println!(
+        "  10 requests: answers per pod {per_pod:?}; IPIP from edge1 {}, from edge2 {}",
+        d("ipip_from_edge1"),
+        d("ipip_from_edge2")
+    );
+    if d("ipip_from_edge1") != 0 || d("ipip_from_edge2") == 0 {
+        bail!("traffic did not move to edge2: {after:?}");
+    }
+    Ok(())
+}
+
 fn print_samples(samples: &[lab::measure::Sample]) {
     use lab::measure::percentile;
     let ms = |d: Duration| format!("{:.1}", d.as_secs_f64() * 1000.0);
@@ -447,11 +485,12 @@ fn main() -> anyhow::Result<()> {
             with_teardown_on_signal(prefix, dir, move || {
                 let mut p = Printer {
                     n: 0,
-                    total: 9,
+                    total: 10,
                     start: Instant::now(),
                 };
                 let result = bring_up(&p2, &d2, &mut p).and_then(|mut r| {
-                    let res = traffic(&mut r, requests, &mut p);
+                    let res =
+                        traffic(&mut r, requests, &mut p).and_then(|()| failover(&mut r, &mut p));
                     if res.is_err() && !INTERRUPTED.load(std::sync::atomic::Ordering::SeqCst) {
                         eprintln!("{}", r.cluster.log_tails(20));
                     }
@@ -476,7 +515,7 @@ fn main() -> anyhow::Result<()> {
                 );
                 result?;
                 println!(
-                    "\ndemo OK: Service -> VIP -> BGP ECMP at the ToR -> XDP on both edges -> both pods, replies by DSR"
+                    "\ndemo OK: Service -> VIP -> BGP ECMP at the ToR -> XDP on both edges -> both pods, replies by DSR; edge failover"
                 );
                 Ok(())
             })
