@@ -357,6 +357,31 @@ async fn apply_crds_pool_and_service_manifests() {
     .await;
     assert_eq!(out, format!("81 {node_port} ringlb.io/maglev"));
 
+    // Server-side dry run and kubectl diff: validated and shown, nothing stored.
+    std::fs::write(&svc, manifest(82)).unwrap();
+    let out = ok(
+        &sim,
+        &home,
+        &["apply", "--dry-run=server", "-f", svc.to_str().unwrap()],
+    )
+    .await;
+    assert!(
+        out.contains("service/api configured (server dry run)"),
+        "{out}"
+    );
+    let (same, diff, err) = kubectl(&sim, &home, &["diff", "-f", svc.to_str().unwrap()]).await;
+    assert!(
+        !same && diff.contains("-    port: 81") && diff.contains("+    port: 82"),
+        "{diff}\n{err}"
+    );
+    let out = ok(
+        &sim,
+        &home,
+        &["get", "svc", "api", "-o", "jsonpath={.spec.ports[0].port}"],
+    )
+    .await;
+    assert_eq!(out, "81", "the dry runs changed nothing");
+
     // kubectl wait on the condition the controller sets.
     let svcs: Api<Service> = Api::default_namespaced(sim.client().await);
     let waiter = {

@@ -284,3 +284,29 @@ async fn apply_conflicts_between_managers_unless_forced() {
     assert_eq!(got.data.unwrap()["owner"], "c");
     sim.shutdown().await;
 }
+
+#[tokio::test]
+async fn dry_run_checks_and_defaults_but_stores_nothing() {
+    let sim = sim().await;
+    let api: Api<Service> = Api::default_namespaced(sim.client().await);
+    let rv = sim.resource_version();
+    let pp = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let dry = api.create(&pp, &svc("web")).await.unwrap();
+    let ip = dry.spec.unwrap().cluster_ip.unwrap();
+    assert!(api.get_opt("web").await.unwrap().is_none(), "not stored");
+    assert_eq!(sim.resource_version(), rv, "no resourceVersion used");
+    // the allocation was not consumed either
+    let real = api
+        .create(&PostParams::default(), &svc("web"))
+        .await
+        .unwrap();
+    assert_eq!(real.spec.unwrap().cluster_ip.unwrap(), ip);
+    // invalid objects fail the dry run the same way
+    let mut bad = svc("bad");
+    bad.spec.as_mut().unwrap().ports = Some(vec![]);
+    assert_eq!(code(api.create(&pp, &bad).await.unwrap_err()), 422);
+    sim.shutdown().await;
+}

@@ -81,6 +81,16 @@ impl Api {
         }
     }
 
+    /// A throw-away copy of the whole state for a dry run.
+    pub fn fork(&self) -> Api {
+        Api {
+            store: Arc::new(self.store.fork()),
+            registry: self.registry.fork(),
+            services: Mutex::new(self.alloc().clone()),
+            pod_grace: self.pod_grace,
+        }
+    }
+
     fn alloc(&self) -> std::sync::MutexGuard<'_, Allocator> {
         self.services.lock().unwrap_or_else(|e| e.into_inner())
     }

@@ -316,6 +316,14 @@ impl Registry {
         r
     }
 
+    /// An independent copy (for dry runs).
+    pub fn fork(&self) -> Registry {
+        let g = self.inner.read().unwrap_or_else(|e| e.into_inner());
+        Registry {
+            inner: RwLock::new(g.clone()),
+        }
+    }
+
     /// Adds or replaces the entry for `(group, version, plural)`.
     pub fn add(&self, info: ResourceInfo) {
         let mut g = self.inner.write().unwrap_or_else(|e| e.into_inner());

@@ -172,11 +172,15 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
     let rp =
         parse_res_path(st, group, version, rest).ok_or_else(|| ApiError::path_not_found(&path))?;
     let query = parse_query(req.uri().query());
-    if query.get("dryRun").is_some_and(|d| !d.is_empty()) && req.method() != Method::GET {
-        return Err(ApiError::bad_request(
-            "dryRun is not supported by the API simulator",
-        ));
-    }
+    let dry_run = match query.get("dryRun").map(String::as_str) {
+        None | Some("") => false,
+        Some("All") => req.method() != Method::GET,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "dryRun: Unsupported value: {other:?}: supported values: \"All\""
+            )));
+        }
+    };
     let is_write = matches!(
         *req.method(),
         Method::POST | Method::PUT | Method::PATCH | Method::DELETE
@@ -197,7 +201,15 @@ async fn route(st: &Arc<State>, req: Request<Incoming>) -> Result<Response<Body>
     } else {
         Bytes::new()
     };
-    let api = &st.api;
+    // A dry run is the same request against a throw-away copy of the state
+    // (objects, registry, allocators): every check and default runs, nothing stays.
+    let forked;
+    let api: &Api = if dry_run {
+        forked = st.api.fork();
+        &forked
+    } else {
+        &st.api
+    };
     let info = rp.info.clone();
     let ns_for_write = rp.namespace.clone().unwrap_or_default();
     if info.namespaced && rp.name.is_some() && rp.namespace.is_none() {

@@ -10,7 +10,7 @@ use ipnetwork::IpNetwork;
 use serde_json::{Value, json};
 
 /// ClusterIP and NodePort allocation state.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Allocator {
     /// Service CIDRs, primary family first.
     cidrs: Vec<IpNetwork>,

@@ -82,6 +82,22 @@ impl Store {
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    /// A copy of the objects (shared, copy-on-write per object) and the counter, with
+    /// no history and no subscribers: for dry runs.
+    pub fn fork(&self) -> Store {
+        let g = self.lock();
+        Store {
+            inner: Mutex::new(Inner {
+                rv: g.rv,
+                objects: g.objects.clone(),
+                history: VecDeque::new(),
+                compacted: g.rv,
+                history_limit: g.history_limit,
+            }),
+            latest: watch::channel(g.rv).0,
+        }
+    }
+
     /// The current (latest) resourceVersion.
     pub fn current_rv(&self) -> u64 {
         self.lock().rv
