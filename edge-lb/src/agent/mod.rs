@@ -35,6 +35,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify};
 
 use ringlb_edge::bgp::{self, RouteAttrs, Speaker, k8s::NodeContext};
+use ringlb_edge::datapath::metrics::XdpMetrics;
 use ringlb_edge::datapath::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
 use ringlb_edge::datapath::{Datapath, nexthop::KernelResolver};
 use ringlb_edge::{desired, maglev, plan};
@@ -43,6 +44,8 @@ use ringlb_edge::{desired, maglev, plan};
 const DEBOUNCE: Duration = Duration::from_millis(50);
 /// A full resync even without events (next hops change without API events).
 const RESYNC: Duration = Duration::from_secs(30);
+/// How often the XDP counters are read into /metrics.
+const COUNTERS: Duration = Duration::from_secs(10);
 /// How soon a failed datapath apply is retried.
 const RETRY: Duration = Duration::from_secs(1);
 
@@ -135,9 +138,10 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
 
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
-    let speaker = {
+    let (speaker, xdp_metrics) = {
         let mut r = registry.lock().await;
-        Arc::new(Speaker::start(args.bgp_listen_port, &mut r)?)
+        let speaker = Arc::new(Speaker::start(args.bgp_listen_port, &mut r)?);
+        (speaker, XdpMetrics::register(&mut r))
     };
     let (addr, _ops) = ringlb_ops::serve_ops(common.metrics_addr, registry, health.clone())
         .await
@@ -197,12 +201,26 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
     let mut state = SyncState::default();
+    let mut counters_tick = tokio::time::interval(COUNTERS);
+    let mut due = true;
+    let mut next_sync = tokio::time::Instant::now();
     loop {
-        sync(&stores, args, &mut dp, &speaker, &mut state);
-        health.set_ready(state.synced_once);
+        if due {
+            sync(&stores, args, &mut dp, &speaker, &xdp_metrics, &mut state);
+            health.set_ready(state.synced_once);
+            next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
+        }
+        due = true;
         tokio::select! {
             _ = notify.notified() => tokio::time::sleep(DEBOUNCE).await,
-            _ = tokio::time::sleep(if state.retry { RETRY } else { RESYNC }) => {}
+            _ = tokio::time::sleep_until(next_sync) => {}
+            _ = counters_tick.tick() => {
+                match dp.counters() {
+                    Ok(c) => xdp_metrics.update(&c),
+                    Err(e) => tracing::warn!(error = %e, "reading XDP counters"),
+                }
+                due = false;
+            }
             _ = term.recv() => break,
             _ = int.recv() => break,
         }
@@ -239,6 +257,7 @@ fn sync(
     args: &RunArgs,
     dp: &mut XdpDatapath,
     speaker: &Speaker,
+    metrics: &XdpMetrics,
     st: &mut SyncState,
 ) {
     let start = Instant::now();
@@ -265,7 +284,10 @@ fn sync(
     if let Err(e) = dp.refresh_next_hops() {
         tracing::warn!(error = %e, "refreshing next hops");
     }
-    let routes = match dp.apply(&state) {
+    let applied = Instant::now();
+    let result = dp.apply(&state);
+    metrics.observe_apply(applied.elapsed().as_secs_f64(), result.as_ref().map(|_| ()));
+    let routes = match result {
         Ok(stats) => {
             tracing::debug!(?stats, vips = state.services.len(), "datapath applied");
             st.retry = false;
