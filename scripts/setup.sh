@@ -35,6 +35,13 @@ for svc in bird gobgpd; do
   fi
 done
 
+# kubectl comes with the machine image. Debian only packages kubectl 1.20, too old for
+# the tests' and the demo's use of it, so it is not apt-installed here.
+if ! command -v kubectl >/dev/null 2>&1; then
+  echo "setup: WARNING: kubectl is not on PATH; the kubectl tests and the full-lab test will" >&2
+  echo "setup: WARNING: skip (loudly), and 'make demo' will stop at its first kubectl step." >&2
+fi
+
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest"
   cargo install --locked cargo-nextest
