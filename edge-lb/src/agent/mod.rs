@@ -250,6 +250,8 @@ struct SyncState {
     synced_once: bool,
     /// The last apply failed: sync again soon without waiting for an event.
     retry: bool,
+    /// Maglev tables of the last sync, reused while their backends do not change.
+    tables: plan::Tables,
 }
 
 fn sync(
@@ -277,7 +279,7 @@ fn sync(
     for s in &want.skipped {
         tracing::warn!(service = %s.service, reason = %s.reason, "not served");
     }
-    let (state, problems) = plan::datapath_state(&want, args.ring_size);
+    let (state, problems) = plan::datapath_state(&want, args.ring_size, &mut st.tables);
     for p in &problems {
         tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
     }
