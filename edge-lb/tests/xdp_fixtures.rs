@@ -2,6 +2,9 @@
 //! output frame, expected verdict and counter. Needs root (BPF); skips loudly
 //! otherwise.
 
+mod xdp_support;
+use xdp_support::is_root;
+
 use std::net::IpAddr;
 
 use ringlb_edge::datapath::{
@@ -23,17 +26,6 @@ const NH: NextHop = NextHop {
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
 }
 
 fn opts(mtu: u32, src6: bool) -> XdpOptions {
