@@ -49,7 +49,7 @@ static __always_inline int ringlb_parse(void *data, void *data_end, struct ringl
 {
 	struct ethhdr *eth = data;
 	__u16 proto;
-	void *l3;
+	void *l3, *l3_begin;
 
 	if ((void *)(eth + 1) > data_end)
 		return RINGLB_ST_PASS_MALFORMED;
@@ -65,6 +65,7 @@ static __always_inline int ringlb_parse(void *data, void *data_end, struct ringl
 		pkt->l2_len += sizeof(*vh);
 	}
 
+	l3_begin = l3;
 	if (proto == bpf_htons(ETH_P_IP)) {
 		struct iphdr *iph = l3;
 		__u32 ihl;
@@ -123,6 +124,9 @@ static __always_inline int ringlb_parse(void *data, void *data_end, struct ringl
 	/* sport and dport are the first 4 bytes of both TCP and UDP */
 	__u16 *ports = l3;
 	if ((void *)(ports + 2) > data_end)
+		return RINGLB_ST_PASS_MALFORMED;
+	/* The ports must lie inside the IP packet, not in Ethernet padding. */
+	if ((__u32)((void *)(ports + 2) - l3_begin) > pkt->l3_len)
 		return RINGLB_ST_PASS_MALFORMED;
 	pkt->flow.sport = ports[0];
 	pkt->flow.dport = ports[1];

@@ -41,8 +41,9 @@ impl Tables {
 ///
 /// New flows go to `ready` backends. When a VIP:port has none, its serving-but-
 /// terminating backends take new flows too (as kube-proxy does since Kubernetes 1.26),
-/// so a rolling restart does not blackhole the Service. Terminating backends that are
-/// not in the table stay in the backend set, so conntrack keeps their established flows.
+/// for the traffic that still arrives while the withdrawal spreads: [`routes`] stops
+/// announcing a VIP that has no ready backend. Terminating backends that are not in the
+/// table stay in the backend set, so conntrack keeps their established flows.
 pub fn datapath_state(
     desired: &Desired,
     ring_size: u32,

@@ -427,6 +427,14 @@ fn truncated_and_malformed_headers_pass_without_overreading() {
     let mut v6len = good6.clone();
     v6len[14 + 4..14 + 6].copy_from_slice(&900u16.to_be_bytes());
     cases.push(("ipv6 payload_len beyond frame", v6len));
+    // An IPv4 header with no L4 (tot_len 20), padded to Ethernet's 60-byte minimum
+    // with bytes that look like ports to the VIP: the ports are not in the packet.
+    let mut padded = good[..14 + 20].to_vec();
+    padded[14 + 2..14 + 4].copy_from_slice(&20u16.to_be_bytes());
+    padded.extend(40000u16.to_be_bytes());
+    padded.extend(80u16.to_be_bytes());
+    padded.resize(60, 0);
+    cases.push(("ports in Ethernet padding", padded));
     for (what, frame) in cases {
         let before = counter(&dp, "pass_malformed");
         let (verdict, out) = run(&dp, &frame);

@@ -35,6 +35,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify};
 
 use ringlb_edge::bgp::{self, RouteAttrs, Speaker, k8s::NodeContext};
+use ringlb_edge::datapath::abi::MAX_RING_SIZE;
 use ringlb_edge::datapath::metrics::XdpMetrics;
 use ringlb_edge::datapath::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
 use ringlb_edge::datapath::{Datapath, nexthop::KernelResolver};
@@ -79,7 +80,7 @@ pub struct RunArgs {
     /// TCP port for passive BGP opens; 0 turns passive open off.
     #[arg(long, default_value_t = 179)]
     pub bgp_listen_port: u16,
-    /// Maglev table size per VIP:port (a prime from 251 to 1048573).
+    /// Maglev table size per VIP:port: a prime from 251 to 65537 (the XDP ring's size).
     #[arg(long, default_value_t = maglev::DEFAULT_TABLE_SIZE)]
     pub ring_size: u32,
     /// Serve LoadBalancer Services that set no loadBalancerClass.
@@ -131,6 +132,11 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         args.ring_size,
     )
     .with_context(|| format!("--ring-size {}", args.ring_size))?;
+    anyhow::ensure!(
+        args.ring_size <= MAX_RING_SIZE,
+        "--ring-size {}: the XDP datapath holds rings of at most {MAX_RING_SIZE} slots",
+        args.ring_size
+    );
     let router_id = args
         .router_id
         .or(args.source_v4)
@@ -206,8 +212,12 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let mut next_sync = tokio::time::Instant::now();
     loop {
         if due {
-            sync(&stores, args, &mut dp, &speaker, &xdp_metrics, &mut state);
-            health.set_ready(state.synced_once);
+            // The sync resolves next hops with blocking calls: keep it off the workers
+            // that run the BGP sessions.
+            tokio::task::block_in_place(|| {
+                sync(&stores, args, &mut dp, &speaker, &xdp_metrics, &mut state)
+            });
+            health.set_ready(state.synced_once && !state.retry);
             next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
         }
         due = true;
@@ -311,7 +321,7 @@ fn sync(
             .map(|r| (*r, RouteAttrs::default())),
     );
     st.announced = routes;
-    st.synced_once = true;
+    st.synced_once |= !st.retry;
     tracing::debug!(
         elapsed_ms = start.elapsed().as_millis() as u64,
         announced = st.announced.len(),

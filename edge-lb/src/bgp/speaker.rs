@@ -78,7 +78,7 @@ async fn accept_loop(l: Arc<TcpListener>, inbound: InboundMap) {
             Some(tx) => {
                 let _ = tx.try_send(stream);
             }
-            None => tracing::info!(%ip, "refused connection from an unconfigured peer"),
+            None => tracing::debug!(%ip, "refused connection from an unconfigured peer"),
         }
     }
 }

@@ -1,4 +1,5 @@
-//! The packet datapath behind one trait: XDP (aya) or kernel IPVS.
+//! The packet datapath behind one trait: XDP (aya). A kernel IPVS backend would implement
+//! the same trait; it is not built (this kernel has no IPVS).
 //!
 //! ```text
 //!  desired state (pure)          plan() (pure)            apply (I/O)
@@ -113,7 +114,7 @@ pub struct Counters {
     pub per_vip: Vec<(Vip, u64, u64)>,
 }
 
-/// One datapath implementation (XDP here; IPVS implements the same trait).
+/// One datapath implementation (XDP today; an IPVS backend would implement it too).
 pub trait Datapath {
     /// Make the kernel state equal `desired`, writing only what differs.
     fn apply(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error>;
