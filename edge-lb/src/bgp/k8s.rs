@@ -75,10 +75,12 @@ where
     (reader, task)
 }
 
-async fn passwords(
-    client: &Client,
-    peers: &[Arc<BGPPeer>],
-) -> HashMap<(String, String, String), String> {
+type Passwords = HashMap<(String, String, String), String>;
+
+/// The MD5 passwords the peers name. When a read fails (API timeout, 5xx), the
+/// password read last time is kept: a passing API problem must not reset a working
+/// session. Only a Secret that is gone, or lacks the key, drops the password.
+async fn passwords(client: &Client, peers: &[Arc<BGPPeer>], previous: &Passwords) -> Passwords {
     let mut out = HashMap::new();
     for p in peers {
         let Some(r) = &p.spec.password_secret_ref else {
@@ -100,7 +102,13 @@ async fn passwords(
             Ok(None) => {
                 tracing::warn!(secret = %r.name, namespace = %r.namespace, "BGP password Secret not found")
             }
-            Err(e) => tracing::warn!(error = %e, secret = %r.name, "reading BGP password Secret"),
+            Err(e) => {
+                tracing::warn!(error = %e, secret = %r.name, "reading BGP password Secret; keeping the last one read");
+                let k = (r.namespace.clone(), r.name.clone(), key);
+                if let Some(v) = previous.get(&k) {
+                    out.insert(k, v.clone());
+                }
+            }
         }
     }
     out
@@ -139,6 +147,7 @@ pub async fn run(client: Client, node: NodeContext, speaker: Arc<Speaker>) -> Re
     ));
 
     let mut tick = tokio::time::interval(Duration::from_secs(60));
+    let mut last_passwords = Passwords::new();
     loop {
         tokio::select! {
             _ = dirty.notified() => {}
@@ -151,7 +160,8 @@ pub async fn run(client: Client, node: NodeContext, speaker: Arc<Speaker>) -> Re
             .map(|n| n.labels().clone())
             .unwrap_or_default();
         let peer_objs = peers.state();
-        let pw = passwords(&client, &peer_objs).await;
+        let pw = passwords(&client, &peer_objs, &last_passwords).await;
+        last_passwords = pw.clone();
         let lookup = |r: &SecretKeyRef| {
             let key = r.key.clone().unwrap_or_else(|| "password".into());
             pw.get(&(r.namespace.clone(), r.name.clone(), key)).cloned()
