@@ -185,10 +185,17 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
     let ns = svc.namespace().unwrap_or_else(|| "default".into());
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
 
-    if !is_ours(svc, ctx.default_class) || svc.metadata.deletion_timestamp.is_some() {
+    if svc.metadata.deletion_timestamp.is_some() {
+        // Being deleted, held by someone else's finalizer: the edges still serve its
+        // VIP until the object is gone, so the address stays taken until the Delete
+        // event (or a relist without it) releases it.
+        lock(&ctx.pending).remove(&oref);
+        return Ok(Action::await_change());
+    }
+    if !is_ours(svc, ctx.default_class) {
         lock(&ctx.pending).remove(&oref);
         let released = ctx.forget(key);
-        if svc.metadata.deletion_timestamp.is_none() && has_our_status(svc) {
+        if has_our_status(svc) {
             write_status(&api, svc, key, &Desired::Clear).await?;
             let note = if released.is_empty() {
                 "no longer a ringlb Service; status cleared".to_string()

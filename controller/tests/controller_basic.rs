@@ -539,3 +539,57 @@ async fn pool_status_shows_overlaps_and_usage() {
         "the invalid pool is skipped"
     );
 }
+
+/// A Service held by someone else's finalizer is still served by the edges while it
+/// terminates, so its VIP is not handed out until the object is really gone.
+#[tokio::test]
+async fn terminating_service_keeps_its_vip_until_it_is_gone() {
+    use k8s_openapi::api::core::v1::Service;
+    use kube::api::{Api, DeleteParams, Patch, PatchParams};
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    let want = json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": "192.0.2.50"}}});
+    let mut held = lb_service("held", 80, want.clone());
+    held.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    create_svc(&client, &held).await;
+    assert_eq!(
+        wait_ips(&client, "held", Duration::from_secs(20)).await,
+        ["192.0.2.50".parse::<std::net::IpAddr>().unwrap()]
+    );
+    let api = Api::<Service>::namespaced(client.clone(), "default");
+    api.delete("held", &DeleteParams::default()).await.unwrap();
+    assert!(
+        get_svc(&client, "held")
+            .await
+            .metadata
+            .deletion_timestamp
+            .is_some()
+    );
+
+    // While "held" terminates, its address is still in use.
+    create_svc(&client, &lb_service("next", 80, want)).await;
+    wait_for(Duration::from_secs(10), "IPInUse refusal for next", || {
+        let client = client.clone();
+        async move {
+            warnings(&client, "next")
+                .await
+                .iter()
+                .any(|(r, _)| r == "IPInUse")
+                .then_some(())
+        }
+    })
+    .await;
+    assert!(ingress_ips(&get_svc(&client, "next").await).is_empty());
+
+    // The finalizer goes, the object goes, and the address moves on by itself.
+    let patch = json!({"metadata": {"finalizers": null}});
+    api.patch("held", &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .unwrap();
+    assert_eq!(
+        wait_ips(&client, "next", Duration::from_secs(10)).await,
+        ["192.0.2.50".parse::<std::net::IpAddr>().unwrap()]
+    );
+}
