@@ -209,13 +209,20 @@ impl Elector {
         let mut last_ok = Instant::now();
         loop {
             tokio::time::sleep(self.cfg.retry_period).await;
-            let reason = match self.try_acquire_or_renew().await {
-                Ok(true) => {
+            // A request that hangs must not outlive the renew deadline: past it a
+            // standby may hold the Lease while this replica still writes.
+            let budget = self.cfg.renew_deadline.saturating_sub(last_ok.elapsed());
+            let reason = match tokio::time::timeout(budget, self.try_acquire_or_renew()).await {
+                Ok(Ok(true)) => {
                     last_ok = Instant::now();
                     continue;
                 }
-                Ok(false) => "another replica holds it".to_string(),
-                Err(e) => format!("renew failed: {e}"),
+                Ok(Ok(false)) => "another replica holds it".to_string(),
+                Ok(Err(e)) => format!("renew failed: {e}"),
+                Err(_) => format!(
+                    "no answer within the renew deadline ({:?})",
+                    self.cfg.renew_deadline
+                ),
             };
             if reason.starts_with("another") || last_ok.elapsed() >= self.cfg.renew_deadline {
                 return Error::Lost {

@@ -272,6 +272,13 @@ async fn main() -> anyhow::Result<()> {
         }),
     );
 
+    // Pools with a namespaceSelector need the namespaces' labels: allocating before
+    // the first list would pick a wrong pool, and a Service never moves afterwards.
+    ns_reader
+        .wait_until_ready()
+        .await
+        .context("first list of Namespaces")?;
+
     let pools_dirty = Arc::new(tokio::sync::Notify::new());
     pools_dirty.notify_one();
     let (ctx, retry_rx) = reconcile::Ctx::new(

@@ -351,6 +351,32 @@ async fn leader_that_loses_its_lease_stops() {
     assert!(c.logs().contains("no longer the leader"), "{}", c.logs());
 }
 
+/// A renewal that hangs (the API server stops answering) must not keep a leader
+/// writing past its renew deadline: by then a standby may hold the Lease.
+#[tokio::test]
+async fn leader_whose_renewals_hang_stops_at_the_renew_deadline() {
+    let sim = sim().await;
+    let client = sim.client().await;
+    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let mut c = Ctrl::start(&sim, "stalled", &[]);
+    wait_for(Duration::from_secs(20), "stalled leads", || async {
+        (lease_holder(&client).await.as_deref() == Some("stalled")).then_some(())
+    })
+    .await;
+    // Every request now takes far longer than the 1.5 s renew deadline.
+    sim.faults().set_delay(Duration::from_secs(30));
+    let t0 = Instant::now();
+    while !c.exited() {
+        assert!(
+            t0.elapsed() < Duration::from_secs(6),
+            "the leader kept running with a renewal hanging past its deadline"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    sim.faults().set_delay(Duration::ZERO);
+    assert!(c.logs().contains("renew deadline"), "{}", c.logs());
+}
+
 #[tokio::test]
 async fn missing_crds_give_a_clear_exit() {
     let sim = ringlb_e2e::Simulator::start(ringlb_e2e::SimOptions {
