@@ -247,7 +247,16 @@ async fn main() -> anyhow::Result<()> {
             _ = &mut shutdown => { tracing::info!("shutting down (standby)"); return Ok(()); }
         }
         metrics.leader.set(1);
-        tokio::spawn(async move { elector.hold().await })
+        tokio::spawn(async move {
+            let e = elector.hold().await;
+            // Exit at once, wherever the rest of the program is (start-up included):
+            // a replica that lost the Lease must not write again. A restart makes it a
+            // candidate.
+            tracing::error!(error = %e, "stopping: no longer the leader, so no more writes");
+            std::process::exit(1);
+            #[allow(unreachable_code)]
+            e
+        })
     } else {
         // Without election this replica is the (only) writer.
         metrics.leader.set(1);

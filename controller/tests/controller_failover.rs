@@ -369,7 +369,8 @@ async fn leader_whose_renewals_hang_stops_at_the_renew_deadline() {
     while !c.exited() {
         assert!(
             t0.elapsed() < Duration::from_secs(6),
-            "the leader kept running with a renewal hanging past its deadline"
+            "the leader kept running with a renewal hanging past its deadline:\n{}",
+            c.logs()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
