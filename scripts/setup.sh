@@ -46,5 +46,7 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest"
   cargo install --locked cargo-nextest
 fi
-rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt || true
+for c in clippy rustfmt; do
+  rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
+done
 echo "setup: ok"

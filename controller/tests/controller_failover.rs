@@ -113,13 +113,16 @@ async fn restart_with_1000_services_changes_no_vip() {
         ["10.1.0.0".parse::<IpAddr>().unwrap()],
         "new allocations use the edited pool order"
     );
-    // Give the successor time to reconcile everything, then compare.
+    // Wait until the successor has reconciled every Service (the 1,000 and the new one;
+    // adoption alone is counted at rebuild, before any reconcile), then compare.
     wait_for(
-        Duration::from_secs(10),
-        "the successor to adopt all 1000",
+        Duration::from_secs(20),
+        "the successor to reconcile all 1001 Services",
         || async {
-            let v = c2.metric("ringlb_controller_adoptions_total").await?;
-            (v >= 1000.0).then_some(())
+            let v = c2
+                .metric("ringlb_controller_reconcile_duration_seconds_count")
+                .await?;
+            (v >= 1001.0).then_some(())
         },
     )
     .await;
