@@ -114,6 +114,18 @@ async fn check_crds(client: &Client) -> anyhow::Result<()> {
     }
 }
 
+/// One log line per invalid pool, naming every bad field (the pool's status carries an
+/// `Invalid` condition too).
+fn log_invalid_pools<E: std::fmt::Display>(invalid: &std::collections::BTreeMap<String, Vec<E>>) {
+    for (name, errs) in invalid {
+        tracing::warn!(
+            pool = %name,
+            errors = ?errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "IPPool is invalid; not used"
+        );
+    }
+}
+
 /// Loads pools and adopts every ringlb Service's status addresses, before anything
 /// is allocated. Conflicts are reported, not fixed.
 async fn rebuild(
@@ -128,9 +140,7 @@ async fn rebuild(
         .await
         .context("listing IPPools")?;
     let (p, invalid) = pools::pools_from(pool_objs.items.iter());
-    for (name, errs) in &invalid {
-        tracing::warn!(pool = %name, errors = ?errs.iter().map(ToString::to_string).collect::<Vec<_>>(), "IPPool is invalid; not used");
-    }
+    log_invalid_pools(&invalid);
     ipam.lock()
         .unwrap_or_else(|e| e.into_inner())
         .set_pools(p, invalid);
@@ -349,6 +359,7 @@ async fn main() -> anyhow::Result<()> {
                                         invalid = invalid.len(),
                                         "IPPools changed"
                                     );
+                                    log_invalid_pools(&invalid);
                                     ipam.lock()
                                         .unwrap_or_else(|e| e.into_inner())
                                         .set_pools(p, invalid);
