@@ -669,9 +669,12 @@ impl PeerTask {
             return;
         };
         let current_outbound = self.conn.as_ref().is_some_and(|c| c.outbound);
+        // RFC 4271 §6.8: a collision with an Established session always closes the new
+        // connection.
+        let established = self.fsm.state() == State::Established;
         let winner = fsm::resolve_collision(self.cfg.router_id, open.bgp_id);
-        tracing::info!(?winner, "connection collision");
-        if !current_outbound || winner == CollisionWinner::Outbound {
+        tracing::info!(?winner, established, "connection collision");
+        if established || !current_outbound || winner == CollisionWinner::Outbound {
             if let Some(c) = self.pending.take() {
                 if let Ok(b) = Message::Notification(Notification::new(
                     notif::CEASE,
@@ -689,6 +692,9 @@ impl PeerTask {
             return;
         };
         self.event(Event::OpenCollisionDump);
+        if let Some(old) = self.conn.take() {
+            self.drop_conn(old);
+        }
         self.conn = Some(winner_conn);
         self.event(Event::TcpConnectionConfirmed);
         self.event(Event::BgpOpen(Box::new(open)));
