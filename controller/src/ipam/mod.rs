@@ -427,18 +427,27 @@ impl Ipam {
         sharing_key: Option<&str>,
         ports: &[PortProto],
     ) -> Vec<RebuildConflict> {
-        let mut conflicts = Vec::new();
         let mut held = self.held(key).to_vec();
+        // All or nothing: a Service with one conflicting address adopts none of them, so
+        // it is left for a human (the conflict path) and never half-renumbered later.
+        let conflicts: Vec<RebuildConflict> = ips
+            .iter()
+            .filter(|ip| !held.contains(ip))
+            .filter_map(|ip| {
+                self.can_hold(ip, key, sharing_key, ports)
+                    .err()
+                    .map(|(holder, _)| RebuildConflict {
+                        service: key.to_string(),
+                        ip: *ip,
+                        holder,
+                    })
+            })
+            .collect();
+        if !conflicts.is_empty() {
+            return conflicts;
+        }
         for ip in ips {
             if held.contains(ip) {
-                continue;
-            }
-            if let Err((holder, _)) = self.can_hold(ip, key, sharing_key, ports) {
-                conflicts.push(RebuildConflict {
-                    service: key.to_string(),
-                    ip: *ip,
-                    holder,
-                });
                 continue;
             }
             let pool = self.first_pool_offering(ip).map(|p| p.name.clone());

@@ -628,3 +628,17 @@ fn first_sight_adopts_status() {
     assert_eq!(out.adopted, vec![ip("192.0.2.200")]);
     assert!(out.allocated.is_empty());
 }
+
+#[test]
+fn a_dual_stack_service_with_one_conflicting_address_adopts_neither() {
+    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/24", "2001:db8::/64"]))]);
+    assert!(m.adopt("ns/a", &[ip("192.0.2.5")], None, &[]).is_empty());
+    let conflicts = m.adopt("ns/b", &[ip("192.0.2.5"), ip("2001:db8::5")], None, &[]);
+    assert_eq!(conflicts.len(), 1);
+    assert_eq!(conflicts[0].ip, ip("192.0.2.5"));
+    assert!(
+        m.held("ns/b").is_empty(),
+        "no half-adoption that ensure() would later complete with a new v4 address"
+    );
+    assert!(m.holders(&ip("2001:db8::5")).is_empty());
+}
