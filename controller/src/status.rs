@@ -88,12 +88,15 @@ pub fn status_patch(svc: &Service, desired: &Desired, now: Time) -> Option<Value
         Desired::Clear => (Some(Vec::new()), None),
     };
 
+    // An API server without the LoadBalancerIPMode feature drops `ipMode`: a missing
+    // mode is not a difference, or every reconcile would patch (and announce) again.
     let ingress_changed = want_ingress.as_ref().is_some_and(|ips| {
-        let want: Vec<(Option<String>, Option<String>)> = ips
-            .iter()
-            .map(|ip| (Some(ip.to_string()), Some("VIP".to_string())))
-            .collect();
-        want != current_ingress(svc)
+        let current = current_ingress(svc);
+        current.len() != ips.len()
+            || ips.iter().zip(&current).any(|(ip, (cur_ip, cur_mode))| {
+                cur_ip.as_deref() != Some(ip.to_string().as_str())
+                    || cur_mode.as_deref().is_some_and(|m| m != "VIP")
+            })
     });
     let cond = want_cond.map(|(status, reason, message)| {
         let same_status = existing.is_some_and(|c| c.status == status);
@@ -201,8 +204,41 @@ mod tests {
             json!([{"ip": "192.0.2.1", "ipMode": "VIP"}, {"ip": "2001:db8::1", "ipMode": "VIP"}])
         );
         apply(&mut svc, &p);
-        assert_eq!(status_patch(&svc, &Desired::Allocated(ips), t(20)), None);
+        assert_eq!(
+            status_patch(&svc, &Desired::Allocated(ips.clone()), t(20)),
+            None
+        );
         assert!(has_our_status(&svc));
+        // A server without the LoadBalancerIPMode feature drops ipMode: still no patch.
+        for ing in svc
+            .status
+            .as_mut()
+            .unwrap()
+            .load_balancer
+            .as_mut()
+            .unwrap()
+            .ingress
+            .as_mut()
+            .unwrap()
+        {
+            ing.ip_mode = None;
+        }
+        assert_eq!(
+            status_patch(&svc, &Desired::Allocated(ips.clone()), t(30)),
+            None
+        );
+        // A different mode, or a different address, is a change.
+        svc.status
+            .as_mut()
+            .unwrap()
+            .load_balancer
+            .as_mut()
+            .unwrap()
+            .ingress
+            .as_mut()
+            .unwrap()[0]
+            .ip_mode = Some("Proxy".into());
+        assert!(status_patch(&svc, &Desired::Allocated(ips), t(40)).is_some());
     }
 
     #[test]
