@@ -40,39 +40,28 @@ fn help_lists_common_flags_and_subcommands() {
 
 #[test]
 fn bad_input_is_refused_with_the_flag_named() {
-    let (ok, text) = run(&[
-        "--metrics-addr",
-        "nonsense",
-        "run",
-        "--node-name",
-        "n",
-        "--interface",
-        "lo",
-    ]);
-    assert!(!ok);
-    assert!(text.contains("--metrics-addr"), "{text}");
-    let (ok, text) = run(&[
-        "--log-level",
-        "info,[",
-        "run",
-        "--node-name",
-        "n",
-        "--interface",
-        "lo",
-    ]);
-    assert!(!ok);
-    assert!(text.contains("--log-level"), "{text}");
-    let (ok, text) = run(&[
-        "run",
-        "--node-name",
-        "n",
-        "--interface",
-        "lo",
-        "--ring-size",
-        "1000",
-        "--source-v4",
-        "192.0.2.1",
-    ]);
-    assert!(!ok);
-    assert!(text.contains("--ring-size 1000"), "{text}");
+    let run_args = ["run", "--node-name", "n", "--interface", "lo"];
+    let cases: [(&[&str], &[&str], &str); 3] = [
+        (&["--metrics-addr", "nonsense"], &[], "--metrics-addr"),
+        (&["--log-level", "info,["], &[], "--log-level"),
+        (
+            &[],
+            &["--ring-size", "1000", "--source-v4", "192.0.2.1"],
+            "--ring-size 1000",
+        ),
+    ];
+    for (before, after, named) in cases {
+        let args: Vec<&str> = before
+            .iter()
+            .chain(&run_args)
+            .chain(after)
+            .copied()
+            .collect();
+        let (ok, text) = run(&args);
+        assert!(!ok, "{args:?} was accepted");
+        assert!(
+            text.contains(named),
+            "{args:?}: the error does not name {named}:\n{text}"
+        );
+    }
 }
