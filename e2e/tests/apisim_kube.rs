@@ -3,6 +3,10 @@
 //! finalizers, Leases, selectors, metadata reads, Events, fault knobs (writes and
 //! patches: apisim_patch.rs).
 
+mod common;
+use common::{code, sim, svc};
+use ringlb_e2e::{SimHandle, SimOptions, Simulator};
+
 use std::time::Duration;
 
 use futures::{StreamExt, TryStreamExt};
@@ -12,29 +16,7 @@ use kube::api::{
     Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, WatchEvent, WatchParams,
 };
 use kube::runtime::watcher;
-use ringlb_e2e::{SimHandle, SimOptions, Simulator};
 use serde_json::json;
-
-async fn sim() -> SimHandle {
-    Simulator::start(SimOptions::default())
-        .await
-        .expect("simulator starts")
-}
-
-fn svc(name: &str) -> Service {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}
-    }))
-    .unwrap()
-}
-
-fn code(e: kube::Error) -> u16 {
-    match e {
-        kube::Error::Api(s) => s.code,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn list_then_watch_from_resource_version() {

@@ -2,31 +2,12 @@
 //! merge/JSON/strategic patches, and server-side apply (field ownership, removal of
 //! dropped fields, conflicts between managers).
 
+mod common;
+use common::{code, sim, svc};
+
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, Patch, PatchParams, PostParams};
-use ringlb_e2e::{SimHandle, SimOptions, Simulator};
 use serde_json::json;
-
-async fn sim() -> SimHandle {
-    Simulator::start(SimOptions::default())
-        .await
-        .expect("simulator starts")
-}
-
-fn svc(name: &str) -> Service {
-    serde_json::from_value(json!({
-        "metadata": {"name": name, "labels": {"app": name}},
-        "spec": {"type": "LoadBalancer", "selector": {"app": name}, "ports": [{"port": 80, "targetPort": 8080}]}
-    }))
-    .unwrap()
-}
-
-fn code(e: kube::Error) -> u16 {
-    match e {
-        kube::Error::Api(s) => s.code,
-        other => panic!("expected an API error, got {other:?}"),
-    }
-}
 
 #[tokio::test]
 async fn status_subresource_is_isolated() {
