@@ -15,11 +15,10 @@ mod xdp_support;
 use std::{
     collections::BTreeMap,
     io::{BufRead, BufReader, Write},
-    net::{IpAddr, TcpListener, TcpStream},
+    net::{IpAddr, TcpStream},
     time::Duration,
 };
 
-use aya::programs::{SchedClassifier, TcAttachType, Xdp, XdpMode, tc};
 use ringlb_edge::{
     datapath::{
         Datapath, DesiredState, Proto, ServiceEntry, Vip,
@@ -72,27 +71,6 @@ fn veth(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
 
 fn sysctl(ns: &str, kv: &str) {
     nsx(ns, &["sysctl", "-qw", kv]);
-}
-
-/// A TCP server on VIP:80 in `ns` that answers every line with `name`.
-fn serve(ns: String, name: &'static str) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        enter_netns(&ns);
-        let l = TcpListener::bind((VIP, 80)).expect("bind VIP:80");
-        tx.send(()).unwrap();
-        for c in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut w = c.try_clone().unwrap();
-                for line in BufReader::new(c).lines() {
-                    if line.is_err() || w.write_all(format!("{name}\n").as_bytes()).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(5)).expect("server up");
 }
 
 /// Sends one line and reads the answer (the pod's name).
@@ -199,26 +177,10 @@ fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
     // a veth frame sent with XDP_TX keeps a partial checksum otherwise
     in_netns(c, || tx_checksum_off("eth0"));
 
-    // the ToR side of the edge's veth needs an XDP program for XDP_TX to arrive
-    let mut pass = aya::Ebpf::load(objects::XDP_FLOOR).unwrap();
-    let prog: &mut Xdp = pass.program_mut("ringlb_pass").unwrap().try_into().unwrap();
-    prog.load().unwrap();
-    in_netns(t, || prog.attach("ve-e", XdpMode::Driver).unwrap());
-
-    // the pods decapsulate with tc
-    let mut decaps = Vec::new();
-    for ns in [p1, p2] {
-        let mut d = aya::Ebpf::load(objects::TC_DECAP).unwrap();
-        let prog: &mut SchedClassifier = d.program_mut("ringlb_decap").unwrap().try_into().unwrap();
-        prog.load().unwrap();
-        in_netns(ns, || {
-            let _ = tc::qdisc_add_clsact("eth0");
-            prog.attach("eth0", TcAttachType::Ingress).unwrap();
-        });
-        decaps.push(d);
-    }
-    serve(p1.clone(), "pod1");
-    serve(p2.clone(), "pod2");
+    // ringlb_pass on the ToR side (veth XDP_TX needs it), tc decap in the pods
+    let _programs = attach_lab_programs(t, [p1, p2]);
+    serve(p1.clone(), ip(VIP), "pod1");
+    serve(p2.clone(), ip(VIP), "pod2");
 
     // the edge
     let opts = XdpOptions {

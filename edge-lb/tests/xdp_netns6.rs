@@ -6,11 +6,10 @@ mod xdp_support;
 use std::{
     collections::BTreeMap,
     io::{BufRead, BufReader, Write},
-    net::{IpAddr, TcpListener, TcpStream},
+    net::{IpAddr, TcpStream},
     time::Duration,
 };
 
-use aya::programs::{SchedClassifier, TcAttachType, Xdp, XdpMode, tc};
 use ringlb_edge::{
     datapath::{
         Datapath, DesiredState, Proto, ServiceEntry, Vip,
@@ -39,26 +38,6 @@ fn veth6(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
     ]);
     sh(&["ip", "-n", a_ns, "link", "set", a, "up"]);
     sh(&["ip", "-n", b_ns, "link", "set", b, "up"]);
-}
-
-fn serve(ns: String, name: &'static str) {
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        enter_netns(&ns);
-        let l = TcpListener::bind((ip(VIP), 80)).expect("bind [VIP]:80");
-        tx.send(()).unwrap();
-        for c in l.incoming().flatten() {
-            std::thread::spawn(move || {
-                let mut w = c.try_clone().unwrap();
-                for line in BufReader::new(c).lines() {
-                    if line.is_err() || w.write_all(format!("{name}\n").as_bytes()).is_err() {
-                        break;
-                    }
-                }
-            });
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(5)).expect("server up");
 }
 
 #[test]
@@ -132,23 +111,9 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
     }
     in_netns(c, || tx_checksum_off("eth0"));
 
-    let mut pass = aya::Ebpf::load(objects::XDP_FLOOR).unwrap();
-    let prog: &mut Xdp = pass.program_mut("ringlb_pass").unwrap().try_into().unwrap();
-    prog.load().unwrap();
-    in_netns(t, || prog.attach("ve-e", XdpMode::Driver).unwrap());
-    let mut decaps = Vec::new();
-    for ns in [p1, p2] {
-        let mut d = aya::Ebpf::load(objects::TC_DECAP).unwrap();
-        let prog: &mut SchedClassifier = d.program_mut("ringlb_decap").unwrap().try_into().unwrap();
-        prog.load().unwrap();
-        in_netns(ns, || {
-            let _ = tc::qdisc_add_clsact("eth0");
-            prog.attach("eth0", TcAttachType::Ingress).unwrap();
-        });
-        decaps.push(d);
-    }
-    serve(p1.clone(), "pod1");
-    serve(p2.clone(), "pod2");
+    let _programs = attach_lab_programs(t, [p1, p2]);
+    serve(p1.clone(), ip(VIP), "pod1");
+    serve(p2.clone(), ip(VIP), "pod2");
 
     let opts = XdpOptions {
         pin_dir: None,
