@@ -18,6 +18,8 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -76,10 +78,16 @@ enum ConnEvent {
     Closed(u64, String),
 }
 
+/// Most bytes a connection may have queued for the peer. A peer that keeps its
+/// session alive but stops reading (zero TCP window) would otherwise grow our memory
+/// without bound; past this the connection is closed as failed.
+const MAX_QUEUED: usize = 32 * 1024 * 1024;
+
 /// One TCP connection: a writer queue and the reader task.
 struct Conn {
     id: u64,
     tx: mpsc::UnboundedSender<Vec<u8>>,
+    queued: Arc<AtomicUsize>,
     reader: JoinHandle<()>,
     writer: JoinHandle<()>,
     local: SocketAddr,
@@ -87,7 +95,14 @@ struct Conn {
 }
 
 impl Conn {
+    /// Queues `b` for the peer. Over [`MAX_QUEUED`] the queue is closed instead: the
+    /// writer then ends and reports the connection failed.
     fn send(&self, b: Vec<u8>) {
+        let n = b.len();
+        if self.queued.fetch_add(n, Ordering::Relaxed) + n > MAX_QUEUED {
+            self.queued.store(usize::MAX / 2, Ordering::Relaxed);
+            return;
+        }
         let _ = self.tx.send(b);
     }
 }
@@ -119,7 +134,13 @@ async fn read_loop(id: u64, rd: OwnedReadHalf, tx: mpsc::Sender<ConnEvent>) {
     }
 }
 
-async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<u8>>) {
+async fn write_loop(
+    id: u64,
+    mut wr: OwnedWriteHalf,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    queued: Arc<AtomicUsize>,
+    events: mpsc::Sender<ConnEvent>,
+) {
     let mut buf = Vec::with_capacity(64 * 1024);
     while let Some(b) = rx.recv().await {
         buf.clear();
@@ -131,9 +152,18 @@ async fn write_loop(mut wr: OwnedWriteHalf, mut rx: mpsc::UnboundedReceiver<Vec<
                 Err(_) => break,
             }
         }
+        if queued.load(Ordering::Relaxed) > MAX_QUEUED {
+            let why = format!("peer is not reading: over {MAX_QUEUED} bytes queued");
+            let _ = events.send(ConnEvent::Closed(id, why)).await;
+            return;
+        }
         if wr.write_all(&buf).await.is_err() {
             return;
         }
+        queued.fetch_sub(
+            buf.len().min(queued.load(Ordering::Relaxed)),
+            Ordering::Relaxed,
+        );
     }
     let _ = wr.shutdown().await;
 }
@@ -290,8 +320,14 @@ impl PeerTask {
         self.event(Event::ManualStop);
         self.conn = None;
         let closing = std::mem::take(&mut self.closing);
-        for h in closing {
-            let _ = tokio::time::timeout(Duration::from_secs(2), h).await;
+        for mut h in closing {
+            // A writer stuck on a peer that does not read is stopped, not leaked.
+            if tokio::time::timeout(Duration::from_secs(2), &mut h)
+                .await
+                .is_err()
+            {
+                h.abort();
+            }
         }
     }
 
@@ -326,11 +362,13 @@ impl PeerTask {
         let id = self.next_id;
         let (rd, wr) = stream.into_split();
         let (tx, rx) = mpsc::unbounded_channel();
+        let queued = Arc::new(AtomicUsize::new(0));
         let reader = tokio::spawn(read_loop(id, rd, self.ev_tx.clone()));
-        let writer = tokio::spawn(write_loop(wr, rx));
+        let writer = tokio::spawn(write_loop(id, wr, rx, queued.clone(), self.ev_tx.clone()));
         Some(Conn {
             id,
             tx,
+            queued,
             reader,
             writer,
             local,
@@ -341,6 +379,11 @@ impl PeerTask {
     fn drop_conn(&mut self, c: Conn) {
         c.reader.abort();
         self.closing.retain(|h| !h.is_finished());
+        // Writers still flushing to peers that do not read are bounded too: past a
+        // few, the oldest is stopped.
+        while self.closing.len() >= 4 {
+            self.closing.remove(0).abort();
+        }
         self.closing.push(c.writer);
         // Dropping `c.tx` lets the writer flush what is queued, then close.
     }
