@@ -193,6 +193,29 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
         "clear error"
     );
 
+    // Removing the backend with the newest generation, then restarting, must not let
+    // a new backend reuse that generation (stale conntrack entries carry it).
+    let v = *desired().services.keys().next().unwrap();
+    let one = DesiredState {
+        services: [(
+            v,
+            ServiceEntry::new(&v, vec![ip("10.1.0.1")], vec![0; 7]).unwrap(),
+        )]
+        .into_iter()
+        .collect(),
+    };
+    dp.apply(&one).unwrap();
+    let high_water = dp.programmed().last_generation;
+    assert!(high_water >= 2, "two backends were assigned generations");
+    drop(dp);
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    assert!(
+        dp.programmed().last_generation >= high_water,
+        "restart forgot the generation high-water mark: {} < {high_water}",
+        dp.programmed().last_generation
+    );
+    dp.apply(&one).unwrap();
+
     cli(&["uninstall"]);
     drop(dp); // our own link fd was the last reference
     assert_eq!(xdp_prog_id("pa"), None, "detached");

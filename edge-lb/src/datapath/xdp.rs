@@ -267,8 +267,11 @@ impl XdpDatapath {
             }
         }
         let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+        // Deleted slots keep the generation high-water mark (see `run_ops`).
+        let mut high_water = 0;
         for (id, b) in backends.iter().enumerate() {
             let b = b.map_err(map_err(abi::map::BACKENDS))?;
+            high_water = high_water.max(b.generation);
             if let Some(addr) = b.addr.to_ip(b.family) {
                 pbackends.insert(
                     addr,
@@ -280,7 +283,9 @@ impl XdpDatapath {
                 );
             }
         }
-        Ok(Programmed::restored(pvips, pbackends))
+        let mut p = Programmed::restored(pvips, pbackends);
+        p.last_generation = p.last_generation.max(high_water);
+        Ok(p)
     }
 
     /// Opens every map with its Rust key/value types: aya checks the sizes
@@ -451,7 +456,11 @@ impl XdpDatapath {
         Ok(changed)
     }
 
-    fn run_ops(&mut self, ops: Vec<MapOp>) -> Result<ApplyStats, Error> {
+    /// Writes `ops`. A deleted backend slot keeps `tombstone_gen` (the generation
+    /// high-water mark, with family 0 so the program treats the slot as empty): a
+    /// restarted loader reads it back and never hands out a generation a conntrack
+    /// entry may still carry.
+    fn run_ops(&mut self, ops: Vec<MapOp>, tombstone_gen: u32) -> Result<ApplyStats, Error> {
         let mut st = ApplyStats::default();
         let mut i = 0;
         while i < ops.len() {
@@ -542,7 +551,11 @@ impl XdpDatapath {
                 }
                 MapOp::DelBackend { id } => {
                     let mut m: Array<_, abi::BackendValue> = self.map_mut(abi::map::BACKENDS)?;
-                    m.set(*id, abi::BackendValue::default(), 0)
+                    let tombstone = abi::BackendValue {
+                        generation: tombstone_gen,
+                        ..Default::default()
+                    };
+                    m.set(*id, tombstone, 0)
                         .map_err(map_err(abi::map::BACKENDS))?;
                     st.backends_deleted += 1;
                 }
@@ -633,11 +646,16 @@ impl XdpDatapath {
         entry: Option<&ServiceEntry>,
     ) -> Result<ApplyStats, Error> {
         let ops = plan_update(&mut self.programmed, vip, entry)?;
-        self.run_ops_or_resync(ops)
+        let tombstone_gen = self.programmed.last_generation;
+        self.run_ops_or_resync(ops, tombstone_gen)
     }
 
-    fn run_ops_or_resync(&mut self, ops: Vec<MapOp>) -> Result<ApplyStats, Error> {
-        self.run_ops(ops).inspect_err(|_| {
+    fn run_ops_or_resync(
+        &mut self,
+        ops: Vec<MapOp>,
+        tombstone_gen: u32,
+    ) -> Result<ApplyStats, Error> {
+        self.run_ops(ops, tombstone_gen).inspect_err(|_| {
             if let Ok(p) = self.read_programmed() {
                 self.programmed = p;
             }
@@ -646,7 +664,7 @@ impl XdpDatapath {
 
     fn apply_inner(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error> {
         let (ops, next) = plan(&self.programmed, desired)?;
-        match self.run_ops(ops) {
+        match self.run_ops(ops, next.last_generation) {
             Ok(st) => {
                 self.programmed = next;
                 Ok(st)
