@@ -84,8 +84,8 @@ impl Community {
     pub const GRACEFUL_SHUTDOWN: Community = Community(65535, 0);
 
     /// The 32-bit value carried on the wire.
-    pub fn as_u32(self) -> u32 {
-        (u32::from(self.0) << 16) | u32::from(self.1)
+    pub const fn as_u32(self) -> u32 {
+        ((self.0 as u32) << 16) | self.1 as u32
     }
 }
 

@@ -16,7 +16,7 @@ use super::Error;
 use super::codec::Afi;
 
 /// GRACEFUL_SHUTDOWN well-known community (RFC 8326).
-pub const GRACEFUL_SHUTDOWN: u32 = 0xffff_0000;
+pub const GRACEFUL_SHUTDOWN: u32 = ringlb_crds::Community::GRACEFUL_SHUTDOWN.as_u32();
 
 /// Attributes the caller attaches to an announced prefix.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
@@ -171,31 +171,17 @@ pub fn parse_community(s: &str) -> Result<u32, Error> {
     if let Some(c) = named {
         return Ok(c);
     }
-    let bad = || {
-        invalid(
-            "communities",
-            format!("{s:?} is not ASN:VALUE with 16-bit parts"),
-        )
-    };
-    let (a, v) = s.split_once(':').ok_or_else(bad)?;
-    let a: u16 = a.parse().map_err(|_| bad())?;
-    let v: u16 = v.parse().map_err(|_| bad())?;
-    Ok((u32::from(a) << 16) | u32::from(v))
+    // The numeric form is the CRD's (`ringlb_crds::Community`).
+    s.parse::<ringlb_crds::Community>()
+        .map(ringlb_crds::Community::as_u32)
+        .map_err(|e| invalid("communities", e))
 }
 
 /// `GLOBAL:LOCAL1:LOCAL2`, each 0..4294967295 (RFC 8092).
 pub fn parse_large_community(s: &str) -> Result<[u32; 3], Error> {
-    let bad = || {
-        invalid(
-            "largeCommunities",
-            format!("{s:?} is not G:L1:L2 with 32-bit parts"),
-        )
-    };
-    let parts: Vec<u32> = s
-        .split(':')
-        .map(|p| p.parse::<u32>().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    <[u32; 3]>::try_from(parts).map_err(|_| bad())
+    s.parse::<ringlb_crds::LargeCommunity>()
+        .map(|c| [c.0, c.1, c.2])
+        .map_err(|e| invalid("largeCommunities", e))
 }
 
 // ---------------------------------------------------------------- standalone file
