@@ -21,20 +21,20 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use futures::StreamExt;
 use ipnetwork::IpNetwork;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
+use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use ringlb_crds::{BGPPeer, IPPool};
 use ringlb_ops::{CommonArgs, Health};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify};
 
-use ringlb_edge::bgp::{self, RouteAttrs, Speaker, k8s::NodeContext};
+use ringlb_edge::bgp::k8s::{NodeContext, watch_into};
+use ringlb_edge::bgp::{self, RouteAttrs, Speaker};
 use ringlb_edge::datapath::abi::MAX_RING_SIZE;
 use ringlb_edge::datapath::metrics::XdpMetrics;
 use ringlb_edge::datapath::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
@@ -97,30 +97,6 @@ struct Stores {
     slices: Store<EndpointSlice>,
 }
 
-/// Starts a reflector for `api` and returns its store; every event pokes `notify`.
-fn reflect<K>(api: Api<K>, cfg: watcher::Config, notify: Arc<Notify>) -> Store<K>
-where
-    K: kube::Resource<DynamicType = ()> + Clone + std::fmt::Debug + Send + Sync + 'static,
-    K: serde::de::DeserializeOwned,
-{
-    let (reader, writer) = reflector::store();
-    let kind = K::kind(&()).to_string();
-    let stream = watcher(api, cfg)
-        .default_backoff()
-        .reflect(writer)
-        .touched_objects();
-    tokio::spawn(async move {
-        futures::pin_mut!(stream);
-        while let Some(ev) = stream.next().await {
-            match ev {
-                Ok(_) => notify.notify_one(),
-                Err(e) => tracing::warn!(kind, error = %e, "watch error; retrying with backoff"),
-            }
-        }
-    });
-    reader
-}
-
 /// Runs the edge agent until SIGTERM/SIGINT.
 pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     maglev::Table::build(
@@ -173,16 +149,18 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let notify = Arc::new(Notify::new());
     let all = watcher::Config::default();
     let stores = Stores {
-        services: reflect(
+        services: watch_into(
             Api::<Service>::all(client.clone()),
             all.clone(),
             notify.clone(),
-        ),
-        slices: reflect(
+        )
+        .0,
+        slices: watch_into(
             Api::<EndpointSlice>::all(client.clone()),
             all,
             notify.clone(),
-        ),
+        )
+        .0,
     };
     for (kind, ready) in [
         ("Service", stores.services.wait_until_ready().await),

@@ -45,7 +45,9 @@ fn api_err(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
     }
 }
 
-fn watch_into<K>(
+/// A reflector for `api` whose every change (and every completed relist) pokes
+/// `dirty`; watch errors are logged and retried with backoff.
+pub fn watch_into<K>(
     api: Api<K>,
     cfg: watcher::Config,
     dirty: Arc<Notify>,
@@ -55,19 +57,23 @@ where
     K::DynamicType: Default + Eq + std::hash::Hash + Clone,
 {
     let (reader, writer) = reflector::store::<K>();
+    let kind = K::kind(&K::DynamicType::default()).to_string();
     let task = tokio::spawn(
         watcher(api, cfg)
             .default_backoff()
             .reflect(writer)
             .for_each(move |ev| {
                 let dirty = dirty.clone();
+                let kind = kind.clone();
                 async move {
                     match ev {
                         Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone) => {
                             dirty.notify_one()
                         }
                         Ok(_) => {}
-                        Err(e) => tracing::warn!(error = %e, "BGP objects watch"),
+                        Err(e) => {
+                            tracing::warn!(%kind, error = %e, "watch error; retrying with backoff")
+                        }
                     }
                 }
             }),
