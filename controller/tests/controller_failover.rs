@@ -178,14 +178,28 @@ async fn rebuild_reports_conflicts_and_touches_neither_service() {
             "{name} untouched"
         );
     }
-    assert_eq!(
-        condition(&get_svc(&client, "older").await).map(|c| c.0),
-        Some("True".into())
-    );
-    assert_eq!(
-        condition(&get_svc(&client, "newer").await),
-        Some(("False".into(), "IPConflict".into()))
-    );
+    // The Warning on "newer" can be emitted before either status condition is
+    // written (each Service is its own reconcile), so wait for both.
+    wait_for(Duration::from_secs(5), "older: IPAllocated True", || {
+        let client = client.clone();
+        async move {
+            let c = condition(&get_svc(&client, "older").await)?;
+            (c.0 == "True").then_some(())
+        }
+    })
+    .await;
+    wait_for(
+        Duration::from_secs(5),
+        "newer: IPAllocated False/IPConflict",
+        || {
+            let client = client.clone();
+            async move {
+                let c = condition(&get_svc(&client, "newer").await)?;
+                (c == ("False".into(), "IPConflict".into())).then_some(())
+            }
+        },
+    )
+    .await;
     assert_eq!(
         ctrl.metric("ringlb_controller_warnings_total{reason=\"rebuild_conflict\"}")
             .await,
