@@ -10,6 +10,8 @@
 //!
 //! The kernel counters are absolute; `update` adds the difference since the
 //! last call (a counter that went down, e.g. a VIP re-created, starts over).
+//! A VIP that is no longer in the counters (the service went away) loses its
+//! two series, so deleted services do not stay in /metrics forever.
 
 use std::collections::BTreeMap;
 
@@ -80,9 +82,25 @@ impl XdpMetrics {
         for (reason, v) in &c.global {
             add(&self.packets, "g", ("reason", reason.to_string()), *v);
         }
+        let mut present = std::collections::BTreeSet::new();
         for (vip, p, b) in &c.per_vip {
-            add(&self.vip_packets, "p", ("vip", vip.to_string()), *p);
-            add(&self.vip_bytes, "b", ("vip", vip.to_string()), *b);
+            let label = vip.to_string();
+            add(&self.vip_packets, "p", ("vip", label.clone()), *p);
+            add(&self.vip_bytes, "b", ("vip", label.clone()), *b);
+            present.insert(label);
+        }
+        // VIPs gone since the last call: drop their series and their memory
+        let gone: Vec<String> = last
+            .keys()
+            .filter(|(kind, l)| (kind == "p" || kind == "b") && !present.contains(l))
+            .map(|(_, l)| l.clone())
+            .collect();
+        for label in gone {
+            let labels = vec![("vip".to_string(), label.clone())];
+            self.vip_packets.remove(&labels);
+            self.vip_bytes.remove(&labels);
+            last.remove(&("p".to_string(), label.clone()));
+            last.remove(&("b".to_string(), label));
         }
     }
 
@@ -151,5 +169,48 @@ mod tests {
             "{t}"
         );
         assert!(t.contains("ringlb_xdp_apply_seconds_count 1"), "{t}");
+    }
+
+    #[test]
+    fn a_deleted_vip_loses_its_series() {
+        let mut r = Registry::with_prefix("ringlb");
+        let m = XdpMetrics::register(&mut r);
+        let vip = |last: u8| Vip {
+            addr: std::net::IpAddr::from([10, 0, 0, last]),
+            port: 80,
+            proto: Proto::Tcp,
+        };
+        m.update(&Counters {
+            global: vec![("tx", 3)],
+            per_vip: vec![(vip(1), 1, 64), (vip(2), 2, 128)],
+        });
+        let t = text(&r);
+        assert!(t.contains("vip=\"10.0.0.1:80/tcp\""), "{t}");
+        assert!(t.contains("vip=\"10.0.0.2:80/tcp\""), "{t}");
+        // VIP 1 is deleted: its packet and byte series go, VIP 2's stay
+        m.update(&Counters {
+            global: vec![("tx", 5)],
+            per_vip: vec![(vip(2), 4, 256)],
+        });
+        let t = text(&r);
+        assert!(!t.contains("10.0.0.1:80/tcp"), "{t}");
+        assert!(
+            t.contains("ringlb_xdp_vip_packets_total{vip=\"10.0.0.2:80/tcp\"} 4"),
+            "{t}"
+        );
+        assert!(
+            t.contains("ringlb_xdp_packets_total{reason=\"tx\"} 5"),
+            "{t}"
+        );
+        // re-created, it starts from its new kernel counter
+        m.update(&Counters {
+            global: vec![("tx", 6)],
+            per_vip: vec![(vip(1), 1, 64), (vip(2), 4, 256)],
+        });
+        let t = text(&r);
+        assert!(
+            t.contains("ringlb_xdp_vip_bytes_total{vip=\"10.0.0.1:80/tcp\"} 64"),
+            "{t}"
+        );
     }
 }
