@@ -18,7 +18,7 @@
 
 /* ---- sizes ---------------------------------------------------------------- */
 #define RINGLB_MAX_VIPS      65536    /* VIP:port:proto entries (incl. wildcards) */
-#define RINGLB_MAX_BACKENDS  131072   /* global backend ids; id 0 is "none" */
+#define RINGLB_MAX_BACKENDS  1048576  /* backend ids, one per (VIP, pod) pair; id 0 is "none" (40 MiB) */
 #define RINGLB_MAX_RING_SIZE 65537    /* largest Maglev table M (prime) */
 #define RINGLB_CT_SIZE       262144   /* conntrack entries (LRU, per-CPU lists) */
 

@@ -302,7 +302,7 @@ fn conntrack_keeps_flows_on_their_backend_while_it_exists() {
     // a new pod inherits .1's id (new generation); the flow stays on .2
     dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2", "10.1.0.3"], 0))]))
         .unwrap();
-    let id3 = dp.programmed().backends[&ip("10.1.0.3")].id;
+    let id3 = dp.programmed().backend(&v, ip("10.1.0.3")).unwrap().id;
     assert_eq!(id3, 1, "id of the removed backend is reused");
     assert_eq!(
         run(&dp, &old.bytes()).1,
@@ -329,7 +329,7 @@ fn stale_conntrack_never_follows_a_reused_backend_id() {
     // ... and hand the id to .9 with the ring pointing at .2
     dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2", "10.1.0.9"], 0))]))
         .unwrap();
-    assert_eq!(dp.programmed().backends[&ip("10.1.0.9")].id, 1);
+    assert_eq!(dp.programmed().backend(&v, ip("10.1.0.9")).unwrap().id, 1);
     let (verdict, out) = run(&dp, &f.bytes());
     assert_eq!(verdict, XDP_TX);
     assert_eq!(
@@ -533,7 +533,14 @@ fn maglev_ring_in_the_kernel_agrees_with_the_rust_table() {
             family: fam,
             pad: [0; 2],
         };
-        assert_eq!(dp.lookup(&flow).unwrap(), Some((want, true)));
+        match dp.lookup(&flow).unwrap() {
+            ringlb_edge::datapath::lookup::Lookup::Backend {
+                addr,
+                conntrack: ringlb_edge::datapath::lookup::CtState::Hit,
+                ..
+            } => assert_eq!(addr, want),
+            other => panic!("flow {src}:{sport}: {other:?}"),
+        }
         seen.insert(want);
     }
     assert_eq!(seen.len(), 5, "200 flows reach all 5 backends");

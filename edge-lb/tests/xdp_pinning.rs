@@ -9,6 +9,7 @@ use std::net::IpAddr;
 
 use ringlb_edge::datapath::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip, abi,
+    lookup::{CtState, Lookup},
     nexthop::{NextHop, StaticResolver},
     packet::Frame,
     xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
@@ -98,20 +99,21 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
     let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
     let p = dp.programmed();
     assert_eq!(
-        p.backends,
-        programmed_before
-            .backends
-            .iter()
-            .map(|(a, b)| (
-                *a,
-                ringlb_edge::datapath::state::ProgrammedBackend { refs: 0, ..*b }
-            ))
-            .collect()
+        p.backends().collect::<Vec<_>>(),
+        programmed_before.backends().collect::<Vec<_>>(),
+        "ids and their owners read back from the rings"
     );
     assert_eq!(
         p.vips.keys().collect::<Vec<_>>(),
         programmed_before.vips.keys().collect::<Vec<_>>()
     );
+    for (v, pv) in &p.vips {
+        assert_eq!(
+            pv.ring, programmed_before.vips[v].ring,
+            "ring of {v} read back"
+        );
+    }
+    assert_eq!(p.last_generation, programmed_before.last_generation);
     let (raw_s, family) = abi::RawAddr::from_ip(ip("192.0.2.7"));
     let flow = abi::Flow {
         saddr: raw_s,
@@ -122,19 +124,25 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
         family,
         pad: [0; 2],
     };
-    let (_, from_ct) = dp.lookup(&flow).unwrap().expect("flow known");
-    assert!(from_ct, "the conntrack entry survived the restart");
+    assert!(
+        matches!(
+            dp.lookup(&flow).unwrap(),
+            Lookup::Backend {
+                conntrack: CtState::Hit,
+                ..
+            }
+        ),
+        "the conntrack entry survived the restart"
+    );
     assert_eq!(dp.attach("pa", AttachMode::Auto).unwrap(), "replaced");
     let second_prog = xdp_prog_id("pa").expect("still attached");
     assert_ne!(second_prog, first_prog, "new program inside the same link");
-    // same desired state: the rings are rewritten (not read back), nothing else
-    let st = dp.apply(&desired()).unwrap();
+    // same desired state: everything was read back, nothing is written
     assert_eq!(
-        (st.backends_written, st.vips_written, st.rings_created),
-        (0, 0, 0),
-        "{st:?}"
+        dp.apply(&desired()).unwrap(),
+        Default::default(),
+        "a restart re-applies nothing"
     );
-    assert_eq!(st.slots_written, 7);
     assert_eq!(
         dp.apply(&desired()).unwrap(),
         Default::default(),
@@ -174,7 +182,7 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
         "--dst",
         "10.100.0.1:80",
     ]);
-    assert!(lookup.contains("(conntrack entry)"), "{lookup}");
+    assert!(lookup.contains("from the conntrack entry"), "{lookup}");
     let lookup = cli(&[
         "lookup",
         "--src",
@@ -220,4 +228,78 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
     drop(dp); // our own link fd was the last reference
     assert_eq!(xdp_prog_id("pa"), None, "detached");
     assert!(!bpffs.path().join("ringlb").exists(), "pins removed");
+}
+
+/// The interface is deleted and re-created under the same name while the
+/// edge is down: the pinned link is defunct (the kernel detached it with the
+/// old device). The next attach must notice, unpin it and attach afresh to the
+/// new interface, instead of failing until an operator runs `uninstall`.
+#[test]
+fn a_defunct_pinned_link_is_replaced_by_a_fresh_attach() {
+    use ringlb_edge::datapath::batch::{if_index, pinned_link_ifindex};
+    if !is_root() {
+        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, netns, BPF)");
+        return;
+    }
+    let bpffs = BpfFs::new("defunct");
+    let ns = Netns::new(&format!("rlbdef-{}", std::process::id()));
+    enter_netns(&ns.0);
+    let veth = || {
+        sh(&[
+            "ip", "link", "add", "da", "type", "veth", "peer", "name", "db",
+        ]);
+        sh(&["ip", "link", "set", "da", "up"]);
+        sh(&["ip", "link", "set", "db", "up"]);
+    };
+    veth();
+    let pin = bpffs.path().join("ringlb").join("link_da");
+
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    dp.apply(&desired()).unwrap();
+    assert_eq!(dp.attach("da", AttachMode::Native).unwrap(), "native");
+    let old_index = if_index("da");
+    assert_eq!(pinned_link_ifindex(&pin).unwrap().1, old_index);
+    drop(dp);
+
+    sh(&["ip", "link", "del", "da"]);
+    veth();
+    let new_index = if_index("da");
+    assert_ne!(new_index, old_index, "a new interface");
+    assert_eq!(xdp_prog_id("da"), None, "nothing on the new interface yet");
+    assert!(pin.exists(), "the old link is still pinned");
+    assert_eq!(
+        pinned_link_ifindex(&pin).unwrap().1,
+        0,
+        "the pinned link is defunct"
+    );
+
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let how = dp
+        .attach("da", AttachMode::Native)
+        .expect("attach over a defunct pinned link");
+    assert_eq!(how, "native", "a fresh link, not an update of the dead one");
+    let prog = xdp_prog_id("da").expect("the program drives the new interface");
+    assert_eq!(
+        pinned_link_ifindex(&pin).unwrap().1,
+        new_index,
+        "the pin now holds the new link"
+    );
+    let ours = dp.program().unwrap().info().unwrap().id();
+    assert_eq!(
+        prog,
+        u64::from(ours),
+        "the program on the interface is ours"
+    );
+    drop(dp);
+
+    // and the next restart updates that link in place
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    assert_eq!(dp.attach("da", AttachMode::Native).unwrap(), "replaced");
+    assert_ne!(
+        xdp_prog_id("da"),
+        Some(prog),
+        "new program in the same link"
+    );
+    dp.uninstall().unwrap();
+    assert_eq!(xdp_prog_id("da"), None, "detached");
 }

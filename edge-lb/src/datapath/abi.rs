@@ -9,7 +9,7 @@
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 pub const MAX_VIPS: u32 = 65_536;
-pub const MAX_BACKENDS: u32 = 131_072;
+pub const MAX_BACKENDS: u32 = 1_048_576;
 pub const MAX_RING_SIZE: u32 = 65_537;
 pub const CT_SIZE: u32 = 262_144;
 

@@ -1,7 +1,12 @@
-//! `BPF_MAP_UPDATE_BATCH`: write many elements with one bpf(2) call. aya 0.14
-//! has no wrapper, so this is the one place with a raw syscall.
+//! The raw bpf(2) and mmap calls aya 0.14 has no wrapper for, in one place:
+//! `BPF_MAP_UPDATE_BATCH` (many elements in one call), reads and writes of
+//! `BPF_F_MMAPABLE` rings, and the XDP link's interface (`bpf_link_info`).
 
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::{
+    ffi::CString,
+    os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd},
+    path::Path,
+};
 
 use super::Error;
 
@@ -93,6 +98,129 @@ pub fn write_mmapped_u32(
     store_u32s(base, STRIDE, writes);
     munmap(base, len);
     Ok(())
+}
+
+/// Reads the first `n` slots of a `BPF_F_MMAPABLE` array of `u32` with
+/// `max_entries` slots straight from its memory (restart: the rings are read
+/// back without a syscall per slot). Fails for an array without the flag.
+pub fn read_mmapped_u32(fd: BorrowedFd<'_>, max_entries: u32, n: u32) -> Result<Vec<u32>, Error> {
+    const STRIDE: usize = 8;
+    let page = 4096usize;
+    let len = (max_entries as usize * STRIDE).div_ceil(page) * page;
+    let n = n.min(max_entries) as usize;
+    let base = mmap_shared(fd, len)?;
+    let v = load_u32s(base, STRIDE, n);
+    munmap(base, len);
+    Ok(v)
+}
+
+// SAFETY: n <= max_entries, so every base + i * stride (i < n) lies inside
+// the mapping of max_entries * stride bytes; each slot is 8-byte aligned.
+#[allow(unsafe_code)]
+fn load_u32s(base: *mut u8, stride: usize, n: usize) -> Vec<u32> {
+    (0..n)
+        .map(|i| unsafe { std::ptr::read_volatile(base.add(i * stride).cast::<u32>()) })
+        .collect()
+}
+
+const BPF_OBJ_GET: libc::c_long = 7;
+const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
+/// `BPF_LINK_TYPE_XDP` of `enum bpf_link_type`.
+pub const BPF_LINK_TYPE_XDP: u32 = 6;
+
+/// The `obj_pin` member of `union bpf_attr`.
+#[repr(C)]
+struct ObjGetAttr {
+    pathname: u64,
+    bpf_fd: u32,
+    file_flags: u32,
+}
+
+/// The `info` member of `union bpf_attr`.
+#[repr(C)]
+struct InfoAttr {
+    bpf_fd: u32,
+    info_len: u32,
+    info: u64,
+}
+
+/// (link type, XDP ifindex) of the bpf_link pinned at `pin`. The ifindex is
+/// 0 when the link is defunct: its interface was deleted (the kernel detaches
+/// an XDP link when its device unregisters, and the link stays pinned).
+pub fn pinned_link_ifindex(pin: &Path) -> Result<(u32, u32), Error> {
+    let path = CString::new(pin.as_os_str().as_encoded_bytes()).map_err(|e| Error::Syscall {
+        call: "bpf(BPF_OBJ_GET)",
+        source: std::io::Error::other(e),
+    })?;
+    let mut get = ObjGetAttr {
+        pathname: path.as_ptr() as u64,
+        bpf_fd: 0,
+        file_flags: 0,
+    };
+    let fd = sys_bpf(
+        BPF_OBJ_GET,
+        (&mut get as *mut ObjGetAttr).cast(),
+        size_of::<ObjGetAttr>(),
+    );
+    if fd < 0 {
+        return Err(Error::Syscall {
+            call: "bpf(BPF_OBJ_GET)",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    let fd = owned(fd as i32);
+    // struct bpf_link_info: type, id, prog_id, (pad), then the union at 16;
+    // for XDP its first member is the ifindex
+    let mut info = [0u64; 8];
+    let mut attr = InfoAttr {
+        bpf_fd: fd.as_raw_fd() as u32,
+        info_len: size_of_val(&info) as u32,
+        info: info.as_mut_ptr() as u64,
+    };
+    let rc = sys_bpf(
+        BPF_OBJ_GET_INFO_BY_FD,
+        (&mut attr as *mut InfoAttr).cast(),
+        size_of::<InfoAttr>(),
+    );
+    if rc < 0 {
+        return Err(Error::Syscall {
+            call: "bpf(BPF_OBJ_GET_INFO_BY_FD)",
+            source: std::io::Error::last_os_error(),
+        });
+    }
+    let word = |i: usize| {
+        let b = info[i / 2].to_ne_bytes();
+        let o = (i % 2) * 4;
+        u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
+    };
+    let (link_type, ifindex) = (word(0), word(4));
+    Ok((link_type, ifindex))
+}
+
+/// The index of interface `name` in the calling thread's network namespace;
+/// 0 if there is no such interface.
+pub fn if_index(name: &str) -> u32 {
+    CString::new(name).map_or(0, |c| if_nametoindex(&c))
+}
+
+// SAFETY: if_nametoindex reads the NUL-terminated string, which outlives the call.
+#[allow(unsafe_code)]
+fn if_nametoindex(name: &CString) -> u32 {
+    unsafe { libc::if_nametoindex(name.as_ptr()) }
+}
+
+// SAFETY: `fd` was just returned by bpf(2) and is owned by nobody else.
+#[allow(unsafe_code)]
+fn owned(fd: i32) -> OwnedFd {
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+// SAFETY: bpf(2) reads `size` bytes of `attr`, a live #[repr(C)] prefix of
+// union bpf_attr whose pointers (path, info buffer) outlive the call, and
+// writes at most `info_len` bytes into the info buffer.
+#[allow(unsafe_code)]
+fn sys_bpf(cmd: libc::c_long, attr: *mut u8, size: usize) -> libc::c_long {
+    unsafe { libc::syscall(libc::SYS_bpf, cmd, attr, size as libc::c_uint) }
 }
 
 // SAFETY: maps `len` bytes of the map behind `fd` (a BPF_F_MMAPABLE array of

@@ -9,15 +9,13 @@
 //! ringlb-edge datapath uninstall              detach and remove the pins
 //! ```
 
-use std::{
-    collections::BTreeMap,
-    fmt::Write as _,
-    io::Write,
-    net::{IpAddr, SocketAddr},
-    path::PathBuf,
-};
+use std::{collections::BTreeMap, fmt::Write as _, io::Write, net::SocketAddr, path::PathBuf};
 
-use super::{Counters, Datapath, Error, Proto, abi, xdp::XdpDatapath};
+use super::{
+    Counters, Datapath, Error, Proto, abi,
+    lookup::{CtState, Lookup},
+    xdp::XdpDatapath,
+};
 
 #[derive(clap::Args, Debug)]
 pub struct DatapathArgs {
@@ -30,7 +28,8 @@ pub struct DatapathArgs {
 
 #[derive(clap::Subcommand, Debug)]
 pub enum DatapathCommand {
-    /// VIPs with their ring size and backends (id, address, generation, next hop).
+    /// VIPs with their ring size and backends (id, address, generation, next
+    /// hop). Backend ids are per (VIP, pod): a pod in two VIPs has two ids.
     Dump {
         /// Also count ring slots per backend (reads every slot: slower).
         #[arg(long)]
@@ -60,7 +59,8 @@ pub fn run(args: &DatapathArgs, out: &mut dyn Write) -> Result<(), Error> {
     let mut s = String::new();
     match &args.command {
         DatapathCommand::Dump { slots } => {
-            let backends = dp.backend_table()?;
+            let ids = dp.programmed().backends().map(|(_, _, b)| b.id);
+            let backends = dp.backend_values(ids)?;
             let mut counts = BTreeMap::new();
             if *slots {
                 for p in dp.programmed().vips.values() {
@@ -77,21 +77,8 @@ pub fn run(args: &DatapathArgs, out: &mut dyn Write) -> Result<(), Error> {
                     reason: format!("source {src} and destination {dst} are different families"),
                 });
             }
-            let flow = flow(*proto, *src, *dst);
-            match dp.lookup(&flow)? {
-                Some((b, true)) => {
-                    writeln!(s, "{src} -> {dst}/{proto:?}: backend {b} (conntrack entry)")
-                }
-                Some((b, false)) => writeln!(
-                    s,
-                    "{src} -> {dst}/{proto:?}: backend {b} (Maglev ring; no conntrack entry yet)"
-                ),
-                None => writeln!(
-                    s,
-                    "{src} -> {dst}/{proto:?}: not a VIP, passed to the kernel"
-                ),
-            }
-            .ok();
+            let f = flow(*proto, *src, *dst);
+            s = format_lookup(&format!("{src} -> {dst}/{proto:?}"), &dp.lookup(&f)?);
         }
         DatapathCommand::Uninstall => {
             dp.uninstall()?;
@@ -129,7 +116,7 @@ fn mac(m: &[u8; 6]) -> String {
 /// `dump` output (pure: tested without BPF).
 pub fn format_dump(
     dp: &XdpDatapath,
-    backends: &[(u32, abi::BackendValue)],
+    backends: &BTreeMap<u32, abi::BackendValue>,
     slot_counts: &BTreeMap<u32, BTreeMap<u32, u32>>,
 ) -> String {
     format_dump_parts(&dp.programmed().vips, backends, slot_counts)
@@ -137,11 +124,14 @@ pub fn format_dump(
 
 fn format_dump_parts(
     vips: &BTreeMap<super::Vip, super::state::ProgrammedVip>,
-    backends: &[(u32, abi::BackendValue)],
+    backends: &BTreeMap<u32, abi::BackendValue>,
     slot_counts: &BTreeMap<u32, BTreeMap<u32, u32>>,
 ) -> String {
-    let by_id: BTreeMap<u32, &abi::BackendValue> = backends.iter().map(|(i, b)| (*i, b)).collect();
-    let mut s = format!("{} VIPs, {} backends\n", vips.len(), backends.len());
+    let pairs: usize = vips.values().map(|p| p.backends.len()).sum();
+    let mut s = format!(
+        "{} VIPs, {pairs} backend ids (one per VIP and pod)\n",
+        vips.len()
+    );
     for (vip, p) in vips {
         let no_ct = if p.flags & abi::VIP_F_NO_CT != 0 {
             " no-conntrack"
@@ -149,35 +139,85 @@ fn format_dump_parts(
             ""
         };
         writeln!(s, "VIP {vip}  id {}  ring {}{no_ct}", p.vip_id, p.ring_size).ok();
-        if let Some(c) = slot_counts.get(&p.vip_id) {
-            for (id, n) in c {
-                let addr = by_id
-                    .get(id)
-                    .and_then(|b| b.addr.to_ip(b.family))
-                    .map_or_else(|| "<missing>".to_string(), |a| a.to_string());
-                writeln!(s, "  backend {id:>6} {addr:<39} {n:>6} slots").ok();
-            }
+        let mut counts = slot_counts.get(&p.vip_id).cloned();
+        for (addr, pb) in &p.backends {
+            let nh = match backends.get(&pb.id) {
+                Some(b) if b.family == 0 => "slot is empty (tombstone)".to_string(),
+                Some(b) if b.nh_valid != 0 => format!(
+                    "via ifindex {} {} -> {}",
+                    b.ifindex,
+                    mac(&b.smac),
+                    mac(&b.dmac)
+                ),
+                Some(_) => "next hop unresolved (bpf_fib_lookup fallback)".to_string(),
+                None => "<missing>".to_string(),
+            };
+            let slots = counts
+                .as_mut()
+                .map(|c| format!("{:>6} slots  ", c.remove(&pb.id).unwrap_or(0)))
+                .unwrap_or_default();
+            let addr = addr.to_string();
+            writeln!(
+                s,
+                "  backend {:>7} {addr:<39} gen {:<6} {slots}{nh}",
+                pb.id, pb.generation
+            )
+            .ok();
+        }
+        // ring slots naming an id this VIP does not own (empty, being replaced)
+        for (id, n) in counts.into_iter().flatten() {
+            writeln!(s, "  backend {id:>7} {:<39} {n:>6} slots  not this VIP's (the program drops or the next apply rewrites them)", "-").ok();
         }
     }
-    writeln!(s, "backends:").ok();
-    for (id, b) in backends {
-        let addr = b
-            .addr
-            .to_ip(b.family)
-            .map_or_else(|| "?".into(), |a: IpAddr| a.to_string());
-        let nh = if b.nh_valid != 0 {
-            format!(
-                "via ifindex {} {} -> {}",
-                b.ifindex,
-                mac(&b.smac),
-                mac(&b.dmac)
-            )
-        } else {
-            "next hop unresolved (bpf_fib_lookup fallback)".to_string()
-        };
-        writeln!(s, "  {id:>6} {addr:<39} gen {:<6} {nh}", b.generation).ok();
-    }
     s
+}
+
+/// `lookup` output.
+pub fn format_lookup(what: &str, l: &Lookup) -> String {
+    let ct = |c: &CtState| match c {
+        CtState::Off => "conntrack off for this VIP".to_string(),
+        CtState::Miss => "no conntrack entry yet".to_string(),
+        CtState::Hit => "conntrack entry".to_string(),
+        CtState::Stale { id, generation } => format!(
+            "the conntrack entry (backend id {id}, generation {generation}) is stale: that backend was removed or its id reused"
+        ),
+    };
+    match l {
+        Lookup::NotVip => format!("{what}: not a VIP, passed to the kernel (pass_not_vip)\n"),
+        Lookup::Backend {
+            vip,
+            id,
+            addr,
+            conntrack: CtState::Hit,
+            ..
+        } => format!("{what}: VIP {vip}, backend {addr} (id {id}; from the conntrack entry)\n"),
+        Lookup::Backend {
+            vip,
+            id,
+            addr,
+            conntrack,
+            slot,
+        } => format!(
+            "{what}: VIP {vip}, backend {addr} (id {id}; Maglev ring slot {}; {})\n",
+            slot.unwrap_or(0),
+            ct(conntrack)
+        ),
+        Lookup::NoBackend {
+            vip,
+            slot,
+            id,
+            conntrack,
+        } => format!(
+            "{what}: VIP {vip}, but no backend: ring slot {} holds {} ({}); the program drops it (drop_no_backend)\n",
+            slot.map_or_else(|| "-".to_string(), |s| s.to_string()),
+            if *id == 0 {
+                "no backend id".to_string()
+            } else {
+                format!("id {id}, an empty backend slot")
+            },
+            ct(conntrack)
+        ),
+    }
 }
 
 /// `counters` output.
@@ -196,7 +236,10 @@ pub fn format_counters(c: &Counters) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::datapath::{Vip, state::ProgrammedVip};
+    use crate::datapath::{
+        Vip,
+        state::{ProgrammedBackend, ProgrammedVip},
+    };
 
     #[test]
     fn dump_lists_vips_slots_and_next_hops() {
@@ -212,7 +255,15 @@ mod tests {
                 ring_size: 251,
                 flags: abi::VIP_F_NO_CT,
                 ring: None,
-                backends: vec![],
+                backends: [(
+                    "10.1.0.1".parse().unwrap(),
+                    ProgrammedBackend {
+                        id: 1,
+                        generation: 4,
+                    },
+                )]
+                .into_iter()
+                .collect(),
                 entry: None,
             },
         )]
@@ -229,15 +280,19 @@ mod tests {
             nh_valid: 1,
             ..Default::default()
         };
-        let counts = [(3, [(1, 251)].into_iter().collect())]
+        let counts = [(3, [(1, 250), (0, 1)].into_iter().collect())]
             .into_iter()
             .collect();
-        let s = format_dump_parts(&vips, &[(1, b)], &counts);
+        let s = format_dump_parts(&vips, &[(1, b)].into_iter().collect(), &counts);
         assert!(
             s.contains("VIP 10.0.0.1:80/tcp  id 3  ring 251 no-conntrack"),
             "{s}"
         );
-        assert!(s.contains("10.1.0.1") && s.contains("251 slots"), "{s}");
+        assert!(s.contains("10.1.0.1") && s.contains("250 slots"), "{s}");
+        assert!(
+            s.contains("gen 4") && s.contains("1 slots  not this VIP's"),
+            "{s}"
+        );
         assert!(s.contains("02:00:00:00:00:01 -> 02:00:00:00:00:ff"), "{s}");
     }
 
@@ -256,6 +311,52 @@ mod tests {
         assert_eq!(
             (f.proto, f.family, f.dport.to_host()),
             (17, abi::AF_INET, 53)
+        );
+    }
+
+    #[test]
+    fn lookup_says_what_the_program_does() {
+        let vip = Vip {
+            addr: "10.0.0.1".parse().unwrap(),
+            port: 0,
+            proto: Proto::Tcp,
+        };
+        let f = |l: Lookup| format_lookup("c -> v", &l);
+        assert!(f(Lookup::NotVip).contains("not a VIP"));
+        let hit = f(Lookup::Backend {
+            vip,
+            id: 7,
+            addr: "10.1.0.1".parse().unwrap(),
+            conntrack: CtState::Hit,
+            slot: None,
+        });
+        assert!(
+            hit.contains("10.1.0.1 (id 7; from the conntrack entry)"),
+            "{hit}"
+        );
+        let stale = f(Lookup::Backend {
+            vip,
+            id: 8,
+            addr: "10.1.0.2".parse().unwrap(),
+            conntrack: CtState::Stale {
+                id: 7,
+                generation: 3,
+            },
+            slot: Some(5),
+        });
+        assert!(
+            stale.contains("ring slot 5") && stale.contains("is stale"),
+            "{stale}"
+        );
+        let drop = f(Lookup::NoBackend {
+            vip,
+            slot: Some(2),
+            id: 0,
+            conntrack: CtState::Miss,
+        });
+        assert!(
+            drop.contains("VIP 10.0.0.1:0/tcp") && drop.contains("drop_no_backend"),
+            "{drop}"
         );
     }
 }

@@ -15,6 +15,7 @@
 pub mod abi;
 pub mod batch;
 pub mod cli;
+pub mod lookup;
 pub mod metrics;
 pub mod nexthop;
 pub mod packet;
@@ -46,6 +47,8 @@ pub enum Error {
         #[source]
         source: Box<aya::maps::MapError>,
     },
+    #[error("BPF map {name}: {reason}")]
+    Layout { name: &'static str, reason: String },
     #[error("map {name} is missing from the object")]
     MissingMap { name: &'static str },
     #[error("pinning under {path}: {source}")]
@@ -78,6 +81,7 @@ impl Error {
             Error::Load(_) => "load",
             Error::Program { .. } => "program",
             Error::Map { .. } | Error::MissingMap { .. } => "map",
+            Error::Layout { .. } => "layout",
             Error::Pin { .. } => "pin",
             Error::Interface { .. } => "interface",
             Error::Syscall { .. } => "syscall",

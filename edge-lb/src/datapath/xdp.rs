@@ -25,10 +25,13 @@ use aya::{
 
 use super::{
     ApplyStats, Counters, Datapath, DesiredState, Error, MapOp, Programmed, ServiceEntry, Vip, abi,
-    batch::{BPF_F_MMAPABLE, update_batch, write_mmapped_u32},
+    batch::{
+        BPF_F_MMAPABLE, BPF_LINK_TYPE_XDP, if_index, pinned_link_ifindex, read_mmapped_u32,
+        update_batch, write_mmapped_u32,
+    },
     map_err,
-    nexthop::Resolver,
-    state::{ProgrammedBackend, ProgrammedVip, plan, plan_update},
+    nexthop::{NextHop, Resolver},
+    state::{ReadBack, plan, plan_update},
 };
 
 /// The compiled BPF objects (built by build.rs).
@@ -179,30 +182,45 @@ impl XdpDatapath {
         Ok(me)
     }
 
-    /// Every used backend entry: (id, value).
-    pub fn backend_table(&self) -> Result<Vec<(u32, abi::BackendValue)>, Error> {
+    /// `backends[id]` for each of `ids` (ids outside the map are skipped).
+    pub fn backend_values(
+        &self,
+        ids: impl IntoIterator<Item = u32>,
+    ) -> Result<std::collections::BTreeMap<u32, abi::BackendValue>, Error> {
         let m: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
-        let mut v = Vec::new();
-        for (id, b) in m.iter().enumerate() {
-            let b = b.map_err(map_err(abi::map::BACKENDS))?;
-            if b.family != 0 {
-                v.push((id as u32, b));
+        let mut v = std::collections::BTreeMap::new();
+        for id in ids {
+            if id < m.len() {
+                v.insert(id, m.get(&id, 0).map_err(map_err(abi::map::BACKENDS))?);
             }
         }
         Ok(v)
     }
 
-    /// Slots per backend id in one VIP's ring (reads every slot).
+    /// The backend id in every slot of `vip_id`'s ring, read from the mapped
+    /// ring memory; `None` if there is no ring there, its size is not
+    /// `size`, or it cannot be mapped (a ring without `BPF_F_MMAPABLE`).
+    pub fn read_ring(&self, vip_id: u32, size: u32) -> Result<Option<Vec<u32>>, Error> {
+        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
+        let ring = match rings.get(&vip_id, 0) {
+            Ok(r) => r,
+            Err(aya::maps::MapError::KeyNotFound) => return Ok(None),
+            Err(e) => return Err(map_err(abi::map::RINGS)(e)),
+        };
+        if ring.len() != size {
+            return Ok(None);
+        }
+        Ok(read_mmapped_u32(ring.map().fd().as_fd(), ring.len(), size).ok())
+    }
+
+    /// Slots per backend id in one VIP's ring.
     pub fn ring_slot_counts(
         &self,
         vip_id: u32,
         size: u32,
     ) -> Result<std::collections::BTreeMap<u32, u32>, Error> {
-        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
-        let ring = rings.get(&vip_id, 0).map_err(map_err(abi::map::RINGS))?;
         let mut c = std::collections::BTreeMap::new();
-        for slot in 0..size.min(ring.len()) {
-            let id = ring.get(&slot, 0).map_err(map_err("ring"))?;
+        for id in self.read_ring(vip_id, size)?.unwrap_or_default() {
             *c.entry(id).or_default() += 1;
         }
         Ok(c)
@@ -236,7 +254,7 @@ impl XdpDatapath {
         T::try_from(m).map_err(map_err(name))
     }
 
-    fn map<'a, T>(&'a self, name: &'static str) -> Result<T, Error>
+    pub(super) fn map<'a, T>(&'a self, name: &'static str) -> Result<T, Error>
     where
         T: TryFrom<&'a aya::maps::Map, Error = aya::maps::MapError>,
     {
@@ -244,58 +262,57 @@ impl XdpDatapath {
         T::try_from(m).map_err(map_err(name))
     }
 
-    /// Reconstructs what the (possibly pinned, pre-existing) maps hold. Ring
-    /// contents are not read back: the next apply rewrites them whole.
+    /// Reconstructs what the (possibly pinned, pre-existing) maps hold: the
+    /// VIPs, their rings (read from the mapped memory) and the backends the
+    /// rings name; which service owns an id follows from the ring that names
+    /// it (`Programmed::restore`). The generation high-water mark is kept in
+    /// `backends[0]` (see `run_ops`).
     pub fn read_programmed(&self) -> Result<Programmed, Error> {
-        let mut pvips = std::collections::BTreeMap::new();
-        let mut pbackends = std::collections::BTreeMap::new();
+        let mut r = ReadBack::default();
         let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
+        let mut entries = Vec::new();
         for kv in vips.iter() {
             let (k, v) = kv.map_err(map_err(abi::map::VIPS))?;
             if let Some(vip) = Vip::from_abi(&k) {
-                pvips.insert(
-                    vip,
-                    ProgrammedVip {
-                        vip_id: v.vip_id,
-                        ring_size: v.ring_size,
-                        flags: v.flags,
-                        ring: None,
-                        backends: Vec::new(),
-                        entry: None,
-                    },
-                );
+                entries.push((vip, v));
             }
         }
-        let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
-        // Deleted slots keep the generation high-water mark (see `run_ops`).
-        let mut high_water = 0;
-        for (id, b) in backends.iter().enumerate() {
-            let b = b.map_err(map_err(abi::map::BACKENDS))?;
-            high_water = high_water.max(b.generation);
-            if let Some(addr) = b.addr.to_ip(b.family) {
-                pbackends.insert(
-                    addr,
-                    ProgrammedBackend {
-                        id: id as u32,
-                        generation: b.generation,
-                        refs: 0,
-                    },
-                );
-            }
+        entries.sort_by_key(|(vip, _)| *vip);
+        let mut ids = std::collections::BTreeSet::from([0]);
+        for (vip, info) in entries {
+            let ring = self.read_ring(info.vip_id, info.ring_size)?;
+            ids.extend(ring.iter().flatten().copied());
+            r.vips.push((vip, info, ring));
         }
-        let mut p = Programmed::restored(pvips, pbackends);
-        p.last_generation = p.last_generation.max(high_water);
-        Ok(p)
+        r.backends = self.backend_values(ids)?;
+        r.high_water = r.backends.remove(&0).map_or(0, |b| b.generation);
+        Ok(Programmed::restore(r))
     }
 
     /// Opens every map with its Rust key/value types: aya checks the sizes
     /// against what the compiled object declares (the C side of abi.h).
     pub fn check_abi(&self) -> Result<(), Error> {
         use abi::map::*;
-        let _: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(VIPS)?;
+        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(VIPS)?;
         let _: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(RINGS)?;
-        let _: Array<_, abi::BackendValue> = self.map(BACKENDS)?;
-        let _: HashMap<_, abi::Flow, abi::CtValue> = self.map(CONNTRACK)?;
+        let backends: Array<_, abi::BackendValue> = self.map(BACKENDS)?;
+        let ct: HashMap<_, abi::Flow, abi::CtValue> = self.map(CONNTRACK)?;
+        // pinned maps keep the size they were created with
+        for (name, data, want) in [
+            (VIPS, vips.map(), abi::MAX_VIPS),
+            (BACKENDS, backends.map(), abi::MAX_BACKENDS),
+            (CONNTRACK, ct.map(), abi::CT_SIZE),
+        ] {
+            let have = data.info().map_err(map_err(name))?.max_entries();
+            if have != want {
+                return Err(Error::Layout {
+                    name,
+                    reason: format!(
+                        "{have} entries, this build's abi.h says {want}: a pinned map of an older release (run `ringlb-edge datapath uninstall` or use a new --pin-dir)"
+                    ),
+                });
+            }
+        }
         let _: Array<_, abi::ConfigValue> = self.map(CONFIG)?;
         let _: PerCpuArray<_, abi::VipStats> = self.map(VIP_STATS)?;
         let stats: PerCpuArray<_, u64> = self.map(STATS)?;
@@ -337,12 +354,42 @@ impl XdpDatapath {
     }
 
     /// Attaches to `iface`. With a pin directory and an existing pinned link
-    /// for `iface`, the program inside that link is replaced atomically.
+    /// for `iface`, the program inside that link is replaced atomically. A
+    /// pinned link that no longer drives `iface` (the interface was deleted
+    /// and re-created: the link is defunct) is unpinned with a warning and a
+    /// fresh link is attached.
     pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<&'static str, Error> {
         let link_pin = self
             .pin_dir
             .as_ref()
             .map(|d| d.join(format!("link_{iface}")));
+        if let Some(pin) = link_pin.as_ref().filter(|p| p.exists()) {
+            let want = if_index(iface);
+            if want == 0 {
+                return Err(Error::Interface {
+                    iface: iface.into(),
+                    reason: "no such interface".into(),
+                });
+            }
+            let (link_type, have) = pinned_link_ifindex(pin).map_err(|e| Error::Interface {
+                iface: iface.into(),
+                reason: format!("reading pinned link {}: {e}", pin.display()),
+            })?;
+            if link_type != BPF_LINK_TYPE_XDP || have != want {
+                tracing::warn!(
+                    iface,
+                    ifindex = want,
+                    link_ifindex = have,
+                    link_type,
+                    pin = %pin.display(),
+                    "the pinned XDP link does not drive this interface (defunct: the interface was deleted and re-created); unpinning it and attaching afresh"
+                );
+                std::fs::remove_file(pin).map_err(|source| Error::Pin {
+                    path: pin.clone(),
+                    source,
+                })?;
+            }
+        }
         if let Some(pin) = link_pin.as_ref().filter(|p| p.exists()) {
             let pinned = PinnedLink::from_pin(pin).map_err(|e| Error::Interface {
                 iface: iface.into(),
@@ -426,23 +473,24 @@ impl XdpDatapath {
     }
 
     /// Re-resolves every backend's next hop and rewrites entries that changed.
+    /// Each distinct pod address is resolved once, however many services (ids)
+    /// it backs.
     pub fn refresh_next_hops(&mut self) -> Result<usize, Error> {
-        let entries: Vec<(IpAddr, ProgrammedBackend)> = self
-            .programmed
-            .backends
-            .iter()
-            .map(|(a, b)| (*a, *b))
-            .collect();
+        let mut by_addr: std::collections::BTreeMap<IpAddr, Vec<(u32, u32)>> = Default::default();
+        for (_, addr, b) in self.programmed.backends() {
+            by_addr.entry(*addr).or_default().push((b.id, b.generation));
+        }
         let mut updates = Vec::new();
         {
             let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
-            for (addr, b) in entries {
-                let old = backends
-                    .get(&b.id, 0)
-                    .map_err(map_err(abi::map::BACKENDS))?;
-                let new = backend_value(self.resolver.as_ref(), addr, b.generation);
-                if new != old {
-                    updates.push((b.id, new));
+            for (addr, ids) in by_addr {
+                let nh = resolve(self.resolver.as_ref(), addr);
+                for (id, generation) in ids {
+                    let old = backends.get(&id, 0).map_err(map_err(abi::map::BACKENDS))?;
+                    let new = backend_value(addr, generation, nh);
+                    if new != old {
+                        updates.push((id, new));
+                    }
                 }
             }
         }
@@ -456,10 +504,12 @@ impl XdpDatapath {
         Ok(changed)
     }
 
-    /// Writes `ops`. A deleted backend slot keeps `tombstone_gen` (the generation
-    /// high-water mark, with family 0 so the program treats the slot as empty): a
-    /// restarted loader reads it back and never hands out a generation a conntrack
-    /// entry may still carry.
+    /// Writes `ops`. `tombstone_gen` is the generation high-water mark: every
+    /// batch of new backends also writes it into `backends[0]` (id 0 is "no
+    /// backend": family 0, never followed by the program), and a deleted
+    /// backend slot keeps it too (family 0, so the program treats the slot as
+    /// empty). A restarted loader reads it back and never hands out a
+    /// generation a conntrack entry may still carry.
     fn run_ops(&mut self, ops: Vec<MapOp>, tombstone_gen: u32) -> Result<ApplyStats, Error> {
         let mut st = ApplyStats::default();
         let mut i = 0;
@@ -467,21 +517,29 @@ impl XdpDatapath {
             match &ops[i] {
                 MapOp::PutBackend { .. } => {
                     // one batch for every consecutive PutBackend
-                    let mut ids = Vec::new();
-                    let mut vals = Vec::new();
+                    // (a pod in several services is resolved once)
+                    let mut ids = vec![0];
+                    let mut vals = vec![abi::BackendValue {
+                        generation: tombstone_gen,
+                        ..Default::default()
+                    }];
+                    let mut nhs = std::collections::BTreeMap::new();
                     while let Some(MapOp::PutBackend {
                         id,
                         addr,
                         generation,
                     }) = ops.get(i)
                     {
+                        let nh = *nhs
+                            .entry(*addr)
+                            .or_insert_with(|| resolve(self.resolver.as_ref(), *addr));
                         ids.push(*id);
-                        vals.push(backend_value(self.resolver.as_ref(), *addr, *generation));
+                        vals.push(backend_value(*addr, *generation, nh));
                         i += 1;
                     }
                     let m: Array<&MapData, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
                     update_batch(m.map().fd().as_fd(), &ids, &vals)?;
-                    st.backends_written += ids.len();
+                    st.backends_written += ids.len() - 1;
                     continue;
                 }
                 MapOp::CreateRing { vip_id, size } => {
@@ -587,57 +645,6 @@ impl XdpDatapath {
         Ok(c)
     }
 
-    /// The backend a flow goes to, as the program would decide it now:
-    /// (backend address, came from conntrack).
-    pub fn lookup(&self, flow: &abi::Flow) -> Result<Option<(IpAddr, bool)>, Error> {
-        let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
-        let ct: HashMap<_, abi::Flow, abi::CtValue> = self.map(abi::map::CONNTRACK)?;
-        if let Ok(c) = ct.get(flow, 0)
-            && let Ok(b) = backends.get(&c.backend_id, 0)
-            && b.generation == c.generation
-            && let Some(a) = b.addr.to_ip(b.family)
-        {
-            return Ok(Some((a, true)));
-        }
-        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
-        let mut key = abi::VipKey {
-            addr: flow.daddr,
-            port: flow.dport,
-            proto: flow.proto,
-            family: flow.family,
-        };
-        let info = match vips.get(&key, 0) {
-            Ok(i) => i,
-            Err(_) => {
-                key.port = abi::Be16::from_host(0);
-                match vips.get(&key, 0) {
-                    Ok(i) => i,
-                    Err(_) => return Ok(None),
-                }
-            }
-        };
-        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
-        let ring = rings
-            .get(&info.vip_id, 0)
-            .map_err(map_err(abi::map::RINGS))?;
-        let h = crate::maglev::flow_hash(
-            flow.saddr
-                .to_ip(flow.family)
-                .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
-            flow.daddr
-                .to_ip(flow.family)
-                .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
-            flow.sport.to_host(),
-            flow.dport.to_host(),
-            flow.proto,
-        );
-        let id = ring
-            .get(&(h % info.ring_size.max(1)), 0)
-            .map_err(map_err("ring"))?;
-        let b = backends.get(&id, 0).map_err(map_err(abi::map::BACKENDS))?;
-        Ok(b.addr.to_ip(b.family).map(|a| (a, false)))
-    }
-
     /// Changes one service (`None` removes it) without looking at any other:
     /// the fast path for a single Service/EndpointSlice event.
     pub fn apply_service(
@@ -705,7 +712,17 @@ impl XdpDatapath {
     }
 }
 
-fn backend_value(resolver: &dyn Resolver, addr: IpAddr, generation: u32) -> abi::BackendValue {
+/// The next hop of `addr`, `None` (logged) when unresolved.
+fn resolve(resolver: &dyn Resolver, addr: IpAddr) -> Option<NextHop> {
+    resolver
+        .resolve(addr)
+        .inspect_err(|e| {
+            tracing::warn!(backend = %addr, error = %e, "next hop unresolved; the program will use bpf_fib_lookup")
+        })
+        .ok()
+}
+
+fn backend_value(addr: IpAddr, generation: u32, nh: Option<NextHop>) -> abi::BackendValue {
     let (raw, family) = abi::RawAddr::from_ip(addr);
     let mut v = abi::BackendValue {
         addr: raw,
@@ -713,16 +730,11 @@ fn backend_value(resolver: &dyn Resolver, addr: IpAddr, generation: u32) -> abi:
         family,
         ..Default::default()
     };
-    match resolver.resolve(addr) {
-        Ok(nh) => {
-            v.ifindex = nh.ifindex;
-            v.dmac = nh.dmac;
-            v.smac = nh.smac;
-            v.nh_valid = 1;
-        }
-        Err(e) => {
-            tracing::warn!(backend = %addr, error = %e, "next hop unresolved; the program will use bpf_fib_lookup")
-        }
+    if let Some(nh) = nh {
+        v.ifindex = nh.ifindex;
+        v.dmac = nh.dmac;
+        v.smac = nh.smac;
+        v.nh_valid = 1;
     }
     v
 }

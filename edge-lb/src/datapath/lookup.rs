@@ -1,0 +1,174 @@
+//! `XdpDatapath::lookup`: what the XDP program would do with a 5-tuple now,
+//! decided step by step as `bpf/xdp_lb.bpf.c` does (VIP, then the port-0
+//! wildcard, conntrack with its generation check, then the Maglev ring), from
+//! the live maps. Read-only: nothing is inserted. The operator's
+//! `ringlb-edge datapath lookup` prints it; `tests/xdp_lookup.rs` checks it
+//! against BPF_PROG_TEST_RUN.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
+
+use super::{Error, Vip, abi, map_err, xdp::XdpDatapath};
+
+/// The conntrack step of a [`Lookup`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtState {
+    /// The VIP has conntrack off (`VIP_F_NO_CT`).
+    Off,
+    /// No entry: the ring decides (and the program inserts an entry).
+    Miss,
+    /// An entry whose backend is live with the same generation: it decides.
+    Hit,
+    /// An entry whose backend id was removed (tombstone, empty) or reassigned
+    /// (another generation): ignored, the ring decides (`ct_stale`).
+    Stale { id: u32, generation: u32 },
+}
+
+/// What the program does with a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// No VIP entry for (address, port, protocol) nor the port-0 wildcard:
+    /// `XDP_PASS` (`pass_not_vip`).
+    NotVip,
+    /// Sent to backend `id` at `addr`. `slot` is the ring slot when the ring
+    /// decided, `None` when conntrack did.
+    Backend {
+        vip: Vip,
+        id: u32,
+        addr: IpAddr,
+        conntrack: CtState,
+        slot: Option<u32>,
+    },
+    /// A VIP, but its ring slot names no live backend (id 0, a tombstone, no
+    /// ring): `XDP_DROP` (`drop_no_backend`).
+    NoBackend {
+        vip: Vip,
+        slot: Option<u32>,
+        id: u32,
+        conntrack: CtState,
+    },
+}
+
+/// The pod address of a live backend slot, read the way the program does
+/// (IPv6 if the family says so, else IPv4 in word 0).
+fn backend_addr(b: &abi::BackendValue) -> IpAddr {
+    let family = if b.family == abi::AF_INET6 {
+        abi::AF_INET6
+    } else {
+        abi::AF_INET
+    };
+    b.addr
+        .to_ip(family)
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+impl XdpDatapath {
+    /// What the program would do with `flow` now.
+    pub fn lookup(&self, flow: &abi::Flow) -> Result<Lookup, Error> {
+        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
+        let mut key = abi::VipKey {
+            addr: flow.daddr,
+            port: flow.dport,
+            proto: flow.proto,
+            family: flow.family,
+        };
+        let info = match vips.get(&key, 0) {
+            Ok(i) => i,
+            Err(MapError::KeyNotFound) => {
+                key.port = abi::Be16::from_host(0); // the wildcard
+                match vips.get(&key, 0) {
+                    Ok(i) => i,
+                    Err(MapError::KeyNotFound) => return Ok(Lookup::NotVip),
+                    Err(e) => return Err(map_err(abi::map::VIPS)(e)),
+                }
+            }
+            Err(e) => return Err(map_err(abi::map::VIPS)(e)),
+        };
+        let Some(vip) = Vip::from_abi(&key) else {
+            return Ok(Lookup::NotVip);
+        };
+        let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+        // an id outside the array: the program's lookup returns NULL
+        let backend = |id: u32| -> Result<Option<abi::BackendValue>, Error> {
+            match backends.get(&id, 0) {
+                Ok(b) => Ok(Some(b)),
+                Err(MapError::OutOfBounds { .. }) => Ok(None),
+                Err(e) => Err(map_err(abi::map::BACKENDS)(e)),
+            }
+        };
+
+        // 1. conntrack: used if its backend slot is live with the same generation
+        let mut conntrack = CtState::Off;
+        if info.flags & abi::VIP_F_NO_CT == 0 {
+            let ct: HashMap<_, abi::Flow, abi::CtValue> = self.map(abi::map::CONNTRACK)?;
+            conntrack = match ct.get(flow, 0) {
+                Ok(c) => match backend(c.backend_id)? {
+                    Some(b) if b.family != 0 && b.generation == c.generation => {
+                        return Ok(Lookup::Backend {
+                            vip,
+                            id: c.backend_id,
+                            addr: backend_addr(&b),
+                            conntrack: CtState::Hit,
+                            slot: None,
+                        });
+                    }
+                    _ => CtState::Stale {
+                        id: c.backend_id,
+                        generation: c.generation,
+                    },
+                },
+                Err(MapError::KeyNotFound) => CtState::Miss,
+                Err(e) => return Err(map_err(abi::map::CONNTRACK)(e)),
+            };
+        }
+
+        // 2. the Maglev ring
+        let no_backend = |slot, id| Lookup::NoBackend {
+            vip,
+            slot,
+            id,
+            conntrack,
+        };
+        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
+        let ring = match rings.get(&info.vip_id, 0) {
+            Ok(r) => r,
+            Err(MapError::KeyNotFound) => return Ok(no_backend(None, 0)),
+            Err(e) => return Err(map_err(abi::map::RINGS)(e)),
+        };
+        if info.ring_size == 0 {
+            return Ok(no_backend(None, 0));
+        }
+        let addr = |a: abi::RawAddr| {
+            a.to_ip(flow.family)
+                .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        };
+        let h = crate::maglev::flow_hash(
+            addr(flow.saddr),
+            addr(flow.daddr),
+            flow.sport.to_host(),
+            flow.dport.to_host(),
+            flow.proto,
+        );
+        let slot = h % info.ring_size;
+        let id = match ring.get(&slot, 0) {
+            Ok(id) => id,
+            // a slot beyond the inner array: the program's lookup returns NULL
+            Err(MapError::OutOfBounds { .. }) => return Ok(no_backend(Some(slot), 0)),
+            Err(e) => return Err(map_err("ring")(e)),
+        };
+        if id == 0 {
+            return Ok(no_backend(Some(slot), 0));
+        }
+        match backend(id)? {
+            Some(b) if b.family != 0 => Ok(Lookup::Backend {
+                vip,
+                id,
+                addr: backend_addr(&b),
+                conntrack,
+                slot: Some(slot),
+            }),
+            _ => Ok(no_backend(Some(slot), id)), // empty slot or tombstone
+        }
+    }
+}

@@ -1,0 +1,550 @@
+//! Desired datapath state and the pure diff that turns it into map operations.
+//!
+//! Every (service, pod address) pair gets its own backend id (the ring value
+//! is the id): a pod that backs VIP A and VIP B has two ids, so taking it out
+//! of A frees A's id and invalidates exactly A's conntrack entries, while B's
+//! flows stay. An id freed by a plan is reused only by a *later* plan, and
+//! every (re)assignment bumps a generation number that conntrack entries
+//! carry: a flow pinned to a removed backend is never sent to the pod that
+//! later inherits the id. Because no id is shared, there is nothing to count:
+//! a service's plan writes and deletes only its own ids.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    net::IpAddr,
+};
+
+use super::{Error, abi};
+
+/// L4 protocol of a VIP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Proto {
+    Tcp,
+    Udp,
+}
+
+impl Proto {
+    pub const fn number(self) -> u8 {
+        match self {
+            Proto::Tcp => 6,
+            Proto::Udp => 17,
+        }
+    }
+    pub fn from_number(n: u8) -> Option<Self> {
+        match n {
+            6 => Some(Proto::Tcp),
+            17 => Some(Proto::Udp),
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for Proto {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" | "6" => Ok(Proto::Tcp),
+            "udp" | "17" => Ok(Proto::Udp),
+            other => Err(format!("unknown protocol {other:?} (want tcp or udp)")),
+        }
+    }
+}
+
+/// A VIP:port:protocol. Port 0 is the wildcard: every port of (addr, proto)
+/// that has no exact entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Vip {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub proto: Proto,
+}
+
+impl fmt::Display for Vip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = match self.proto {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        };
+        match self.addr {
+            IpAddr::V4(a) => write!(f, "{a}:{}/{p}", self.port),
+            IpAddr::V6(a) => write!(f, "[{a}]:{}/{p}", self.port),
+        }
+    }
+}
+
+impl Vip {
+    pub fn to_abi(self) -> abi::VipKey {
+        let (addr, family) = abi::RawAddr::from_ip(self.addr);
+        abi::VipKey {
+            addr,
+            port: abi::Be16::from_host(self.port),
+            proto: self.proto.number(),
+            family,
+        }
+    }
+    pub fn from_abi(k: &abi::VipKey) -> Option<Self> {
+        Some(Vip {
+            addr: k.addr.to_ip(k.family)?,
+            port: k.port.to_host(),
+            proto: Proto::from_number(k.proto)?,
+        })
+    }
+}
+
+/// One service as the datapath needs it: the backend pod IPs and the Maglev
+/// ring (slot -> index into `backends`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceEntry {
+    backends: Vec<IpAddr>,
+    ring: Vec<u32>,
+    conntrack: bool,
+}
+
+impl ServiceEntry {
+    /// Validates that every ring slot names a backend and the ring fits the map.
+    pub fn new(vip: &Vip, backends: Vec<IpAddr>, ring: Vec<u32>) -> Result<Self, Error> {
+        let bad = |reason: String| Error::InvalidService {
+            vip: vip.to_string(),
+            reason,
+        };
+        if ring.is_empty() || ring.len() > abi::MAX_RING_SIZE as usize {
+            return Err(bad(format!(
+                "ring size {} outside 1..={}",
+                ring.len(),
+                abi::MAX_RING_SIZE
+            )));
+        }
+        if backends.is_empty() {
+            return Err(bad("no backends (withdraw the VIP instead)".into()));
+        }
+        if let Some(s) = ring.iter().find(|&&i| i as usize >= backends.len()) {
+            return Err(bad(format!(
+                "ring names backend index {s}, only {} backends",
+                backends.len()
+            )));
+        }
+        Ok(Self {
+            backends,
+            ring,
+            conntrack: true,
+        })
+    }
+
+    /// From a Maglev table: backends in the table's canonical order.
+    pub fn from_table(vip: &Vip, table: &crate::maglev::Table) -> Result<Self, Error> {
+        let backends = table.backends().iter().map(|b| b.addr).collect();
+        Self::new(vip, backends, table.slots().to_vec())
+    }
+
+    /// Turn conntrack off (pure hashing) for this service.
+    pub fn without_conntrack(mut self) -> Self {
+        self.conntrack = false;
+        self
+    }
+    pub fn backends(&self) -> &[IpAddr] {
+        &self.backends
+    }
+    pub fn ring(&self) -> &[u32] {
+        &self.ring
+    }
+    fn flags(&self) -> u32 {
+        if self.conntrack { 0 } else { abi::VIP_F_NO_CT }
+    }
+}
+
+/// Everything the datapath should forward.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DesiredState {
+    pub services: BTreeMap<Vip, ServiceEntry>,
+}
+
+/// A backend id as it sits in the `backends` map. An id belongs to exactly
+/// one (service, pod address) pair: a pod that backs two VIPs has two ids, so
+/// removing it from one VIP invalidates only that VIP's conntrack entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgrammedBackend {
+    pub id: u32,
+    pub generation: u32,
+}
+
+/// A VIP as it sits in the `vips` / `rings` maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgrammedVip {
+    pub vip_id: u32,
+    pub ring_size: u32,
+    pub flags: u32,
+    /// Backend id per slot; `None` when unknown (a ring that could not be
+    /// read back): the next plan rewrites every slot.
+    pub ring: Option<Vec<u32>>,
+    /// This VIP's backend ids, one per pod address. Ids are never shared
+    /// with another VIP.
+    pub backends: BTreeMap<IpAddr, ProgrammedBackend>,
+    /// The entry last applied; `None` after a restart (always re-planned).
+    pub entry: Option<ServiceEntry>,
+}
+
+/// Lowest-first id allocator. Ids freed by a plan are released only after
+/// the plan's operations are emitted, so one plan never reuses an id it frees.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IdPool {
+    free: BTreeSet<u32>,
+    next: u32,
+    max: u32,
+}
+
+impl IdPool {
+    fn new(first: u32, max: u32, used: impl IntoIterator<Item = u32>) -> Self {
+        let used: BTreeSet<u32> = used.into_iter().collect();
+        let next = used.last().map_or(first, |m| m + 1).max(first);
+        let free = (first..next).filter(|i| !used.contains(i)).collect();
+        Self { free, next, max }
+    }
+    fn available(&self) -> u64 {
+        self.free.len() as u64 + u64::from(self.max.saturating_sub(self.next))
+    }
+    fn alloc(&mut self) -> Option<u32> {
+        if let Some(id) = self.free.pop_first() {
+            return Some(id);
+        }
+        (self.next < self.max).then(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+    fn release(&mut self, id: u32) {
+        self.free.insert(id);
+    }
+}
+
+/// What the kernel maps hold (as far as the loader knows).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Programmed {
+    pub vips: BTreeMap<Vip, ProgrammedVip>,
+    pub last_generation: u32,
+    /// Ids found in a ring that no (VIP, address) pair owns (a second id for
+    /// an address, left by a failed apply): the next full plan deletes them
+    /// once no ring names them any more.
+    pub orphans: BTreeSet<u32>,
+    backend_ids: IdPool,
+    vip_ids: IdPool,
+}
+
+impl Default for Programmed {
+    fn default() -> Self {
+        Self::restore(ReadBack::default())
+    }
+}
+
+/// What `XdpDatapath::read_programmed` found in the maps: the input of the
+/// pure [`Programmed::restore`].
+#[derive(Clone, Debug, Default)]
+pub struct ReadBack {
+    /// Every VIP entry with its ring's contents (`None`: not readable).
+    pub vips: Vec<(Vip, abi::VipInfo, Option<Vec<u32>>)>,
+    /// `backends[id]` for every id a ring names.
+    pub backends: BTreeMap<u32, abi::BackendValue>,
+    /// The generation high-water mark kept in `backends[0]`.
+    pub high_water: u32,
+}
+
+impl Programmed {
+    /// Rebuilds the loader's view from the maps. Ownership comes from the
+    /// rings: an id belongs to the VIP whose ring names it. An id named by two
+    /// rings (maps written by an older loader with global ids) stays with the
+    /// first VIP; the other gets a fresh id on its next plan. A second id for
+    /// the same address in one ring becomes an orphan. Empty slots (id 0) and
+    /// tombstones (family 0) own nothing.
+    pub fn restore(r: ReadBack) -> Self {
+        let mut vips = BTreeMap::new();
+        let mut claimed = BTreeSet::new();
+        let mut orphans = BTreeSet::new();
+        let mut last_generation = r.high_water;
+        for (vip, info, ring) in r.vips {
+            let mut backends = BTreeMap::new();
+            let ids: BTreeSet<u32> = ring.iter().flatten().copied().collect();
+            for id in ids {
+                let Some(b) = r.backends.get(&id) else {
+                    continue;
+                };
+                let Some(addr) = b.addr.to_ip(b.family) else {
+                    continue; // empty or tombstone
+                };
+                last_generation = last_generation.max(b.generation);
+                if claimed.contains(&id) {
+                    continue;
+                }
+                if backends.contains_key(&addr) {
+                    orphans.insert(id);
+                    continue;
+                }
+                claimed.insert(id);
+                backends.insert(
+                    addr,
+                    ProgrammedBackend {
+                        id,
+                        generation: b.generation,
+                    },
+                );
+            }
+            vips.insert(
+                vip,
+                ProgrammedVip {
+                    vip_id: info.vip_id,
+                    ring_size: info.ring_size,
+                    flags: info.flags,
+                    ring,
+                    backends,
+                    entry: None,
+                },
+            );
+        }
+        let used: Vec<u32> = claimed.iter().chain(&orphans).copied().collect();
+        Self {
+            backend_ids: IdPool::new(1, abi::MAX_BACKENDS, used),
+            vip_ids: IdPool::new(0, abi::MAX_VIPS, vips.values().map(|v| v.vip_id)),
+            vips,
+            last_generation,
+            orphans,
+        }
+    }
+
+    /// The id of `addr`'s backend in `vip`'s service.
+    pub fn backend(&self, vip: &Vip, addr: IpAddr) -> Option<&ProgrammedBackend> {
+        self.vips.get(vip)?.backends.get(&addr)
+    }
+
+    /// Every (VIP, address, id) pair.
+    pub fn backends(&self) -> impl Iterator<Item = (&Vip, &IpAddr, &ProgrammedBackend)> {
+        self.vips
+            .iter()
+            .flat_map(|(v, p)| p.backends.iter().map(move |(a, b)| (v, a, b)))
+    }
+}
+
+/// One write to the maps. Plans emit them in a safe order: backends that
+/// appear, then rings, then VIP entries, then VIP/ring/backend removals, so
+/// the program never follows an id to something not yet (or no longer) there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapOp {
+    PutBackend {
+        id: u32,
+        addr: IpAddr,
+        generation: u32,
+    },
+    /// A new inner ring map of `size` slots at `rings[vip_id]` (counters reset).
+    CreateRing {
+        vip_id: u32,
+        size: u32,
+    },
+    /// (slot, backend id) pairs, written in one batch.
+    WriteSlots {
+        vip_id: u32,
+        slots: Vec<(u32, u32)>,
+    },
+    PutVip {
+        vip: Vip,
+        info: abi::VipInfo,
+    },
+    DelVip {
+        vip: Vip,
+    },
+    DelRing {
+        vip_id: u32,
+    },
+    DelBackend {
+        id: u32,
+    },
+}
+
+fn distinct(addrs: &[IpAddr]) -> Vec<IpAddr> {
+    let set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
+    set.into_iter().collect()
+}
+
+/// Changes one service (`None` removes it) in place: returns the map
+/// operations that make the kernel follow. Cost is O(this service's ring),
+/// independent of how many other services exist; it only ever writes or
+/// deletes this service's own backend ids. On error `p` is unchanged.
+pub fn plan_update(
+    p: &mut Programmed,
+    vip: &Vip,
+    new: Option<&ServiceEntry>,
+) -> Result<Vec<MapOp>, Error> {
+    let new_addrs = new.map(|s| distinct(&s.backends)).unwrap_or_default();
+    let old = p.vips.get(vip);
+    let missing = new_addrs
+        .iter()
+        .filter(|a| old.is_none_or(|o| !o.backends.contains_key(a)))
+        .count() as u64;
+    if missing > p.backend_ids.available() {
+        return Err(Error::IdsExhausted {
+            what: "backend",
+            max: abi::MAX_BACKENDS - 1,
+        });
+    }
+    let needs_vip_id = new.is_some_and(|s| old.is_none_or(|o| o.ring_size != s.ring.len() as u32));
+    if needs_vip_id && p.vip_ids.available() == 0 {
+        return Err(Error::IdsExhausted {
+            what: "VIP",
+            max: abi::MAX_VIPS,
+        });
+    }
+    let mut old = p.vips.remove(vip);
+    let mut leaving = old
+        .as_mut()
+        .map(|o| std::mem::take(&mut o.backends))
+        .unwrap_or_default();
+    let (mut puts, mut ring_ops, mut vip_ops, mut dels) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut freed_vip = None;
+
+    // 1. this service's ids: kept per address, new addresses get a fresh id
+    //    and generation
+    let mut backends = BTreeMap::new();
+    for a in &new_addrs {
+        let b = match leaving.remove(a) {
+            Some(b) => b,
+            None => {
+                let id = p.backend_ids.alloc().expect("checked above");
+                p.last_generation = p.last_generation.wrapping_add(1).max(1);
+                puts.push(MapOp::PutBackend {
+                    id,
+                    addr: *a,
+                    generation: p.last_generation,
+                });
+                ProgrammedBackend {
+                    id,
+                    generation: p.last_generation,
+                }
+            }
+        };
+        backends.insert(*a, b);
+    }
+
+    // 2. the ring and the VIP entry
+    if let Some(svc) = new {
+        // index -> id once, then the ring: O(M) without a map lookup per slot
+        let id_of: Vec<u32> = svc.backends.iter().map(|a| backends[a].id).collect();
+        let ids: Vec<u32> = svc.ring.iter().map(|&i| id_of[i as usize]).collect();
+        let size = ids.len() as u32;
+        let (vip_id, fresh) = match &old {
+            Some(o) if o.ring_size == size => (o.vip_id, false),
+            _ => {
+                if let Some(o) = &old {
+                    dels.push(MapOp::DelRing { vip_id: o.vip_id });
+                    freed_vip = Some(o.vip_id);
+                }
+                (p.vip_ids.alloc().expect("checked above"), true)
+            }
+        };
+        let prev = old
+            .as_ref()
+            .and_then(|o| o.ring.as_ref())
+            .filter(|r| !fresh && r.len() == ids.len());
+        let slots: Vec<(u32, u32)> = match prev {
+            Some(prev) => (0..size)
+                .filter(|&s| prev[s as usize] != ids[s as usize])
+                .map(|s| (s, ids[s as usize]))
+                .collect(),
+            None => (0..size).map(|s| (s, ids[s as usize])).collect(),
+        };
+        if fresh {
+            ring_ops.push(MapOp::CreateRing { vip_id, size });
+        }
+        if !slots.is_empty() {
+            ring_ops.push(MapOp::WriteSlots { vip_id, slots });
+        }
+        let info = abi::VipInfo {
+            vip_id,
+            ring_size: size,
+            flags: svc.flags(),
+        };
+        if fresh || old.as_ref().is_none_or(|o| o.flags != info.flags) {
+            vip_ops.push(MapOp::PutVip { vip: *vip, info });
+        }
+        p.vips.insert(
+            *vip,
+            ProgrammedVip {
+                vip_id,
+                ring_size: size,
+                flags: info.flags,
+                ring: Some(ids),
+                backends,
+                entry: Some(svc.clone()),
+            },
+        );
+    } else if let Some(o) = &old {
+        vip_ops.push(MapOp::DelVip { vip: *vip });
+        dels.push(MapOp::DelRing { vip_id: o.vip_id });
+        freed_vip = Some(o.vip_id);
+    }
+
+    // 3. this service's ids for addresses that left go last; nobody else
+    //    uses them
+    for b in leaving.values() {
+        dels.push(MapOp::DelBackend { id: b.id });
+    }
+    for b in leaving.values() {
+        p.backend_ids.release(b.id);
+    }
+    if let Some(id) = freed_vip {
+        p.vip_ids.release(id);
+    }
+    // removals of the VIP entry come before the ring and backend removals
+    let (del_vips, put_vips): (Vec<MapOp>, Vec<MapOp>) = vip_ops
+        .into_iter()
+        .partition(|op| matches!(op, MapOp::DelVip { .. }));
+    let mut ops = puts;
+    ops.extend(ring_ops);
+    ops.extend(put_vips);
+    ops.extend(del_vips);
+    ops.extend(dels);
+    Ok(ops)
+}
+
+/// Diff `current` against a whole `desired` state (start-up, resync): the
+/// map operations to run and the state the maps hold once they ran. Only
+/// services whose entry differs are touched; orphan ids (read back after a
+/// failed apply) are deleted at the end, once no ring names them.
+pub fn plan(
+    current: &Programmed,
+    desired: &DesiredState,
+) -> Result<(Vec<MapOp>, Programmed), Error> {
+    let mut next = current.clone();
+    let mut ops = Vec::new();
+    let gone: Vec<Vip> = current
+        .vips
+        .keys()
+        .filter(|v| !desired.services.contains_key(v))
+        .copied()
+        .collect();
+    for vip in &gone {
+        ops.extend(plan_update(&mut next, vip, None)?);
+    }
+    for (vip, svc) in &desired.services {
+        let same = next.vips.get(vip).and_then(|p| p.entry.as_ref()) == Some(svc);
+        if !same {
+            ops.extend(plan_update(&mut next, vip, Some(svc))?);
+        }
+    }
+    if !next.orphans.is_empty() {
+        let named: BTreeSet<u32> = next
+            .vips
+            .values()
+            .flat_map(|v| v.ring.iter().flatten())
+            .copied()
+            .filter(|id| next.orphans.contains(id))
+            .collect();
+        let free: Vec<u32> = next.orphans.difference(&named).copied().collect();
+        for id in free {
+            next.orphans.remove(&id);
+            ops.push(MapOp::DelBackend { id });
+            next.backend_ids.release(id);
+        }
+    }
+    Ok((ops, next))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,538 @@
+//! Unit tests of the pure planner (no kernel).
+use super::*;
+
+fn vip(last: u8, port: u16) -> Vip {
+    Vip {
+        addr: IpAddr::from([10, 0, 0, last]),
+        port,
+        proto: Proto::Tcp,
+    }
+}
+fn ip(last: u8) -> IpAddr {
+    IpAddr::from([10, 1, 0, last])
+}
+/// A toy ring: slot s -> backend s % n (enough to test the diff).
+fn svc(v: &Vip, backends: &[u8], size: usize) -> ServiceEntry {
+    let b: Vec<IpAddr> = backends.iter().map(|&x| ip(x)).collect();
+    let ring = (0..size).map(|s| (s % b.len()) as u32).collect();
+    ServiceEntry::new(v, b, ring).unwrap()
+}
+fn state(entries: Vec<(Vip, ServiceEntry)>) -> DesiredState {
+    DesiredState {
+        services: entries.into_iter().collect(),
+    }
+}
+
+#[test]
+fn first_plan_writes_everything_in_order() {
+    let v = vip(1, 80);
+    let d = state(vec![(v, svc(&v, &[1, 2], 7))]);
+    let (ops, next) = plan(&Programmed::default(), &d).unwrap();
+    assert!(matches!(
+        ops[0],
+        MapOp::PutBackend {
+            id: 1,
+            generation: 1,
+            ..
+        }
+    ));
+    assert!(matches!(
+        ops[1],
+        MapOp::PutBackend {
+            id: 2,
+            generation: 2,
+            ..
+        }
+    ));
+    assert_eq!(ops[2], MapOp::CreateRing { vip_id: 0, size: 7 });
+    match &ops[3] {
+        MapOp::WriteSlots { vip_id: 0, slots } => {
+            assert_eq!(slots.len(), 7);
+            assert_eq!(slots[0], (0, 1));
+            assert_eq!(slots[1], (1, 2));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(matches!(ops[4], MapOp::PutVip { .. }));
+    assert_eq!(ops.len(), 5);
+    assert_eq!(next.backend(&v, ip(1)).map(|b| b.id), Some(1));
+    // applying the same state again is a no-op
+    let (ops2, next2) = plan(&next, &d).unwrap();
+    assert!(ops2.is_empty(), "{ops2:?}");
+    assert_eq!(next2, next);
+}
+
+#[test]
+fn backend_change_writes_only_changed_slots_and_frees_id_later() {
+    let v = vip(1, 80);
+    let (_, s1) = plan(
+        &Programmed::default(),
+        &state(vec![(v, svc(&v, &[1, 2], 8))]),
+    )
+    .unwrap();
+    // replace backend 2 by 3: new id 3 (id 2 is still in use during this plan)
+    let (ops, s2) = plan(&s1, &state(vec![(v, svc(&v, &[1, 3], 8))])).unwrap();
+    assert_eq!(
+        ops[0],
+        MapOp::PutBackend {
+            id: 3,
+            addr: ip(3),
+            generation: 3
+        }
+    );
+    match &ops[1] {
+        MapOp::WriteSlots { slots, .. } => {
+            assert_eq!(slots, &vec![(1, 3), (3, 3), (5, 3), (7, 3)]);
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert_eq!(ops[2], MapOp::DelBackend { id: 2 });
+    assert_eq!(ops.len(), 3, "no VIP rewrite: {ops:?}");
+    // id 2 is free again for the next plan, with a new generation
+    let (ops, _) = plan(&s2, &state(vec![(v, svc(&v, &[1, 3, 4], 8))])).unwrap();
+    assert_eq!(
+        ops[0],
+        MapOp::PutBackend {
+            id: 2,
+            addr: ip(4),
+            generation: 4
+        }
+    );
+}
+
+#[test]
+fn a_pod_in_two_services_has_one_id_per_service() {
+    let (a, b) = (vip(1, 80), vip(2, 53));
+    let d = state(vec![(a, svc(&a, &[1, 2], 5)), (b, svc(&b, &[2], 5))]);
+    let (_, s) = plan(&Programmed::default(), &d).unwrap();
+    let (a2, b2) = (s.backend(&a, ip(2)).unwrap(), s.backend(&b, ip(2)).unwrap());
+    assert_ne!(a2.id, b2.id, "pod 2 has an id per service");
+    assert_ne!(a2.generation, b2.generation);
+    // pod 2 leaves a only: a's id for it goes (its conntrack entries turn
+    // stale), b's id and ring are untouched
+    let (ops, s2) = plan(
+        &s,
+        &state(vec![(a, svc(&a, &[1], 5)), (b, svc(&b, &[2], 5))]),
+    )
+    .unwrap();
+    assert!(
+        matches!(&ops[0], MapOp::WriteSlots { vip_id: 0, .. }),
+        "{ops:?}"
+    );
+    assert_eq!(ops[1], MapOp::DelBackend { id: a2.id });
+    assert_eq!(ops.len(), 2, "{ops:?}");
+    assert_eq!(s2.backend(&b, ip(2)), Some(b2));
+    assert_eq!(s2.backend(&a, ip(2)), None);
+    // removing VIP a deletes a's ids only
+    let (ops, s3) = plan(&s2, &state(vec![(b, svc(&b, &[2], 5))])).unwrap();
+    let a1 = s2.backend(&a, ip(1)).unwrap().id;
+    assert_eq!(
+        ops,
+        vec![
+            MapOp::DelVip { vip: a },
+            MapOp::DelRing { vip_id: 0 },
+            MapOp::DelBackend { id: a1 }
+        ]
+    );
+    assert_eq!(s3.backends().count(), 1);
+}
+
+#[test]
+fn ring_size_change_gets_a_new_ring_before_the_old_goes() {
+    let v = vip(1, 80);
+    let (_, s1) = plan(&Programmed::default(), &state(vec![(v, svc(&v, &[1], 5))])).unwrap();
+    let (ops, s2) = plan(&s1, &state(vec![(v, svc(&v, &[1], 7))])).unwrap();
+    assert_eq!(ops[0], MapOp::CreateRing { vip_id: 1, size: 7 });
+    assert!(matches!(ops[1], MapOp::WriteSlots { vip_id: 1, .. }));
+    assert!(matches!(
+        ops[2],
+        MapOp::PutVip {
+            info: abi::VipInfo {
+                vip_id: 1,
+                ring_size: 7,
+                ..
+            },
+            ..
+        }
+    ));
+    assert_eq!(ops[3], MapOp::DelRing { vip_id: 0 });
+    assert_eq!(s2.vips[&v].vip_id, 1);
+}
+
+#[test]
+fn unknown_ring_after_restart_is_rewritten_whole() {
+    let v = vip(1, 80);
+    let d = state(vec![(v, svc(&v, &[1, 2], 5))]);
+    let (_, mut s) = plan(&Programmed::default(), &d).unwrap();
+    let pv = s.vips.get_mut(&v).unwrap();
+    pv.ring = None;
+    pv.entry = None;
+    let (ops, _) = plan(&s, &d).unwrap();
+    assert_eq!(ops.len(), 1);
+    assert!(matches!(&ops[0], MapOp::WriteSlots { slots, .. } if slots.len() == 5));
+}
+
+#[test]
+fn conntrack_flag_change_rewrites_only_the_vip() {
+    let v = vip(1, 80);
+    let (_, s) = plan(&Programmed::default(), &state(vec![(v, svc(&v, &[1], 3))])).unwrap();
+    let (ops, _) = plan(&s, &state(vec![(v, svc(&v, &[1], 3).without_conntrack())])).unwrap();
+    assert_eq!(ops.len(), 1);
+    assert!(matches!(
+        ops[0],
+        MapOp::PutVip {
+            info: abi::VipInfo {
+                flags: abi::VIP_F_NO_CT,
+                ..
+            },
+            ..
+        }
+    ));
+}
+
+#[test]
+fn bad_services_are_rejected_with_a_reason() {
+    let v = vip(1, 80);
+    let e = ServiceEntry::new(&v, vec![ip(1)], vec![0, 1]).unwrap_err();
+    assert!(e.to_string().contains("backend index 1"), "{e}");
+    assert!(ServiceEntry::new(&v, vec![], vec![0]).is_err());
+    assert!(ServiceEntry::new(&v, vec![ip(1)], vec![]).is_err());
+    assert!(ServiceEntry::new(&v, vec![ip(1)], vec![0; 70_000]).is_err());
+}
+
+#[test]
+fn vip_key_roundtrip() {
+    let v = Vip {
+        addr: "2001:db8::5".parse().unwrap(),
+        port: 443,
+        proto: Proto::Udp,
+    };
+    assert_eq!(Vip::from_abi(&v.to_abi()), Some(v));
+    assert_eq!(v.to_string(), "[2001:db8::5]:443/udp");
+}
+
+#[test]
+fn single_service_update_touches_only_that_service() {
+    let vips: Vec<Vip> = (0..100).map(|i| vip(i, 80)).collect();
+    let d = state(vips.iter().map(|v| (*v, svc(v, &[1, 2], 11))).collect());
+    let (_, mut p) = plan(&Programmed::default(), &d).unwrap();
+    let target = vips[42];
+    let id = p.vips[&target].vip_id;
+    let ops = plan_update(&mut p, &target, Some(&svc(&target, &[1, 2, 3], 11))).unwrap();
+    assert!(matches!(ops[0], MapOp::PutBackend { addr, .. } if addr == ip(3)));
+    assert!(
+        ops[1..]
+            .iter()
+            .all(|op| matches!(op, MapOp::WriteSlots { vip_id, .. } if *vip_id == id)),
+        "{ops:?}"
+    );
+    // removal through plan_update deletes only this service's ids
+    let own: Vec<u32> = p.vips[&target].backends.values().map(|b| b.id).collect();
+    assert_eq!(own.len(), 3);
+    let ops = plan_update(&mut p, &target, None).unwrap();
+    let mut want = vec![MapOp::DelVip { vip: target }, MapOp::DelRing { vip_id: id }];
+    want.extend(own.iter().map(|&id| MapOp::DelBackend { id }));
+    assert_eq!(ops, want);
+    assert_eq!(p.backends().filter(|(_, a, _)| **a == ip(1)).count(), 99);
+    // and the full plan agrees that nothing else differs
+    let rest = state(
+        vips.iter()
+            .filter(|v| **v != target)
+            .map(|v| (*v, svc(v, &[1, 2], 11)))
+            .collect(),
+    );
+    assert!(plan(&p, &rest).unwrap().0.is_empty());
+}
+
+fn be(addr: IpAddr, generation: u32) -> abi::BackendValue {
+    let (addr, family) = abi::RawAddr::from_ip(addr);
+    abi::BackendValue {
+        addr,
+        family,
+        generation,
+        ..Default::default()
+    }
+}
+
+fn info(vip_id: u32, ring_size: u32) -> abi::VipInfo {
+    abi::VipInfo {
+        vip_id,
+        ring_size,
+        flags: 0,
+    }
+}
+
+#[test]
+fn restore_takes_ownership_from_the_rings() {
+    let (a, b) = (vip(1, 80), vip(2, 80));
+    let tomb = abi::BackendValue {
+        generation: 12,
+        ..Default::default()
+    };
+    let r = ReadBack {
+        vips: vec![
+            // a: ids 1 (.1) and 4 (.2), an empty slot and a tombstone (6)
+            (a, info(3, 5), Some(vec![1, 4, 0, 6, 1])),
+            // b: id 4 again (maps of a loader with global ids), 7 a second
+            // id for .1 in the same ring, 5 (.1) its own
+            (b, info(0, 5), Some(vec![4, 5, 7, 5, 5])),
+        ],
+        backends: [
+            (1, be(ip(1), 7)),
+            (4, be(ip(2), 9)),
+            (5, be(ip(1), 10)),
+            (6, tomb),
+            (7, be(ip(1), 11)),
+        ]
+        .into_iter()
+        .collect(),
+        high_water: 13,
+    };
+    let p = Programmed::restore(r);
+    assert_eq!(p.last_generation, 13, "the high-water mark survives");
+    assert_eq!(p.backend(&a, ip(1)).map(|b| b.id), Some(1));
+    assert_eq!(p.backend(&a, ip(2)).map(|b| b.id), Some(4));
+    assert_eq!(p.backend(&b, ip(1)).map(|b| b.id), Some(5));
+    assert_eq!(p.backend(&b, ip(2)), None, "id 4 stays with a");
+    assert_eq!(p.orphans, [7].into_iter().collect());
+    // re-applying: a is rewritten where its ring differs, b's .2 gets a new id
+    // and the orphan goes once b's ring no longer names it
+    let d = state(vec![(a, svc(&a, &[1, 2], 5)), (b, svc(&b, &[1, 2], 5))]);
+    let (ops, next) = plan(&p, &d).unwrap();
+    assert_eq!(
+        ops[0],
+        MapOp::WriteSlots {
+            vip_id: 3,
+            slots: vec![(2, 1), (3, 4)]
+        },
+        "a: only the empty slot and the tombstone are rewritten"
+    );
+    let puts: Vec<&MapOp> = ops
+        .iter()
+        .filter(|op| matches!(op, MapOp::PutBackend { .. }))
+        .collect();
+    assert_eq!(
+        puts,
+        vec![&MapOp::PutBackend {
+            id: 2,
+            addr: ip(2),
+            generation: 14
+        }],
+        "b's .2: lowest free id, generation above the high-water mark"
+    );
+    assert_eq!(ops.last(), Some(&MapOp::DelBackend { id: 7 }));
+    assert!(next.orphans.is_empty());
+    assert!(
+        !ops.iter()
+            .any(|op| matches!(op, MapOp::DelBackend { id } if *id == 4 || *id == 1 || *id == 5)),
+        "{ops:?}"
+    );
+    // and nothing is left to do
+    assert!(plan(&next, &d).unwrap().0.is_empty());
+}
+
+#[test]
+fn restored_identical_state_writes_nothing() {
+    let v = vip(1, 80);
+    let d = state(vec![(v, svc(&v, &[1, 2], 5))]);
+    let (_, p) = plan(&Programmed::default(), &d).unwrap();
+    let pv = &p.vips[&v];
+    let r = ReadBack {
+        vips: vec![(v, info(pv.vip_id, 5), pv.ring.clone())],
+        backends: pv
+            .backends
+            .iter()
+            .map(|(a, b)| (b.id, be(*a, b.generation)))
+            .collect(),
+        high_water: p.last_generation,
+    };
+    let restored = Programmed::restore(r);
+    let (ops, _) = plan(&restored, &d).unwrap();
+    assert!(ops.is_empty(), "{ops:?}");
+    // an unreadable ring is rewritten whole (with fresh ids: ownership unknown)
+    let r = ReadBack {
+        vips: vec![(v, info(pv.vip_id, 5), None)],
+        ..Default::default()
+    };
+    let (ops, _) = plan(&Programmed::restore(r), &d).unwrap();
+    assert!(
+        ops.iter()
+            .any(|op| matches!(op, MapOp::WriteSlots { slots, .. } if slots.len() == 5))
+    );
+}
+
+#[test]
+fn ids_run_out_with_a_clear_error_and_no_change() {
+    let mut p = Programmed {
+        vip_ids: IdPool::new(0, 1, []),
+        ..Default::default()
+    };
+    let (a, b) = (vip(1, 80), vip(2, 80));
+    plan_update(&mut p, &a, Some(&svc(&a, &[1], 3))).unwrap();
+    let before = p.clone();
+    let e = plan_update(&mut p, &b, Some(&svc(&b, &[2], 3))).unwrap_err();
+    assert!(e.to_string().contains("out of VIP ids"), "{e}");
+    assert_eq!(p, before);
+}
+
+/// The kernel maps as a pure model, for the failure test below: `run` applies
+/// map operations the way `XdpDatapath::run_ops` does.
+#[derive(Default)]
+struct Model {
+    vips: BTreeMap<Vip, abi::VipInfo>,
+    rings: BTreeMap<u32, Vec<u32>>,
+    backends: BTreeMap<u32, abi::BackendValue>,
+    high_water: u32,
+}
+
+impl Model {
+    fn run(&mut self, ops: &[MapOp]) {
+        for op in ops {
+            match op {
+                MapOp::PutBackend {
+                    id,
+                    addr,
+                    generation,
+                } => {
+                    self.backends.insert(*id, be(*addr, *generation));
+                    self.high_water = self.high_water.max(*generation);
+                }
+                MapOp::CreateRing { vip_id, size } => {
+                    self.rings.insert(*vip_id, vec![0; *size as usize]);
+                }
+                MapOp::WriteSlots { vip_id, slots } => {
+                    let r = self.rings.get_mut(vip_id).expect("ring exists");
+                    for &(s, id) in slots {
+                        r[s as usize] = id;
+                    }
+                }
+                MapOp::PutVip { vip, info } => {
+                    self.vips.insert(*vip, *info);
+                }
+                MapOp::DelVip { vip } => {
+                    self.vips.remove(vip);
+                }
+                MapOp::DelRing { vip_id } => {
+                    self.rings.insert(*vip_id, vec![0]);
+                }
+                MapOp::DelBackend { id } => {
+                    self.backends.insert(
+                        *id,
+                        abi::BackendValue {
+                            generation: self.high_water,
+                            ..Default::default()
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// What `read_programmed` would read from these maps.
+    fn read_back(&self) -> ReadBack {
+        let vips: Vec<_> = self
+            .vips
+            .iter()
+            .map(|(v, i)| {
+                let ring = self
+                    .rings
+                    .get(&i.vip_id)
+                    .filter(|r| r.len() == i.ring_size as usize)
+                    .cloned();
+                (*v, *i, ring)
+            })
+            .collect();
+        let backends = vips
+            .iter()
+            .flat_map(|(_, _, r)| r.iter().flatten())
+            .filter_map(|id| Some((*id, *self.backends.get(id)?)))
+            .collect();
+        ReadBack {
+            vips,
+            backends,
+            high_water: self.high_water,
+        }
+    }
+
+    /// Every slot of every VIP names a live backend (one of `want`'s addresses
+    /// for the VIPs `only` selects), and no id is in two VIPs' rings.
+    fn check(&self, want: &DesiredState, only: Option<&Vip>) -> Result<(), String> {
+        let mut owner = BTreeMap::new();
+        for (v, i) in &self.vips {
+            let ring = &self.rings[&i.vip_id];
+            for (s, id) in ring.iter().enumerate() {
+                let b = self.backends.get(id).copied().unwrap_or_default();
+                let Some(a) = b.addr.to_ip(b.family) else {
+                    return Err(format!("{v} slot {s}: id {id} is not a live backend"));
+                };
+                if only.is_some_and(|o| o == v) && !want.services[v].backends().contains(&a) {
+                    return Err(format!("{v} slot {s}: {a} is not one of its backends"));
+                }
+                if let Some(other) = owner.insert(*id, *v)
+                    && other != *v
+                {
+                    return Err(format!("id {id} is in the rings of {other} and {v}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A write that fails halfway leaves the maps between two states; the loader
+/// re-reads them (no reference counts). Whatever the failure point,
+/// single-service updates afterwards (`apply_service`) never delete an id
+/// another VIP's ring still names, and every slot keeps a live backend.
+#[test]
+fn apply_service_after_a_failed_write_never_breaks_another_service() {
+    let (a, b, c) = (vip(1, 80), vip(2, 80), vip(3, 53));
+    let before = state(vec![
+        (a, svc(&a, &[1, 2], 7)),
+        (b, svc(&b, &[2, 3], 7)),
+        (c, svc(&c, &[1, 2, 3], 5)),
+    ]);
+    let after = state(vec![
+        (a, svc(&a, &[2, 4], 7)),
+        (b, svc(&b, &[2], 11)),
+        (c, svc(&c, &[1, 3], 5)),
+    ]);
+    let (first, p0) = plan(&Programmed::default(), &before).unwrap();
+    let (change, _) = plan(&p0, &after).unwrap();
+    for k in 0..=change.len() {
+        let mut m = Model::default();
+        m.run(&first);
+        m.run(&change[..k]); // the write fails at op k
+        m.check(&after, None)
+            .unwrap_or_else(|e| panic!("maps after a failure at op {k}: {e}"));
+        let mut p = Programmed::restore(m.read_back());
+        // the fast path, one service at a time
+        for (v, e) in &after.services {
+            let ops = plan_update(&mut p, v, Some(e)).unwrap();
+            let named: BTreeSet<u32> = m
+                .vips
+                .iter()
+                .filter(|(o, _)| *o != v)
+                .flat_map(|(_, i)| m.rings[&i.vip_id].iter().copied())
+                .collect();
+            for op in &ops {
+                if let MapOp::DelBackend { id } = op {
+                    assert!(
+                        !named.contains(id),
+                        "failure at op {k}: updating {v} deletes id {id}, which another VIP's ring names"
+                    );
+                }
+            }
+            m.run(&ops);
+            m.check(&after, Some(v))
+                .unwrap_or_else(|e| panic!("failure at op {k}, after updating {v}: {e}"));
+        }
+        // a full resync afterwards converges and cleans up
+        let (ops, next) = plan(&Programmed::restore(m.read_back()), &after).unwrap();
+        m.run(&ops);
+        for v in after.services.keys() {
+            m.check(&after, Some(v)).unwrap();
+        }
+        assert!(next.orphans.is_empty());
+        assert!(plan(&next, &after).unwrap().0.is_empty());
+    }
+}
