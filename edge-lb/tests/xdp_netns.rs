@@ -191,9 +191,7 @@ fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
         fib_fallback: true,
         object: objects::XDP_LB,
     };
-    let resolver = KernelResolver {
-        netns: Some(e.clone()),
-    };
+    let resolver = KernelResolver::new(Some(e.clone()));
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();
     dp.apply(&desired(&[POD1, POD2])).unwrap();
     let mode = in_netns(e, || dp.attach("eth0", AttachMode::Native).unwrap());

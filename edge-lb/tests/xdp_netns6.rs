@@ -125,9 +125,7 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
     };
     let mut dp = XdpDatapath::load(
         &opts,
-        Box::new(KernelResolver {
-            netns: Some(e.clone()),
-        }),
+        Box::new(KernelResolver::new(Some(e.clone()))),
     )
     .unwrap();
     let vip = Vip {

@@ -5,6 +5,8 @@
 //!  reflectors: Services, EndpointSlices
 //!        │ any event ──> notify (coalesced for DEBOUNCE)
 //!        ▼
+//!  nexthop-watch thread: kernel route/neighbour/link changes ──> nh notify (DEBOUNCE
+//!                        in nexthops) ──> XdpDatapath::refresh_next_hops (changed only)
 //!  sync (this task owns the datapath):
 //!     desired::build ──> plan::datapath_state ──> Datapath::apply (writes only the diff)
 //!                    └─> plan::routes ──────────> Speaker::announce / withdraw
@@ -41,9 +43,12 @@ use ringlb_edge::datapath::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOp
 use ringlb_edge::datapath::{Datapath, nexthop::KernelResolver};
 use ringlb_edge::{desired, maglev, plan};
 
+mod nexthops;
+
 /// How long the agent waits for more events before it syncs.
 const DEBOUNCE: Duration = Duration::from_millis(50);
-/// A full resync even without events (next hops change without API events).
+/// A full resync even without events; it also re-resolves every next hop, in case a
+/// kernel notification was missed.
 const RESYNC: Duration = Duration::from_secs(30);
 /// How often the XDP counters are read into /metrics.
 const COUNTERS: Duration = Duration::from_secs(10);
@@ -120,10 +125,14 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
 
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
-    let (speaker, xdp_metrics) = {
+    let (speaker, xdp_metrics, nh_metrics) = {
         let mut r = registry.lock().await;
         let speaker = Arc::new(Speaker::start(args.bgp_listen_port, &mut r)?);
-        (speaker, XdpMetrics::register(&mut r))
+        (
+            speaker,
+            XdpMetrics::register(&mut r),
+            nexthops::Metrics::register(&mut r),
+        )
     };
     let (addr, _ops) = ringlb_ops::serve_ops(common.metrics_addr, registry, health.clone())
         .await
@@ -137,8 +146,10 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         mtu: args.mtu,
         ..Default::default()
     };
-    let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::default()))
-        .context("loading the XDP datapath")?;
+    let resolver = KernelResolver::default();
+    let nh_watch = nexthops::Watcher::start(&resolver, &nh_metrics);
+    let mut dp =
+        XdpDatapath::load(&opts, Box::new(resolver)).context("loading the XDP datapath")?;
     let mode = dp
         .attach(&args.interface, args.xdp_mode)
         .with_context(|| format!("attaching XDP to {}", args.interface))?;
@@ -188,7 +199,13 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let mut counters_tick = tokio::time::interval(COUNTERS);
     let mut due = true;
     let mut next_sync = tokio::time::Instant::now();
+    let mut refresh_next_hops = Some("start");
     loop {
+        if let Some(trigger) = refresh_next_hops.take() {
+            tokio::task::block_in_place(|| {
+                nexthops::refresh(&mut dp, &nh_watch, &nh_metrics, trigger)
+            });
+        }
         if due {
             // The sync resolves next hops with blocking calls: keep it off the workers
             // that run the BGP sessions.
@@ -201,7 +218,12 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         due = true;
         tokio::select! {
             _ = notify.notified() => tokio::time::sleep(DEBOUNCE).await,
-            _ = tokio::time::sleep_until(next_sync) => {}
+            _ = tokio::time::sleep_until(next_sync) => refresh_next_hops = Some("resync"),
+            _ = nh_watch.notify.notified() => {
+                tokio::time::sleep(nexthops::DEBOUNCE).await;
+                refresh_next_hops = Some("netlink");
+                due = false;
+            }
             _ = counters_tick.tick() => {
                 match dp.counters() {
                     Ok(c) => xdp_metrics.update(&c),
@@ -270,9 +292,6 @@ fn sync(
     let (state, problems) = plan::datapath_state(&want, args.ring_size, &mut st.tables);
     for p in &problems {
         tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
-    }
-    if let Err(e) = dp.refresh_next_hops() {
-        tracing::warn!(error = %e, "refreshing next hops");
     }
     let applied = Instant::now();
     let result = dp.apply(&state);

@@ -1,0 +1,368 @@
+//! Next-hop resolution for backends: which interface and which MAC addresses an
+//! encapsulated packet to a pod IP leaves with.
+//!
+//! `KernelResolver` asks the kernel over rtnetlink, the way `ip route get` does:
+//!
+//! 1. `RTM_GETROUTE` for the backend address: the output interface and the gateway
+//!    (none when the backend is on-link; then the backend itself is the next hop);
+//! 2. `RTM_GETLINK` for that interface: its ifindex and MAC (cached per interface
+//!    until `LinkCache::clear`, which the agent calls on link notifications);
+//! 3. `RTM_GETNEIGH` for (interface, next hop): its MAC if the entry is in a usable
+//!    state (REACHABLE, STALE, DELAY, PROBE, PERMANENT, NOARP).
+//!
+//! A missing, INCOMPLETE or FAILED IPv4 neighbour is handed to the kernel with
+//! `RTM_NEWNEIGH` + `NTF_USE` (what `ip neigh replace ... use` sends): the kernel
+//! creates the entry and starts resolution as if a packet were waiting, sending the ARP
+//! request at once. That puts no packet of ours on the wire and needs no ping binary.
+//! IPv6 differs: with no packet queued the kernel sends the neighbour solicitation from
+//! the interface's link-local address, and sends none while that address is tentative
+//! (DAD, the first one or two seconds after a link comes up). So an IPv6 next hop is
+//! triggered with an empty UDP datagram to its discard port (9), sent from an unbound
+//! socket of the same namespace. The kernel queues it on the neighbour and solicits at
+//! once, from the datagram's global source address. The datagram reaches the next hop
+//! once it is resolved. `NTF_USE` is the fallback when there is no IPv6 socket.
+//! The resolver then polls the entry for a short, bounded time (`DEFAULT_WAIT`, at most
+//! once per neighbour per `REWAIT`), so one dead backend cannot stall a refresh;
+//! if it is still unresolved the backend is written with `nh_valid = 0` and the
+//! program falls back to `bpf_fib_lookup`. A STALE entry is used as it is and also
+//! gets an `NTF_USE`: XDP_TX traffic never confirms neighbours, so the kernel is asked
+//! to re-probe them.
+//!
+//! Keeping it current: `Subscription` listens to RTNLGRP_LINK, RTNLGRP_NEIGH and
+//! RTNLGRP_IPV4/IPV6_ROUTE on its own thread and reports the changes that can move a
+//! next hop (a neighbour's usable MAC changed, any route or link change, lost events);
+//! the edge agent coalesces them and calls `XdpDatapath::refresh_next_hops`, which
+//! rewrites only the backends whose resolved value changed.
+//!
+//! The message encoding and the meaning of the kernel's answers are pure (`rtnl`,
+//! tested without root); the sockets are in `socket`.
+
+mod rtnl;
+mod socket;
+
+use std::{
+    collections::{BTreeMap, HashMap},
+    net::IpAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+
+pub use rtnl::{Change, Neigh, Route};
+pub use socket::{NetlinkError, Subscription, Watch};
+
+use super::Error;
+use rtnl::Reply;
+use socket::Conn;
+
+/// Where packets to one backend go.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NextHop {
+    pub ifindex: u32,
+    pub smac: [u8; 6],
+    pub dmac: [u8; 6],
+}
+
+/// Resolves the next hop of a backend address.
+pub trait Resolver: Send {
+    fn resolve(&self, addr: IpAddr) -> Result<NextHop, Error>;
+}
+
+/// Fixed answers: for benchmarks and packet fixtures.
+#[derive(Clone, Debug, Default)]
+pub struct StaticResolver {
+    pub default: Option<NextHop>,
+    pub per_addr: BTreeMap<IpAddr, NextHop>,
+}
+
+impl Resolver for StaticResolver {
+    fn resolve(&self, addr: IpAddr) -> Result<NextHop, Error> {
+        self.per_addr
+            .get(&addr)
+            .or(self.default.as_ref())
+            .copied()
+            .ok_or_else(|| Error::NextHop {
+                addr,
+                reason: "no static next hop".into(),
+            })
+    }
+}
+
+/// How long a resolve waits for the kernel to resolve a missing neighbour.
+pub const DEFAULT_WAIT: Duration = Duration::from_millis(100);
+/// A neighbour that was waited for is not waited for again within this time.
+const REWAIT: Duration = Duration::from_secs(30);
+/// Poll interval while waiting for a neighbour.
+const POLL: Duration = Duration::from_millis(1);
+/// Bound of the per-backend memory of the last answer (for "changed" logs).
+const MAX_REMEMBERED: usize = 1 << 16;
+
+/// Resolution through the kernel's routes and neighbours over rtnetlink, in the
+/// current network namespace or in a named one (`/var/run/netns/NAME`). The socket
+/// is opened on first use and reopened after an I/O error.
+pub struct KernelResolver {
+    netns: Option<String>,
+    wait: Duration,
+    links: LinkCache,
+    inner: Mutex<Inner>,
+}
+
+#[derive(Default)]
+struct Inner {
+    conn: Option<Conn>,
+    /// neighbours waited for, and when
+    waited: HashMap<(u32, IpAddr), Instant>,
+    /// last answer per backend, to log what changed
+    last: HashMap<IpAddr, NextHop>,
+}
+
+/// The resolver's interface (ifindex -> MAC) cache, shareable with a subscription
+/// callback that clears it when links change.
+#[derive(Clone, Default, Debug)]
+pub struct LinkCache(Arc<Mutex<HashMap<u32, [u8; 6]>>>);
+
+impl LinkCache {
+    pub fn clear(&self) {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+    fn get(&self, ifindex: u32) -> Option<[u8; 6]> {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&ifindex)
+            .copied()
+    }
+    fn put(&self, ifindex: u32, mac: [u8; 6]) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(ifindex, mac);
+    }
+}
+
+impl Default for KernelResolver {
+    fn default() -> Self {
+        Self::new(None)
+    }
+}
+
+impl std::fmt::Debug for KernelResolver {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KernelResolver")
+            .field("netns", &self.netns)
+            .field("wait", &self.wait)
+            .finish_non_exhaustive()
+    }
+}
+
+/// "02:00:0a:00:00:01"
+pub fn format_mac(m: &[u8; 6]) -> String {
+    format!(
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    )
+}
+
+impl KernelResolver {
+    /// In `netns` (a name under /var/run/netns), or in the caller's namespace.
+    pub fn new(netns: Option<String>) -> Self {
+        KernelResolver {
+            netns,
+            wait: DEFAULT_WAIT,
+            links: LinkCache::default(),
+            inner: Mutex::new(Inner::default()),
+        }
+    }
+
+    /// How long one resolve may wait for a missing neighbour (0: never wait).
+    pub fn with_wait(mut self, wait: Duration) -> Self {
+        self.wait = wait;
+        self
+    }
+
+    /// The interface cache, to clear on link notifications.
+    pub fn link_cache(&self) -> LinkCache {
+        self.links.clone()
+    }
+
+    fn resolve_with(&self, inner: &mut Inner, addr: IpAddr) -> Result<NextHop, NetlinkOrRoute> {
+        let conn = match &mut inner.conn {
+            Some(c) => c,
+            None => inner.conn.insert(Conn::open(self.netns.as_deref())?),
+        };
+        let seq = conn.next_seq();
+        let route = match conn.request("route get", &rtnl::route_get(addr, seq), seq)? {
+            Reply::Route(r) => r.map_err(NetlinkOrRoute::Route)?,
+            other => {
+                return Err(NetlinkOrRoute::Route(format!(
+                    "unexpected answer {other:?}"
+                )));
+            }
+        };
+        let smac = match self.links.get(route.oif) {
+            Some(m) => m,
+            None => {
+                let seq = conn.next_seq();
+                match conn.request("link get", &rtnl::link_get(route.oif, seq), seq)? {
+                    Reply::Link(_, Some(m)) => {
+                        self.links.put(route.oif, m);
+                        m
+                    }
+                    _ => {
+                        return Err(NetlinkOrRoute::Route(format!(
+                            "interface {} has no Ethernet address",
+                            route.oif
+                        )));
+                    }
+                }
+            }
+        };
+        let nh = route.next_hop(addr);
+        let found = |dmac| NextHop {
+            ifindex: route.oif,
+            smac,
+            dmac,
+        };
+        let neigh = neigh_get(conn, route.oif, nh)?;
+        if let Some((n, dmac)) = neigh.and_then(|n| Some((n, n.usable_mac()?))) {
+            if n.state == rtnl::NUD_STALE {
+                // ask the kernel to re-confirm it; the MAC stays usable meanwhile
+                let seq = conn.next_seq();
+                let _ = conn.request("neigh use", &rtnl::neigh_use(route.oif, nh, seq), seq);
+            }
+            return Ok(found(dmac));
+        }
+        // IPv6: NTF_USE solicits from the interface's link-local address, and sends
+        // nothing while that is tentative; a queued datagram is solicited for at once,
+        // from its own (global) source address
+        let nudged = match nh {
+            IpAddr::V6(nh6) => conn
+                .nudge(nh6, route.oif)
+                .inspect_err(|e| tracing::debug!(next_hop = %nh, error = %e, "UDP nudge"))
+                .is_ok(),
+            IpAddr::V4(_) => false,
+        };
+        if !nudged {
+            let seq = conn.next_seq();
+            conn.request("neigh use", &rtnl::neigh_use(route.oif, nh, seq), seq)?;
+        }
+        let key = (route.oif, nh);
+        let now = Instant::now();
+        let waited_lately = inner
+            .waited
+            .get(&key)
+            .is_some_and(|t| now.duration_since(*t) < REWAIT);
+        if !waited_lately && !self.wait.is_zero() {
+            if inner.waited.len() > 4096 {
+                inner.waited.retain(|_, t| now.duration_since(*t) < REWAIT);
+            }
+            inner.waited.insert(key, now);
+            let conn = inner
+                .conn
+                .as_mut()
+                .ok_or(NetlinkOrRoute::Route("connection lost".into()))?;
+            let deadline = now + self.wait;
+            while Instant::now() < deadline {
+                std::thread::sleep(POLL);
+                if let Some(dmac) = neigh_get(conn, route.oif, nh)?.and_then(|n| n.usable_mac()) {
+                    return Ok(found(dmac));
+                }
+            }
+        }
+        Err(NetlinkOrRoute::Route(format!(
+            "neighbour {nh} on interface {} not resolved yet (resolution started)",
+            route.oif
+        )))
+    }
+}
+
+/// The neighbour entry, or None if the kernel has none (ENOENT).
+fn neigh_get(conn: &mut Conn, ifindex: u32, nh: IpAddr) -> Result<Option<Neigh>, NetlinkError> {
+    let seq = conn.next_seq();
+    match conn.request("neigh get", &rtnl::neigh_get(ifindex, nh, seq), seq) {
+        Ok(Reply::Neigh(n)) => Ok(Some(n)),
+        Ok(_) => Ok(None),
+        Err(e) if e.errno() == Some(-libc::ENOENT) => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+enum NetlinkOrRoute {
+    Netlink(NetlinkError),
+    Route(String),
+}
+
+impl From<NetlinkError> for NetlinkOrRoute {
+    fn from(e: NetlinkError) -> Self {
+        NetlinkOrRoute::Netlink(e)
+    }
+}
+
+impl Resolver for KernelResolver {
+    fn resolve(&self, addr: IpAddr) -> Result<NextHop, Error> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        match self.resolve_with(&mut inner, addr) {
+            Ok(nh) => {
+                let old = inner.last.insert(addr, nh);
+                if let Some(old) = old.filter(|o| *o != nh) {
+                    tracing::info!(
+                        backend = %addr,
+                        old_ifindex = old.ifindex,
+                        ifindex = nh.ifindex,
+                        old_dmac = %format_mac(&old.dmac),
+                        dmac = %format_mac(&nh.dmac),
+                        "next hop changed"
+                    );
+                }
+                if inner.last.len() > MAX_REMEMBERED {
+                    inner.last.clear();
+                }
+                Ok(nh)
+            }
+            Err(e) => {
+                inner.last.remove(&addr);
+                let reason = match e {
+                    NetlinkOrRoute::Route(r) => r,
+                    NetlinkOrRoute::Netlink(e) => {
+                        // a kernel NACK (no route: ENETUNREACH) leaves the socket fine;
+                        // anything else reopens it next time
+                        if e.errno().is_none() {
+                            inner.conn = None;
+                        }
+                        e.to_string()
+                    }
+                };
+                Err(Error::NextHop { addr, reason })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn static_answers_and_mac_format() {
+        let nh = NextHop {
+            ifindex: 2,
+            smac: [2, 0, 0, 0, 0, 1],
+            dmac: [2, 0, 0x0a, 0, 0, 0xff],
+        };
+        let a: IpAddr = "10.2.0.5".parse().unwrap();
+        let r = StaticResolver {
+            default: None,
+            per_addr: [(a, nh)].into(),
+        };
+        assert_eq!(r.resolve(a).unwrap(), nh);
+        assert!(r.resolve("10.2.0.6".parse().unwrap()).is_err());
+        assert_eq!(format_mac(&nh.dmac), "02:00:0a:00:00:ff");
+    }
+
+    #[test]
+    fn a_bad_namespace_is_a_next_hop_error_not_a_panic() {
+        let r = KernelResolver::new(Some("ringlb-no-such-netns".into()));
+        let e = r.resolve("10.2.0.5".parse().unwrap()).unwrap_err();
+        assert_eq!(e.metric_label(), "nexthop");
+        assert!(e.to_string().contains("ringlb-no-such-netns"), "{e}");
+    }
+}

@@ -1,0 +1,346 @@
+//! rtnetlink sockets: one for requests (`Conn`), one subscribed to the route,
+//! neighbour and link groups (`Subscription`). Either can live in a named network
+//! namespace: a short-lived thread enters `/var/run/netns/NAME`, creates the socket
+//! and hands it back; a socket stays bound to the namespace it was created in.
+
+use std::fs::File;
+use std::io;
+use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use netlink_sys::{Socket, protocols::NETLINK_ROUTE};
+
+use super::rtnl::{self, Change, Filter, Reply};
+
+/// How long one request waits for the kernel's answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
+/// How often a subscription's thread looks at its stop flag.
+const POLL: Duration = Duration::from_millis(100);
+/// Receive buffer of the subscription: a burst of neighbour/route notifications
+/// (a link flap) fits before the kernel reports ENOBUFS.
+const SUBSCRIPTION_RCVBUF: usize = 4 << 20;
+
+/// Errors of the netlink layer.
+#[derive(Debug, thiserror::Error)]
+pub enum NetlinkError {
+    #[error("network namespace {name:?}: {reason}")]
+    Netns { name: String, reason: String },
+    #[error("netlink {op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: io::Error,
+    },
+    #[error("netlink {op}: the kernel answered {}", io::Error::from_raw_os_error(-*errno))]
+    Kernel { op: &'static str, errno: i32 },
+    #[error("netlink {op}: {reason}")]
+    Decode { op: &'static str, reason: String },
+    #[error("netlink {op}: no answer within {REQUEST_TIMEOUT:?}")]
+    Timeout { op: &'static str },
+}
+
+impl NetlinkError {
+    /// -errno of a kernel NACK (e.g. -ENOENT for a missing neighbour).
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            NetlinkError::Kernel { errno, .. } => Some(*errno),
+            _ => None,
+        }
+    }
+}
+
+fn io_err(op: &'static str) -> impl Fn(io::Error) -> NetlinkError {
+    move |source| NetlinkError::Io { op, source }
+}
+
+/// Enters the network namespace of `fd` on the calling thread only.
+#[allow(unsafe_code)] // setns(2) has no safe wrapper in libc; callers run it on a thread made for it
+fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
+    // SAFETY: setns takes a valid, open descriptor (borrowed for the call) and only
+    // changes the network namespace of the calling thread.
+    let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn netns_path(name: &str) -> Result<PathBuf, NetlinkError> {
+    if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
+        return Err(NetlinkError::Netns {
+            name: name.into(),
+            reason: "not a namespace name (as in `ip netns add NAME`)".into(),
+        });
+    }
+    Ok(PathBuf::from("/var/run/netns").join(name))
+}
+
+fn netlink_socket() -> Result<Socket, NetlinkError> {
+    let mut s = Socket::new(NETLINK_ROUTE).map_err(io_err("socket"))?;
+    s.bind_auto().map_err(io_err("bind"))?;
+    Ok(s)
+}
+
+/// A NETLINK_ROUTE socket, created in `netns` (a name under /var/run/netns) or in the
+/// caller's namespace.
+pub fn open(netns: Option<&str>) -> Result<Socket, NetlinkError> {
+    in_netns(netns, netlink_socket)
+}
+
+/// Runs `make` (which creates sockets) in `netns`, on a thread made for it.
+fn in_netns<T: Send>(
+    netns: Option<&str>,
+    make: impl FnOnce() -> Result<T, NetlinkError> + Send,
+) -> Result<T, NetlinkError> {
+    let Some(name) = netns else {
+        return make();
+    };
+    let path = netns_path(name)?;
+    let ns = File::open(&path).map_err(|e| NetlinkError::Netns {
+        name: name.into(),
+        reason: format!("{}: {e}", path.display()),
+    })?;
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            setns_net(ns.as_fd()).map_err(|e| NetlinkError::Netns {
+                name: name.into(),
+                reason: format!("setns: {e}"),
+            })?;
+            make()
+        })
+        .join()
+        .unwrap_or_else(|_| {
+            Err(NetlinkError::Netns {
+                name: name.into(),
+                reason: "namespace thread panicked".into(),
+            })
+        })
+    })
+}
+
+fn set_timeout(s: &Socket, t: Duration) -> Result<(), NetlinkError> {
+    socket2::SockRef::from(s)
+        .set_read_timeout(Some(t))
+        .map_err(io_err("SO_RCVTIMEO"))
+}
+
+/// A request/answer rtnetlink connection.
+pub struct Conn {
+    sock: Socket,
+    /// An unbound UDP socket of the same namespace, for `nudge`.
+    udp6: Option<UdpSocket>,
+    seq: u32,
+    buf: Vec<u8>,
+}
+
+impl Conn {
+    pub fn open(netns: Option<&str>) -> Result<Self, NetlinkError> {
+        let (sock, udp6) = in_netns(netns, || {
+            // no IPv6 in the namespace: no IPv6 next hops to nudge either
+            Ok((netlink_socket()?, UdpSocket::bind("[::]:0").ok()))
+        })?;
+        set_timeout(&sock, REQUEST_TIMEOUT)?;
+        Ok(Conn {
+            sock,
+            udp6,
+            seq: 0,
+            buf: Vec::with_capacity(64 << 10),
+        })
+    }
+
+    /// Sends an empty UDP datagram to the discard port (9) of an IPv6 next hop, so the
+    /// kernel solicits it with a packet queued, from that packet's (global) source
+    /// address. `NTF_USE` alone solicits from the interface's link-local address and
+    /// sends nothing while that is tentative (DAD, the first second or two after the
+    /// link comes up).
+    pub fn nudge(&self, nh: Ipv6Addr, ifindex: u32) -> Result<(), NetlinkError> {
+        let udp = self.udp6.as_ref().ok_or_else(|| NetlinkError::Io {
+            op: "nudge",
+            source: io::Error::new(io::ErrorKind::Unsupported, "no IPv6 socket"),
+        })?;
+        let scope = if nh.is_unicast_link_local() {
+            ifindex
+        } else {
+            0
+        };
+        udp.send_to(&[], SocketAddrV6::new(nh, 9, 0, scope))
+            .map(|_| ())
+            .map_err(io_err("nudge"))
+    }
+
+    /// The next sequence number, for the request about to be built.
+    pub fn next_seq(&mut self) -> u32 {
+        self.seq = self.seq.wrapping_add(1);
+        self.seq
+    }
+
+    /// Sends one request (built with sequence `seq`) and returns the kernel's one
+    /// answer to it; an NLMSG_ERROR that is not an ACK is `NetlinkError::Kernel`.
+    /// Answers to older requests (one that timed out) are skipped.
+    pub fn request(
+        &mut self,
+        op: &'static str,
+        req: &[u8],
+        seq: u32,
+    ) -> Result<Reply, NetlinkError> {
+        self.sock.send(req, 0).map_err(io_err(op))?;
+        loop {
+            self.buf.clear();
+            match self.sock.recv(&mut self.buf, 0) {
+                Ok(_) => {}
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(NetlinkError::Timeout { op });
+                }
+                Err(e) => return Err(NetlinkError::Io { op, source: e }),
+            }
+            let replies =
+                rtnl::decode(&self.buf).map_err(|reason| NetlinkError::Decode { op, reason })?;
+            if let Some((_, _, reply)) = replies.into_iter().find(|(s, _, _)| *s == seq) {
+                return match reply {
+                    Reply::Error(errno) if errno != 0 => Err(NetlinkError::Kernel { op, errno }),
+                    r => Ok(r),
+                };
+            }
+        }
+    }
+}
+
+/// A socket subscribed to RTNLGRP_LINK, RTNLGRP_NEIGH, RTNLGRP_IPV4_ROUTE and
+/// RTNLGRP_IPV6_ROUTE.
+pub struct Subscription {
+    sock: Socket,
+    buf: Vec<u8>,
+    filter: Filter,
+}
+
+impl Subscription {
+    pub fn open(netns: Option<&str>) -> Result<Self, NetlinkError> {
+        let sock = open(netns)?;
+        for g in [
+            libc::RTNLGRP_LINK,
+            libc::RTNLGRP_NEIGH,
+            libc::RTNLGRP_IPV4_ROUTE,
+            libc::RTNLGRP_IPV6_ROUTE,
+        ] {
+            sock.add_membership(g).map_err(io_err("join group"))?;
+        }
+        let _ = sock.set_rx_buf_sz(SUBSCRIPTION_RCVBUF);
+        set_timeout(&sock, POLL)?;
+        Ok(Subscription {
+            sock,
+            buf: Vec::with_capacity(64 << 10),
+            filter: Filter::default(),
+        })
+    }
+
+    /// Waits up to ~100 ms for notifications; returns the changes they make (empty on
+    /// a timeout or when nothing that matters changed). Lost notifications (ENOBUFS)
+    /// come back as `Change::Overflow`.
+    pub fn recv_changes(&mut self) -> Result<Vec<Change>, NetlinkError> {
+        self.buf.clear();
+        match self.sock.recv(&mut self.buf, 0) {
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Ok(Vec::new());
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => return Ok(vec![Change::Overflow]),
+            Err(e) => {
+                return Err(NetlinkError::Io {
+                    op: "recv",
+                    source: e,
+                });
+            }
+        }
+        let replies = rtnl::decode(&self.buf).map_err(|reason| NetlinkError::Decode {
+            op: "notification",
+            reason,
+        })?;
+        Ok(replies
+            .iter()
+            .filter_map(|(_, kind, r)| self.filter.observe(*kind, r))
+            .collect())
+    }
+
+    /// Runs the subscription on its own thread and calls `on_change` with every
+    /// non-empty batch of changes. A decode error is logged and skipped; the thread ends
+    /// when the returned `Watch` is dropped.
+    pub fn spawn(mut self, on_change: impl Fn(&[Change]) + Send + 'static) -> Watch {
+        let stop = Arc::new(AtomicBool::new(false));
+        let thread = std::thread::Builder::new()
+            .name("nexthop-watch".into())
+            .spawn({
+                let stop = stop.clone();
+                move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        match self.recv_changes() {
+                            Ok(c) if c.is_empty() => {}
+                            Ok(c) => on_change(&c),
+                            Err(e) => {
+                                tracing::warn!(error = %e, "next-hop subscription");
+                                // treat as lost events: the caller re-resolves everything
+                                on_change(&[Change::Overflow]);
+                                std::thread::sleep(POLL);
+                            }
+                        }
+                    }
+                }
+            })
+            .ok();
+        Watch { stop, thread }
+    }
+}
+
+/// A running subscription thread; dropping it stops the thread (within ~100 ms).
+pub struct Watch {
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Watch {
+    /// False if the thread could not be started.
+    pub fn running(&self) -> bool {
+        self.thread.as_ref().is_some_and(|t| !t.is_finished())
+    }
+}
+
+impl Drop for Watch {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn namespace_names_are_checked() {
+        for bad in ["", ".", "..", "a/b", "/etc/passwd", "x\0y"] {
+            assert!(netns_path(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            netns_path("edge1").unwrap(),
+            PathBuf::from("/var/run/netns/edge1")
+        );
+        let e = open(Some("ringlb-no-such-ns-for-sure")).err().unwrap();
+        assert!(e.to_string().contains("ringlb-no-such-ns-for-sure"), "{e}");
+    }
+}

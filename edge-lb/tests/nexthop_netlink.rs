@@ -1,0 +1,334 @@
+//! Next hops from the kernel over rtnetlink, in network namespaces this test makes:
+//!
+//! ```text
+//!  edge ns                                  peer ns
+//!   e0 10.77.0.1/24 fd77::1/64  ---------  p0 10.77.0.2/24 fd77::2/64
+//!   e1 10.78.0.1/24 fd78::1/64  ---------  p1 10.78.0.2/24 fd78::2/64
+//!   10.88.0.0/24, fd88::/64 via the peer (first over e0, then moved to e1)
+//! ```
+//!
+//! It resolves an on-link backend whose neighbour the kernel does not know yet (the
+//! resolver's NTF_USE must make the kernel resolve it; the peer answers ARP/ND), a
+//! backend behind a gateway, v4 and v6; then the peer changes its MAC (announced with
+//! arp_notify/ndisc_notify) and a route's gateway moves to the other link, and the
+//! subscription must report each change and a fresh resolve return the new next hop.
+//! The last test runs it through `XdpDatapath::refresh_next_hops`: only the backends
+//! whose next hop changed are rewritten. Needs root.
+
+mod xdp_support;
+
+use std::{
+    net::IpAddr,
+    time::{Duration, Instant},
+};
+
+use ringlb_edge::{
+    datapath::{
+        Datapath, DesiredState, Proto, ServiceEntry, Vip,
+        nexthop::{Change, KernelResolver, NextHop, Resolver, Subscription},
+        xdp::{XdpDatapath, XdpOptions, objects},
+    },
+    maglev::{Backend, Table},
+};
+use xdp_support::{Netns, is_root, sh};
+
+const PEER_MAC0: &str = "02:77:00:00:00:02";
+const PEER_MAC1: &str = "02:78:00:00:00:02";
+const NEW_MAC: &str = "02:77:00:00:00:99";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn mac(s: &str) -> [u8; 6] {
+    let v: Vec<u8> = s
+        .split(':')
+        .map(|b| u8::from_str_radix(b, 16).unwrap())
+        .collect();
+    v.try_into().unwrap()
+}
+
+fn link_mac(ns: &str, dev: &str) -> [u8; 6] {
+    let out = sh(&["ip", "-n", ns, "-o", "link", "show", "dev", dev]);
+    let at = out.find("link/ether ").expect("ether address") + "link/ether ".len();
+    mac(&out[at..at + 17])
+}
+
+fn ifindex(ns: &str, dev: &str) -> u32 {
+    let out = sh(&["ip", "-n", ns, "-o", "link", "show", "dev", dev]);
+    out.split(':').next().unwrap().trim().parse().unwrap()
+}
+
+struct Lab {
+    edge: Netns,
+    peer: Netns,
+}
+
+/// The two namespaces and both links; dropped (deleted) also when a test panics.
+fn lab(tag: &str) -> Lab {
+    let pid = std::process::id();
+    let lab = Lab {
+        edge: Netns::new(&format!("rlnh{pid}{tag}e")),
+        peer: Netns::new(&format!("rlnh{pid}{tag}p")),
+    };
+    let (e, p) = (lab.edge.0.as_str(), lab.peer.0.as_str());
+    for (i, pmac) in [(0, PEER_MAC0), (1, PEER_MAC1)] {
+        let net = 77 + i;
+        ipn(
+            e,
+            &format!("link add e{i} type veth peer name p{i} netns {p}"),
+        );
+        ipn(p, &format!("link set p{i} address {pmac}"));
+        // the peer announces a MAC change (gratuitous ARP / unsolicited NA)
+        for key in ["ipv4.conf.p{i}.arp_notify", "ipv6.conf.p{i}.ndisc_notify"] {
+            let key = key.replace("{i}", &i.to_string());
+            sh(&[
+                "ip",
+                "netns",
+                "exec",
+                p,
+                "sysctl",
+                "-qw",
+                &format!("net.{key}=1"),
+            ]);
+        }
+        ipn(e, &format!("addr add 10.{net}.0.1/24 dev e{i}"));
+        ipn(e, &format!("addr add fd{net}::1/64 dev e{i} nodad"));
+        ipn(p, &format!("addr add 10.{net}.0.2/24 dev p{i}"));
+        ipn(p, &format!("addr add fd{net}::2/64 dev p{i} nodad"));
+        ipn(e, &format!("link set e{i} up"));
+        ipn(p, &format!("link set p{i} up"));
+    }
+    ipn(e, "route add 10.88.0.0/24 via 10.77.0.2");
+    ipn(e, "-6 route add fd88::/64 via fd77::2");
+    // The kernel solicits a neighbour it is asked to resolve (NTF_USE, no packet
+    // queued) from the interface's link-local address, and sends nothing while that is
+    // tentative: wait for DAD to end on both sides (about a second after link up),
+    // check ND works, then forget every neighbour, so the tests start from an empty table.
+    let t0 = Instant::now();
+    while [e, p]
+        .iter()
+        .any(|ns| !ipn(ns, "-6 addr show tentative").trim().is_empty())
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "IPv6 DAD did not end"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for net in [77, 78] {
+        let to = format!("fd{net}::2");
+        sh(&["ip", "netns", "exec", e, "ping", "-6", "-c1", "-w3", &to]);
+    }
+    for ns in [e, p] {
+        ipn(ns, "neigh flush all");
+    }
+    lab
+}
+
+/// `ip -n NS ARGS...`
+fn ipn(ns: &str, args: &str) -> String {
+    let mut v = vec!["ip", "-n", ns];
+    v.extend(args.split_whitespace());
+    sh(&v)
+}
+
+fn root_or_skip(name: &str) -> bool {
+    if !is_root() {
+        eprintln!("SKIPPED {name}: needs root (network namespaces, rtnetlink writes)");
+    }
+    is_root()
+}
+
+fn neigh_known(ns: &str, addr: &str) -> bool {
+    sh(&["ip", "-n", ns, "neigh", "show", "to", addr]).contains("lladdr")
+}
+
+/// Waits up to `within` for the subscription to report a change matching `want`.
+fn wait_change(
+    sub: &mut Subscription,
+    within: Duration,
+    want: impl Fn(&Change) -> bool,
+) -> Duration {
+    let t0 = Instant::now();
+    let mut seen = Vec::new();
+    while t0.elapsed() < within {
+        let changes = sub.recv_changes().expect("subscription");
+        if changes.iter().any(&want) {
+            return t0.elapsed();
+        }
+        seen.extend(changes);
+    }
+    panic!("no matching change within {within:?}; saw {seen:?}");
+}
+
+/// Resolves until `want` holds or `within` passes (the kernel applies a change a
+/// moment after notifying it).
+fn resolve_until(
+    r: &KernelResolver,
+    addr: IpAddr,
+    within: Duration,
+    want: impl Fn(&NextHop) -> bool,
+) -> NextHop {
+    let t0 = Instant::now();
+    loop {
+        let got = r.resolve(addr);
+        match &got {
+            Ok(nh) if want(nh) => return *nh,
+            _ if t0.elapsed() > within => panic!("{addr}: {got:?} after {within:?}"),
+            _ => std::thread::sleep(Duration::from_millis(5)),
+        }
+    }
+}
+
+#[test]
+fn resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours() {
+    if !root_or_skip("resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours") {
+        return;
+    }
+    let lab = lab("a");
+    let e = lab.edge.0.as_str();
+    let want = NextHop {
+        ifindex: ifindex(e, "e0"),
+        smac: link_mac(e, "e0"),
+        dmac: mac(PEER_MAC0),
+    };
+    let r = KernelResolver::new(Some(e.to_string()));
+    for (backend, nh) in [
+        ("10.77.0.2", "10.77.0.2"), // on-link
+        ("10.88.0.5", "10.77.0.2"), // via the gateway
+        ("fd77::2", "fd77::2"),
+        ("fd88::5", "fd77::2"),
+    ] {
+        let first = !neigh_known(e, nh);
+        let t0 = Instant::now();
+        let got = r
+            .resolve(ip(backend))
+            .unwrap_or_else(|err| panic!("{backend}: {err}"));
+        assert_eq!(got, want, "{backend}");
+        eprintln!(
+            "{backend}: resolved in {:?}{}",
+            t0.elapsed(),
+            if first {
+                " (neighbour was unknown: resolved through NTF_USE)"
+            } else {
+                ""
+            }
+        );
+        assert!(neigh_known(e, nh), "the kernel holds {nh} now");
+    }
+    // an address with no route is a clear error, not a panic or a wait
+    let err = r.resolve(ip("192.0.2.1")).unwrap_err();
+    assert!(err.to_string().contains("192.0.2.1"), "{err}");
+    // a neighbour that never answers: bounded wait, then an error (fib fallback)
+    let t0 = Instant::now();
+    let err = r.resolve(ip("10.77.0.200")).unwrap_err();
+    assert!(
+        t0.elapsed() < Duration::from_millis(600),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert!(err.to_string().contains("not resolved"), "{err}");
+    // asked again at once: no second wait
+    let t0 = Instant::now();
+    assert!(r.resolve(ip("10.77.0.200")).is_err());
+    assert!(
+        t0.elapsed() < Duration::from_millis(50),
+        "{:?}",
+        t0.elapsed()
+    );
+}
+
+#[test]
+fn subscription_sees_mac_and_gateway_changes() {
+    if !root_or_skip("subscription_sees_mac_and_gateway_changes") {
+        return;
+    }
+    let lab = lab("b");
+    let (e, p) = (lab.edge.0.as_str(), lab.peer.0.as_str());
+    let r = KernelResolver::new(Some(e.to_string()));
+    for b in ["10.88.0.5", "fd88::5"] {
+        assert_eq!(r.resolve(ip(b)).unwrap().dmac, mac(PEER_MAC0), "{b}");
+    }
+    let mut sub = Subscription::open(Some(e)).unwrap();
+
+    // the peer's MAC changes; it announces it; the edge's kernel updates its entries
+    ipn(p, &format!("link set p0 address {NEW_MAC}"));
+    for (b, gw) in [("10.88.0.5", "10.77.0.2"), ("fd88::5", "fd77::2")] {
+        let gw = ip(gw);
+        let took = wait_change(
+            &mut sub,
+            Duration::from_secs(3),
+            |c| matches!(c, Change::Neigh { addr, mac: Some(m), .. } if *addr == gw && *m == mac(NEW_MAC)),
+        );
+        let nh = resolve_until(&r, ip(b), Duration::from_secs(1), |nh| {
+            nh.dmac == mac(NEW_MAC)
+        });
+        eprintln!("{b}: MAC change notified after {took:?}, resolves to the new MAC");
+        assert_eq!(nh.ifindex, ifindex(e, "e0"));
+    }
+
+    // the gateway moves to the other link: new interface, source and destination MAC
+    let e1 = NextHop {
+        ifindex: ifindex(e, "e1"),
+        smac: link_mac(e, "e1"),
+        dmac: mac(PEER_MAC1),
+    };
+    for (b, cmd) in [
+        ("10.88.0.5", "-4 route replace 10.88.0.0/24 via 10.78.0.2"),
+        ("fd88::5", "-6 route replace fd88::/64 via fd78::2"),
+    ] {
+        ipn(e, cmd);
+        let took = wait_change(&mut sub, Duration::from_secs(3), |c| {
+            matches!(c, Change::Route { .. })
+        });
+        let nh = resolve_until(&r, ip(b), Duration::from_secs(1), |nh| *nh == e1);
+        assert_eq!(nh, e1);
+        eprintln!("{b}: route change notified after {took:?}, resolves via e1");
+    }
+}
+
+#[test]
+fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
+    if !root_or_skip("refresh_rewrites_only_the_backends_whose_next_hop_changed") {
+        return;
+    }
+    let lab = lab("c");
+    let e = lab.edge.0.as_str();
+    // two backends behind the gateway, one on the other link
+    let backends: Vec<Backend> = ["10.88.0.5", "10.88.0.6", "10.78.0.2"]
+        .iter()
+        .map(|a| Backend {
+            addr: ip(a),
+            port: 80,
+            weight: 1,
+        })
+        .collect();
+    let vip = Vip {
+        addr: ip("10.99.0.1"),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    let table = Table::build(&backends, 251).unwrap();
+    let desired = DesiredState {
+        services: [(vip, ServiceEntry::from_table(&vip, &table).unwrap())]
+            .into_iter()
+            .collect(),
+    };
+    let opts = XdpOptions {
+        pin_dir: None,
+        src4: Some("10.77.0.1".parse().unwrap()),
+        src6: None,
+        mtu: 1500,
+        fib_fallback: true,
+        object: objects::XDP_LB,
+    };
+    let mut dp =
+        XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.to_string())))).unwrap();
+    dp.apply(&desired).unwrap();
+    assert_eq!(dp.refresh_next_hops().unwrap(), 0, "nothing changed yet");
+    // the gateway of 10.88.0.0/24 moves to e1: the two backends behind it change
+    ipn(e, "route replace 10.88.0.0/24 via 10.78.0.2");
+    assert_eq!(dp.refresh_next_hops().unwrap(), 2);
+    assert_eq!(dp.refresh_next_hops().unwrap(), 0, "written once");
+}
