@@ -327,8 +327,27 @@ fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
         XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.to_string())))).unwrap();
     dp.apply(&desired).unwrap();
     assert_eq!(dp.refresh_next_hops().unwrap(), 0, "nothing changed yet");
+    // as the edge agent runs it: the subscription on its own thread wakes the refresh
+    let (tx, rx) = std::sync::mpsc::channel();
+    let watch = Subscription::open(Some(e)).unwrap().spawn(move |changes| {
+        let _ = tx.send(changes.to_vec());
+    });
+    assert!(watch.running());
     // the gateway of 10.88.0.0/24 moves to e1: the two backends behind it change
     ipn(e, "route replace 10.88.0.0/24 via 10.78.0.2");
+    let changes = rx
+        .recv_timeout(Duration::from_secs(3))
+        .expect("no notification");
+    assert!(
+        changes.iter().any(|c| matches!(c, Change::Route { .. })),
+        "{changes:?}"
+    );
     assert_eq!(dp.refresh_next_hops().unwrap(), 2);
     assert_eq!(dp.refresh_next_hops().unwrap(), 0, "written once");
+    let t0 = Instant::now();
+    drop(watch);
+    assert!(
+        t0.elapsed() < Duration::from_millis(500),
+        "the watch thread stops"
+    );
 }
