@@ -357,9 +357,43 @@ pub enum MapOp {
     },
 }
 
+/// Sorted, without duplicates.
 fn distinct(addrs: &[IpAddr]) -> Vec<IpAddr> {
-    let set: BTreeSet<IpAddr> = addrs.iter().copied().collect();
-    set.into_iter().collect()
+    let mut v = addrs.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Walks the sorted `new` addresses against a service's current ids (also
+/// sorted) in one merge pass, without a map lookup per address: `f` gets
+/// each new address with its current id (if it has one), `gone` the ids of
+/// addresses that are not in `new`.
+fn merge<'a>(
+    new: &[IpAddr],
+    old: impl IntoIterator<Item = (&'a IpAddr, &'a ProgrammedBackend)>,
+    mut f: impl FnMut(IpAddr, Option<ProgrammedBackend>),
+    mut gone: impl FnMut(ProgrammedBackend),
+) {
+    let mut old = old.into_iter().peekable();
+    for a in new {
+        while let Some((oa, ob)) = old.peek()
+            && *oa < a
+        {
+            gone(**ob);
+            old.next();
+        }
+        match old.peek() {
+            Some((oa, ob)) if *oa == a => {
+                f(*a, Some(**ob));
+                old.next();
+            }
+            _ => f(*a, None),
+        }
+    }
+    for (_, ob) in old {
+        gone(*ob);
+    }
 }
 
 /// Changes one service (`None` removes it) in place: returns the map
@@ -373,10 +407,13 @@ pub fn plan_update(
 ) -> Result<Vec<MapOp>, Error> {
     let new_addrs = new.map(|s| distinct(&s.backends)).unwrap_or_default();
     let old = p.vips.get(vip);
-    let missing = new_addrs
-        .iter()
-        .filter(|a| old.is_none_or(|o| !o.backends.contains_key(a)))
-        .count() as u64;
+    let mut missing = 0u64;
+    merge(
+        &new_addrs,
+        old.iter().flat_map(|o| &o.backends),
+        |_, b| missing += u64::from(b.is_none()),
+        |_| {},
+    );
     if missing > p.backend_ids.available() {
         return Err(Error::IdsExhausted {
             what: "backend",
@@ -390,37 +427,38 @@ pub fn plan_update(
             max: abi::MAX_VIPS,
         });
     }
-    let mut old = p.vips.remove(vip);
-    let mut leaving = old
-        .as_mut()
-        .map(|o| std::mem::take(&mut o.backends))
-        .unwrap_or_default();
+    let old = p.vips.remove(vip);
     let (mut puts, mut ring_ops, mut vip_ops, mut dels) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut freed_vip = None;
 
     // 1. this service's ids: kept per address, new addresses get a fresh id
-    //    and generation
-    let mut backends = BTreeMap::new();
-    for a in &new_addrs {
-        let b = match leaving.remove(a) {
-            Some(b) => b,
-            None => {
+    //    and generation; ids of addresses that left are deleted last
+    let mut kept = Vec::with_capacity(new_addrs.len());
+    let mut leaving = Vec::new();
+    merge(
+        &new_addrs,
+        old.iter().flat_map(|o| &o.backends),
+        |a, b| {
+            let b = b.unwrap_or_else(|| {
                 let id = p.backend_ids.alloc().expect("checked above");
                 p.last_generation = p.last_generation.wrapping_add(1).max(1);
                 puts.push(MapOp::PutBackend {
                     id,
-                    addr: *a,
+                    addr: a,
                     generation: p.last_generation,
                 });
                 ProgrammedBackend {
                     id,
                     generation: p.last_generation,
                 }
-            }
-        };
-        backends.insert(*a, b);
-    }
+            });
+            kept.push((a, b));
+        },
+        |b| leaving.push(b),
+    );
+    // sorted input: built in one pass
+    let backends: BTreeMap<IpAddr, ProgrammedBackend> = kept.into_iter().collect();
 
     // 2. the ring and the VIP entry
     if let Some(svc) = new {
@@ -482,10 +520,10 @@ pub fn plan_update(
 
     // 3. this service's ids for addresses that left go last; nobody else
     //    uses them
-    for b in leaving.values() {
+    for b in &leaving {
         dels.push(MapOp::DelBackend { id: b.id });
     }
-    for b in leaving.values() {
+    for b in &leaving {
         p.backend_ids.release(b.id);
     }
     if let Some(id) = freed_vip {
