@@ -303,3 +303,28 @@ fn a_defunct_pinned_link_is_replaced_by_a_fresh_attach() {
     dp.uninstall().unwrap();
     assert_eq!(xdp_prog_id("da"), None, "detached");
 }
+
+/// Pinned maps of an older release with another `backends` size (131,072
+/// before backend ids were per (VIP, pod)) are refused at load with an error
+/// that says what to do, instead of failing later on a write past the end.
+#[test]
+fn pinned_maps_of_another_size_are_refused_clearly() {
+    use aya::maps::{Array, IterableMap, MapData};
+    if !is_root() {
+        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, BPF)");
+        return;
+    }
+    let bpffs = BpfFs::new("layout");
+    let dir = bpffs.path().join("ringlb");
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = Array::<MapData, abi::BackendValue>::create(131_072, 0).unwrap();
+    old.map().pin(dir.join("backends")).unwrap();
+    let e = match XdpDatapath::load(&opts(bpffs.path()), resolver()) {
+        Ok(_) => panic!("a backends map of 131072 entries was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("backends") && e.contains("131072") && e.contains("uninstall"),
+        "{e}"
+    );
+}
