@@ -220,7 +220,7 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
             _ = notify.notified() => tokio::time::sleep(DEBOUNCE).await,
             _ = tokio::time::sleep_until(next_sync) => refresh_next_hops = Some("resync"),
             _ = nh_watch.notify.notified() => {
-                tokio::time::sleep(nexthops::DEBOUNCE).await;
+                tokio::time::sleep(nh_watch.delay()).await;
                 refresh_next_hops = Some("netlink");
                 due = false;
             }

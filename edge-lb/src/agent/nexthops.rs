@@ -1,14 +1,15 @@
 //! Next hops kept current. A thread listens to the kernel's route, neighbour and link
 //! notifications (`nexthop::Subscription`) and wakes the agent's loop; the loop
-//! coalesces the wake-ups for `DEBOUNCE` and re-resolves every backend's next hop,
-//! writing only the ones that changed. The datapath is touched only from the loop.
+//! coalesces the wake-ups for `DEBOUNCE` (100 ms; refreshes stay `MIN_GAP`, 500 ms,
+//! apart) and re-resolves every backend's next hop, writing only the ones that
+//! changed. The datapath is touched only from the loop.
 //!
 //! ```text
 //!  nexthop-watch thread: netlink groups LINK, NEIGH, IPV4_ROUTE, IPV6_ROUTE
 //!        │ changes (a neighbour's MAC, a route, a link, lost events)
 //!        │ ──> pending (bounded) + Notify          link change ──> LinkCache::clear
 //!        ▼
-//!  agent loop: sleep DEBOUNCE ──> XdpDatapath::refresh_next_hops ──> log + metrics
+//!  agent loop: sleep Watcher::delay ──> XdpDatapath::refresh_next_hops ──> log + metrics
 //! ```
 
 use std::sync::{Arc, Mutex};
@@ -23,7 +24,11 @@ use ringlb_edge::datapath::nexthop::{Change, KernelResolver, Subscription, Watch
 use ringlb_edge::datapath::xdp::XdpDatapath;
 
 /// How long the loop waits for more notifications before it refreshes.
-pub const DEBOUNCE: Duration = Duration::from_millis(100);
+const DEBOUNCE: Duration = Duration::from_millis(100);
+/// Least time between two refreshes that notifications trigger: a refresh re-resolves
+/// every backend (about 8 µs each), and route churn on a busy host must not keep the
+/// loop busy with them.
+const MIN_GAP: Duration = Duration::from_millis(500);
 /// Changes kept for the refresh log line; more are counted, not kept.
 const MAX_PENDING: usize = 16;
 
@@ -84,6 +89,7 @@ struct Pending {
 pub struct Watcher {
     pub notify: Arc<Notify>,
     pending: Arc<Mutex<Pending>>,
+    last_refresh: Mutex<Option<Instant>>,
     _watch: Option<Watch>,
 }
 
@@ -130,8 +136,16 @@ impl Watcher {
         Watcher {
             notify,
             pending,
+            last_refresh: Mutex::new(None),
             _watch: watch,
         }
+    }
+
+    /// How long to wait, once notified, before refreshing: `DEBOUNCE`, stretched so that
+    /// refreshes are at least `MIN_GAP` apart.
+    pub fn delay(&self) -> Duration {
+        let last = *self.last_refresh.lock().unwrap_or_else(|p| p.into_inner());
+        delay_after(last, Instant::now())
     }
 
     fn take(&self) -> Pending {
@@ -144,6 +158,10 @@ impl Watcher {
 pub fn refresh(dp: &mut XdpDatapath, watcher: &Watcher, metrics: &Metrics, trigger: &'static str) {
     let seen = watcher.take();
     let t0 = Instant::now();
+    *watcher
+        .last_refresh
+        .lock()
+        .unwrap_or_else(|p| p.into_inner()) = Some(t0);
     metrics.refreshes.get_or_create(&Trigger { trigger }).inc();
     let changes = seen
         .changes
@@ -165,5 +183,32 @@ pub fn refresh(dp: &mut XdpDatapath, watcher: &Watcher, metrics: &Metrics, trigg
             metrics.errors.inc();
             tracing::warn!(trigger, error = %e, %changes, "refreshing next hops");
         }
+    }
+}
+
+fn delay_after(last: Option<Instant>, now: Instant) -> Duration {
+    let gap = last.map_or(Duration::ZERO, |l| {
+        (l + MIN_GAP).saturating_duration_since(now)
+    });
+    gap.max(DEBOUNCE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refreshes_are_debounced_and_spaced() {
+        let now = Instant::now();
+        assert_eq!(delay_after(None, now), DEBOUNCE);
+        assert_eq!(delay_after(Some(now), now), MIN_GAP);
+        assert_eq!(
+            delay_after(Some(now - Duration::from_millis(300)), now),
+            Duration::from_millis(200)
+        );
+        assert_eq!(
+            delay_after(Some(now - Duration::from_secs(5)), now),
+            DEBOUNCE
+        );
     }
 }
