@@ -72,7 +72,8 @@ struct ringlb_flow {
 struct ringlb_ct_value {
 	__u32 backend_id;
 	__u32 gen;        /* must equal backends[backend_id].gen, else stale */
-};                        /* 8 bytes */
+	__u32 vip_id;     /* the VIP's counters; a hit skips the vips lookup */
+};                        /* 12 bytes */
 
 /* ---- config: ARRAY[1] ------------------------------------------------------ */
 struct ringlb_config {

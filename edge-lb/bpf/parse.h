@@ -40,7 +40,7 @@ struct ringlb_pkt {
 	__u32 l3_len;             /* inner L3 length: IPv4 tot_len, IPv6 40 + payload */
 	__u16 frag_df;            /* be, IPv4 DF bit of the inner header (0 for IPv6) */
 	__u8 tos;                 /* inner DSCP/ECN (IPv4 tos, IPv6 traffic class) */
-	__u8 pad;
+	__u8 syn;                 /* 1 = TCP SYN without ACK: a connection's first packet */
 };
 
 /* Returns 0 when pkt is a TCP/UDP packet worth a VIP lookup, else a
@@ -130,6 +130,13 @@ static __always_inline int ringlb_parse(void *data, void *data_end, struct ringl
 		return RINGLB_ST_PASS_MALFORMED;
 	pkt->flow.sport = ports[0];
 	pkt->flow.dport = ports[1];
+	if (pkt->flow.proto == IPPROTO_TCP) {
+		/* byte 13 of the TCP header: CWR ECE URG ACK PSH RST SYN FIN */
+		__u8 *tcp = l3;
+		if ((void *)(tcp + 14) <= data_end &&
+		    (__u32)((void *)(tcp + 14) - l3_begin) <= pkt->l3_len)
+			pkt->syn = (tcp[13] & 0x12) == 0x02;
+	}
 	return 0;
 }
 

@@ -2,13 +2,25 @@
 /*
  * xdp_lb.bpf.c - the ringlb edge datapath (XDP).
  *
- *   parse (eth [+vlan], ipv4|ipv6, tcp|udp)
- *     -> vips[(daddr, dport, proto)]  (then the port-0 wildcard)
- *     -> conntrack[5-tuple]           hit and backend generation still current?
- *        else rings[vip_id][flow_hash % M]          (Maglev, flow_hash.h)
+ *   parse (eth [+vlan], ipv4|ipv6, tcp|udp; TCP SYN flag)
+ *     -> conntrack[5-tuple]           (not for a SYN) hit, and the backend id
+ *                                     still has the entry's generation? done
+ *     -> else vips[(daddr, dport, proto)]  (then the port-0 wildcard)
+ *        -> rings[vip_id][flow_hash % M]   (Maglev, flow_hash.h)
+ *        -> conntrack insert {backend id, generation, vip_id}
  *     -> backends[id]: pod IP + next-hop MACs resolved by the loader
  *     -> push outer IPv4 (proto 4/41) or IPv6 (nexthdr 41/4) header
- *     -> XDP_TX (or bpf_redirect when the next hop is on another port)
+ *     -> XDP_TX (or bpf_redirect, VLAN tag removed, when the next hop is
+ *        on another port)
+ *
+ * Why conntrack comes first: most packets belong to established flows, and
+ * their conntrack entry already names the backend, so the vips hash lookup is
+ * skipped for them. This is only safe because backend ids are allocated per
+ * (VIP, pod) pair: when a pod leaves a VIP, or the VIP is deleted, the loader
+ * retires that pair's id (family 0, or a new generation on reuse), and every
+ * conntrack entry of that VIP to that pod turns stale. A SYN skips the
+ * conntrack lookup (as Katran does): it opens a new connection, which the ring
+ * decides, and the insert below replaces whatever entry the 5-tuple had.
  * Anything else -> XDP_PASS, counted by reason (see enum ringlb_stat in abi.h).
  *
  * Build flags (benchmark-only variants, never attached):
@@ -167,51 +179,51 @@ int ringlb_xdp(struct xdp_md *ctx)
 	}
 	frame_len = data_end - data;
 
-	__builtin_memcpy(vk.addr, pkt.flow.daddr, 16);
-	vk.port = pkt.flow.dport;
-	vk.proto = pkt.flow.proto;
-	vk.family = pkt.flow.family;
-	vip = bpf_map_lookup_elem(&vips, &vk);
-	if (!vip) {
-		vk.port = 0;
-		vip = bpf_map_lookup_elem(&vips, &vk);
-		if (!vip) {
-			count(RINGLB_ST_PASS_NOT_VIP);
-			return XDP_PASS;
-		}
-	}
-	__u32 vip_id = vip->vip_id;
-	struct ringlb_vip_stats *vs = bpf_map_lookup_elem(&vip_stats, &vip_id);
-	if (vs) {
-		vs->packets += 1;
-		vs->bytes += frame_len;
-	}
-
 	const struct ringlb_config *cfg = bpf_map_lookup_elem(&config, &zero);
 	if (!cfg) /* cannot happen for an ARRAY; keeps the verifier happy */
 		return XDP_PASS;
 
-	/* 1. conntrack: established flows keep their backend while it exists */
+	/* 1. conntrack first: an established flow needs neither the vips lookup
+	 * nor the ring. The entry names the backend id of one (VIP, pod) pair
+	 * and its generation; the loader retires the id (new generation, or
+	 * family 0) when the pod leaves that VIP or the VIP goes away, so a hit
+	 * on a current id is proof that the VIP still has this backend. */
+	__u32 vip_id = 0;
+	int ct_state = RINGLB_ST_CT_MISS;
 	be = 0;
-	int use_ct = !(vip->flags & RINGLB_VIP_F_NO_CT);
-	if (use_ct) {
-		ct = bpf_map_lookup_elem(&conntrack, &pkt.flow);
-		if (ct) {
-			bid = ct->backend_id;
-			be = bpf_map_lookup_elem(&backends, &bid);
-			if (be && be->family && be->gen == ct->gen) {
-				count(RINGLB_ST_CT_HIT);
-			} else {
-				count(RINGLB_ST_CT_STALE);
-				be = 0;
-			}
+	ct = pkt.syn ? 0 : bpf_map_lookup_elem(&conntrack, &pkt.flow);
+	if (ct) {
+		bid = ct->backend_id;
+		be = bpf_map_lookup_elem(&backends, &bid);
+		if (be && be->family && be->gen == ct->gen) {
+			vip_id = ct->vip_id;
+			count(RINGLB_ST_CT_HIT);
 		} else {
-			count(RINGLB_ST_CT_MISS);
+			ct_state = RINGLB_ST_CT_STALE;
+			be = 0;
 		}
 	}
 
-	/* 2. Maglev ring */
+	/* 2. a new (or stale) flow: the VIP, then its Maglev ring */
 	if (!be) {
+		__builtin_memcpy(vk.addr, pkt.flow.daddr, 16);
+		vk.port = pkt.flow.dport;
+		vk.proto = pkt.flow.proto;
+		vk.family = pkt.flow.family;
+		vip = bpf_map_lookup_elem(&vips, &vk);
+		if (!vip) {
+			vk.port = 0;
+			vip = bpf_map_lookup_elem(&vips, &vk);
+			if (!vip) {
+				count(RINGLB_ST_PASS_NOT_VIP);
+				return XDP_PASS;
+			}
+		}
+		vip_id = vip->vip_id;
+		int use_ct = !(vip->flags & RINGLB_VIP_F_NO_CT);
+		if (use_ct || ct_state == RINGLB_ST_CT_STALE)
+			count(ct_state);
+
 		void *ring = bpf_map_lookup_elem(&rings, &vip_id);
 		__u32 m = vip->ring_size;
 		if (!ring || m == 0) {
@@ -233,10 +245,18 @@ int ringlb_xdp(struct xdp_md *ctx)
 		}
 #ifndef RINGLB_BENCH_NO_CT_INSERT
 		if (use_ct) {
-			struct ringlb_ct_value nv = { .backend_id = bid, .gen = be->gen };
+			struct ringlb_ct_value nv = {
+				.backend_id = bid, .gen = be->gen, .vip_id = vip_id,
+			};
 			bpf_map_update_elem(&conntrack, &pkt.flow, &nv, BPF_ANY);
 		}
 #endif
+	}
+
+	struct ringlb_vip_stats *vs = bpf_map_lookup_elem(&vip_stats, &vip_id);
+	if (vs) {
+		vs->packets += 1;
+		vs->bytes += frame_len;
 	}
 
 	/* 3. outer header for the backend's family */
@@ -283,7 +303,14 @@ int ringlb_xdp(struct xdp_md *ctx)
 	}
 	__u8 inner_proto = pkt.flow.family == RINGLB_AF_INET6 ? IPPROTO_IPV6 : IPPROTO_IPIP;
 
-	if (bpf_xdp_adjust_head(ctx, -(int)olen)) {
+	/* A VLAN tag belongs to the ingress port's segment: kept for XDP_TX (the
+	 * reply leaves where it came in), removed when the next hop is on another
+	 * port (bpf_redirect), whose segment the tag means nothing on. */
+	int redirect = ifindex != 0 && ifindex != ctx->ingress_ifindex;
+	__u32 out_l2 = (l2_len == 18 && !redirect) ? 18 : 14;
+	int delta = (int)(olen + out_l2) - (int)l2_len;
+
+	if (bpf_xdp_adjust_head(ctx, -delta)) {
 		count(RINGLB_ST_DROP_ADJUST);
 		return XDP_DROP;
 	}
@@ -291,7 +318,7 @@ int ringlb_xdp(struct xdp_md *ctx)
 	data_end = (void *)(long)ctx->data_end;
 	eth = data;
 	void *outer;
-	if (l2_len == 18) {
+	if (out_l2 == 18) {
 		if (data + 18 + sizeof(struct ipv6hdr) > data_end && outer_v6)
 			return XDP_DROP;
 		if (data + 18 + sizeof(struct iphdr) > data_end)
@@ -349,7 +376,7 @@ int ringlb_xdp(struct xdp_md *ctx)
 	}
 
 	int action;
-	if (ifindex == 0 || ifindex == ctx->ingress_ifindex) {
+	if (!redirect) {
 		count(RINGLB_ST_TX);
 		action = XDP_TX;
 	} else {
@@ -359,7 +386,7 @@ int ringlb_xdp(struct xdp_md *ctx)
 
 #ifdef RINGLB_BENCH_RESTORE
 	/* benchmark only: give the next repetition the original packet back */
-	if (bpf_xdp_adjust_head(ctx, (int)olen))
+	if (bpf_xdp_adjust_head(ctx, delta))
 		return XDP_ABORTED;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;

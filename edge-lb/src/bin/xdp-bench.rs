@@ -25,7 +25,7 @@ use anyhow::{Context, bail};
 use clap::Parser;
 use ringlb_edge::{
     datapath::{
-        Datapath, DesiredState, Proto, ServiceEntry, Vip,
+        Datapath, DesiredState, Proto, ServiceEntry, Vip, abi,
         nexthop::{NextHop, StaticResolver},
         packet::Frame,
         xdp::{XdpDatapath, XdpOptions, objects, test_run},
@@ -145,6 +145,16 @@ fn syn(vip: u32, n: u32) -> Vec<u8> {
     f.bytes()
 }
 
+/// The same flow's packet once the connection is up: ACK instead of SYN (the
+/// program skips the conntrack lookup for a SYN, so a SYN never "hits").
+fn ack(vip: u32, n: u32) -> Vec<u8> {
+    let mut p = syn(vip, n);
+    let flags = 14 + 20 + 13; // Ethernet, IPv4 without options, TCP byte 13
+    assert_eq!(p[flags], 0x02, "syn() builds a SYN");
+    p[flags] = 0x10;
+    p
+}
+
 /// Method R: one call with `repeat`; the kernel's average. Checks the verdict.
 fn method_r(prog: &aya::programs::Xdp, pkt: &[u8], repeat: u32, want: u32) -> anyhow::Result<f64> {
     let mut out = vec![0u8; pkt.len() + 64];
@@ -177,9 +187,14 @@ fn method_s(
 }
 
 fn section_packet(a: &Args) -> anyhow::Result<()> {
-    println!("## packet path (BPF_PROG_TEST_RUN, 64-byte TCP SYN)\n");
+    // One CPU for the whole section: the conntrack LRU keeps a free list per
+    // CPU, and the "conntrack full" row must know which list it fills.
+    let cpu = raw::pin_to_current_cpu().context("sched_setaffinity")?;
+    let cpus = u32::try_from(aya::util::nr_cpus().map_err(|(_, e)| e)?)?;
+    println!("## packet path (BPF_PROG_TEST_RUN, 64-byte TCP packets)\n");
     println!(
-        "R = one call, repeat={}, kernel average; S = {} calls with repeat=1, mean of the kernel-reported duration\n",
+        "R = one call, repeat={}, kernel average; S = calls with repeat=1 ({} for the floor and hit rows), \
+         mean of the kernel-reported duration. Pinned to CPU {cpu} of {cpus} possible.\n",
         a.repeat, a.calls
     );
     println!("| program | path | VIPs | R ns/pkt | S ns/pkt |");
@@ -216,7 +231,7 @@ fn section_packet(a: &Args) -> anyhow::Result<()> {
         let target = vips / 2;
         let prog = bench.program()?;
         method_r(prog, &syn(target, 7), 1, XDP_TX)?; // creates the conntrack entry
-        let hit_r = method_r(prog, &syn(target, 7), a.repeat, XDP_TX)?;
+        let hit_r = method_r(prog, &ack(target, 7), a.repeat, XDP_TX)?;
         let ct = bench.read_counters()?;
         let hits = ct
             .global
@@ -237,12 +252,26 @@ fn section_packet(a: &Args) -> anyhow::Result<()> {
         let prod = load(obj, &d)?;
         let prog = prod.program()?;
         let enc = Some(pkt_len + 20);
-        let hit_s = method_s(prog, a.calls, XDP_TX, enc, |_| syn(target, 7))?;
-        // every call a new flow (new source port/address): a real miss + insert
-        let miss_s = method_s(prog, a.calls, XDP_TX, enc, |i| syn(target, 100 + i))?;
-        println!("| ringlb_xdp | conntrack hit | {vips} | {hit_r:.1} | {hit_s:.1} |");
+        method_s(prog, 1, XDP_TX, enc, |_| syn(target, 7))?; // the flow's first packet
+        let hit_s = method_s(prog, a.calls, XDP_TX, enc, |_| ack(target, 7))?;
+        // Every call a new flow's SYN (new source port/address): ring lookup +
+        // conntrack insert. Two regimes of the LRU, which the test runs on this
+        // CPU's list (capacity CT_SIZE / possible CPUs): with free entries, and
+        // full, where every insert first evicts the least recently used entry.
+        let cap = abi::CT_SIZE / cpus;
+        let room = a.calls.min(cap / 2);
+        let miss_s = method_s(prog, room, XDP_TX, enc, |i| syn(target, 100 + i))?;
+        let fill = cap + cap / 10 - room; // past capacity: from here on, inserts evict
+        method_s(prog, fill, XDP_TX, enc, |i| syn(target, 100 + room + i))?;
+        let evict_s = method_s(prog, a.calls.min(cap), XDP_TX, enc, |i| {
+            syn(target, 100 + room + fill + i)
+        })?;
+        println!("| ringlb_xdp | conntrack hit (ACK) | {vips} | {hit_r:.1} | {hit_s:.1} |");
         println!(
-            "| ringlb_xdp | conntrack miss (Maglev ring) | {vips} | {miss_r:.1} | {miss_s:.1} |"
+            "| ringlb_xdp | new flow (SYN): Maglev ring + conntrack insert | {vips} | {miss_r:.1} | {miss_s:.1} |"
+        );
+        println!(
+            "| ringlb_xdp | new flow (SYN), conntrack full: insert evicts | {vips} | - | {evict_s:.1} |"
         );
     }
     println!(
@@ -392,6 +421,24 @@ mod raw {
             } else {
                 Ok(())
             }
+        }
+    }
+
+    /// Pins the calling thread to the CPU it runs on now; returns that CPU.
+    pub fn pin_to_current_cpu() -> io::Result<usize> {
+        // SAFETY: sched_getcpu has no arguments; sched_setaffinity gets a
+        // zeroed, then filled, cpu_set_t of the right size for this thread (0).
+        unsafe {
+            let cpu = libc::sched_getcpu();
+            if cpu < 0 {
+                return Err(io::Error::last_os_error());
+            }
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(cpu as usize, &mut set);
+            if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(cpu as usize)
         }
     }
 

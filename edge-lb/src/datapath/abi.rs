@@ -133,6 +133,7 @@ pub struct Flow {
 pub struct CtValue {
     pub backend_id: u32,
     pub generation: u32,
+    pub vip_id: u32,
 }
 
 /// `struct ringlb_config`
@@ -159,7 +160,7 @@ const _: () = assert!(size_of::<VipKey>() == 20);
 const _: () = assert!(size_of::<VipInfo>() == 12);
 const _: () = assert!(size_of::<BackendValue>() == 40);
 const _: () = assert!(size_of::<Flow>() == 40);
-const _: () = assert!(size_of::<CtValue>() == 8);
+const _: () = assert!(size_of::<CtValue>() == 12);
 const _: () = assert!(size_of::<ConfigValue>() == 28);
 const _: () = assert!(size_of::<VipStats>() == 16);
 
