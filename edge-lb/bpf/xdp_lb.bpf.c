@@ -189,7 +189,7 @@ int ringlb_xdp(struct xdp_md *ctx)
 	 * family 0) when the pod leaves that VIP or the VIP goes away, so a hit
 	 * on a current id is proof that the VIP still has this backend. */
 	__u32 vip_id = 0;
-	int ct_state = RINGLB_ST_CT_MISS;
+	int stale = 0;
 	be = 0;
 	ct = pkt.syn ? 0 : bpf_map_lookup_elem(&conntrack, &pkt.flow);
 	if (ct) {
@@ -199,7 +199,8 @@ int ringlb_xdp(struct xdp_md *ctx)
 			vip_id = ct->vip_id;
 			count(RINGLB_ST_CT_HIT);
 		} else {
-			ct_state = RINGLB_ST_CT_STALE;
+			count(RINGLB_ST_CT_STALE);
+			stale = 1;
 			be = 0;
 		}
 	}
@@ -221,8 +222,8 @@ int ringlb_xdp(struct xdp_md *ctx)
 		}
 		vip_id = vip->vip_id;
 		int use_ct = !(vip->flags & RINGLB_VIP_F_NO_CT);
-		if (use_ct || ct_state == RINGLB_ST_CT_STALE)
-			count(ct_state);
+		if (use_ct && !stale)
+			count(RINGLB_ST_CT_MISS);
 
 		void *ring = bpf_map_lookup_elem(&rings, &vip_id);
 		__u32 m = vip->ring_size;

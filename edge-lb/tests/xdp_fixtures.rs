@@ -262,6 +262,81 @@ fn vlan_tag_is_kept_and_wildcard_port_matches() {
     assert_eq!(&out[12..16], &[0x81, 0x00, 0x00, 0x64]);
 }
 
+/// A next hop on another port: the frame is redirected there, and the
+/// ingress port's VLAN tag, which means nothing on that segment, is removed.
+#[test]
+fn vlan_tag_is_removed_when_the_next_hop_is_on_another_port() {
+    if !is_root() {
+        eprintln!("SKIP: xdp fixtures need root to load BPF programs (CI runs as root)");
+        return;
+    }
+    const XDP_REDIRECT: u32 = 4;
+    // test runs see the loopback device (ifindex 1) as the ingress port
+    let other = NextHop { ifindex: 999, ..NH };
+    let resolver = StaticResolver {
+        default: Some(NH),
+        per_addr: [(ip("10.1.0.7"), other)].into_iter().collect(),
+    };
+    let mut dp = XdpDatapath::load(&opts(1500, true), Box::new(resolver)).unwrap();
+    let v = vip("10.100.0.7", 80, Proto::Tcp);
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.7"], 0))]))
+        .unwrap();
+    let mut f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.7"), 40000, 80);
+    f.vlan = Some(0x0064);
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_REDIRECT);
+    let untagged = Frame {
+        vlan: None,
+        ..f.clone()
+    };
+    assert_eq!(out, encapped(&untagged, "10.0.0.11", "10.1.0.7", 0));
+    assert_eq!(out.len(), f.bytes().len() + 20 - 4, "tag gone, outer header added");
+    assert_eq!(counter(&dp, "redirect"), 1);
+    // the same without a tag: only the outer header is added
+    let plain = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.7"), 40001, 80);
+    let (verdict, out) = run(&dp, &plain.bytes());
+    assert_eq!(verdict, XDP_REDIRECT);
+    assert_eq!(out, encapped(&plain, "10.0.0.11", "10.1.0.7", 0));
+}
+
+/// Conntrack is looked up before the VIP, so a deleted VIP must not live on
+/// in its conntrack entries: deleting it retires its (VIP, pod) backend ids,
+/// also when the pod still backs another VIP.
+#[test]
+fn a_deleted_vip_stops_forwarding_its_established_flows() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let (a, b) = (vip("10.100.0.1", 80, Proto::Tcp), vip("10.100.0.2", 80, Proto::Tcp));
+    dp.apply(&state(vec![
+        (a, svc(&a, &["10.1.0.1"], 0)),
+        (b, svc(&b, &["10.1.0.1"], 0)),
+    ]))
+    .unwrap();
+    let to_a = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    let to_b = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.2"), 40000, 80);
+    for f in [&to_a, &to_b] {
+        assert_eq!(run(&dp, &f.bytes()).0, XDP_TX, "first packet");
+    }
+    let (to_a, to_b) = (to_a.established(), to_b.established());
+    assert_eq!(run(&dp, &to_a.bytes()).0, XDP_TX);
+    assert_eq!(counter(&dp, "ct_hit"), 1);
+
+    dp.apply(&state(vec![(b, svc(&b, &["10.1.0.1"], 0))]))
+        .unwrap();
+    let (verdict, out) = run(&dp, &to_a.bytes());
+    assert_eq!(verdict, XDP_PASS, "A is gone: its flow is not forwarded");
+    assert_eq!(out, to_a.bytes(), "passed untouched");
+    assert_eq!(counter(&dp, "ct_stale"), 1);
+    assert_eq!(counter(&dp, "pass_not_vip"), 1);
+    assert_eq!(
+        run(&dp, &to_b.bytes()).1,
+        encapped(&to_b, "10.0.0.11", "10.1.0.1", 0),
+        "B's flow to the same pod is untouched"
+    );
+    assert_eq!(counter(&dp, "ct_hit"), 2);
+}
+
 #[test]
 fn conntrack_keeps_flows_on_their_backend_while_it_exists() {
     let Some(mut dp) = load(1500, true) else {
@@ -276,6 +351,8 @@ fn conntrack_keeps_flows_on_their_backend_while_it_exists() {
         run(&dp, &old.bytes()).1,
         encapped(&old, "10.0.0.11", "10.1.0.1", 0)
     );
+    // later packets of the flow are ACKs: a SYN would skip conntrack
+    let old = old.established();
     // the ring now sends everything to .2, but .1 still exists
     dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 1))]))
         .unwrap();
@@ -323,6 +400,7 @@ fn stale_conntrack_never_follows_a_reused_backend_id() {
         run(&dp, &f.bytes()).1,
         encapped(&f, "10.0.0.11", "10.1.0.1", 0)
     );
+    let f = f.established();
     // remove .1 (its id is freed; nothing re-inserts the flow meanwhile) ...
     dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2"], 0))]))
         .unwrap();

@@ -111,7 +111,10 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
         .iter()
         .map(|l| counter(dp, l))
         .collect();
-    let frame = Frame::tcp(src.ip(), dst.ip(), src.port(), dst.port()).bytes();
+    // an ACK: lookup answers for any packet but a SYN (which skips conntrack)
+    let frame = Frame::tcp(src.ip(), dst.ip(), src.port(), dst.port())
+        .established()
+        .bytes();
     let mut out = vec![0u8; frame.len() + 128];
     let (verdict, len, _) = dp.test_run(&frame, &mut out, 1).unwrap();
     out.truncate(len);
@@ -257,6 +260,7 @@ fn lookup_agrees_with_the_program_in_every_case() {
         abi::CtValue {
             backend_id: q_id,
             generation: q_gen + 100,
+            vip_id: 0,
         },
         0,
     )

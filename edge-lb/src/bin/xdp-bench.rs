@@ -136,23 +136,23 @@ fn load(object: &'static [u8], d: &DesiredState) -> anyhow::Result<XdpDatapath> 
 }
 
 /// A 64-byte TCP SYN to VIP `vip` from a client chosen by `n`.
-fn syn(vip: u32, n: u32) -> Vec<u8> {
+fn syn_frame(vip: u32, n: u32) -> Frame {
     let src = IpAddr::V4(Ipv4Addr::from(
         u32::from(Ipv4Addr::new(192, 168, 0, 0)) + (n >> 14),
     ));
     let mut f = Frame::tcp(src, vip_addr(vip), 1024 + (n & 0x3fff) as u16, 80);
     f.payload = 10;
-    f.bytes()
+    f
 }
 
-/// The same flow's packet once the connection is up: ACK instead of SYN (the
-/// program skips the conntrack lookup for a SYN, so a SYN never "hits").
+fn syn(vip: u32, n: u32) -> Vec<u8> {
+    syn_frame(vip, n).bytes()
+}
+
+/// The same flow's packet once the connection is up: an ACK (the program skips
+/// the conntrack lookup for a SYN, so a SYN never "hits").
 fn ack(vip: u32, n: u32) -> Vec<u8> {
-    let mut p = syn(vip, n);
-    let flags = 14 + 20 + 13; // Ethernet, IPv4 without options, TCP byte 13
-    assert_eq!(p[flags], 0x02, "syn() builds a SYN");
-    p[flags] = 0x10;
-    p
+    syn_frame(vip, n).established().bytes()
 }
 
 /// Method R: one call with `repeat`; the kernel's average. Checks the verdict.

@@ -1,7 +1,8 @@
 //! `XdpDatapath::lookup`: what the XDP program would do with a 5-tuple now,
-//! decided step by step as `bpf/xdp_lb.bpf.c` does (VIP, then the port-0
-//! wildcard, conntrack with its generation check, then the Maglev ring), from
-//! the live maps. Read-only: nothing is inserted. The operator's
+//! decided step by step as `bpf/xdp_lb.bpf.c` does (conntrack with its
+//! generation check, then the VIP and the port-0 wildcard, then the Maglev
+//! ring), from the live maps, for any packet but a TCP SYN (a SYN skips
+//! conntrack: the ring decides, which `slot` shows on a miss). Read-only: nothing is inserted. The operator's
 //! `ringlb-edge datapath lookup` prints it; `tests/xdp_lookup.rs` checks it
 //! against BPF_PROG_TEST_RUN.
 
@@ -63,31 +64,28 @@ fn backend_addr(b: &abi::BackendValue) -> IpAddr {
         .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
 }
 
+/// The program's VIP step: the exact (address, port, protocol), then the
+/// port-0 wildcard; `key` is left at the one that matched.
+fn vip_info(
+    vips: &HashMap<&MapData, abi::VipKey, abi::VipInfo>,
+    key: &mut abi::VipKey,
+) -> Result<Option<abi::VipInfo>, Error> {
+    match vips.get(key, 0) {
+        Ok(i) => return Ok(Some(i)),
+        Err(MapError::KeyNotFound) => {}
+        Err(e) => return Err(map_err(abi::map::VIPS)(e)),
+    }
+    key.port = abi::Be16::from_host(0); // the wildcard
+    match vips.get(key, 0) {
+        Ok(i) => Ok(Some(i)),
+        Err(MapError::KeyNotFound) => Ok(None),
+        Err(e) => Err(map_err(abi::map::VIPS)(e)),
+    }
+}
+
 impl XdpDatapath {
     /// What the program would do with `flow` now.
     pub fn lookup(&self, flow: &abi::Flow) -> Result<Lookup, Error> {
-        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
-        let mut key = abi::VipKey {
-            addr: flow.daddr,
-            port: flow.dport,
-            proto: flow.proto,
-            family: flow.family,
-        };
-        let info = match vips.get(&key, 0) {
-            Ok(i) => i,
-            Err(MapError::KeyNotFound) => {
-                key.port = abi::Be16::from_host(0); // the wildcard
-                match vips.get(&key, 0) {
-                    Ok(i) => i,
-                    Err(MapError::KeyNotFound) => return Ok(Lookup::NotVip),
-                    Err(e) => return Err(map_err(abi::map::VIPS)(e)),
-                }
-            }
-            Err(e) => return Err(map_err(abi::map::VIPS)(e)),
-        };
-        let Some(vip) = Vip::from_abi(&key) else {
-            return Ok(Lookup::NotVip);
-        };
         let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
         // an id outside the array: the program's lookup returns NULL
         let backend = |id: u32| -> Result<Option<abi::BackendValue>, Error> {
@@ -97,33 +95,63 @@ impl XdpDatapath {
                 Err(e) => Err(map_err(abi::map::BACKENDS)(e)),
             }
         };
-
-        // 1. conntrack: used if its backend slot is live with the same generation
-        let mut conntrack = CtState::Off;
-        if info.flags & abi::VIP_F_NO_CT == 0 {
-            let ct: HashMap<_, abi::Flow, abi::CtValue> = self.map(abi::map::CONNTRACK)?;
-            conntrack = match ct.get(flow, 0) {
-                Ok(c) => match backend(c.backend_id)? {
-                    Some(b) if b.family != 0 && b.generation == c.generation => {
-                        return Ok(Lookup::Backend {
-                            vip,
-                            id: c.backend_id,
-                            addr: backend_addr(&b),
-                            conntrack: CtState::Hit,
-                            slot: None,
-                        });
-                    }
-                    _ => CtState::Stale {
-                        id: c.backend_id,
-                        generation: c.generation,
-                    },
-                },
-                Err(MapError::KeyNotFound) => CtState::Miss,
-                Err(e) => return Err(map_err(abi::map::CONNTRACK)(e)),
+        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
+        let mut key = abi::VipKey {
+            addr: flow.daddr,
+            port: flow.dport,
+            proto: flow.proto,
+            family: flow.family,
+        };
+        // 1. conntrack first, as the program does (for any packet but a SYN):
+        // an entry whose backend slot is live with the same generation decides
+        let ct: HashMap<_, abi::Flow, abi::CtValue> = self.map(abi::map::CONNTRACK)?;
+        let entry = match ct.get(flow, 0) {
+            Ok(c) => Some(c),
+            Err(MapError::KeyNotFound) => None,
+            Err(e) => return Err(map_err(abi::map::CONNTRACK)(e)),
+        };
+        if let Some(c) = entry
+            && let Some(b) = backend(c.backend_id)?
+            && b.family != 0
+            && b.generation == c.generation
+        {
+            // The program does not look at vips on a hit; the VIP shown is
+            // the one the packet is addressed to (the entry's own VIP while
+            // its backend id is live: ids belong to one (VIP, pod) pair).
+            let info = vip_info(&vips, &mut key)?;
+            let exact = abi::VipKey {
+                port: flow.dport,
+                ..key
             };
+            let vip = Vip::from_abi(if info.is_some() { &key } else { &exact });
+            if let Some(vip) = vip {
+                return Ok(Lookup::Backend {
+                    vip,
+                    id: c.backend_id,
+                    addr: backend_addr(&b),
+                    conntrack: CtState::Hit,
+                    slot: None,
+                });
+            }
         }
 
-        // 2. the Maglev ring
+        // 2. no live entry: the VIP (then the wildcard)
+        let Some(info) = vip_info(&vips, &mut key)? else {
+            return Ok(Lookup::NotVip);
+        };
+        let Some(vip) = Vip::from_abi(&key) else {
+            return Ok(Lookup::NotVip);
+        };
+        let conntrack = match entry {
+            Some(c) => CtState::Stale {
+                id: c.backend_id,
+                generation: c.generation,
+            },
+            None if info.flags & abi::VIP_F_NO_CT != 0 => CtState::Off,
+            None => CtState::Miss,
+        };
+
+        // 3. the Maglev ring
         let no_backend = |slot, id| Lookup::NoBackend {
             vip,
             slot,

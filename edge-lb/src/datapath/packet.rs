@@ -19,7 +19,13 @@ pub struct Frame {
     pub ttl: u8,
     pub tos: u8,
     pub df: bool,
+    /// TCP flags byte (CWR ECE URG ACK PSH RST SYN FIN); ignored for UDP.
+    pub tcp_flags: u8,
 }
+
+/// TCP flags: a connection's first packet, and any later one.
+pub const TCP_SYN: u8 = 0x02;
+pub const TCP_ACK: u8 = 0x10;
 
 impl Frame {
     pub fn tcp(src: IpAddr, dst: IpAddr, sport: u16, dport: u16) -> Self {
@@ -36,6 +42,7 @@ impl Frame {
             ttl: 64,
             tos: 0,
             df: true,
+            tcp_flags: TCP_SYN,
         }
     }
     pub fn udp(src: IpAddr, dst: IpAddr, sport: u16, dport: u16) -> Self {
@@ -46,13 +53,20 @@ impl Frame {
         }
     }
 
-    /// L4 header (+ payload): 20-byte TCP (SYN) or 8-byte UDP.
+    /// The same flow's packet once the connection is up (TCP ACK).
+    pub fn established(mut self) -> Self {
+        self.tcp_flags = TCP_ACK;
+        self
+    }
+
+    /// L4 header (+ payload): 20-byte TCP (flags `tcp_flags`) or 8-byte UDP.
     pub fn l4(&self) -> Vec<u8> {
         let mut v = Vec::new();
         v.extend_from_slice(&self.sport.to_be_bytes());
         v.extend_from_slice(&self.dport.to_be_bytes());
         if self.proto == 6 {
-            v.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, 0x02, 0xff, 0xff, 0, 0, 0, 0]);
+            v.extend_from_slice(&[0, 0, 0, 1, 0, 0, 0, 0, 0x50, self.tcp_flags]);
+            v.extend_from_slice(&[0xff, 0xff, 0, 0, 0, 0]);
         } else {
             let len = (8 + self.payload) as u16;
             v.extend_from_slice(&len.to_be_bytes());
