@@ -290,7 +290,11 @@ fn vlan_tag_is_removed_when_the_next_hop_is_on_another_port() {
         ..f.clone()
     };
     assert_eq!(out, encapped(&untagged, "10.0.0.11", "10.1.0.7", 0));
-    assert_eq!(out.len(), f.bytes().len() + 20 - 4, "tag gone, outer header added");
+    assert_eq!(
+        out.len(),
+        f.bytes().len() + 20 - 4,
+        "tag gone, outer header added"
+    );
     assert_eq!(counter(&dp, "redirect"), 1);
     // the same without a tag: only the outer header is added
     let plain = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.7"), 40001, 80);
@@ -307,7 +311,10 @@ fn a_deleted_vip_stops_forwarding_its_established_flows() {
     let Some(mut dp) = load(1500, true) else {
         return;
     };
-    let (a, b) = (vip("10.100.0.1", 80, Proto::Tcp), vip("10.100.0.2", 80, Proto::Tcp));
+    let (a, b) = (
+        vip("10.100.0.1", 80, Proto::Tcp),
+        vip("10.100.0.2", 80, Proto::Tcp),
+    );
     dp.apply(&state(vec![
         (a, svc(&a, &["10.1.0.1"], 0)),
         (b, svc(&b, &["10.1.0.1"], 0)),
