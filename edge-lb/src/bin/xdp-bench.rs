@@ -254,6 +254,15 @@ fn section_packet(a: &Args) -> anyhow::Result<()> {
         let enc = Some(pkt_len + 20);
         method_s(prog, 1, XDP_TX, enc, |_| syn(target, 7))?; // the flow's first packet
         let hit_s = method_s(prog, a.calls, XDP_TX, enc, |_| ack(target, 7))?;
+        // traffic for the node itself (not a VIP): a conntrack miss, then the
+        // vips lookup and its port-0 wildcard, then XDP_PASS
+        let not_vip = |n| {
+            let mut f = syn_frame(target, n).established();
+            f.dst = IpAddr::V4(Ipv4Addr::new(10, 255, 255, 254));
+            f.bytes()
+        };
+        let pass_r = method_r(prog, &not_vip(7), a.repeat, XDP_PASS)?;
+        let pass_s = method_s(prog, a.calls, XDP_PASS, None, |_| not_vip(7))?;
         // Every call a new flow's SYN (new source port/address): ring lookup +
         // conntrack insert. Two regimes of the LRU, which the test runs on this
         // CPU's list (capacity CT_SIZE / possible CPUs): with free entries, and
@@ -267,6 +276,7 @@ fn section_packet(a: &Args) -> anyhow::Result<()> {
             syn(target, 100 + room + fill + i)
         })?;
         println!("| ringlb_xdp | conntrack hit (ACK) | {vips} | {hit_r:.1} | {hit_s:.1} |");
+        println!("| ringlb_xdp | not a VIP: XDP_PASS | {vips} | {pass_r:.1} | {pass_s:.1} |");
         println!(
             "| ringlb_xdp | new flow (SYN): Maglev ring + conntrack insert | {vips} | {miss_r:.1} | {miss_s:.1} |"
         );
