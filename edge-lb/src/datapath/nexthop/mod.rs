@@ -10,7 +10,8 @@
 //! 3. `RTM_GETNEIGH` for (interface, next hop): its MAC if the entry is in a usable
 //!    state (REACHABLE, STALE, DELAY, PROBE, PERMANENT, NOARP).
 //!
-//! A missing, INCOMPLETE or FAILED IPv4 neighbour is handed to the kernel with
+//! A missing or FAILED IPv4 neighbour (not an INCOMPLETE one: the kernel is resolving
+//! it already) is handed to the kernel with
 //! `RTM_NEWNEIGH` + `NTF_USE` (what `ip neigh replace ... use` sends): the kernel
 //! creates the entry and starts resolution as if a packet were waiting, sending the ARP
 //! request at once. That puts no packet of ours on the wire and needs no ping binary.
@@ -231,19 +232,22 @@ impl KernelResolver {
             }
             return Ok(found(dmac));
         }
-        // IPv6: NTF_USE solicits from the interface's link-local address, and sends
-        // nothing while that is tentative; a queued datagram is solicited for at once,
-        // from its own (global) source address
-        let nudged = match nh {
-            IpAddr::V6(nh6) => conn
-                .nudge(nh6, route.oif)
-                .inspect_err(|e| tracing::debug!(next_hop = %nh, error = %e, "UDP nudge"))
-                .is_ok(),
-            IpAddr::V4(_) => false,
-        };
-        if !nudged {
-            let seq = conn.next_seq();
-            conn.request("neigh use", &rtnl::neigh_use(route.oif, nh, seq), seq)?;
+        // Start resolution unless the kernel is at it already (INCOMPLETE). IPv6:
+        // NTF_USE solicits from the interface's link-local address, and sends nothing
+        // while that is tentative; a queued datagram is solicited for at once, from
+        // its own (global) source address.
+        if neigh.is_none_or(|n| n.state & rtnl::NUD_INCOMPLETE == 0) {
+            let nudged = match nh {
+                IpAddr::V6(nh6) => conn
+                    .nudge(nh6, route.oif)
+                    .inspect_err(|e| tracing::debug!(next_hop = %nh, error = %e, "UDP nudge"))
+                    .is_ok(),
+                IpAddr::V4(_) => false,
+            };
+            if !nudged {
+                let seq = conn.next_seq();
+                conn.request("neigh use", &rtnl::neigh_use(route.oif, nh, seq), seq)?;
+            }
         }
         let key = (route.oif, nh);
         let now = Instant::now();

@@ -22,6 +22,8 @@ use netlink_packet_route::{
 const NUD_VALID: u16 = 0x80 | 0x40 | 0x02 | 0x10 | 0x04 | 0x08;
 /// A neighbour whose MAC still holds but that the kernel has not confirmed lately.
 pub const NUD_STALE: u16 = 0x04;
+/// A neighbour the kernel is resolving (solicitations sent, no answer yet).
+pub const NUD_INCOMPLETE: u16 = 0x01;
 
 /// Where the route to a backend leaves: the output interface, and the gateway unless
 /// the backend is on-link.
