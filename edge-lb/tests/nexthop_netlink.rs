@@ -217,6 +217,16 @@ fn resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours() {
         );
         assert!(neigh_known(e, nh), "the kernel holds {nh} now");
     }
+    // a STALE entry is used as it is, and the kernel is asked to confirm it again
+    // (XDP_TX traffic never does): STALE -> DELAY -> PROBE -> REACHABLE
+    ipn(
+        e,
+        &format!("neigh replace 10.77.0.2 dev e0 lladdr {PEER_MAC0} nud stale"),
+    );
+    assert!(ipn(e, "neigh show to 10.77.0.2").contains("STALE"));
+    assert_eq!(r.resolve(ip("10.77.0.2")).unwrap(), want);
+    let state = ipn(e, "neigh show to 10.77.0.2");
+    assert!(!state.contains("STALE"), "re-probe not started: {state}");
     // an address with no route is a clear error, not a panic or a wait
     let err = r.resolve(ip("192.0.2.1")).unwrap_err();
     assert!(err.to_string().contains("192.0.2.1"), "{err}");
