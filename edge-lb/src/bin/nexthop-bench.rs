@@ -73,6 +73,11 @@ fn main() -> anyhow::Result<()> {
         None => 2000,
     };
     anyhow::ensure!((1..=60_000).contains(&n), "BACKENDS must be 1..=60000");
+    let root = std::fs::read_to_string("/proc/self/status").is_ok_and(|s| {
+        s.lines()
+            .any(|l| l.starts_with("Uid:") && l.split_whitespace().nth(2) == Some("0"))
+    });
+    anyhow::ensure!(root, "needs root: it creates network namespaces");
     let pid = std::process::id();
     let edge = Netns::new(format!("rlnhb{pid}e"))?;
     let peer = Netns::new(format!("rlnhb{pid}p"))?;
