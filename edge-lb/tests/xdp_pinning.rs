@@ -328,3 +328,79 @@ fn pinned_maps_of_another_size_are_refused_clearly() {
         "{e}"
     );
 }
+
+/// A draining pod (still a backend, no ring slot: it only keeps its
+/// established flows) keeps its id across a restart, and when it finally
+/// leaves, its flows turn stale and go to the ring's choice. The id's owner
+/// comes from the loader's pinned `owners` map: no ring names it.
+#[test]
+fn a_draining_pod_keeps_its_flows_across_a_restart_until_it_leaves() {
+    if !is_root() {
+        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, BPF)");
+        return;
+    }
+    let bpffs = BpfFs::new("drain");
+    let v = Vip {
+        addr: ip("10.100.0.1"),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    let (p, q) = (ip("10.1.0.1"), ip("10.1.0.2"));
+    let entry = |backends: Vec<IpAddr>, target: u32| DesiredState {
+        services: [(v, ServiceEntry::new(&v, backends, vec![target; 7]).unwrap())]
+            .into_iter()
+            .collect(),
+    };
+    // ACKs: a SYN skips conntrack
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80).established();
+    let flow = ringlb_edge::datapath::cli::flow(
+        Proto::Tcp,
+        "192.0.2.7:40000".parse().unwrap(),
+        "10.100.0.1:80".parse().unwrap(),
+    );
+    let outer_dst = |dp: &XdpDatapath| {
+        let mut out = vec![0u8; 256];
+        let (verdict, _, _) = dp.test_run(&f.bytes(), &mut out, 1).unwrap();
+        assert_eq!(verdict, 3);
+        IpAddr::from(<[u8; 4]>::try_from(&out[14 + 16..14 + 20]).unwrap())
+    };
+
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    dp.apply(&entry(vec![p, q], 0)).unwrap();
+    assert_eq!(outer_dst(&dp), p);
+    let draining = entry(vec![p, q], 1); // P drains: no slot, still a backend
+    dp.apply(&draining).unwrap();
+    assert_eq!(outer_dst(&dp), p, "established flow stays on P");
+    let p_id = dp.programmed().backend(&v, p).unwrap().id;
+    drop(dp);
+
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    assert_eq!(
+        dp.programmed().backend(&v, p).map(|b| b.id),
+        Some(p_id),
+        "P's id read back, though no ring names it"
+    );
+    assert_eq!(
+        dp.apply(&draining).unwrap(),
+        Default::default(),
+        "nothing to rewrite"
+    );
+    assert!(matches!(
+        dp.lookup(&flow).unwrap(),
+        Lookup::Backend { addr, conntrack: CtState::Hit, .. } if addr == p
+    ));
+    assert_eq!(outer_dst(&dp), p);
+    // P leaves: its id is deleted, the flow is rebalanced to Q
+    let st = dp.apply(&entry(vec![q], 0)).unwrap();
+    assert_eq!(st.backends_deleted, 1, "{st:?}");
+    assert!(matches!(
+        dp.lookup(&flow).unwrap(),
+        Lookup::Backend { addr, conntrack: CtState::Stale { .. }, .. } if addr == q
+    ));
+    assert_eq!(outer_dst(&dp), q);
+    dp.uninstall().unwrap();
+    assert!(
+        !bpffs.path().join("ringlb").exists(),
+        "owners pin removed too"
+    );
+}

@@ -101,6 +101,47 @@ pub struct XdpDatapath {
     pin_dir: Option<PathBuf>,
     link_pin: Option<PathBuf>,
     link: Option<FdLink>,
+    /// The loader's own `owners` map (not in the object, the program never
+    /// reads it): backend id -> 1 + vip_id of the service that owns the id,
+    /// 0 = none. Pinned next to the program's maps, so a restarted loader
+    /// knows which service each id belongs to, also ids no ring names (a
+    /// draining pod that only keeps its established flows).
+    owners: Option<Array<MapData, u32>>,
+}
+
+/// Pin name of the `owners` map.
+pub const OWNERS: &str = "owners";
+
+/// Opens the pinned `owners` map in `dir`, or creates (and pins) it.
+fn owners_map(dir: Option<&Path>) -> Result<Array<MapData, u32>, Error> {
+    let create = || {
+        Array::<MapData, u32>::create(abi::MAX_BACKENDS, BPF_F_MMAPABLE).map_err(map_err(OWNERS))
+    };
+    let Some(dir) = dir else { return create() };
+    let path = dir.join(OWNERS);
+    if path.exists() {
+        let data = MapData::from_pin(&path).map_err(map_err(OWNERS))?;
+        let have = data.info().map_err(map_err(OWNERS))?.max_entries();
+        if have != abi::MAX_BACKENDS {
+            return Err(Error::Layout {
+                name: OWNERS,
+                reason: format!(
+                    "{have} entries, this build's abi.h says {}: run `ringlb-edge datapath uninstall` or use a new --pin-dir",
+                    abi::MAX_BACKENDS
+                ),
+            });
+        }
+        return Array::try_from(aya::maps::Map::Array(data)).map_err(map_err(OWNERS));
+    }
+    if dir.join(abi::map::BACKENDS).exists() {
+        tracing::warn!(pin = %path.display(), "pinned maps without an owners map: backend ids no ring names cannot be attributed and are deleted at the next apply");
+    }
+    let m = create()?;
+    m.map().pin(&path).map_err(|e| Error::Pin {
+        path: path.clone(),
+        source: std::io::Error::other(e.to_string()),
+    })?;
+    Ok(m)
 }
 
 fn prog_err(source: ProgramError) -> Error {
@@ -133,6 +174,7 @@ impl XdpDatapath {
             .try_into()
             .map_err(prog_err)?;
         prog.load().map_err(prog_err)?;
+        let owners = Some(owners_map(opts.pin_dir.as_deref())?);
         let mut me = Self {
             ebpf,
             programmed: Programmed::default(),
@@ -140,6 +182,7 @@ impl XdpDatapath {
             pin_dir: opts.pin_dir.clone(),
             link_pin: None,
             link: None,
+            owners,
         };
         // pinned maps from an older build with another layout: refuse clearly
         me.check_abi()?;
@@ -177,6 +220,11 @@ impl XdpDatapath {
             pin_dir: Some(dir.to_path_buf()),
             link_pin: None,
             link: None,
+            owners: if dir.join(OWNERS).exists() {
+                Some(owners_map(Some(dir))?)
+            } else {
+                None
+            },
         };
         me.programmed = me.read_programmed()?;
         Ok(me)
@@ -263,12 +311,20 @@ impl XdpDatapath {
     }
 
     /// Reconstructs what the (possibly pinned, pre-existing) maps hold: the
-    /// VIPs, their rings (read from the mapped memory) and the backends the
-    /// rings name; which service owns an id follows from the ring that names
-    /// it (`Programmed::restore`). The generation high-water mark is kept in
-    /// `backends[0]` (see `run_ops`).
+    /// VIPs, their rings (read from the mapped memory), the `owners` map and
+    /// the backends those name (`Programmed::restore` decides who owns
+    /// what). The generation high-water mark is kept in `backends[0]` (see
+    /// `run_ops`). The 1M-entry `backends` array is never scanned.
     pub fn read_programmed(&self) -> Result<Programmed, Error> {
         let mut r = ReadBack::default();
+        if let Some(o) = &self.owners {
+            let v = read_mmapped_u32(o.map().fd().as_fd(), o.len(), o.len())?;
+            r.owners = (0..)
+                .zip(v)
+                .filter(|&(_, owner)| owner != 0)
+                .map(|(id, owner)| (id, owner - 1))
+                .collect();
+        }
         let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
         let mut entries = Vec::new();
         for kv in vips.iter() {
@@ -278,7 +334,8 @@ impl XdpDatapath {
             }
         }
         entries.sort_by_key(|(vip, _)| *vip);
-        let mut ids = std::collections::BTreeSet::from([0]);
+        let mut ids: std::collections::BTreeSet<u32> = r.owners.keys().copied().collect();
+        ids.insert(0);
         for (vip, info) in entries {
             let ring = self.read_ring(info.vip_id, info.ring_size)?;
             ids.extend(ring.iter().flatten().copied());
@@ -607,6 +664,12 @@ impl XdpDatapath {
                         .map_err(map_err(abi::map::RINGS))?;
                     st.rings_deleted += 1;
                 }
+                MapOp::Own { vip_id, ids } => {
+                    if let Some(o) = &self.owners {
+                        let vals = vec![vip_id + 1; ids.len()];
+                        update_batch(o.map().fd().as_fd(), ids, &vals)?;
+                    }
+                }
                 MapOp::DelBackend { id } => {
                     let mut m: Array<_, abi::BackendValue> = self.map_mut(abi::map::BACKENDS)?;
                     let tombstone = abi::BackendValue {
@@ -615,6 +678,10 @@ impl XdpDatapath {
                     };
                     m.set(*id, tombstone, 0)
                         .map_err(map_err(abi::map::BACKENDS))?;
+                    // after the tombstone: a live id never loses its owner
+                    if let Some(o) = &mut self.owners {
+                        o.set(*id, 0, 0).map_err(map_err(OWNERS))?;
+                    }
                     st.backends_deleted += 1;
                 }
             }
@@ -699,7 +766,7 @@ impl XdpDatapath {
                 }
             }
         }
-        for name in abi::map::ALL {
+        for name in abi::map::ALL.iter().chain(&[OWNERS]) {
             let p = dir.join(name);
             match std::fs::remove_file(&p) {
                 Ok(()) => {}

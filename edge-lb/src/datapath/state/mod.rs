@@ -222,10 +222,18 @@ impl IdPool {
 pub struct Programmed {
     pub vips: BTreeMap<Vip, ProgrammedVip>,
     pub last_generation: u32,
-    /// Ids found in a ring that no (VIP, address) pair owns (a second id for
-    /// an address, left by a failed apply): the next full plan deletes them
-    /// once no ring names them any more.
+    /// Live ids a ring names but no (VIP, address) pair can own (read back
+    /// after a failed apply): the next full plan deletes them once no ring
+    /// names them any more.
     pub orphans: BTreeSet<u32>,
+    /// Live ids no ring names and no VIP owns (read back after a failed
+    /// apply): the next plan or plan_update deletes them, so conntrack
+    /// entries pointing at them turn stale.
+    pub strays: BTreeSet<u32>,
+    /// Ids a VIP took over from its ring at restore because their `owners`
+    /// entry was missing or named a VIP that is gone: the VIP's next plan
+    /// writes their owner.
+    pub adopted: BTreeMap<Vip, Vec<u32>>,
     backend_ids: IdPool,
     vip_ids: IdPool,
 }
@@ -242,51 +250,86 @@ impl Default for Programmed {
 pub struct ReadBack {
     /// Every VIP entry with its ring's contents (`None`: not readable).
     pub vips: Vec<(Vip, abi::VipInfo, Option<Vec<u32>>)>,
-    /// `backends[id]` for every id a ring names.
+    /// The loader's `owners` map: backend id -> vip_id of the service that
+    /// owns it, for every id with an owner.
+    pub owners: BTreeMap<u32, u32>,
+    /// `backends[id]` for every id in `owners` or named by a ring.
     pub backends: BTreeMap<u32, abi::BackendValue>,
     /// The generation high-water mark kept in `backends[0]`.
     pub high_water: u32,
 }
 
 impl Programmed {
-    /// Rebuilds the loader's view from the maps. Ownership comes from the
-    /// rings: an id belongs to the VIP whose ring names it. An id named by two
-    /// rings (maps written by an older loader with global ids) stays with the
-    /// first VIP; the other gets a fresh id on its next plan. A second id for
-    /// the same address in one ring becomes an orphan. Empty slots (id 0) and
-    /// tombstones (family 0) own nothing.
+    /// Rebuilds the loader's view from the maps. A live id (family != 0)
+    /// belongs to the VIP its `owners` entry names. Failing that (no entry,
+    /// or that VIP is gone: an apply failed halfway), to the first VIP whose
+    /// ring names it, if that VIP has no id for the address yet. A live id
+    /// nobody can own is an orphan if a ring names it (deleted by the next
+    /// full plan, after the rings are rewritten), else a stray (deleted by
+    /// the next plan). Tombstones (family 0) are free ids.
     pub fn restore(r: ReadBack) -> Self {
-        let mut vips = BTreeMap::new();
+        let by_vid: BTreeMap<u32, Vip> = r.vips.iter().map(|(v, i, _)| (i.vip_id, *v)).collect();
+        let mut owned = BTreeMap::new();
         let mut claimed = BTreeSet::new();
-        let mut orphans = BTreeSet::new();
         let mut last_generation = r.high_water;
-        for (vip, info, ring) in r.vips {
-            let mut backends = BTreeMap::new();
+        let live = |id: &u32| {
+            let b = r.backends.get(id)?;
+            Some((b.addr.to_ip(b.family)?, b.generation))
+        };
+        type Owned = BTreeMap<Vip, BTreeMap<IpAddr, ProgrammedBackend>>;
+        fn claim(
+            (owned, claimed): (&mut Owned, &mut BTreeSet<u32>),
+            vip: Vip,
+            id: u32,
+            addr: IpAddr,
+            generation: u32,
+        ) -> bool {
+            let mine = owned.entry(vip).or_default();
+            if mine.contains_key(&addr) || claimed.contains(&id) {
+                return false;
+            }
+            mine.insert(addr, ProgrammedBackend { id, generation });
+            claimed.insert(id);
+            true
+        }
+        let mut unowned = BTreeSet::new();
+        for (id, vid) in &r.owners {
+            let Some((addr, generation)) = live(id) else {
+                continue;
+            };
+            last_generation = last_generation.max(generation);
+            let ok = by_vid
+                .get(vid)
+                .is_some_and(|v| claim((&mut owned, &mut claimed), *v, *id, addr, generation));
+
+            if !ok {
+                unowned.insert(*id);
+            }
+        }
+        let mut named = BTreeSet::new();
+        let mut adopted = BTreeMap::new();
+        for (vip, _, ring) in &r.vips {
             let ids: BTreeSet<u32> = ring.iter().flatten().copied().collect();
             for id in ids {
-                let Some(b) = r.backends.get(&id) else {
-                    continue;
-                };
-                let Some(addr) = b.addr.to_ip(b.family) else {
-                    continue; // empty or tombstone
-                };
-                last_generation = last_generation.max(b.generation);
-                if claimed.contains(&id) {
-                    continue;
+                named.insert(id);
+                if let Some((addr, generation)) = live(&id) {
+                    last_generation = last_generation.max(generation);
+                    if claimed.contains(&id) {
+                        continue;
+                    }
+                    if claim((&mut owned, &mut claimed), *vip, id, addr, generation) {
+                        adopted.entry(*vip).or_insert_with(Vec::new).push(id);
+                    } else {
+                        unowned.insert(id);
+                    }
                 }
-                if backends.contains_key(&addr) {
-                    orphans.insert(id);
-                    continue;
-                }
-                claimed.insert(id);
-                backends.insert(
-                    addr,
-                    ProgrammedBackend {
-                        id,
-                        generation: b.generation,
-                    },
-                );
             }
+        }
+        unowned.retain(|id| !claimed.contains(id));
+        let (orphans, strays): (BTreeSet<u32>, BTreeSet<u32>) =
+            unowned.into_iter().partition(|id| named.contains(id));
+        let mut vips = BTreeMap::new();
+        for (vip, info, ring) in r.vips {
             vips.insert(
                 vip,
                 ProgrammedVip {
@@ -294,19 +337,31 @@ impl Programmed {
                     ring_size: info.ring_size,
                     flags: info.flags,
                     ring,
-                    backends,
+                    backends: owned.remove(&vip).unwrap_or_default(),
                     entry: None,
                 },
             );
         }
-        let used: Vec<u32> = claimed.iter().chain(&orphans).copied().collect();
+        let used: Vec<u32> = claimed
+            .iter()
+            .chain(&orphans)
+            .chain(&strays)
+            .copied()
+            .collect();
         Self {
             backend_ids: IdPool::new(1, abi::MAX_BACKENDS, used),
             vip_ids: IdPool::new(0, abi::MAX_VIPS, vips.values().map(|v| v.vip_id)),
             vips,
             last_generation,
             orphans,
+            strays,
+            adopted,
         }
+    }
+
+    /// The highest backend id ever handed out plus one.
+    pub fn backend_id_limit(&self) -> u32 {
+        self.backend_ids.next
     }
 
     /// The id of `addr`'s backend in `vip`'s service.
@@ -331,6 +386,12 @@ pub enum MapOp {
         id: u32,
         addr: IpAddr,
         generation: u32,
+    },
+    /// Records in the loader's `owners` map that `ids` belong to the VIP
+    /// whose ring is `vip_id` (the program never reads it).
+    Own {
+        vip_id: u32,
+        ids: Vec<u32>,
     },
     /// A new inner ring map of `size` slots at `rings[vip_id]` (counters reset).
     CreateRing {
@@ -431,6 +492,11 @@ pub fn plan_update(
     let (mut puts, mut ring_ops, mut vip_ops, mut dels) =
         (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut freed_vip = None;
+    // the ring (and owner) id: the old one, or a new ring when M changes
+    let ring_id = new.map(|svc| match &old {
+        Some(o) if o.ring_size == svc.ring.len() as u32 => (o.vip_id, false),
+        _ => (p.vip_ids.alloc().expect("checked above"), true),
+    });
 
     // 1. this service's ids: kept per address, new addresses get a fresh id
     //    and generation; ids of addresses that left are deleted last
@@ -457,6 +523,39 @@ pub fn plan_update(
         },
         |b| leaving.push(b),
     );
+    // new ids are owned before any ring names them; kept ids follow their VIP
+    // to a new ring once the VIP entry points there
+    let (mut own_new, mut own_kept) = (Vec::new(), Vec::new());
+    if let Some((vip_id, fresh)) = ring_id {
+        let new_ids: Vec<u32> = puts
+            .iter()
+            .filter_map(|op| match op {
+                MapOp::PutBackend { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        if !new_ids.is_empty() {
+            own_new.push(MapOp::Own {
+                vip_id,
+                ids: new_ids,
+            });
+        }
+        let adopted = p.adopted.remove(vip).unwrap_or_default();
+        let is_new = |id: &u32| {
+            puts.iter()
+                .any(|op| matches!(op, MapOp::PutBackend { id: n, .. } if n == id))
+        };
+        let moved: Vec<u32> = kept
+            .iter()
+            .map(|(_, b)| b.id)
+            .filter(|id| !is_new(id) && ((fresh && old.is_some()) || adopted.contains(id)))
+            .collect();
+        if !moved.is_empty() {
+            own_kept.push(MapOp::Own { vip_id, ids: moved });
+        }
+    } else {
+        p.adopted.remove(vip);
+    }
     // sorted input: built in one pass
     let backends: BTreeMap<IpAddr, ProgrammedBackend> = kept.into_iter().collect();
 
@@ -466,16 +565,11 @@ pub fn plan_update(
         let id_of: Vec<u32> = svc.backends.iter().map(|a| backends[a].id).collect();
         let ids: Vec<u32> = svc.ring.iter().map(|&i| id_of[i as usize]).collect();
         let size = ids.len() as u32;
-        let (vip_id, fresh) = match &old {
-            Some(o) if o.ring_size == size => (o.vip_id, false),
-            _ => {
-                if let Some(o) = &old {
-                    dels.push(MapOp::DelRing { vip_id: o.vip_id });
-                    freed_vip = Some(o.vip_id);
-                }
-                (p.vip_ids.alloc().expect("checked above"), true)
-            }
-        };
+        let (vip_id, fresh) = ring_id.expect("a new entry has a ring");
+        if fresh && let Some(o) = &old {
+            dels.push(MapOp::DelRing { vip_id: o.vip_id });
+            freed_vip = Some(o.vip_id);
+        }
         let prev = old
             .as_ref()
             .and_then(|o| o.ring.as_ref())
@@ -519,12 +613,14 @@ pub fn plan_update(
     }
 
     // 3. this service's ids for addresses that left go last; nobody else
-    //    uses them
-    for b in &leaving {
-        dels.push(MapOp::DelBackend { id: b.id });
+    //    uses them. So do strays read back after a failed apply (no ring
+    //    names them, no VIP owns them).
+    let strays = std::mem::take(&mut p.strays);
+    for id in leaving.iter().map(|b| b.id).chain(strays.iter().copied()) {
+        dels.push(MapOp::DelBackend { id });
     }
-    for b in &leaving {
-        p.backend_ids.release(b.id);
+    for id in leaving.iter().map(|b| b.id).chain(strays) {
+        p.backend_ids.release(id);
     }
     if let Some(id) = freed_vip {
         p.vip_ids.release(id);
@@ -534,8 +630,10 @@ pub fn plan_update(
         .into_iter()
         .partition(|op| matches!(op, MapOp::DelVip { .. }));
     let mut ops = puts;
+    ops.extend(own_new);
     ops.extend(ring_ops);
     ops.extend(put_vips);
+    ops.extend(own_kept);
     ops.extend(del_vips);
     ops.extend(dels);
     Ok(ops)

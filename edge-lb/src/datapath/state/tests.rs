@@ -44,8 +44,16 @@ fn first_plan_writes_everything_in_order() {
             ..
         }
     ));
-    assert_eq!(ops[2], MapOp::CreateRing { vip_id: 0, size: 7 });
-    match &ops[3] {
+    assert_eq!(
+        ops[2],
+        MapOp::Own {
+            vip_id: 0,
+            ids: vec![1, 2]
+        },
+        "owned before any ring names them"
+    );
+    assert_eq!(ops[3], MapOp::CreateRing { vip_id: 0, size: 7 });
+    match &ops[4] {
         MapOp::WriteSlots { vip_id: 0, slots } => {
             assert_eq!(slots.len(), 7);
             assert_eq!(slots[0], (0, 1));
@@ -53,8 +61,8 @@ fn first_plan_writes_everything_in_order() {
         }
         other => panic!("unexpected {other:?}"),
     }
-    assert!(matches!(ops[4], MapOp::PutVip { .. }));
-    assert_eq!(ops.len(), 5);
+    assert!(matches!(ops[5], MapOp::PutVip { .. }));
+    assert_eq!(ops.len(), 6);
     assert_eq!(next.backend(&v, ip(1)).map(|b| b.id), Some(1));
     // applying the same state again is a no-op
     let (ops2, next2) = plan(&next, &d).unwrap();
@@ -80,14 +88,21 @@ fn backend_change_writes_only_changed_slots_and_frees_id_later() {
             generation: 3
         }
     );
-    match &ops[1] {
+    assert_eq!(
+        ops[1],
+        MapOp::Own {
+            vip_id: 0,
+            ids: vec![3]
+        }
+    );
+    match &ops[2] {
         MapOp::WriteSlots { slots, .. } => {
             assert_eq!(slots, &vec![(1, 3), (3, 3), (5, 3), (7, 3)]);
         }
         other => panic!("unexpected {other:?}"),
     }
-    assert_eq!(ops[2], MapOp::DelBackend { id: 2 });
-    assert_eq!(ops.len(), 3, "no VIP rewrite: {ops:?}");
+    assert_eq!(ops[3], MapOp::DelBackend { id: 2 });
+    assert_eq!(ops.len(), 4, "no VIP rewrite: {ops:?}");
     // id 2 is free again for the next plan, with a new generation
     let (ops, _) = plan(&s2, &state(vec![(v, svc(&v, &[1, 3, 4], 8))])).unwrap();
     assert_eq!(
@@ -155,7 +170,15 @@ fn ring_size_change_gets_a_new_ring_before_the_old_goes() {
             ..
         }
     ));
-    assert_eq!(ops[3], MapOp::DelRing { vip_id: 0 });
+    assert_eq!(
+        ops[3],
+        MapOp::Own {
+            vip_id: 1,
+            ids: vec![1]
+        },
+        "the kept id follows its VIP to the new ring once the VIP points there"
+    );
+    assert_eq!(ops[4], MapOp::DelRing { vip_id: 0 });
     assert_eq!(s2.vips[&v].vip_id, 1);
 }
 
@@ -220,8 +243,9 @@ fn single_service_update_touches_only_that_service() {
     let id = p.vips[&target].vip_id;
     let ops = plan_update(&mut p, &target, Some(&svc(&target, &[1, 2, 3], 11))).unwrap();
     assert!(matches!(ops[0], MapOp::PutBackend { addr, .. } if addr == ip(3)));
+    assert!(matches!(&ops[1], MapOp::Own { vip_id, ids } if *vip_id == id && ids.len() == 1));
     assert!(
-        ops[1..]
+        ops[2..]
             .iter()
             .all(|op| matches!(op, MapOp::WriteSlots { vip_id, .. } if *vip_id == id)),
         "{ops:?}"
@@ -277,12 +301,18 @@ fn restore_takes_ownership_from_the_rings() {
             // id for .1 in the same ring, 5 (.1) its own
             (b, info(0, 5), Some(vec![4, 5, 7, 5, 5])),
         ],
+        // 5 is b's by its owners entry; 8 (.3, draining) is a's though no
+        // ring names it; 9's VIP (42) is gone and no ring names it: a stray.
+        // 1, 4 and 7 have no entry (an apply failed before writing it).
+        owners: [(5, 0), (8, 3), (9, 42)].into_iter().collect(),
         backends: [
             (1, be(ip(1), 7)),
             (4, be(ip(2), 9)),
             (5, be(ip(1), 10)),
             (6, tomb),
             (7, be(ip(1), 11)),
+            (8, be(ip(3), 12)),
+            (9, be(ip(9), 5)),
         ]
         .into_iter()
         .collect(),
@@ -294,10 +324,19 @@ fn restore_takes_ownership_from_the_rings() {
     assert_eq!(p.backend(&a, ip(2)).map(|b| b.id), Some(4));
     assert_eq!(p.backend(&b, ip(1)).map(|b| b.id), Some(5));
     assert_eq!(p.backend(&b, ip(2)), None, "id 4 stays with a");
+    assert_eq!(
+        p.backend(&a, ip(3)).map(|b| b.id),
+        Some(8),
+        "draining, by owner"
+    );
     assert_eq!(p.orphans, [7].into_iter().collect());
+    assert_eq!(p.strays, [9].into_iter().collect());
     // re-applying: a is rewritten where its ring differs, b's .2 gets a new id
     // and the orphan goes once b's ring no longer names it
-    let d = state(vec![(a, svc(&a, &[1, 2], 5)), (b, svc(&b, &[1, 2], 5))]);
+    let d = state(vec![
+        (a, draining(&a, &[1, 2], &[3], 5)),
+        (b, svc(&b, &[1, 2], 5)),
+    ]);
     let (ops, next) = plan(&p, &d).unwrap();
     assert_eq!(
         ops[0],
@@ -321,7 +360,8 @@ fn restore_takes_ownership_from_the_rings() {
         "b's .2: lowest free id, generation above the high-water mark"
     );
     assert_eq!(ops.last(), Some(&MapOp::DelBackend { id: 7 }));
-    assert!(next.orphans.is_empty());
+    assert!(ops.contains(&MapOp::DelBackend { id: 9 }), "the stray goes");
+    assert!(next.orphans.is_empty() && next.strays.is_empty());
     assert!(
         !ops.iter()
             .any(|op| matches!(op, MapOp::DelBackend { id } if *id == 4 || *id == 1 || *id == 5)),
@@ -339,6 +379,7 @@ fn restored_identical_state_writes_nothing() {
     let pv = &p.vips[&v];
     let r = ReadBack {
         vips: vec![(v, info(pv.vip_id, 5), pv.ring.clone())],
+        owners: pv.backends.values().map(|b| (b.id, pv.vip_id)).collect(),
         backends: pv
             .backends
             .iter()
@@ -382,6 +423,7 @@ struct Model {
     vips: BTreeMap<Vip, abi::VipInfo>,
     rings: BTreeMap<u32, Vec<u32>>,
     backends: BTreeMap<u32, abi::BackendValue>,
+    owners: BTreeMap<u32, u32>,
     high_water: u32,
 }
 
@@ -415,6 +457,11 @@ impl Model {
                 MapOp::DelRing { vip_id } => {
                     self.rings.insert(*vip_id, vec![0]);
                 }
+                MapOp::Own { vip_id, ids } => {
+                    for id in ids {
+                        self.owners.insert(*id, *vip_id);
+                    }
+                }
                 MapOp::DelBackend { id } => {
                     self.backends.insert(
                         *id,
@@ -423,6 +470,7 @@ impl Model {
                             ..Default::default()
                         },
                     );
+                    self.owners.remove(id);
                 }
             }
         }
@@ -445,13 +493,24 @@ impl Model {
         let backends = vips
             .iter()
             .flat_map(|(_, _, r)| r.iter().flatten())
+            .chain(self.owners.keys())
             .filter_map(|id| Some((*id, *self.backends.get(id)?)))
             .collect();
         ReadBack {
             vips,
+            owners: self.owners.clone(),
             backends,
             high_water: self.high_water,
         }
+    }
+
+    /// The ids whose `backends` entry is live.
+    fn live(&self) -> BTreeSet<u32> {
+        self.backends
+            .iter()
+            .filter(|(_, b)| b.family != 0)
+            .map(|(id, _)| *id)
+            .collect()
     }
 
     /// Every slot of every VIP names a live backend (one of `want`'s addresses
@@ -487,14 +546,14 @@ impl Model {
 fn apply_service_after_a_failed_write_never_breaks_another_service() {
     let (a, b, c) = (vip(1, 80), vip(2, 80), vip(3, 53));
     let before = state(vec![
-        (a, svc(&a, &[1, 2], 7)),
+        (a, draining(&a, &[1, 2], &[5], 7)),
         (b, svc(&b, &[2, 3], 7)),
         (c, svc(&c, &[1, 2, 3], 5)),
     ]);
     let after = state(vec![
-        (a, svc(&a, &[2, 4], 7)),
+        (a, draining(&a, &[2, 4], &[1], 7)),
         (b, svc(&b, &[2], 11)),
-        (c, svc(&c, &[1, 3], 5)),
+        (c, draining(&c, &[1, 3], &[2], 5)),
     ]);
     let (first, p0) = plan(&Programmed::default(), &before).unwrap();
     let (change, _) = plan(&p0, &after).unwrap();
@@ -525,6 +584,18 @@ fn apply_service_after_a_failed_write_never_breaks_another_service() {
             m.run(&ops);
             m.check(&after, Some(v))
                 .unwrap_or_else(|e| panic!("failure at op {k}, after updating {v}: {e}"));
+            // every live id is known: none is left behind to keep stale
+            // conntrack entries valid
+            let known: BTreeSet<u32> = p
+                .backends()
+                .map(|(_, _, b)| b.id)
+                .chain(p.orphans.iter().copied())
+                .collect();
+            let leaked: Vec<u32> = m.live().difference(&known).copied().collect();
+            assert!(
+                leaked.is_empty(),
+                "failure at op {k}, after {v}: live ids nobody knows: {leaked:?}"
+            );
         }
         // a full resync afterwards converges and cleans up
         let (ops, next) = plan(&Programmed::restore(m.read_back()), &after).unwrap();
@@ -532,7 +603,84 @@ fn apply_service_after_a_failed_write_never_breaks_another_service() {
         for v in after.services.keys() {
             m.check(&after, Some(v)).unwrap();
         }
-        assert!(next.orphans.is_empty());
+        assert!(next.orphans.is_empty() && next.strays.is_empty());
         assert!(plan(&next, &after).unwrap().0.is_empty());
+        // exactly the pairs of `after` are live, each owned by its VIP
+        let want: BTreeMap<u32, u32> = next
+            .backends()
+            .map(|(v, _, b)| (b.id, next.vips[v].vip_id))
+            .collect();
+        assert_eq!(
+            m.live(),
+            want.keys().copied().collect(),
+            "failure at op {k}"
+        );
+        assert_eq!(m.owners, want, "failure at op {k}");
+        let pairs: usize = after.services.values().map(|e| e.backends().len()).sum();
+        assert_eq!(want.len(), pairs);
     }
+}
+
+/// A service whose ring uses `ready` only; `drain` pods keep an id (their
+/// established flows stay) but take no slot.
+fn draining(v: &Vip, ready: &[u8], drain: &[u8], size: usize) -> ServiceEntry {
+    let b: Vec<IpAddr> = ready.iter().chain(drain).map(|&x| ip(x)).collect();
+    let ring = (0..size).map(|s| (s % ready.len()) as u32).collect();
+    ServiceEntry::new(v, b, ring).unwrap()
+}
+
+/// A restart reads every id back with its owner, also a draining pod's id
+/// that no ring names: its established flows keep their backend, and when it
+/// finally leaves its id is deleted (not leaked live, which would keep those
+/// conntrack entries valid forever).
+#[test]
+fn a_restart_keeps_the_ids_of_draining_pods() {
+    let v = vip(1, 80);
+    let d = state(vec![(v, draining(&v, &[1, 2], &[3], 7))]);
+    let mut m = Model::default();
+    let (ops, p) = plan(&Programmed::default(), &d).unwrap();
+    m.run(&ops);
+    let restored = Programmed::restore(m.read_back());
+    assert_eq!(
+        restored.backends().collect::<Vec<_>>(),
+        p.backends().collect::<Vec<_>>()
+    );
+    let (ops, _) = plan(&restored, &d).unwrap();
+    assert!(ops.is_empty(), "{ops:?}");
+    // the draining pod leaves: its id is deleted
+    let id3 = restored.backend(&v, ip(3)).unwrap().id;
+    let (ops, _) = plan(&restored, &state(vec![(v, svc(&v, &[1, 2], 7))])).unwrap();
+    assert_eq!(ops, vec![MapOp::DelBackend { id: id3 }]);
+}
+
+/// A ring size change moves the VIP to a new ring id; the owners follow once
+/// the VIP entry points there, and a restart at that point keeps every id.
+#[test]
+fn owners_follow_a_ring_size_change() {
+    let v = vip(1, 80);
+    let mut m = Model::default();
+    let (ops, p) = plan(
+        &Programmed::default(),
+        &state(vec![(v, svc(&v, &[1, 2], 5))]),
+    )
+    .unwrap();
+    m.run(&ops);
+    let (ops, p2) = plan(&p, &state(vec![(v, svc(&v, &[1, 2, 3], 7))])).unwrap();
+    let put_vip = ops
+        .iter()
+        .position(|op| matches!(op, MapOp::PutVip { .. }))
+        .unwrap();
+    let own_kept = ops
+        .iter()
+        .position(|op| matches!(op, MapOp::Own { ids, .. } if ids.len() == 2))
+        .unwrap();
+    assert!(own_kept > put_vip, "{ops:?}");
+    m.run(&ops);
+    let new_vid = p2.vips[&v].vip_id;
+    assert!(m.owners.values().all(|o| *o == new_vid), "{:?}", m.owners);
+    let r = Programmed::restore(m.read_back());
+    assert_eq!(
+        r.backends().collect::<Vec<_>>(),
+        p2.backends().collect::<Vec<_>>()
+    );
 }
