@@ -19,6 +19,7 @@ pub mod lookup;
 pub mod metrics;
 pub mod nexthop;
 pub mod packet;
+pub mod readback;
 pub mod state;
 pub mod xdp;
 

@@ -26,12 +26,13 @@ use aya::{
 use super::{
     ApplyStats, Counters, Datapath, DesiredState, Error, MapOp, Programmed, ServiceEntry, Vip, abi,
     batch::{
-        BPF_F_MMAPABLE, BPF_LINK_TYPE_XDP, if_index, pinned_link_ifindex, read_mmapped_u32,
-        update_batch, write_mmapped_u32,
+        BPF_F_MMAPABLE, BPF_LINK_TYPE_XDP, if_index, pinned_link_ifindex, update_batch,
+        write_mmapped_u32,
     },
     map_err,
     nexthop::{NextHop, Resolver},
-    state::{ReadBack, plan, plan_update},
+    readback::{OWNERS, owners_map},
+    state::{plan, plan_update},
 };
 
 /// The compiled BPF objects (built by build.rs).
@@ -106,42 +107,7 @@ pub struct XdpDatapath {
     /// 0 = none. Pinned next to the program's maps, so a restarted loader
     /// knows which service each id belongs to, also ids no ring names (a
     /// draining pod that only keeps its established flows).
-    owners: Option<Array<MapData, u32>>,
-}
-
-/// Pin name of the `owners` map.
-pub const OWNERS: &str = "owners";
-
-/// Opens the pinned `owners` map in `dir`, or creates (and pins) it.
-fn owners_map(dir: Option<&Path>) -> Result<Array<MapData, u32>, Error> {
-    let create = || {
-        Array::<MapData, u32>::create(abi::MAX_BACKENDS, BPF_F_MMAPABLE).map_err(map_err(OWNERS))
-    };
-    let Some(dir) = dir else { return create() };
-    let path = dir.join(OWNERS);
-    if path.exists() {
-        let data = MapData::from_pin(&path).map_err(map_err(OWNERS))?;
-        let have = data.info().map_err(map_err(OWNERS))?.max_entries();
-        if have != abi::MAX_BACKENDS {
-            return Err(Error::Layout {
-                name: OWNERS,
-                reason: format!(
-                    "{have} entries, this build's abi.h says {}: run `ringlb-edge datapath uninstall` or use a new --pin-dir",
-                    abi::MAX_BACKENDS
-                ),
-            });
-        }
-        return Array::try_from(aya::maps::Map::Array(data)).map_err(map_err(OWNERS));
-    }
-    if dir.join(abi::map::BACKENDS).exists() {
-        tracing::warn!(pin = %path.display(), "pinned maps without an owners map: backend ids no ring names cannot be attributed and are deleted at the next apply");
-    }
-    let m = create()?;
-    m.map().pin(&path).map_err(|e| Error::Pin {
-        path: path.clone(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    Ok(m)
+    pub(super) owners: Option<Array<MapData, u32>>,
 }
 
 fn prog_err(source: ProgramError) -> Error {
@@ -230,50 +196,6 @@ impl XdpDatapath {
         Ok(me)
     }
 
-    /// `backends[id]` for each of `ids` (ids outside the map are skipped).
-    pub fn backend_values(
-        &self,
-        ids: impl IntoIterator<Item = u32>,
-    ) -> Result<std::collections::BTreeMap<u32, abi::BackendValue>, Error> {
-        let m: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
-        let mut v = std::collections::BTreeMap::new();
-        for id in ids {
-            if id < m.len() {
-                v.insert(id, m.get(&id, 0).map_err(map_err(abi::map::BACKENDS))?);
-            }
-        }
-        Ok(v)
-    }
-
-    /// The backend id in every slot of `vip_id`'s ring, read from the mapped
-    /// ring memory; `None` if there is no ring there, its size is not
-    /// `size`, or it cannot be mapped (a ring without `BPF_F_MMAPABLE`).
-    pub fn read_ring(&self, vip_id: u32, size: u32) -> Result<Option<Vec<u32>>, Error> {
-        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
-        let ring = match rings.get(&vip_id, 0) {
-            Ok(r) => r,
-            Err(aya::maps::MapError::KeyNotFound) => return Ok(None),
-            Err(e) => return Err(map_err(abi::map::RINGS)(e)),
-        };
-        if ring.len() != size {
-            return Ok(None);
-        }
-        Ok(read_mmapped_u32(ring.map().fd().as_fd(), ring.len(), size).ok())
-    }
-
-    /// Slots per backend id in one VIP's ring.
-    pub fn ring_slot_counts(
-        &self,
-        vip_id: u32,
-        size: u32,
-    ) -> Result<std::collections::BTreeMap<u32, u32>, Error> {
-        let mut c = std::collections::BTreeMap::new();
-        for id in self.read_ring(vip_id, size)?.unwrap_or_default() {
-            *c.entry(id).or_default() += 1;
-        }
-        Ok(c)
-    }
-
     fn write_config(&mut self, opts: &XdpOptions) -> Result<(), Error> {
         let mut cfg = abi::ConfigValue {
             mtu: opts.mtu,
@@ -308,82 +230,6 @@ impl XdpDatapath {
     {
         let m = self.ebpf.map(name).ok_or(Error::MissingMap { name })?;
         T::try_from(m).map_err(map_err(name))
-    }
-
-    /// Reconstructs what the (possibly pinned, pre-existing) maps hold: the
-    /// VIPs, their rings (read from the mapped memory), the `owners` map and
-    /// the backends those name (`Programmed::restore` decides who owns
-    /// what). The generation high-water mark is kept in `backends[0]` (see
-    /// `run_ops`). The 1M-entry `backends` array is never scanned.
-    pub fn read_programmed(&self) -> Result<Programmed, Error> {
-        let mut r = ReadBack::default();
-        if let Some(o) = &self.owners {
-            let v = read_mmapped_u32(o.map().fd().as_fd(), o.len(), o.len())?;
-            r.owners = (0..)
-                .zip(v)
-                .filter(|&(_, owner)| owner != 0)
-                .map(|(id, owner)| (id, owner - 1))
-                .collect();
-        }
-        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
-        let mut entries = Vec::new();
-        for kv in vips.iter() {
-            let (k, v) = kv.map_err(map_err(abi::map::VIPS))?;
-            if let Some(vip) = Vip::from_abi(&k) {
-                entries.push((vip, v));
-            }
-        }
-        entries.sort_by_key(|(vip, _)| *vip);
-        let mut ids: std::collections::BTreeSet<u32> = r.owners.keys().copied().collect();
-        ids.insert(0);
-        for (vip, info) in entries {
-            let ring = self.read_ring(info.vip_id, info.ring_size)?;
-            ids.extend(ring.iter().flatten().copied());
-            r.vips.push((vip, info, ring));
-        }
-        r.backends = self.backend_values(ids)?;
-        r.high_water = r.backends.remove(&0).map_or(0, |b| b.generation);
-        Ok(Programmed::restore(r))
-    }
-
-    /// Opens every map with its Rust key/value types: aya checks the sizes
-    /// against what the compiled object declares (the C side of abi.h).
-    pub fn check_abi(&self) -> Result<(), Error> {
-        use abi::map::*;
-        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(VIPS)?;
-        let _: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(RINGS)?;
-        let backends: Array<_, abi::BackendValue> = self.map(BACKENDS)?;
-        let ct: HashMap<_, abi::Flow, abi::CtValue> = self.map(CONNTRACK)?;
-        // pinned maps keep the size they were created with
-        for (name, data, want) in [
-            (VIPS, vips.map(), abi::MAX_VIPS),
-            (BACKENDS, backends.map(), abi::MAX_BACKENDS),
-            (CONNTRACK, ct.map(), abi::CT_SIZE),
-        ] {
-            let have = data.info().map_err(map_err(name))?.max_entries();
-            if have != want {
-                return Err(Error::Layout {
-                    name,
-                    reason: format!(
-                        "{have} entries, this build's abi.h says {want}: a pinned map of an older release (run `ringlb-edge datapath uninstall` or use a new --pin-dir)"
-                    ),
-                });
-            }
-        }
-        let _: Array<_, abi::ConfigValue> = self.map(CONFIG)?;
-        let _: PerCpuArray<_, abi::VipStats> = self.map(VIP_STATS)?;
-        let stats: PerCpuArray<_, u64> = self.map(STATS)?;
-        if stats.len() != abi::STAT_MAX {
-            return Err(Error::InvalidService {
-                vip: "stats map".into(),
-                reason: format!(
-                    "object has {} counters, Rust knows {}",
-                    stats.len(),
-                    abi::STAT_MAX
-                ),
-            });
-        }
-        Ok(())
     }
 
     /// What the loader believes the maps hold.
