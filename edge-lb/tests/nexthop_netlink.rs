@@ -35,6 +35,8 @@ use xdp_support::{Netns, is_root, sh};
 const PEER_MAC0: &str = "02:77:00:00:00:02";
 const PEER_MAC1: &str = "02:78:00:00:00:02";
 const NEW_MAC: &str = "02:77:00:00:00:99";
+/// p0's link-local address (EUI-64 of PEER_MAC0).
+const PEER_LL0: &str = "fe80::77:ff:fe00:2";
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -101,6 +103,12 @@ fn lab(tag: &str) -> Lab {
     }
     ipn(e, "route add 10.88.0.0/24 via 10.77.0.2");
     ipn(e, "-6 route add fd88::/64 via fd77::2");
+    // routes over the peer's link-local address, used by the first test only
+    ipn(e, &format!("-6 route add fd89::/64 via {PEER_LL0} dev e0"));
+    ipn(
+        e,
+        &format!("route add 10.89.0.0/24 via inet6 {PEER_LL0} dev e0"),
+    );
     // The kernel solicits a neighbour it is asked to resolve (NTF_USE, no packet
     // queued) from the interface's link-local address, and sends nothing while that is
     // tentative: wait for DAD to end on both sides (about a second after link up),
@@ -199,6 +207,10 @@ fn resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours() {
         ("10.88.0.5", "10.77.0.2"), // via the gateway
         ("fd77::2", "fd77::2"),
         ("fd88::5", "fd77::2"),
+        // a link-local gateway (RA default routes, BGP unnumbered), for v6 and for v4
+        // (RFC 5549: an IPv4 route with an IPv6 next hop, RTA_VIA)
+        ("fd89::5", PEER_LL0),
+        ("10.89.0.5", PEER_LL0),
     ] {
         let first = !neigh_known(e, nh);
         let t0 = Instant::now();
@@ -210,7 +222,7 @@ fn resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours() {
             "{backend}: resolved in {:?}{}",
             t0.elapsed(),
             if first {
-                " (neighbour was unknown: resolved through NTF_USE)"
+                " (neighbour was unknown: the resolver made the kernel resolve it)"
             } else {
                 ""
             }
