@@ -373,3 +373,57 @@ fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
         "the watch thread stops"
     );
 }
+
+#[test]
+fn a_silent_mac_change_is_found_by_reprobing_a_stale_entry() {
+    if !root_or_skip("a_silent_mac_change_is_found_by_reprobing_a_stale_entry") {
+        return;
+    }
+    let lab = lab("d");
+    let (e, p) = (lab.edge.0.as_str(), lab.peer.0.as_str());
+    // fast neighbour timers on the edge, so the probe sequence takes a fraction of a second
+    for (key, v) in [("delay_first_probe_time", "0"), ("retrans_time_ms", "100")] {
+        let kv = format!("net.ipv4.neigh.e0.{key}={v}");
+        sh(&["ip", "netns", "exec", e, "sysctl", "-qw", &kv]);
+    }
+    let r = KernelResolver::new(Some(e.to_string()));
+    assert_eq!(r.resolve(ip("10.77.0.2")).unwrap().dmac, mac(PEER_MAC0));
+    let mut sub = Subscription::open(Some(e)).unwrap();
+    // the peer changes its MAC without telling anyone; the edge's entry has aged to
+    // STALE (XDP_TX traffic never confirms it)
+    sh(&[
+        "ip",
+        "netns",
+        "exec",
+        p,
+        "sysctl",
+        "-qw",
+        "net.ipv4.conf.p0.arp_notify=0",
+    ]);
+    ipn(p, &format!("link set p0 address {NEW_MAC}"));
+    ipn(
+        e,
+        &format!("neigh change 10.77.0.2 dev e0 lladdr {PEER_MAC0} nud stale"),
+    );
+    // the resolver still answers the old MAC, and asks the kernel to re-probe; the
+    // probe fails, the subscription reports it, and the agent's next resolve finds the
+    // new MAC: the agent's loop, one change batch at a time
+    assert_eq!(r.resolve(ip("10.77.0.2")).unwrap().dmac, mac(PEER_MAC0));
+    let t0 = Instant::now();
+    loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(5),
+            "new MAC not found: {}",
+            ipn(e, "neigh show to 10.77.0.2")
+        );
+        if sub.recv_changes().unwrap().is_empty() {
+            continue;
+        }
+        if r.resolve(ip("10.77.0.2"))
+            .is_ok_and(|nh| nh.dmac == mac(NEW_MAC))
+        {
+            break;
+        }
+    }
+    eprintln!("silent MAC change found after {:?}", t0.elapsed());
+}
