@@ -123,11 +123,7 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
         fib_fallback: true,
         object: objects::XDP_LB,
     };
-    let mut dp = XdpDatapath::load(
-        &opts,
-        Box::new(KernelResolver::new(Some(e.clone()))),
-    )
-    .unwrap();
+    let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.clone())))).unwrap();
     let vip = Vip {
         addr: ip(VIP),
         port: 80,
