@@ -664,6 +664,12 @@ pub fn plan(
             ops.extend(plan_update(&mut next, vip, Some(svc))?);
         }
     }
+    // strays are drained by the first plan_update; with no service at all
+    // to update they go here
+    for id in std::mem::take(&mut next.strays) {
+        ops.push(MapOp::DelBackend { id });
+        next.backend_ids.release(id);
+    }
     if !next.orphans.is_empty() {
         let named: BTreeSet<u32> = next
             .vips

@@ -361,6 +361,16 @@ fn restore_takes_ownership_from_the_rings() {
     );
     assert_eq!(ops.last(), Some(&MapOp::DelBackend { id: 7 }));
     assert!(ops.contains(&MapOp::DelBackend { id: 9 }), "the stray goes");
+    // also when no service is left to plan
+    // a stray also goes when no service is left at all
+    let lone = Programmed::restore(ReadBack {
+        owners: [(3, 5)].into_iter().collect(),
+        backends: [(3, be(ip(9), 2))].into_iter().collect(),
+        ..Default::default()
+    });
+    assert_eq!(lone.strays, [3].into_iter().collect());
+    let (none, _) = plan(&lone, &DesiredState::default()).unwrap();
+    assert_eq!(none, vec![MapOp::DelBackend { id: 3 }]);
     assert!(next.orphans.is_empty() && next.strays.is_empty());
     assert!(
         !ops.iter()
