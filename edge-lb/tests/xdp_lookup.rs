@@ -333,3 +333,78 @@ fn lookup_agrees_with_the_program_in_every_case() {
     );
     dp.uninstall().unwrap();
 }
+
+/// A resolver that counts its calls and whose answer for one address can be
+/// changed (a neighbour's MAC moving).
+#[derive(Clone, Default)]
+struct Counting {
+    calls: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+    moved: std::sync::Arc<std::sync::Mutex<Option<IpAddr>>>,
+}
+
+impl ringlb_edge::datapath::nexthop::Resolver for Counting {
+    fn resolve(&self, addr: IpAddr) -> Result<NextHop, ringlb_edge::datapath::Error> {
+        self.calls.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let moved = *self.moved.lock().unwrap() == Some(addr);
+        Ok(NextHop {
+            ifindex: 0,
+            smac: [2, 0, 0, 0, 0, 1],
+            dmac: [2, 0, 0, 0, 0, if moved { 9 } else { 2 }],
+        })
+    }
+}
+
+/// A pod in three services has three backend ids but one next hop: a refresh
+/// resolves it once and rewrites all three entries when it moves.
+#[test]
+fn next_hops_are_resolved_once_per_pod_not_per_id() {
+    use std::sync::atomic::Ordering::SeqCst;
+    if !is_root() {
+        eprintln!("SKIP: xdp lookup tests need root to load BPF programs (CI runs as root)");
+        return;
+    }
+    let r = Counting::default();
+    let opts = XdpOptions {
+        pin_dir: None,
+        src4: Some("10.0.0.11".parse().unwrap()),
+        src6: None,
+        mtu: 1500,
+        fib_fallback: false,
+        object: objects::XDP_LB,
+    };
+    let mut dp = XdpDatapath::load(&opts, Box::new(r.clone())).unwrap();
+    let (a, b, c) = (
+        vip("10.100.0.1", 80),
+        vip("10.100.0.1", 443),
+        vip("10.100.0.2", 80),
+    );
+    let (p, q) = ("10.1.0.1", "10.1.0.2");
+    dp.apply(&state(vec![
+        (a, svc(&a, &[p, q], 0)),
+        (b, svc(&b, &[p, q], 1)),
+        (c, svc(&c, &[p], 0)),
+    ]))
+    .unwrap();
+    assert_eq!(
+        dp.programmed().backends().count(),
+        5,
+        "one id per (VIP, pod)"
+    );
+    r.calls.store(0, SeqCst);
+    assert_eq!(dp.refresh_next_hops().unwrap(), 0, "nothing moved");
+    assert_eq!(r.calls.load(SeqCst), 2, "two pods, two resolutions");
+    *r.moved.lock().unwrap() = Some(ip(p));
+    r.calls.store(0, SeqCst);
+    assert_eq!(
+        dp.refresh_next_hops().unwrap(),
+        3,
+        "P's three ids rewritten"
+    );
+    assert_eq!(r.calls.load(SeqCst), 2);
+    // and the program uses the new MAC for every VIP P backs
+    let frame = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.2"), 1, 80).bytes();
+    let mut out = vec![0u8; frame.len() + 128];
+    let (verdict, _, _) = dp.test_run(&frame, &mut out, 1).unwrap();
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(&out[..6], &[2, 0, 0, 0, 0, 9]);
+}
