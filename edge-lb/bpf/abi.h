@@ -72,8 +72,13 @@ struct ringlb_flow {
 struct ringlb_ct_value {
 	__u32 backend_id;
 	__u32 gen;        /* must equal backends[backend_id].gen, else stale */
-	__u32 vip_id;     /* the VIP's counters; a hit skips the vips lookup */
-};                        /* 12 bytes */
+};                        /* 8 bytes */
+
+/* ---- owners: ARRAY backend id -> 1 + vip_id of the VIP owning it; 0 = none -- */
+/* Backend ids belong to one (VIP, pod) pair. The loader keeps this map current
+ * (also when a VIP moves to a new ring, i.e. a new vip_id) and reads it back
+ * after a restart; the program reads it on a conntrack hit, which skips the
+ * vips lookup, to count the packet for the right VIP. BPF_F_MMAPABLE. */
 
 /* ---- config: ARRAY[1] ------------------------------------------------------ */
 struct ringlb_config {
@@ -116,6 +121,6 @@ enum ringlb_stat {
 };
 
 /* ---- map names (the loader finds maps by these) ----------------------------- */
-/* vips, rings, backends, conntrack, config, vip_stats, stats */
+/* vips, rings, backends, conntrack, owners, config, vip_stats, stats */
 
 #endif /* RINGLB_ABI_H */

@@ -7,7 +7,7 @@
  *                                     still has the entry's generation? done
  *     -> else vips[(daddr, dport, proto)]  (then the port-0 wildcard)
  *        -> rings[vip_id][flow_hash % M]   (Maglev, flow_hash.h)
- *        -> conntrack insert {backend id, generation, vip_id}
+ *        -> conntrack insert {backend id, generation}
  *     -> backends[id]: pod IP + next-hop MACs resolved by the loader
  *     -> push outer IPv4 (proto 4/41) or IPv6 (nexthdr 41/4) header
  *     -> XDP_TX (or bpf_redirect, VLAN tag removed, when the next hop is
@@ -87,6 +87,14 @@ struct {
 	__type(key, struct ringlb_flow);
 	__type(value, struct ringlb_ct_value);
 } conntrack SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, RINGLB_MAX_BACKENDS);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, __u32);
+} owners SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -196,7 +204,10 @@ int ringlb_xdp(struct xdp_md *ctx)
 		bid = ct->backend_id;
 		be = bpf_map_lookup_elem(&backends, &bid);
 		if (be && be->family && be->gen == ct->gen) {
-			vip_id = ct->vip_id;
+			/* the VIP this id belongs to now (owners is kept current by
+			 * the loader, also across a ring-size change) */
+			__u32 *own = bpf_map_lookup_elem(&owners, &bid);
+			vip_id = own && *own ? *own - 1 : RINGLB_MAX_VIPS;
 			count(RINGLB_ST_CT_HIT);
 		} else {
 			count(RINGLB_ST_CT_STALE);
@@ -246,14 +257,13 @@ int ringlb_xdp(struct xdp_md *ctx)
 		}
 #ifndef RINGLB_BENCH_NO_CT_INSERT
 		if (use_ct) {
-			struct ringlb_ct_value nv = {
-				.backend_id = bid, .gen = be->gen, .vip_id = vip_id,
-			};
+			struct ringlb_ct_value nv = { .backend_id = bid, .gen = be->gen };
 			bpf_map_update_elem(&conntrack, &pkt.flow, &nv, BPF_ANY);
 		}
 #endif
 	}
 
+	/* (vip_id RINGLB_MAX_VIPS = an id without owner: counted nowhere) */
 	struct ringlb_vip_stats *vs = bpf_map_lookup_elem(&vip_stats, &vip_id);
 	if (vs) {
 		vs->packets += 1;

@@ -344,6 +344,47 @@ fn a_deleted_vip_stops_forwarding_its_established_flows() {
     assert_eq!(counter(&dp, "ct_hit"), 2);
 }
 
+/// A conntrack hit skips the vips lookup and counts the packet for the VIP
+/// that owns the backend id now: after a ring-size change (a new ring, a new
+/// vip_id) an established flow counts for its VIP, not for the old vip_id,
+/// which another VIP may have taken.
+#[test]
+fn established_flows_count_for_their_vip_after_a_ring_size_change() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let (a, b) = (vip4(), vip("10.100.0.2", 80, Proto::Tcp));
+    let ring = |v: &Vip, m: usize| ServiceEntry::new(v, vec![ip("10.1.0.1")], vec![0; m]).unwrap();
+    dp.apply(&state(vec![(a, ring(&a, 13))])).unwrap();
+    let old_id = dp.programmed().vips[&a].vip_id;
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    assert_eq!(run(&dp, &f.bytes()).0, XDP_TX);
+    // A gets a ring of another size (a new vip_id); B is created and takes
+    // A's old vip_id
+    dp.apply(&state(vec![(a, ring(&a, 17))])).unwrap();
+    dp.apply(&state(vec![(a, ring(&a, 17)), (b, ring(&b, 13))]))
+        .unwrap();
+    assert_ne!(dp.programmed().vips[&a].vip_id, old_id);
+    assert_eq!(dp.programmed().vips[&b].vip_id, old_id, "B reuses the id");
+    let f = f.established();
+    for _ in 0..3 {
+        assert_eq!(
+            run(&dp, &f.bytes()).1,
+            encapped(&f, "10.0.0.11", "10.1.0.1", 0)
+        );
+    }
+    assert_eq!(counter(&dp, "ct_hit"), 3, "the flow kept its backend");
+    let c = dp.read_counters().unwrap();
+    let packets = |v: Vip| {
+        c.per_vip
+            .iter()
+            .find(|(x, _, _)| *x == v)
+            .map_or(0, |e| e.1)
+    };
+    assert_eq!(packets(a), 3, "counted for A");
+    assert_eq!(packets(b), 0, "not for B, which has A's old vip_id");
+}
+
 #[test]
 fn conntrack_keeps_flows_on_their_backend_while_it_exists() {
     let Some(mut dp) = load(1500, true) else {

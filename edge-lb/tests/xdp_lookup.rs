@@ -260,7 +260,6 @@ fn lookup_agrees_with_the_program_in_every_case() {
         abi::CtValue {
             backend_id: q_id,
             generation: q_gen + 100,
-            vip_id: 0,
         },
         0,
     )

@@ -25,11 +25,15 @@ pub mod map {
     pub const RINGS: &str = "rings";
     pub const BACKENDS: &str = "backends";
     pub const CONNTRACK: &str = "conntrack";
+    /// backend id -> 1 + vip_id of its VIP (0 = none); see abi.h.
+    pub const OWNERS: &str = "owners";
     pub const CONFIG: &str = "config";
     pub const VIP_STATS: &str = "vip_stats";
     pub const STATS: &str = "stats";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 7] = [VIPS, RINGS, BACKENDS, CONNTRACK, CONFIG, VIP_STATS, STATS];
+    pub const ALL: [&str; 8] = [
+        VIPS, RINGS, BACKENDS, CONNTRACK, OWNERS, CONFIG, VIP_STATS, STATS,
+    ];
 }
 
 /// A 16-bit value in network byte order (as it sits in the packet).
@@ -133,7 +137,6 @@ pub struct Flow {
 pub struct CtValue {
     pub backend_id: u32,
     pub generation: u32,
-    pub vip_id: u32,
 }
 
 /// `struct ringlb_config`
@@ -160,7 +163,7 @@ const _: () = assert!(size_of::<VipKey>() == 20);
 const _: () = assert!(size_of::<VipInfo>() == 12);
 const _: () = assert!(size_of::<BackendValue>() == 40);
 const _: () = assert!(size_of::<Flow>() == 40);
-const _: () = assert!(size_of::<CtValue>() == 12);
+const _: () = assert!(size_of::<CtValue>() == 8);
 const _: () = assert!(size_of::<ConfigValue>() == 28);
 const _: () = assert!(size_of::<VipStats>() == 16);
 

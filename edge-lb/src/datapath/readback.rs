@@ -1,54 +1,46 @@
 //! Reading the maps back: what a (restarted) loader or the operator CLI finds
 //! in the pinned maps (`read_programmed`, turned into the loader's view by the
 //! pure `state::Programmed::restore`), the rings from their mapped memory, and
-//! the layout checks of pinned maps against this build's `abi.h`. Also the
-//! loader's own `owners` map (backend id -> VIP), which only the loader uses.
+//! the layout checks of pinned maps against this build's `abi.h`, including
+//! the `owners` map (backend id -> VIP), which the loader keeps and reads back
+//! and the program reads on a conntrack hit.
 
 use std::{os::fd::AsFd, path::Path};
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, IterableMap, MapData, PerCpuArray};
 
 use super::{
-    Error, Programmed, Vip, abi,
-    batch::{BPF_F_MMAPABLE, read_mmapped_u32},
-    map_err,
-    state::ReadBack,
+    Error, Programmed, Vip, abi, batch::read_mmapped_u32, map_err, state::ReadBack,
     xdp::XdpDatapath,
 };
 
-/// Pin name of the `owners` map.
-pub const OWNERS: &str = "owners";
+pub use abi::map::OWNERS;
 
-/// Opens the pinned `owners` map in `dir`, or creates (and pins) it.
-pub(super) fn owners_map(dir: Option<&Path>) -> Result<Array<MapData, u32>, Error> {
-    let create = || {
-        Array::<MapData, u32>::create(abi::MAX_BACKENDS, BPF_F_MMAPABLE).map_err(map_err(OWNERS))
-    };
-    let Some(dir) = dir else { return create() };
-    let path = dir.join(OWNERS);
-    if path.exists() {
-        let data = MapData::from_pin(&path).map_err(map_err(OWNERS))?;
-        let have = data.info().map_err(map_err(OWNERS))?.max_entries();
-        if have != abi::MAX_BACKENDS {
-            return Err(Error::Layout {
-                name: OWNERS,
-                reason: format!(
-                    "{have} entries, this build's abi.h says {}: run `ringlb-edge datapath uninstall` or use a new --pin-dir",
-                    abi::MAX_BACKENDS
-                ),
-            });
-        }
-        return Array::try_from(aya::maps::Map::Array(data)).map_err(map_err(OWNERS));
+/// Warns when pinned maps of a release without the `owners` map are reused.
+pub(super) fn warn_without_owners(dir: &Path) {
+    if dir.join(abi::map::BACKENDS).exists() && !dir.join(OWNERS).exists() {
+        tracing::warn!(pin = %dir.join(OWNERS).display(), "pinned maps without an owners map: backend ids no ring names cannot be attributed and are deleted at the next apply");
     }
-    if dir.join(abi::map::BACKENDS).exists() {
-        tracing::warn!(pin = %path.display(), "pinned maps without an owners map: backend ids no ring names cannot be attributed and are deleted at the next apply");
+}
+
+/// Takes the `owners` map out of the loaded object (the program keeps its
+/// own reference) and checks the size of a pinned one.
+pub(super) fn take_owners(ebpf: &mut aya::Ebpf) -> Result<Array<MapData, u32>, Error> {
+    let m = ebpf
+        .take_map(OWNERS)
+        .ok_or(Error::MissingMap { name: OWNERS })?;
+    let owners: Array<MapData, u32> = Array::try_from(m).map_err(map_err(OWNERS))?;
+    let have = owners.len();
+    if have != abi::MAX_BACKENDS {
+        return Err(Error::Layout {
+            name: OWNERS,
+            reason: format!(
+                "{have} entries, this build's abi.h says {}: run `ringlb-edge datapath uninstall` or use a new --pin-dir",
+                abi::MAX_BACKENDS
+            ),
+        });
     }
-    let m = create()?;
-    m.map().pin(&path).map_err(|e| Error::Pin {
-        path: path.clone(),
-        source: std::io::Error::other(e.to_string()),
-    })?;
-    Ok(m)
+    Ok(owners)
 }
 
 impl XdpDatapath {

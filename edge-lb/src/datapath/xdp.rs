@@ -31,7 +31,7 @@ use super::{
     },
     map_err,
     nexthop::{NextHop, Resolver},
-    readback::{OWNERS, owners_map},
+    readback::{OWNERS, take_owners, warn_without_owners},
     state::{plan, plan_update},
 };
 
@@ -102,8 +102,8 @@ pub struct XdpDatapath {
     pin_dir: Option<PathBuf>,
     link_pin: Option<PathBuf>,
     link: Option<FdLink>,
-    /// The loader's own `owners` map (not in the object, the program never
-    /// reads it): backend id -> 1 + vip_id of the service that owns the id,
+    /// The `owners` map, taken out of the object (the program reads it on a
+    /// conntrack hit): backend id -> 1 + vip_id of the service that owns the id,
     /// 0 = none. Pinned next to the program's maps, so a restarted loader
     /// knows which service each id belongs to, also ids no ring names (a
     /// draining pod that only keeps its established flows).
@@ -127,6 +127,7 @@ impl XdpDatapath {
                 path: dir.clone(),
                 source,
             })?;
+            warn_without_owners(dir);
             for name in abi::map::ALL {
                 loader.map_pin_path(name, dir.join(name));
             }
@@ -140,7 +141,7 @@ impl XdpDatapath {
             .try_into()
             .map_err(prog_err)?;
         prog.load().map_err(prog_err)?;
-        let owners = Some(owners_map(opts.pin_dir.as_deref())?);
+        let owners = Some(take_owners(&mut ebpf)?);
         let mut me = Self {
             ebpf,
             programmed: Programmed::default(),
@@ -176,9 +177,10 @@ impl XdpDatapath {
         for name in abi::map::ALL {
             loader.map_pin_path(name, dir.join(name));
         }
-        let ebpf = loader
+        let mut ebpf = loader
             .load(objects::XDP_LB)
             .map_err(|e| Error::Load(Box::new(e)))?;
+        let owners = Some(take_owners(&mut ebpf)?);
         let mut me = Self {
             ebpf,
             programmed: Programmed::default(),
@@ -186,11 +188,7 @@ impl XdpDatapath {
             pin_dir: Some(dir.to_path_buf()),
             link_pin: None,
             link: None,
-            owners: if dir.join(OWNERS).exists() {
-                Some(owners_map(Some(dir))?)
-            } else {
-                None
-            },
+            owners,
         };
         me.programmed = me.read_programmed()?;
         Ok(me)
@@ -612,7 +610,7 @@ impl XdpDatapath {
                 }
             }
         }
-        for name in abi::map::ALL.iter().chain(&[OWNERS]) {
+        for name in abi::map::ALL {
             let p = dir.join(name);
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
