@@ -385,12 +385,23 @@ impl XdpDatapath {
         {
             let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
             for (addr, ids) in by_addr {
-                let nh = resolve(self.resolver.as_ref(), addr);
+                // Refreshes run on every netlink change: an unresolved pod is
+                // logged when it loses its next hop, not on every refresh.
+                let nh = self.resolver.resolve(addr);
+                let mut lost = false;
                 for (id, generation) in ids {
                     let old = backends.get(&id, 0).map_err(map_err(abi::map::BACKENDS))?;
-                    let new = backend_value(addr, generation, nh);
+                    let new = backend_value(addr, generation, nh.as_ref().ok().copied());
+                    lost |= old.nh_valid == 1 && new.nh_valid == 0;
                     if new != old {
                         updates.push((id, new));
+                    }
+                }
+                if let Err(e) = nh {
+                    if lost {
+                        tracing::warn!(backend = %addr, error = %e, "next hop lost; the program will use bpf_fib_lookup");
+                    } else {
+                        tracing::debug!(backend = %addr, error = %e, "next hop still unresolved");
                     }
                 }
             }
