@@ -227,6 +227,10 @@ int ringlb_xdp(struct xdp_md *ctx)
 			vk.port = 0;
 			vip = bpf_map_lookup_elem(&vips, &vk);
 			if (!vip) {
+				/* the VIP is gone: its entries would cost every later
+				 * packet this detour until LRU eviction */
+				if (stale)
+					bpf_map_delete_elem(&conntrack, &pkt.flow);
 				count(RINGLB_ST_PASS_NOT_VIP);
 				return XDP_PASS;
 			}
@@ -259,6 +263,8 @@ int ringlb_xdp(struct xdp_md *ctx)
 		if (use_ct) {
 			struct ringlb_ct_value nv = { .backend_id = bid, .gen = be->gen };
 			bpf_map_update_elem(&conntrack, &pkt.flow, &nv, BPF_ANY);
+		} else if (stale) {
+			bpf_map_delete_elem(&conntrack, &pkt.flow);
 		}
 #endif
 	}

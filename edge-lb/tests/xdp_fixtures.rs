@@ -336,12 +336,90 @@ fn a_deleted_vip_stops_forwarding_its_established_flows() {
     assert_eq!(out, to_a.bytes(), "passed untouched");
     assert_eq!(counter(&dp, "ct_stale"), 1);
     assert_eq!(counter(&dp, "pass_not_vip"), 1);
+    // the stale entry was deleted: the next packet is simply not for a VIP
+    assert_eq!(run(&dp, &to_a.bytes()).0, XDP_PASS);
+    assert_eq!(counter(&dp, "ct_stale"), 1, "entry removed");
+    assert_eq!(counter(&dp, "pass_not_vip"), 2);
     assert_eq!(
         run(&dp, &to_b.bytes()).1,
         encapped(&to_b, "10.0.0.11", "10.1.0.1", 0),
         "B's flow to the same pod is untouched"
     );
     assert_eq!(counter(&dp, "ct_hit"), 2);
+}
+
+/// A SYN opens a connection, so it skips conntrack and follows the ring (and
+/// its insert replaces the 5-tuple's entry); any other packet of the flow,
+/// SYN|ACK included, follows conntrack. A TCP header cut before the flags
+/// byte is not taken for a SYN.
+#[test]
+fn a_syn_skips_conntrack_and_other_packets_follow_it() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
+        .unwrap();
+    let syn = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    let ack = syn.clone().established();
+    let synack = Frame {
+        tcp_flags: 0x12,
+        ..syn.clone()
+    };
+    assert_eq!(
+        run(&dp, &syn.bytes()).1,
+        encapped(&syn, "10.0.0.11", "10.1.0.1", 0)
+    );
+    // the ring moves the flow's hash to .2; .1 still exists
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 1))]))
+        .unwrap();
+    let (hit0, miss0) = (counter(&dp, "ct_hit"), counter(&dp, "ct_miss"));
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.1", 0)
+    );
+    assert_eq!(
+        run(&dp, &synack.bytes()).1,
+        encapped(&synack, "10.0.0.11", "10.1.0.1", 0)
+    );
+    assert_eq!(
+        counter(&dp, "ct_hit"),
+        hit0 + 2,
+        "ACK and SYN|ACK follow conntrack"
+    );
+
+    // a TCP header that ends before its flags byte (inside the IP length):
+    // not a SYN, so it follows conntrack too
+    let mut cut = syn.bytes();
+    let tcp = 14 + 20;
+    cut.truncate(tcp + 12);
+    cut[16..18].copy_from_slice(&(20u16 + 12).to_be_bytes()); // IPv4 total length
+    cut[24..26].copy_from_slice(&[0, 0]);
+    let sum = cut[14..34]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    cut[24..26].copy_from_slice(&(!((sum & 0xffff) + (sum >> 16)) as u16).to_be_bytes());
+    assert_eq!(run(&dp, &cut).0, XDP_TX);
+    assert_eq!(
+        counter(&dp, "ct_hit"),
+        hit0 + 3,
+        "a cut header is not a SYN"
+    );
+
+    // a new SYN on the same 5-tuple: the ring decides (.2) and replaces the entry
+    assert_eq!(
+        run(&dp, &syn.bytes()).1,
+        encapped(&syn, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_miss"), miss0 + 1);
+    assert_eq!(counter(&dp, "ct_hit"), hit0 + 3, "the SYN did not look");
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_hit"), hit0 + 4, "the new entry");
 }
 
 /// A conntrack hit skips the vips lookup and counts the packet for the VIP
