@@ -200,11 +200,19 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let mut due = true;
     let mut next_sync = tokio::time::Instant::now();
     let mut refresh_next_hops = Some("start");
+    let mut last_nh_refresh = tokio::time::Instant::now();
     loop {
+        // At least every RESYNC, whatever else wakes the loop: API events
+        // push `next_sync` back, and a busy cluster must not starve the
+        // refresh that re-probes STALE neighbours and covers lost notifications.
+        if refresh_next_hops.is_none() && last_nh_refresh.elapsed() >= RESYNC {
+            refresh_next_hops = Some("resync");
+        }
         if let Some(trigger) = refresh_next_hops.take() {
             tokio::task::block_in_place(|| {
                 nexthops::refresh(&mut dp, &nh_watch, &nh_metrics, trigger)
             });
+            last_nh_refresh = tokio::time::Instant::now();
         }
         if due {
             // The sync resolves next hops with blocking calls: keep it off the workers
@@ -218,7 +226,11 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         due = true;
         tokio::select! {
             _ = notify.notified() => tokio::time::sleep(DEBOUNCE).await,
-            _ = tokio::time::sleep_until(next_sync) => refresh_next_hops = Some("resync"),
+            _ = tokio::time::sleep_until(next_sync) => {}
+            _ = tokio::time::sleep_until(last_nh_refresh + RESYNC) => {
+                refresh_next_hops = Some("resync");
+                due = false;
+            }
             _ = nh_watch.notify.notified() => {
                 tokio::time::sleep(nh_watch.delay()).await;
                 refresh_next_hops = Some("netlink");
