@@ -97,7 +97,7 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
     let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
     let said = dp.lookup(&cli::flow(Proto::Tcp, src, dst)).unwrap();
     let predicted = match said {
-        Lookup::NotVip => Outcome::Pass,
+        Lookup::NotVip { .. } => Outcome::Pass,
         Lookup::NoBackend { .. } => Outcome::Drop,
         Lookup::Backend {
             addr, conntrack, ..
@@ -105,7 +105,10 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
     };
     let want_ct = match said {
         Lookup::Backend { conntrack, .. } | Lookup::NoBackend { conntrack, .. } => Some(conntrack),
-        Lookup::NotVip => None,
+        Lookup::NotVip { conntrack } => Some(match conntrack {
+            CtState::Miss => CtState::Off, // the program counts no ct_miss for a non-VIP
+            other => other,
+        }),
     };
     let before: Vec<u64> = ["ct_hit", "ct_stale", "ct_miss", "drop_no_backend"]
         .iter()
@@ -406,4 +409,58 @@ fn next_hops_are_resolved_once_per_pod_not_per_id() {
     let (verdict, _, _) = dp.test_run(&frame, &mut out, 1).unwrap();
     assert_eq!(verdict, XDP_TX);
     assert_eq!(&out[..6], &[2, 0, 0, 0, 0, 9]);
+}
+
+/// On a conntrack hit the program counts the packet for the VIP that owns
+/// the backend id, without looking at `vips`; `lookup` names that VIP, also
+/// when an exact VIP:port appeared after a wildcard VIP's flow began. When
+/// the VIPs are gone, the stale entry is reported (and deleted by the program).
+#[test]
+fn lookup_names_the_owning_vip_and_a_deleted_vips_stale_entry() {
+    let Some(mut dp) = load(None) else { return };
+    let (w, e) = (vip("10.100.0.5", 0), vip("10.100.0.5", 8443));
+    let (p, q) = ("10.1.0.1", "10.1.0.2");
+    dp.apply(&state(vec![(w, svc(&w, &[p], 0))])).unwrap();
+    let flow = ("192.0.2.7:40000", "10.100.0.5:8443");
+    assert_eq!(agree(&dp, flow.0, flow.1).0, Outcome::To(ip(p), false));
+
+    dp.apply(&state(vec![(w, svc(&w, &[p], 0)), (e, svc(&e, &[q], 0))]))
+        .unwrap();
+    let (out, said) = agree(&dp, flow.0, flow.1);
+    assert_eq!(
+        out,
+        Outcome::To(ip(p), true),
+        "the flow stays with the wildcard's pod"
+    );
+    assert!(
+        matches!(said, Lookup::Backend { vip, .. } if vip == w),
+        "named for the wildcard VIP that owns it: {said:?}"
+    );
+    let other = ("192.0.2.7:40001", "10.100.0.5:8443");
+    assert_eq!(
+        agree(&dp, other.0, other.1).0,
+        Outcome::To(ip(q), false),
+        "new flows: the exact VIP"
+    );
+
+    dp.apply(&state(vec![])).unwrap();
+    let (out, said) = agree(&dp, flow.0, flow.1);
+    assert_eq!(out, Outcome::Pass);
+    assert!(
+        matches!(
+            said,
+            Lookup::NotVip {
+                conntrack: CtState::Stale { .. }
+            }
+        ),
+        "{said:?}"
+    );
+    let (_, said) = agree(&dp, flow.0, flow.1);
+    assert_eq!(
+        said,
+        Lookup::NotVip {
+            conntrack: CtState::Miss
+        },
+        "the program deleted the stale entry"
+    );
 }

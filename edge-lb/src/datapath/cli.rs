@@ -37,7 +37,9 @@ pub enum DatapathCommand {
     },
     /// Global verdict/reason counters and per-VIP packets and bytes.
     Counters,
-    /// Which backend a 5-tuple goes to now (conntrack first, then the ring).
+    /// Which backend a packet of this 5-tuple goes to now: conntrack first, then
+    /// the ring. For any packet but a TCP SYN; a SYN skips conntrack, so a new
+    /// connection goes where the ring slot shown on a miss says.
     Lookup {
         #[arg(long, default_value = "tcp")]
         proto: Proto,
@@ -183,7 +185,14 @@ pub fn format_lookup(what: &str, l: &Lookup) -> String {
         ),
     };
     match l {
-        Lookup::NotVip => format!("{what}: not a VIP, passed to the kernel (pass_not_vip)\n"),
+        Lookup::NotVip {
+            conntrack: CtState::Stale { id, .. },
+        } => format!(
+            "{what}: not a VIP (any more), passed to the kernel (pass_not_vip); its stale conntrack entry (backend id {id}) is deleted (ct_stale)\n"
+        ),
+        Lookup::NotVip { .. } => {
+            format!("{what}: not a VIP, passed to the kernel (pass_not_vip)\n")
+        }
         Lookup::Backend {
             vip,
             id,
@@ -322,7 +331,12 @@ mod tests {
             proto: Proto::Tcp,
         };
         let f = |l: Lookup| format_lookup("c -> v", &l);
-        assert!(f(Lookup::NotVip).contains("not a VIP"));
+        assert!(
+            f(Lookup::NotVip {
+                conntrack: CtState::Miss
+            })
+            .contains("not a VIP")
+        );
         let hit = f(Lookup::Backend {
             vip,
             id: 7,

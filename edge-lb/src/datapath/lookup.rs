@@ -30,8 +30,9 @@ pub enum CtState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lookup {
     /// No VIP entry for (address, port, protocol) nor the port-0 wildcard:
-    /// `XDP_PASS` (`pass_not_vip`).
-    NotVip,
+    /// `XDP_PASS` (`pass_not_vip`). `conntrack` is `Miss`, or `Stale` for an
+    /// entry of a VIP that is gone (the program counts and deletes it).
+    NotVip { conntrack: CtState },
     /// Sent to backend `id` at `addr`. `slot` is the ring slot when the ring
     /// decided, `None` when conntrack did.
     Backend {
@@ -84,6 +85,25 @@ fn vip_info(
 }
 
 impl XdpDatapath {
+    /// The VIP that owns backend `id` now (`owners`: 1 + vip_id), as the
+    /// loader programmed it.
+    fn owner_vip(&self, id: u32) -> Result<Option<Vip>, Error> {
+        let Some(owners) = &self.owners else {
+            return Ok(None);
+        };
+        let vid = match owners.get(&id, 0) {
+            Ok(0) | Err(MapError::OutOfBounds { .. }) => return Ok(None),
+            Ok(v) => v - 1,
+            Err(e) => return Err(map_err(abi::map::OWNERS)(e)),
+        };
+        Ok(self
+            .programmed()
+            .vips
+            .iter()
+            .find(|(_, pv)| pv.vip_id == vid)
+            .map(|(v, _)| *v))
+    }
+
     /// What the program would do with `flow` now.
     pub fn lookup(&self, flow: &abi::Flow) -> Result<Lookup, Error> {
         let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
@@ -115,16 +135,11 @@ impl XdpDatapath {
             && b.family != 0
             && b.generation == c.generation
         {
-            // The program does not look at vips on a hit; the VIP shown is
-            // the one the packet is addressed to (the entry's own VIP while
-            // its backend id is live: ids belong to one (VIP, pod) pair).
-            let info = vip_info(&vips, &mut key)?;
-            let exact = abi::VipKey {
-                port: flow.dport,
-                ..key
-            };
-            let vip = Vip::from_abi(if info.is_some() { &key } else { &exact });
-            if let Some(vip) = vip {
+            // The program does not look at vips on a hit: the VIP is the one
+            // that owns the id (`owners`), which it counts the packet for. That
+            // need not be the exact VIP the packet is addressed to (a wildcard
+            // VIP's flow stays with it after an exact VIP:port appears).
+            if let Some(vip) = self.owner_vip(c.backend_id)? {
                 return Ok(Lookup::Backend {
                     vip,
                     id: c.backend_id,
@@ -136,17 +151,21 @@ impl XdpDatapath {
         }
 
         // 2. no live entry: the VIP (then the wildcard)
+        let stale = entry.map(|c| CtState::Stale {
+            id: c.backend_id,
+            generation: c.generation,
+        });
+        let not_vip = Lookup::NotVip {
+            conntrack: stale.unwrap_or(CtState::Miss),
+        };
         let Some(info) = vip_info(&vips, &mut key)? else {
-            return Ok(Lookup::NotVip);
+            return Ok(not_vip);
         };
         let Some(vip) = Vip::from_abi(&key) else {
-            return Ok(Lookup::NotVip);
+            return Ok(not_vip);
         };
-        let conntrack = match entry {
-            Some(c) => CtState::Stale {
-                id: c.backend_id,
-                generation: c.generation,
-            },
+        let conntrack = match stale {
+            Some(s) => s,
             None if info.flags & abi::VIP_F_NO_CT != 0 => CtState::Off,
             None => CtState::Miss,
         };
