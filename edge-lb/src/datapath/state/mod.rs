@@ -223,9 +223,11 @@ pub struct Programmed {
     pub vips: BTreeMap<Vip, ProgrammedVip>,
     pub last_generation: u32,
     /// Live ids a ring names but no (VIP, address) pair can own (read back
-    /// after a failed apply): the next full plan deletes them once no ring
-    /// names them any more.
-    pub orphans: BTreeSet<u32>,
+    /// after a failed apply), with the VIPs whose rings name them. Each
+    /// `plan_update` of one of those VIPs rewrites its ring (or removes it)
+    /// and crosses the VIP off; the update that crosses off the last one
+    /// deletes the id, so `apply_service` alone never leaves one live.
+    pub orphans: BTreeMap<u32, BTreeSet<Vip>>,
     /// Live ids no ring names and no VIP owns (read back after a failed
     /// apply): the next plan or plan_update deletes them, so conntrack
     /// entries pointing at them turn stale.
@@ -264,9 +266,9 @@ impl Programmed {
     /// belongs to the VIP its `owners` entry names. Failing that (no entry,
     /// or that VIP is gone: an apply failed halfway), to the first VIP whose
     /// ring names it, if that VIP has no id for the address yet. A live id
-    /// nobody can own is an orphan if a ring names it (deleted by the next
-    /// full plan, after the rings are rewritten), else a stray (deleted by
-    /// the next plan). Tombstones (family 0) are free ids.
+    /// nobody can own is an orphan if a ring names it (deleted by the update
+    /// that rewrites or removes the last ring naming it), else a stray
+    /// (deleted by the next update). Tombstones (family 0) are free ids.
     pub fn restore(r: ReadBack) -> Self {
         let by_vid: BTreeMap<u32, Vip> = r.vips.iter().map(|(v, i, _)| (i.vip_id, *v)).collect();
         let mut owned = BTreeMap::new();
@@ -306,12 +308,12 @@ impl Programmed {
                 unowned.insert(*id);
             }
         }
-        let mut named = BTreeSet::new();
+        let mut named: BTreeMap<u32, BTreeSet<Vip>> = BTreeMap::new();
         let mut adopted = BTreeMap::new();
         for (vip, _, ring) in &r.vips {
             let ids: BTreeSet<u32> = ring.iter().flatten().copied().collect();
             for id in ids {
-                named.insert(id);
+                named.entry(id).or_default().insert(*vip);
                 if let Some((addr, generation)) = live(&id) {
                     last_generation = last_generation.max(generation);
                     if claimed.contains(&id) {
@@ -326,8 +328,12 @@ impl Programmed {
             }
         }
         unowned.retain(|id| !claimed.contains(id));
-        let (orphans, strays): (BTreeSet<u32>, BTreeSet<u32>) =
-            unowned.into_iter().partition(|id| named.contains(id));
+        let (orphans, strays): (BTreeMap<u32, BTreeSet<Vip>>, BTreeSet<u32>) = {
+            let (o, s): (BTreeSet<u32>, BTreeSet<u32>) =
+                unowned.into_iter().partition(|id| named.contains_key(id));
+            let o = o.into_iter().map(|id| (id, named[&id].clone())).collect();
+            (o, s)
+        };
         let mut vips = BTreeMap::new();
         for (vip, info, ring) in r.vips {
             vips.insert(
@@ -344,7 +350,7 @@ impl Programmed {
         }
         let used: Vec<u32> = claimed
             .iter()
-            .chain(&orphans)
+            .chain(orphans.keys())
             .chain(&strays)
             .copied()
             .collect();
@@ -378,8 +384,9 @@ impl Programmed {
 }
 
 /// One write to the maps. Plans emit them in a safe order: backends that
-/// appear, then rings, then VIP entries, then VIP/ring/backend removals, so
-/// the program never follows an id to something not yet (or no longer) there.
+/// appear, then rings, then VIP entries, then new generations of a VIP whose
+/// conntrack was turned off, then VIP/ring/backend removals, so the program
+/// never follows an id to something not yet (or no longer) there.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MapOp {
     PutBackend {
@@ -387,8 +394,10 @@ pub enum MapOp {
         addr: IpAddr,
         generation: u32,
     },
-    /// Records in the loader's `owners` map that `ids` belong to the VIP
-    /// whose ring is `vip_id` (the program never reads it).
+    /// Records in the `owners` map that `ids` belong to the VIP whose ring is
+    /// `vip_id`. The loader reads it back after a restart; the program reads
+    /// it on a conntrack hit, to count the packet for the VIP that owns the
+    /// id (it never uses it to choose a backend).
     Own {
         vip_id: u32,
         ids: Vec<u32>,
@@ -489,8 +498,8 @@ pub fn plan_update(
         });
     }
     let old = p.vips.remove(vip);
-    let (mut puts, mut ring_ops, mut vip_ops, mut dels) =
-        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let (mut puts, mut ring_ops, mut vip_ops, mut regen, mut dels) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut freed_vip = None;
     // the ring (and owner) id: the old one, or a new ring when M changes
     let ring_id = new.map(|svc| match &old {
@@ -500,12 +509,14 @@ pub fn plan_update(
 
     // 1. this service's ids: kept per address, new addresses get a fresh id
     //    and generation; ids of addresses that left are deleted last
+    // (address, id, whether the id is new in this plan)
     let mut kept = Vec::with_capacity(new_addrs.len());
     let mut leaving = Vec::new();
     merge(
         &new_addrs,
         old.iter().flat_map(|o| &o.backends),
         |a, b| {
+            let is_new = b.is_none();
             let b = b.unwrap_or_else(|| {
                 let id = p.backend_ids.alloc().expect("checked above");
                 p.last_generation = p.last_generation.wrapping_add(1).max(1);
@@ -519,7 +530,7 @@ pub fn plan_update(
                     generation: p.last_generation,
                 }
             });
-            kept.push((a, b));
+            kept.push((a, b, is_new));
         },
         |b| leaving.push(b),
     );
@@ -540,15 +551,19 @@ pub fn plan_update(
                 ids: new_ids,
             });
         }
-        let adopted = p.adopted.remove(vip).unwrap_or_default();
-        let is_new = |id: &u32| {
-            puts.iter()
-                .any(|op| matches!(op, MapOp::PutBackend { id: n, .. } if n == id))
-        };
+        // O(kept): a set for the adopted ids, and the new-id flag from the
+        // merge (a scan of `puts` per id was O(n^2) for a new VIP)
+        let adopted: BTreeSet<u32> = p
+            .adopted
+            .remove(vip)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let all = fresh && old.is_some();
         let moved: Vec<u32> = kept
             .iter()
-            .map(|(_, b)| b.id)
-            .filter(|id| !is_new(id) && ((fresh && old.is_some()) || adopted.contains(id)))
+            .filter(|(_, b, is_new)| !is_new && (all || adopted.contains(&b.id)))
+            .map(|(_, b, _)| b.id)
             .collect();
         if !moved.is_empty() {
             own_kept.push(MapOp::Own { vip_id, ids: moved });
@@ -557,7 +572,8 @@ pub fn plan_update(
         p.adopted.remove(vip);
     }
     // sorted input: built in one pass
-    let backends: BTreeMap<IpAddr, ProgrammedBackend> = kept.into_iter().collect();
+    let mut backends: BTreeMap<IpAddr, ProgrammedBackend> =
+        kept.into_iter().map(|(a, b, _)| (a, b)).collect();
 
     // 2. the ring and the VIP entry
     if let Some(svc) = new {
@@ -595,6 +611,28 @@ pub fn plan_update(
         if fresh || old.as_ref().is_none_or(|o| o.flags != info.flags) {
             vip_ops.push(MapOp::PutVip { vip: *vip, info });
         }
+        // Conntrack turned off: the program looks conntrack up before the
+        // VIP, so the VIP's existing entries would keep pinning their flows.
+        // Every id of the VIP gets a new generation (same id, same pod: the
+        // program never follows an id to something absent), written after
+        // the VIP entry says "no conntrack" (before, a packet could still
+        // insert an entry with the new generation). The old entries turn
+        // stale and their flows follow the ring. A restored VIP (entry
+        // unknown) that is off already gets it too: an apply may have failed,
+        // or the edge stopped, between the VIP write and these.
+        let ct_off = info.flags & abi::VIP_F_NO_CT != 0;
+        let was_on = |o: &ProgrammedVip| o.flags & abi::VIP_F_NO_CT == 0 || o.entry.is_none();
+        if ct_off && old.as_ref().is_some_and(was_on) {
+            for (a, b) in backends.iter_mut() {
+                p.last_generation = p.last_generation.wrapping_add(1).max(1);
+                b.generation = p.last_generation;
+                regen.push(MapOp::PutBackend {
+                    id: b.id,
+                    addr: *a,
+                    generation: b.generation,
+                });
+            }
+        }
         p.vips.insert(
             *vip,
             ProgrammedVip {
@@ -614,8 +652,17 @@ pub fn plan_update(
 
     // 3. this service's ids for addresses that left go last; nobody else
     //    uses them. So do strays read back after a failed apply (no ring
-    //    names them, no VIP owns them).
-    let strays = std::mem::take(&mut p.strays);
+    //    names them, no VIP owns them), and orphans whose last naming ring
+    //    was this VIP's (rewritten or removed above, so it names none now).
+    let mut strays = std::mem::take(&mut p.strays);
+    p.orphans.retain(|id, named| {
+        named.remove(vip);
+        let keep = !named.is_empty();
+        if !keep {
+            strays.insert(*id);
+        }
+        keep
+    });
     for id in leaving.iter().map(|b| b.id).chain(strays.iter().copied()) {
         dels.push(MapOp::DelBackend { id });
     }
@@ -633,6 +680,7 @@ pub fn plan_update(
     ops.extend(own_new);
     ops.extend(ring_ops);
     ops.extend(put_vips);
+    ops.extend(regen);
     ops.extend(own_kept);
     ops.extend(del_vips);
     ops.extend(dels);
@@ -676,9 +724,14 @@ pub fn plan(
             .values()
             .flat_map(|v| v.ring.iter().flatten())
             .copied()
-            .filter(|id| next.orphans.contains(id))
+            .filter(|id| next.orphans.contains_key(id))
             .collect();
-        let free: Vec<u32> = next.orphans.difference(&named).copied().collect();
+        let free: Vec<u32> = next
+            .orphans
+            .keys()
+            .filter(|id| !named.contains(id))
+            .copied()
+            .collect();
         for id in free {
             next.orphans.remove(&id);
             ops.push(MapOp::DelBackend { id });
@@ -688,5 +741,7 @@ pub fn plan(
     Ok((ops, next))
 }
 
+#[cfg(test)]
+mod failure_tests;
 #[cfg(test)]
 mod tests;

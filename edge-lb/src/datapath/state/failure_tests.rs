@@ -1,0 +1,306 @@
+//! The planner against a pure model of the kernel maps: writes that fail at
+//! every point of a change, then re-read, re-planned and re-applied.
+use super::tests::{be, draining, state, svc, vip};
+use super::*;
+
+/// The kernel maps as a pure model, for the failure test below: `run` applies
+/// map operations the way `XdpDatapath::run_ops` does.
+#[derive(Default)]
+pub(super) struct Model {
+    pub(super) vips: BTreeMap<Vip, abi::VipInfo>,
+    pub(super) rings: BTreeMap<u32, Vec<u32>>,
+    pub(super) backends: BTreeMap<u32, abi::BackendValue>,
+    pub(super) owners: BTreeMap<u32, u32>,
+    pub(super) high_water: u32,
+}
+
+impl Model {
+    pub(super) fn run(&mut self, ops: &[MapOp]) {
+        for op in ops {
+            match op {
+                MapOp::PutBackend {
+                    id,
+                    addr,
+                    generation,
+                } => {
+                    self.backends.insert(*id, be(*addr, *generation));
+                    self.high_water = self.high_water.max(*generation);
+                }
+                MapOp::CreateRing { vip_id, size } => {
+                    self.rings.insert(*vip_id, vec![0; *size as usize]);
+                }
+                MapOp::WriteSlots { vip_id, slots } => {
+                    let r = self.rings.get_mut(vip_id).expect("ring exists");
+                    for &(s, id) in slots {
+                        r[s as usize] = id;
+                    }
+                }
+                MapOp::PutVip { vip, info } => {
+                    self.vips.insert(*vip, *info);
+                }
+                MapOp::DelVip { vip } => {
+                    self.vips.remove(vip);
+                }
+                MapOp::DelRing { vip_id } => {
+                    self.rings.insert(*vip_id, vec![0]);
+                }
+                MapOp::Own { vip_id, ids } => {
+                    for id in ids {
+                        self.owners.insert(*id, *vip_id);
+                    }
+                }
+                MapOp::DelBackend { id } => {
+                    self.backends.insert(
+                        *id,
+                        abi::BackendValue {
+                            generation: self.high_water,
+                            ..Default::default()
+                        },
+                    );
+                    self.owners.remove(id);
+                }
+            }
+        }
+    }
+
+    /// What `read_programmed` would read from these maps.
+    pub(super) fn read_back(&self) -> ReadBack {
+        let vips: Vec<_> = self
+            .vips
+            .iter()
+            .map(|(v, i)| {
+                let ring = self
+                    .rings
+                    .get(&i.vip_id)
+                    .filter(|r| r.len() == i.ring_size as usize)
+                    .cloned();
+                (*v, *i, ring)
+            })
+            .collect();
+        let backends = vips
+            .iter()
+            .flat_map(|(_, _, r)| r.iter().flatten())
+            .chain(self.owners.keys())
+            .filter_map(|id| Some((*id, *self.backends.get(id)?)))
+            .collect();
+        ReadBack {
+            vips,
+            owners: self.owners.clone(),
+            backends,
+            high_water: self.high_water,
+        }
+    }
+
+    /// The invariant conntrack-first relies on: every live id belongs to a
+    /// VIP that exists (its `owners` entry names a VIP entry's vip_id, or a
+    /// VIP's ring names it). A conntrack hit on a live id is forwarded
+    /// without looking at `vips`, so a live id of a deleted VIP keeps its
+    /// flows going.
+    pub(super) fn vipless(&self) -> Result<(), String> {
+        let vids: BTreeSet<u32> = self.vips.values().map(|i| i.vip_id).collect();
+        let named: BTreeSet<u32> = self
+            .vips
+            .values()
+            .flat_map(|i| self.rings[&i.vip_id].iter().copied())
+            .collect();
+        for id in self.live() {
+            let owned = self.owners.get(&id).is_some_and(|v| vids.contains(v));
+            if !owned && !named.contains(&id) {
+                return Err(format!(
+                    "id {id} is live, its VIP (owner {:?}) is gone",
+                    self.owners.get(&id)
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The ids whose `backends` entry is live.
+    pub(super) fn live(&self) -> BTreeSet<u32> {
+        self.backends
+            .iter()
+            .filter(|(_, b)| b.family != 0)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
+    /// Every slot of every VIP names a live backend (one of `want`'s addresses
+    /// for the VIPs `only` selects), and no id is in two VIPs' rings.
+    pub(super) fn check(&self, want: &DesiredState, only: Option<&Vip>) -> Result<(), String> {
+        let mut owner = BTreeMap::new();
+        for (v, i) in &self.vips {
+            let ring = &self.rings[&i.vip_id];
+            for (s, id) in ring.iter().enumerate() {
+                let b = self.backends.get(id).copied().unwrap_or_default();
+                let Some(a) = b.addr.to_ip(b.family) else {
+                    return Err(format!("{v} slot {s}: id {id} is not a live backend"));
+                };
+                if only.is_some_and(|o| o == v) && !want.services[v].backends().contains(&a) {
+                    return Err(format!("{v} slot {s}: {a} is not one of its backends"));
+                }
+                if let Some(other) = owner.insert(*id, *v)
+                    && other != *v
+                {
+                    return Err(format!("id {id} is in the rings of {other} and {v}"));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A write that fails halfway leaves the maps between two states; the loader
+/// re-reads them (no reference counts). Whatever the failure point,
+/// single-service updates afterwards (`apply_service`) never delete an id
+/// another VIP's ring still names, every slot keeps a live backend, and after
+/// every update the invariant conntrack-first relies on holds: no live id
+/// whose VIP is gone. (Between the failed write and the next update such
+/// ids may be live: the window docs/datapath.md describes.)
+#[test]
+fn apply_service_after_a_failed_write_never_breaks_another_service() {
+    let (a, b, c, d) = (vip(1, 80), vip(2, 80), vip(3, 53), vip(4, 80));
+    let before = state(vec![
+        (a, draining(&a, &[1, 2], &[5], 7)),
+        (b, svc(&b, &[2, 3], 7)),
+        (c, svc(&c, &[1, 2, 3], 5)),
+        (d, svc(&d, &[2, 6], 5)),
+    ]);
+    // d is deleted, b's ring changes size (it takes d's old vip_id), c turns
+    // conntrack off
+    let after = state(vec![
+        (a, draining(&a, &[2, 4], &[1], 7)),
+        (b, svc(&b, &[2], 11)),
+        (c, draining(&c, &[1, 3], &[2], 5).without_conntrack()),
+    ]);
+    let (first, p0) = plan(&Programmed::default(), &before).unwrap();
+    let (change, _) = plan(&p0, &after).unwrap();
+    assert!(change.contains(&MapOp::DelVip { vip: d }));
+    let mut windows = 0;
+    for k in 0..=change.len() {
+        let mut m = Model::default();
+        m.run(&first);
+        m.run(&change[..k]); // the write fails at op k
+        m.check(&after, None)
+            .unwrap_or_else(|e| panic!("maps after a failure at op {k}: {e}"));
+        windows += usize::from(m.vipless().is_err());
+        let mut p = Programmed::restore(m.read_back());
+        // the fast path, one service at a time; the removal last, so the
+        // strays of d (if its entry went already) are left to other updates
+        let updates = after
+            .services
+            .iter()
+            .map(|(v, e)| (*v, Some(e)))
+            .chain([(d, None)]);
+        for (v, e) in updates {
+            let ops = plan_update(&mut p, &v, e).unwrap();
+            let named: BTreeSet<u32> = m
+                .vips
+                .iter()
+                .filter(|(o, _)| **o != v)
+                .flat_map(|(_, i)| m.rings[&i.vip_id].iter().copied())
+                .collect();
+            for op in &ops {
+                if let MapOp::DelBackend { id } = op {
+                    assert!(
+                        !named.contains(id),
+                        "failure at op {k}: updating {v} deletes id {id}, which another VIP's ring names"
+                    );
+                }
+            }
+            m.run(&ops);
+            let only = e.is_some().then_some(&v);
+            m.check(&after, only)
+                .unwrap_or_else(|e| panic!("failure at op {k}, after updating {v}: {e}"));
+            m.vipless()
+                .unwrap_or_else(|e| panic!("failure at op {k}, after updating {v}: {e}"));
+            // every live id is known: a claimed id, or an orphan a ring of
+            // a VIP not updated yet still names
+            let known: BTreeSet<u32> = p
+                .backends()
+                .map(|(_, _, b)| b.id)
+                .chain(p.orphans.keys().copied())
+                .collect();
+            let leaked: Vec<u32> = m.live().difference(&known).copied().collect();
+            assert!(
+                leaked.is_empty(),
+                "failure at op {k}, after {v}: live ids nobody knows: {leaked:?}"
+            );
+        }
+        // every VIP was updated: no orphan is left live, exactly the pairs of
+        // `after` are (apply_service alone, no full resync)
+        assert!(p.orphans.is_empty(), "failure at op {k}: {:?}", p.orphans);
+        assert!(p.strays.is_empty(), "failure at op {k}: {:?}", p.strays);
+        let claimed: BTreeSet<u32> = p.backends().map(|(_, _, b)| b.id).collect();
+        assert_eq!(m.live(), claimed, "failure at op {k}: after apply_service");
+        // a full resync afterwards converges and cleans up
+        let (ops, next) = plan(&Programmed::restore(m.read_back()), &after).unwrap();
+        m.run(&ops);
+        for v in after.services.keys() {
+            m.check(&after, Some(v)).unwrap();
+        }
+        m.vipless().unwrap();
+        assert!(next.orphans.is_empty() && next.strays.is_empty());
+        assert!(plan(&next, &after).unwrap().0.is_empty());
+        // exactly the pairs of `after` are live, each owned by its VIP
+        let want: BTreeMap<u32, u32> = next
+            .backends()
+            .map(|(v, _, b)| (b.id, next.vips[v].vip_id))
+            .collect();
+        assert_eq!(
+            m.live(),
+            want.keys().copied().collect(),
+            "failure at op {k}"
+        );
+        assert_eq!(m.owners, want, "failure at op {k}");
+        let pairs: usize = after.services.values().map(|e| e.backends().len()).sum();
+        assert_eq!(want.len(), pairs);
+    }
+    assert!(
+        windows > 0,
+        "some failure point leaves d's ids live without d"
+    );
+}
+
+/// After a restart (or a failed apply) the loader cannot know whether the
+/// write that turned conntrack off got as far as the new generations: a
+/// restored VIP that is off already gets them (again).
+#[test]
+fn a_restored_vip_without_conntrack_is_regenerated_once() {
+    let v = vip(1, 80);
+    let off = state(vec![(v, svc(&v, &[1, 2], 5).without_conntrack())]);
+    let on = state(vec![(v, svc(&v, &[1, 2], 5))]);
+    let mut m = Model::default();
+    let (ops, p) = plan(&Programmed::default(), &on).unwrap();
+    m.run(&ops);
+    let (ops, _) = plan(&p, &off).unwrap();
+    // the write fails right after the VIP entry
+    let at = ops
+        .iter()
+        .position(|op| matches!(op, MapOp::PutVip { .. }))
+        .unwrap();
+    m.run(&ops[..=at]);
+    let restored = Programmed::restore(m.read_back());
+    assert_eq!(restored.vips[&v].flags, abi::VIP_F_NO_CT);
+    let (ops, next) = plan(&restored, &off).unwrap();
+    assert_eq!(regenerated_after_the_vip_or_start(&ops, &next, &v), 2);
+    m.run(&ops);
+    for (a, b) in &next.vips[&v].backends {
+        assert_ne!(b.generation, p.vips[&v].backends[a].generation);
+        assert_eq!(m.backends[&b.id].generation, b.generation);
+    }
+    assert!(plan(&next, &off).unwrap().0.is_empty(), "once");
+}
+
+/// Like `regenerated_after_the_vip` for a plan with no VIP write (the VIP
+/// entry is off already): every id of the VIP gets its new generation.
+fn regenerated_after_the_vip_or_start(ops: &[MapOp], p: &Programmed, v: &Vip) -> usize {
+    for (a, b) in &p.vips[v].backends {
+        let put = MapOp::PutBackend {
+            id: b.id,
+            addr: *a,
+            generation: b.generation,
+        };
+        assert!(ops.contains(&put), "{put:?} missing: {ops:?}");
+    }
+    p.vips[v].backends.len()
+}
