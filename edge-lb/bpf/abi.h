@@ -54,9 +54,16 @@ struct ringlb_backend {
 	__u8 dmac[6];     /* next-hop MAC (the router, or the pod's node on-link) */
 	__u8 smac[6];     /* our MAC on ifindex */
 	__u8 family;      /* RINGLB_AF_*; 0 = slot unused */
-	__u8 nh_valid;    /* 1 = dmac/smac/ifindex resolved by the loader */
-	__u8 pad[2];
+	__u8 nh_valid;    /* RINGLB_NH_*: bit 0 = dmac/smac/ifindex/vlan_tci resolved by the loader */
+	__u16 vlan_tci;   /* be; egress 802.1Q/802.1ad tag of the next hop (PCP 0, DEI 0, VID);
+			   * 0 = the frame leaves untagged */
 };                        /* 40 bytes */
+
+/* nh_valid bits. The egress L2 header is decided by the next hop alone: tagged
+ * with vlan_tci (TPID 0x8100, or 0x88a8 with RINGLB_NH_VLAN_8021AD) when it is
+ * non-zero, untagged otherwise, whatever tag the frame came in with. */
+#define RINGLB_NH_VALID       0x1
+#define RINGLB_NH_VLAN_8021AD 0x2 /* vlan_tci goes under TPID 0x88a8 (802.1ad), not 0x8100 */
 
 /* ---- conntrack: LRU_HASH (BPF_F_NO_COMMON_LRU) flow -> ct_value ---------- */
 struct ringlb_flow {

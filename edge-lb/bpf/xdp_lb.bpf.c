@@ -10,8 +10,10 @@
  *        -> conntrack insert {backend id, generation}
  *     -> backends[id]: pod IP + next-hop MACs resolved by the loader
  *     -> push outer IPv4 (proto 4/41) or IPv6 (nexthdr 41/4) header
- *     -> XDP_TX (or bpf_redirect, VLAN tag removed, when the next hop is
- *        on another port)
+ *     -> L2 header of the next hop: its MACs, and its VLAN tag (pushed,
+ *        rewritten or stripped: the ingress tag does not matter)
+ *     -> XDP_TX when the next hop is on the ingress port, bpf_redirect to
+ *        its (parent) port otherwise
  *
  * Why conntrack comes first: most packets belong to established flows, and
  * their conntrack entry already names the backend, so the vips hash lookup is
@@ -293,22 +295,33 @@ int ringlb_xdp(struct xdp_md *ctx)
 	/* 4. next hop: loader-resolved, bpf_fib_lookup only as the fallback */
 	__u8 dmac[ETH_ALEN], smac[ETH_ALEN];
 	__u32 ifindex;
-	if (be->nh_valid) {
+	__u16 out_tci = 0, out_tpid = bpf_htons(RINGLB_ETH_P_8021Q);
+	if (be->nh_valid & RINGLB_NH_VALID) {
 		__builtin_memcpy(dmac, be->dmac, ETH_ALEN);
 		__builtin_memcpy(smac, be->smac, ETH_ALEN);
 		ifindex = be->ifindex;
+		/* a next hop behind a VLAN device: ifindex is its parent (the
+		 * port XDP runs on), the tag is the VLAN device's */
+		out_tci = be->vlan_tci;
+		if (be->nh_valid & RINGLB_NH_VLAN_8021AD)
+			out_tpid = bpf_htons(RINGLB_ETH_P_8021AD);
 	} else if ((cfg->flags & RINGLB_CFG_F_FIB_FALLBACK) &&
 		   fib_fallback(ctx, be, cfg, outer_len, dmac, smac, &ifindex) == 0) {
+		/* bpf_fib_lookup reports no VLAN: the frame leaves untagged */
 		count(RINGLB_ST_FIB_FALLBACK);
 	} else {
 		count(RINGLB_ST_DROP_FIB);
 		return XDP_DROP; /* XDP_PASS would route the VIP packet back to the ToR: a loop */
 	}
 
-	/* 5. push the outer header between L2 and the inner L3 header */
-	__u8 l2[18];
+	/* 5. push the outer header between L2 and the inner L3 header. The L2
+	 * header is the next hop's: tagged with its VLAN (a tag is pushed on an
+	 * untagged frame, an ingress tag rewritten) or untagged (an ingress tag
+	 * is stripped), so delta also covers adding or removing 4 tag bytes. */
 	__u32 l2_len = pkt.l2_len;
 	struct ethhdr *eth;
+#ifdef RINGLB_BENCH_RESTORE
+	__u8 l2[18];
 	if (l2_len == 18) {
 		if (data + 18 > data_end)
 			return XDP_PASS;
@@ -318,13 +331,12 @@ int ringlb_xdp(struct xdp_md *ctx)
 			return XDP_PASS;
 		__builtin_memcpy(l2, data, 14);
 	}
+#endif
 	__u8 inner_proto = pkt.flow.family == RINGLB_AF_INET6 ? IPPROTO_IPV6 : IPPROTO_IPIP;
+	__u16 outer_proto = outer_v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
 
-	/* A VLAN tag belongs to the ingress port's segment: kept for XDP_TX (the
-	 * reply leaves where it came in), removed when the next hop is on another
-	 * port (bpf_redirect), whose segment the tag means nothing on. */
 	int redirect = ifindex != 0 && ifindex != ctx->ingress_ifindex;
-	__u32 out_l2 = (l2_len == 18 && !redirect) ? 18 : 14;
+	__u32 out_l2 = out_tci ? 18 : 14;
 	int delta = (int)(olen + out_l2) - (int)l2_len;
 
 	if (bpf_xdp_adjust_head(ctx, -delta)) {
@@ -340,17 +352,17 @@ int ringlb_xdp(struct xdp_md *ctx)
 			return XDP_DROP;
 		if (data + 18 + sizeof(struct iphdr) > data_end)
 			return XDP_DROP;
-		__builtin_memcpy(data, l2, 18);
-		/* the tag stays; the frame's ethertype behind it becomes the outer one */
+		eth->h_proto = out_tpid;
 		struct ringlb_vlan_hdr *vh = data + 14;
-		vh->proto = outer_v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
+		vh->tci = out_tci;
+		vh->proto = outer_proto;
 		outer = data + 18;
 	} else {
 		if (data + 14 + sizeof(struct ipv6hdr) > data_end && outer_v6)
 			return XDP_DROP;
 		if (data + 14 + sizeof(struct iphdr) > data_end)
 			return XDP_DROP;
-		eth->h_proto = outer_v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
+		eth->h_proto = outer_proto;
 		outer = data + 14;
 	}
 	__builtin_memcpy(eth->h_dest, dmac, ETH_ALEN);

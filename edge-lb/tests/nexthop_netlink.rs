@@ -200,6 +200,7 @@ fn resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours() {
         ifindex: ifindex(e, "e0"),
         smac: link_mac(e, "e0"),
         dmac: mac(PEER_MAC0),
+        vlan: None,
     };
     let r = KernelResolver::new(Some(e.to_string()));
     for (backend, nh) in [
@@ -295,6 +296,7 @@ fn subscription_sees_mac_and_gateway_changes() {
         ifindex: ifindex(e, "e1"),
         smac: link_mac(e, "e1"),
         dmac: mac(PEER_MAC1),
+        vlan: None,
     };
     for (b, cmd) in [
         ("10.88.0.5", "-4 route replace 10.88.0.0/24 via 10.78.0.2"),

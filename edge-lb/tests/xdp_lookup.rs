@@ -47,6 +47,7 @@ fn load(pin: Option<&BpfFs>) -> Option<XdpDatapath> {
             ifindex: 0,
             smac: [2, 0, 0, 0, 0, 1],
             dmac: [2, 0, 0, 0, 0, 2],
+            vlan: None,
         }),
         ..Default::default()
     };
@@ -352,6 +353,7 @@ impl ringlb_edge::datapath::nexthop::Resolver for Counting {
             ifindex: 0,
             smac: [2, 0, 0, 0, 0, 1],
             dmac: [2, 0, 0, 0, 0, if moved { 9 } else { 2 }],
+            vlan: None,
         })
     }
 }

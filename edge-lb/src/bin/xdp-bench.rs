@@ -80,6 +80,7 @@ fn resolver() -> Box<StaticResolver> {
             ifindex: 0,
             smac: [2, 0, 0, 0, 0, 1],
             dmac: [2, 0, 0, 0, 0, 2],
+            vlan: None,
         }),
         ..Default::default()
     })

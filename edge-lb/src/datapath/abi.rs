@@ -18,6 +18,10 @@ pub const AF_INET6: u8 = 10;
 
 pub const VIP_F_NO_CT: u32 = 0x1;
 pub const CFG_F_FIB_FALLBACK: u32 = 0x1;
+/// `BackendValue::nh_valid`: the next hop (MACs, ifindex, VLAN) is resolved.
+pub const NH_VALID: u8 = 0x1;
+/// `BackendValue::nh_valid`: `vlan_tci` goes under TPID 0x88a8 (802.1ad), not 0x8100.
+pub const NH_VLAN_8021AD: u8 = 0x2;
 
 /// Map names in the object (`SEC(".maps")` variables).
 pub mod map {
@@ -114,8 +118,10 @@ pub struct BackendValue {
     pub dmac: [u8; 6],
     pub smac: [u8; 6],
     pub family: u8,
+    /// `NH_*` bits.
     pub nh_valid: u8,
-    pub pad: [u8; 2],
+    /// Egress VLAN tag control (PCP 0, DEI 0, VID); 0 = untagged.
+    pub vlan_tci: Be16,
 }
 
 /// `struct ringlb_flow`: the conntrack key (5-tuple).

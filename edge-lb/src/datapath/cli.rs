@@ -115,6 +115,20 @@ fn mac(m: &[u8; 6]) -> String {
         .join(":")
 }
 
+/// " vlan 100" (802.1Q) or " vlan 100 (802.1ad)" for a tagged next hop, "" untagged.
+fn vlan_label(b: &abi::BackendValue) -> String {
+    let tci = b.vlan_tci.to_host();
+    if tci == 0 {
+        return String::new();
+    }
+    let ad = if b.nh_valid & abi::NH_VLAN_8021AD != 0 {
+        " (802.1ad)"
+    } else {
+        ""
+    };
+    format!(" vlan {}{ad}", tci & 0x0fff)
+}
+
 /// `dump` output (pure: tested without BPF).
 pub fn format_dump(
     dp: &XdpDatapath,
@@ -146,8 +160,9 @@ fn format_dump_parts(
             let nh = match backends.get(&pb.id) {
                 Some(b) if b.family == 0 => "slot is empty (tombstone)".to_string(),
                 Some(b) if b.nh_valid != 0 => format!(
-                    "via ifindex {} {} -> {}",
+                    "via ifindex {}{} {} -> {}",
                     b.ifindex,
+                    vlan_label(b),
                     mac(&b.smac),
                     mac(&b.dmac)
                 ),
@@ -302,7 +317,26 @@ mod tests {
             s.contains("gen 4") && s.contains("1 slots  not this VIP's"),
             "{s}"
         );
-        assert!(s.contains("02:00:00:00:00:01 -> 02:00:00:00:00:ff"), "{s}");
+        assert!(
+            s.contains("via ifindex 2 02:00:00:00:00:01 -> 02:00:00:00:00:ff"),
+            "{s}"
+        );
+        // a next hop behind a VLAN device names its tag
+        let tagged = abi::BackendValue {
+            vlan_tci: abi::Be16::from_host(100),
+            ..b
+        };
+        let s = format_dump_parts(&vips, &[(1, tagged)].into_iter().collect(), &counts);
+        assert!(
+            s.contains("via ifindex 2 vlan 100 02:00:00:00:00:01"),
+            "{s}"
+        );
+        let ad = abi::BackendValue {
+            nh_valid: abi::NH_VALID | abi::NH_VLAN_8021AD,
+            ..tagged
+        };
+        let s = format_dump_parts(&vips, &[(1, ad)].into_iter().collect(), &counts);
+        assert!(s.contains("vlan 100 (802.1ad)"), "{s}");
     }
 
     #[test]

@@ -392,7 +392,7 @@ impl XdpDatapath {
                 for (id, generation) in ids {
                     let old = backends.get(&id, 0).map_err(map_err(abi::map::BACKENDS))?;
                     let new = backend_value(addr, generation, nh.as_ref().ok().copied());
-                    lost |= old.nh_valid == 1 && new.nh_valid == 0;
+                    lost |= old.nh_valid & abi::NH_VALID != 0 && new.nh_valid == 0;
                     if new != old {
                         updates.push((id, new));
                     }
@@ -656,7 +656,14 @@ fn backend_value(addr: IpAddr, generation: u32, nh: Option<NextHop>) -> abi::Bac
         v.ifindex = nh.ifindex;
         v.dmac = nh.dmac;
         v.smac = nh.smac;
-        v.nh_valid = 1;
+        v.nh_valid = abi::NH_VALID;
+        if let Some(vlan) = nh.vlan {
+            // PCP 0, DEI 0: the VLAN id only
+            v.vlan_tci = abi::Be16::from_host(vlan.id & 0x0fff);
+            if vlan.protocol == super::nexthop::VlanProtocol::Dot1Ad {
+                v.nh_valid |= abi::NH_VLAN_8021AD;
+            }
+        }
     }
     v
 }

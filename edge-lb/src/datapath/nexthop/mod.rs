@@ -6,7 +6,10 @@
 //! 1. `RTM_GETROUTE` for the backend address: the output interface and the gateway
 //!    (none when the backend is on-link; then the backend itself is the next hop);
 //! 2. `RTM_GETLINK` for that interface: its ifindex and MAC (cached per interface
-//!    until `LinkCache::clear`, which the agent calls on link notifications);
+//!    until `LinkCache::clear`, which the agent calls on link notifications). A VLAN
+//!    device (kind "vlan") resolves to its parent's ifindex, the port XDP runs on,
+//!    plus its VLAN id and protocol; the source MAC stays the VLAN device's. A VLAN
+//!    on anything but a physical or veth port is a resolve error (see `link`);
 //! 3. `RTM_GETNEIGH` for (interface, next hop): its MAC if the entry is in a usable
 //!    state (REACHABLE, STALE, DELAY, PROBE, PERMANENT, NOARP).
 //!
@@ -38,6 +41,7 @@
 //! The message encoding and the meaning of the kernel's answers are pure (`rtnl`,
 //! tested without root); the sockets are in `socket`.
 
+mod link;
 mod rtnl;
 mod socket;
 
@@ -52,15 +56,47 @@ pub use rtnl::{Change, Neigh, Route};
 pub use socket::{NetlinkError, Subscription, Watch};
 
 use super::Error;
+use link::{Egress, Link};
 use rtnl::Reply;
 use socket::Conn;
 
 /// Where packets to one backend go.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct NextHop {
+    /// The port the frame leaves by: the route's output interface, or its parent
+    /// when that is a VLAN device (XDP runs on the parent).
     pub ifindex: u32,
+    /// Our MAC on the route's output interface (the VLAN device's own MAC).
     pub smac: [u8; 6],
     pub dmac: [u8; 6],
+    /// The tag the frame carries on `ifindex`; `None` = untagged.
+    pub vlan: Option<Vlan>,
+}
+
+/// One VLAN tag: the VLAN device's id and protocol.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Vlan {
+    /// 1..=4094
+    pub id: u16,
+    pub protocol: VlanProtocol,
+}
+
+/// The tag protocol identifier of a VLAN device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum VlanProtocol {
+    /// 802.1Q, TPID 0x8100
+    Dot1Q,
+    /// 802.1ad (QinQ service tag), TPID 0x88a8
+    Dot1Ad,
+}
+
+impl std::fmt::Display for Vlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.protocol {
+            VlanProtocol::Dot1Q => write!(f, "vlan {}", self.id),
+            VlanProtocol::Dot1Ad => write!(f, "vlan {} (802.1ad)", self.id),
+        }
+    }
 }
 
 /// Resolves the next hop of a backend address.
@@ -116,27 +152,27 @@ struct Inner {
     last: HashMap<IpAddr, NextHop>,
 }
 
-/// The resolver's interface (ifindex -> MAC) cache, shareable with a subscription
-/// callback that clears it when links change.
+/// The resolver's interface cache (route output ifindex -> egress port, MAC and
+/// VLAN), shareable with a subscription callback that clears it when links change.
 #[derive(Clone, Default, Debug)]
-pub struct LinkCache(Arc<Mutex<HashMap<u32, [u8; 6]>>>);
+pub struct LinkCache(Arc<Mutex<HashMap<u32, Egress>>>);
 
 impl LinkCache {
     pub fn clear(&self) {
         self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
-    fn get(&self, ifindex: u32) -> Option<[u8; 6]> {
+    fn get(&self, ifindex: u32) -> Option<Egress> {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(&ifindex)
             .copied()
     }
-    fn put(&self, ifindex: u32, mac: [u8; 6]) {
+    fn put(&self, ifindex: u32, e: Egress) {
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(ifindex, mac);
+            .insert(ifindex, e);
     }
 }
 
@@ -199,29 +235,22 @@ impl KernelResolver {
                 )));
             }
         };
-        let smac = match self.links.get(route.oif) {
-            Some(m) => m,
+        let out = match self.links.get(route.oif) {
+            Some(e) => e,
             None => {
-                let seq = conn.next_seq();
-                match conn.request("link get", &rtnl::link_get(route.oif, seq), seq)? {
-                    Reply::Link(_, Some(m)) => {
-                        self.links.put(route.oif, m);
-                        m
-                    }
-                    _ => {
-                        return Err(NetlinkOrRoute::Route(format!(
-                            "interface {} has no Ethernet address",
-                            route.oif
-                        )));
-                    }
-                }
+                let e = egress_of(conn, route.oif)?;
+                self.links.put(route.oif, e);
+                e
             }
         };
         let nh = route.next_hop(addr);
+        // the neighbour is looked up on the route's interface (the VLAN device, if
+        // any); the frame leaves by out.ifindex (its parent) with out.vlan
         let found = |dmac| NextHop {
-            ifindex: route.oif,
-            smac,
+            ifindex: out.ifindex,
+            smac: out.smac,
             dmac,
+            vlan: out.vlan,
         };
         let neigh = neigh_get(conn, route.oif, nh)?;
         if let Some((n, dmac)) = neigh.and_then(|n| Some((n, n.usable_mac()?))) {
@@ -277,6 +306,29 @@ impl KernelResolver {
             route.oif
         )))
     }
+}
+
+/// One link, or None if the kernel has no such interface (a NACK).
+fn link_get(conn: &mut Conn, ifindex: u32) -> Result<Option<Link>, NetlinkError> {
+    let seq = conn.next_seq();
+    match conn.request("link get", &rtnl::link_get(ifindex, seq), seq) {
+        Ok(Reply::Link(l)) => Ok(Some(l)),
+        Ok(_) => Ok(None),
+        Err(e) if e.errno().is_some() => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+/// The port, source MAC and VLAN tag of frames routed out of `oif` (a VLAN device
+/// resolves to its parent; see `link`).
+fn egress_of(conn: &mut Conn, oif: u32) -> Result<Egress, NetlinkOrRoute> {
+    let link = link_get(conn, oif)?
+        .ok_or_else(|| NetlinkOrRoute::Route(format!("interface {oif} not found")))?;
+    let parent = match link.parent.filter(|_| link.is_vlan()) {
+        Some(p) => link_get(conn, p)?,
+        None => None,
+    };
+    link::egress(&link, parent.as_ref()).map_err(NetlinkOrRoute::Route)
 }
 
 /// The neighbour entry, or None if the kernel has none (ENOENT).
@@ -351,6 +403,7 @@ mod tests {
             ifindex: 2,
             smac: [2, 0, 0, 0, 0, 1],
             dmac: [2, 0, 0x0a, 0, 0, 0xff],
+            vlan: None,
         };
         let a: IpAddr = "10.2.0.5".parse().unwrap();
         let r = StaticResolver {

@@ -6,13 +6,14 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 
+use super::link::{Link, link_of};
 use netlink_packet_core::{
     NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST, NetlinkBuffer, NetlinkHeader, NetlinkMessage,
     NetlinkPayload,
 };
 use netlink_packet_route::{
     AddressFamily, RouteNetlinkMessage,
-    link::{LinkAttribute, LinkMessage},
+    link::LinkMessage,
     neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage},
     route::{RouteAddress, RouteAttribute, RouteMessage, RouteType, RouteVia},
 };
@@ -65,8 +66,7 @@ impl Neigh {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
     Route(Result<Route, String>),
-    /// (ifindex, Ethernet address if the link has one)
-    Link(u32, Option<[u8; 6]>),
+    Link(Link),
     Neigh(Neigh),
     /// NLMSG_ERROR: 0 is an ACK, otherwise a negative errno.
     Error(i32),
@@ -225,14 +225,6 @@ pub fn neigh_of(m: &NeighbourMessage) -> Neigh {
     n
 }
 
-fn link_of(m: &LinkMessage) -> (u32, Option<[u8; 6]>) {
-    let addr = m.attributes.iter().find_map(|a| match a {
-        LinkAttribute::Address(b) => mac(b),
-        _ => None,
-    });
-    (m.header.index, addr)
-}
-
 /// Splits a datagram into its netlink messages and decodes each: (sequence, type, reply).
 /// A message that does not decode ends the datagram with an error.
 pub fn decode(buf: &[u8]) -> Result<Vec<(u32, u16, Reply)>, String> {
@@ -250,8 +242,7 @@ pub fn decode(buf: &[u8]) -> Result<Vec<(u32, u16, Reply)>, String> {
                 Reply::Route(route_of(&r))
             }
             NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)) => {
-                let (i, m) = link_of(&l);
-                Reply::Link(i, m)
+                Reply::Link(link_of(&l))
             }
             NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n)) => {
                 Reply::Neigh(neigh_of(&n))
@@ -354,8 +345,8 @@ impl Filter {
             (RTM_NEWROUTE | RTM_DELROUTE, _) => Some(Change::Route {
                 deleted: kind == RTM_DELROUTE,
             }),
-            (RTM_NEWLINK | RTM_DELLINK, Reply::Link(ifindex, _)) => Some(Change::Link {
-                ifindex: *ifindex,
+            (RTM_NEWLINK | RTM_DELLINK, Reply::Link(l)) => Some(Change::Link {
+                ifindex: l.index,
                 deleted: kind == RTM_DELLINK,
             }),
             _ => None,
@@ -366,6 +357,7 @@ impl Filter {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use netlink_packet_route::link::LinkAttribute;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -535,12 +527,18 @@ mod tests {
         l.attributes
             .push(LinkAttribute::Address(vec![2, 0, 0x0a, 0, 0, 0x0b]));
         let r = roundtrip(RouteNetlinkMessage::NewLink(l.clone()), 1);
-        assert_eq!(r[0].2, Reply::Link(7, Some([2, 0, 0x0a, 0, 0, 0x0b])));
-        l.attributes.clear(); // lo-like, tun: no Ethernet address
+        let Reply::Link(link) = &r[0].2 else {
+            panic!("{r:?}")
+        };
         assert_eq!(
-            roundtrip(RouteNetlinkMessage::NewLink(l), 1)[0].2,
-            Reply::Link(7, None)
+            (link.index, link.mac, link.kind.as_deref()),
+            (7, Some([2, 0, 0x0a, 0, 0, 0x0b]), None)
         );
+        l.attributes.clear(); // lo-like, tun: no Ethernet address
+        let Reply::Link(link) = &roundtrip(RouteNetlinkMessage::NewLink(l), 1)[0].2 else {
+            panic!()
+        };
+        assert_eq!((link.index, link.mac), (7, None));
     }
 
     #[test]
@@ -592,7 +590,17 @@ mod tests {
             Some(Change::Route { deleted: true })
         );
         assert_eq!(
-            f.observe(RTM_NEWLINK, &Reply::Link(4, None)),
+            f.observe(
+                RTM_NEWLINK,
+                &Reply::Link(Link {
+                    index: 4,
+                    name: "x".into(),
+                    mac: None,
+                    kind: None,
+                    parent: None,
+                    vlan: None
+                })
+            ),
             Some(Change::Link {
                 ifindex: 4,
                 deleted: false
