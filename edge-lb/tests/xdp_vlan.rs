@@ -42,6 +42,10 @@ fn dot1q(id: u16) -> Option<Vlan> {
 /// A datapath whose every backend resolves to `nh`, with one TCP VIP
 /// 10.100.0.7:80 -> 10.1.0.7.
 fn load(nh: NextHop) -> Option<XdpDatapath> {
+    load_object(nh, objects::XDP_LB)
+}
+
+fn load_object(nh: NextHop, object: &'static [u8]) -> Option<XdpDatapath> {
     if !is_root() {
         eprintln!("SKIP: xdp vlan fixtures need root to load BPF programs (CI runs as root)");
         return None;
@@ -52,7 +56,7 @@ fn load(nh: NextHop) -> Option<XdpDatapath> {
         src6: Some("2001:db8::11".parse().unwrap()),
         mtu: 1500,
         fib_fallback: false,
-        object: objects::XDP_LB,
+        object,
     };
     let resolver = StaticResolver {
         default: Some(nh),
@@ -217,4 +221,34 @@ fn a_next_hop_on_another_port_is_redirected_with_its_own_tag() {
     }
     assert_eq!(counter(&dp, "redirect"), 2);
     assert_eq!(counter(&dp, "tx"), 0);
+}
+
+/// The benchmark build (-DRINGLB_BENCH_RESTORE) undoes the encapsulation so
+/// that every repetition of a test run times the same path: with a tag pushed,
+/// rewritten or stripped, the frame it leaves behind must be the input, byte
+/// for byte, and the verdict the real program's.
+#[test]
+fn the_bench_build_restores_the_frame_exactly_after_a_tag_change() {
+    for (nh_vlan, in_vlan) in [
+        (dot1q(100), None),
+        (dot1q(200), Some(100)),
+        (None, Some(100)),
+        (dot1q(100), Some(0xa064)),
+    ] {
+        let Some(dp) = load_object(
+            NextHop {
+                vlan: nh_vlan,
+                ..NH
+            },
+            objects::XDP_LB_BENCH,
+        ) else {
+            return;
+        };
+        let f = frame(in_vlan, 40010).established();
+        let input = f.bytes();
+        let mut out = vec![0u8; input.len() + 128];
+        let (verdict, len, _) = dp.test_run(&input, &mut out, 100).expect("test run");
+        assert_eq!(verdict, XDP_TX, "{nh_vlan:?} {in_vlan:?}");
+        assert_eq!(&out[..len], &input[..], "{nh_vlan:?} {in_vlan:?}");
+    }
 }
