@@ -66,6 +66,8 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
+    #[error("the loader's view of the maps is unknown: {reason}; retrying re-reads them first")]
+    ViewUnknown { reason: String },
     #[error("next-hop resolution for {addr}: {reason}")]
     NextHop {
         addr: std::net::IpAddr,
@@ -87,6 +89,7 @@ impl Error {
             Error::Interface { .. } => "interface",
             Error::Syscall { .. } => "syscall",
             Error::NextHop { .. } => "nexthop",
+            Error::ViewUnknown { .. } => "view_unknown",
         }
     }
 }

@@ -32,7 +32,7 @@ use super::{
     map_err,
     nexthop::{NextHop, Resolver},
     readback::{OWNERS, take_owners, warn_without_owners},
-    state::{plan, plan_update},
+    state::{View, plan, plan_update},
 };
 
 /// The compiled BPF objects (built by build.rs).
@@ -97,7 +97,9 @@ impl Default for XdpOptions {
 /// The loaded (and maybe attached) XDP datapath.
 pub struct XdpDatapath {
     ebpf: Ebpf,
-    programmed: Programmed,
+    /// What the maps hold, or unknown after a failed write whose re-read
+    /// failed too (then nothing is planned until a re-read succeeds).
+    programmed: View,
     resolver: Box<dyn Resolver>,
     pin_dir: Option<PathBuf>,
     link_pin: Option<PathBuf>,
@@ -144,7 +146,7 @@ impl XdpDatapath {
         let owners = Some(take_owners(&mut ebpf)?);
         let mut me = Self {
             ebpf,
-            programmed: Programmed::default(),
+            programmed: View::default(),
             resolver,
             pin_dir: opts.pin_dir.clone(),
             link_pin: None,
@@ -154,7 +156,7 @@ impl XdpDatapath {
         // pinned maps from an older build with another layout: refuse clearly
         me.check_abi()?;
         me.write_config(opts)?;
-        me.programmed = me.read_programmed()?;
+        me.programmed.set(me.read_programmed()?);
         Ok(me)
     }
 
@@ -183,14 +185,14 @@ impl XdpDatapath {
         let owners = Some(take_owners(&mut ebpf)?);
         let mut me = Self {
             ebpf,
-            programmed: Programmed::default(),
+            programmed: View::default(),
             resolver: Box::new(super::nexthop::StaticResolver::default()),
             pin_dir: Some(dir.to_path_buf()),
             link_pin: None,
             link: None,
             owners,
         };
-        me.programmed = me.read_programmed()?;
+        me.programmed.set(me.read_programmed()?);
         Ok(me)
     }
 
@@ -230,9 +232,26 @@ impl XdpDatapath {
         T::try_from(m).map_err(map_err(name))
     }
 
-    /// What the loader believes the maps hold.
+    /// What the loader believes the maps hold (possibly out of date while
+    /// [`Self::view_known`] is false).
     pub fn programmed(&self) -> &Programmed {
         &self.programmed
+    }
+
+    /// False after a failed write whose re-read failed too: the next apply
+    /// re-reads the maps first and refuses to plan until that succeeds.
+    pub fn view_known(&self) -> bool {
+        self.programmed.is_known()
+    }
+
+    /// Re-reads the maps if the view is unknown; errors while it stays so.
+    fn ensure_view(&mut self) -> Result<(), Error> {
+        if !self.programmed.is_known() {
+            let read = self.read_programmed();
+            self.programmed.reread(read)?;
+            tracing::info!("re-read the maps after an earlier failure; planning resumes");
+        }
+        Ok(())
     }
 
     /// The loaded program (for BPF_PROG_TEST_RUN).
@@ -574,39 +593,34 @@ impl XdpDatapath {
         vip: &Vip,
         entry: Option<&ServiceEntry>,
     ) -> Result<ApplyStats, Error> {
-        let ops = plan_update(&mut self.programmed, vip, entry)?;
-        let tombstone_gen = self.programmed.last_generation;
+        self.ensure_view()?;
+        let p = self.programmed.plannable()?;
+        let ops = plan_update(p, vip, entry)?;
+        let tombstone_gen = p.last_generation;
         self.run_ops_or_resync(ops, tombstone_gen)
     }
 
+    /// Runs `ops`; if a write fails the maps are somewhere between two
+    /// states: re-read them so the next apply converges from the truth, and
+    /// if that fails too, mark the view unknown (the next apply re-reads
+    /// first and refuses to plan until it can).
     fn run_ops_or_resync(
         &mut self,
         ops: Vec<MapOp>,
         tombstone_gen: u32,
     ) -> Result<ApplyStats, Error> {
-        self.run_ops(ops, tombstone_gen).inspect_err(|_| {
-            if let Ok(p) = self.read_programmed() {
-                self.programmed = p;
-            }
+        self.run_ops(ops, tombstone_gen).inspect_err(|e| {
+            let read = self.read_programmed();
+            self.programmed.write_failed(e, read);
         })
     }
 
     fn apply_inner(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error> {
-        let (ops, next) = plan(&self.programmed, desired)?;
-        match self.run_ops(ops, next.last_generation) {
-            Ok(st) => {
-                self.programmed = next;
-                Ok(st)
-            }
-            Err(e) => {
-                // the maps are now somewhere between the two states: re-read
-                // them so the next apply converges from the truth
-                if let Ok(p) = self.read_programmed() {
-                    self.programmed = p;
-                }
-                Err(e)
-            }
-        }
+        self.ensure_view()?;
+        let (ops, next) = plan(self.programmed.plannable()?, desired)?;
+        let st = self.run_ops_or_resync(ops, next.last_generation)?;
+        self.programmed.set(next);
+        Ok(st)
     }
 
     /// Removes the pin directory's files: links (detaching them) and maps.

@@ -17,6 +17,9 @@ use std::{
 
 use super::{Error, abi};
 
+mod view;
+pub use view::View;
+
 /// L4 protocol of a VIP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Proto {
