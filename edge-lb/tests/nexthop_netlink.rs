@@ -12,8 +12,9 @@
 //! backend behind a gateway, v4 and v6; then the peer changes its MAC (announced with
 //! arp_notify/ndisc_notify) and a route's gateway moves to the other link, and the
 //! subscription must report each change and a fresh resolve return the new next hop.
-//! The last test runs it through `XdpDatapath::refresh_next_hops`: only the backends
-//! whose next hop changed are rewritten. Needs root.
+//! The refresh test runs it through `XdpDatapath::refresh_next_hops`: only the backends
+//! whose next hop changed are rewritten. The VLAN test has its own pair of namespaces
+//! with VLAN subinterfaces on the veth (see there). Needs root.
 
 mod xdp_support;
 
@@ -25,7 +26,7 @@ use std::{
 use ringlb_edge::{
     datapath::{
         Datapath, DesiredState, Proto, ServiceEntry, Vip,
-        nexthop::{Change, KernelResolver, NextHop, Resolver, Subscription},
+        nexthop::{Change, KernelResolver, NextHop, Resolver, Subscription, Vlan, VlanProtocol},
         xdp::{XdpDatapath, XdpOptions, objects},
     },
     maglev::{Backend, Table},
@@ -357,15 +358,18 @@ fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
         let _ = tx.send(changes.to_vec());
     });
     assert!(watch.running());
-    // the gateway of 10.88.0.0/24 moves to e1: the two backends behind it change
+    // the gateway of 10.88.0.0/24 moves to e1: the two backends behind it change.
+    // Other notifications (a neighbour's state) may come first: wait for the route.
     ipn(e, "route replace 10.88.0.0/24 via 10.78.0.2");
-    let changes = rx
-        .recv_timeout(Duration::from_secs(3))
-        .expect("no notification");
-    assert!(
-        changes.iter().any(|c| matches!(c, Change::Route { .. })),
-        "{changes:?}"
-    );
+    let deadline = Instant::now() + Duration::from_secs(3);
+    let mut seen = Vec::new();
+    while !seen.iter().any(|c| matches!(c, Change::Route { .. })) {
+        let left = deadline.saturating_duration_since(Instant::now());
+        match rx.recv_timeout(left) {
+            Ok(changes) => seen.extend(changes),
+            Err(_) => panic!("no route notification within 3 s; saw {seen:?}"),
+        }
+    }
     assert_eq!(dp.refresh_next_hops().unwrap(), 2);
     assert_eq!(dp.refresh_next_hops().unwrap(), 0, "written once");
     let t0 = Instant::now();
@@ -428,4 +432,119 @@ fn a_silent_mac_change_is_found_by_reprobing_a_stale_entry() {
         }
     }
     eprintln!("silent MAC change found after {:?}", t0.elapsed());
+}
+
+/// Next hops behind VLAN devices, in two namespaces of their own:
+///
+/// ```text
+///  edge ns                                     peer ns
+///   v0 (veth, no address) ------------------- w0
+///    v0.100 802.1Q 100  10.180.0.1/24           w0.100  10.180.0.2/24  fd80::2/64
+///                       fd80::1/64
+///      10.90.0.0/24, fd90::/64 via the peer on VLAN 100
+///    v0.200 802.1ad 200 10.181.0.1/24           w0.200  10.181.0.2/24
+///      10.91.0.0/24 via 10.181.0.2
+///    v0.100.5 (a VLAN on the VLAN) 10.182.0.1/24
+///      10.92.0.0/24 via 10.182.0.2
+/// ```
+///
+/// Each VLAN device has a MAC of its own (not its parent's), so the answer shows
+/// which device each MAC came from.
+#[test]
+fn a_next_hop_behind_a_vlan_device_leaves_by_its_parent_with_the_tag() {
+    if !root_or_skip("a_next_hop_behind_a_vlan_device_leaves_by_its_parent_with_the_tag") {
+        return;
+    }
+    let pid = std::process::id();
+    let (edge, peer) = (
+        Netns::new(&format!("rlnh{pid}ve")),
+        Netns::new(&format!("rlnh{pid}vp")),
+    );
+    let (e, p) = (edge.0.as_str(), peer.0.as_str());
+    ipn(e, &format!("link add v0 type veth peer name w0 netns {p}"));
+    // kernels built without CONFIG_VLAN_8021Q (this project's dev VM) have no VLAN devices
+    let probe = std::process::Command::new("ip")
+        .args(["-n", e, "link", "add", "link", "v0", "name", "v0.probe"])
+        .args(["type", "vlan", "id", "4000"])
+        .output()
+        .expect("ip");
+    if !probe.status.success() {
+        eprintln!(
+            "SKIPPED a_next_hop_behind_a_vlan_device_leaves_by_its_parent_with_the_tag: this \
+             kernel cannot create VLAN devices (CONFIG_VLAN_8021Q): {}",
+            String::from_utf8_lossy(&probe.stderr).trim()
+        );
+        return;
+    }
+    ipn(e, "link del v0.probe");
+    ipn(e, "link set v0 address 02:90:00:00:00:01");
+    ipn(p, "link set w0 address 02:90:00:00:00:02");
+    for (ns, dev, host) in [(e, "v0", 1), (p, "w0", 2)] {
+        ipn(
+            ns,
+            &format!("link add link {dev} name {dev}.100 type vlan id 100"),
+        );
+        ipn(
+            ns,
+            &format!("link add link {dev} name {dev}.200 type vlan proto 802.1ad id 200"),
+        );
+        ipn(
+            ns,
+            &format!("link set {dev}.100 address 02:90:01:00:00:0{host}"),
+        );
+        ipn(
+            ns,
+            &format!("link set {dev}.200 address 02:90:02:00:00:0{host}"),
+        );
+        ipn(ns, &format!("addr add 10.180.0.{host}/24 dev {dev}.100"));
+        ipn(ns, &format!("addr add fd80::{host}/64 dev {dev}.100 nodad"));
+        ipn(ns, &format!("addr add 10.181.0.{host}/24 dev {dev}.200"));
+        for d in [dev.to_string(), format!("{dev}.100"), format!("{dev}.200")] {
+            ipn(ns, &format!("link set {d} up"));
+        }
+    }
+    ipn(e, "link add link v0.100 name v0.100.5 type vlan id 5");
+    ipn(e, "addr add 10.182.0.1/24 dev v0.100.5");
+    ipn(e, "link set v0.100.5 up");
+    ipn(e, "route add 10.90.0.0/24 via 10.180.0.2");
+    ipn(e, "-6 route add fd90::/64 via fd80::2");
+    ipn(e, "route add 10.91.0.0/24 via 10.181.0.2");
+    ipn(e, "route add 10.92.0.0/24 via 10.182.0.2");
+
+    let r = KernelResolver::new(Some(e.to_string())).with_wait(Duration::from_millis(500));
+    let parent = ifindex(e, "v0");
+    let q100 = NextHop {
+        ifindex: parent,
+        smac: mac("02:90:01:00:00:01"),
+        dmac: mac("02:90:01:00:00:02"),
+        vlan: Some(Vlan {
+            id: 100,
+            protocol: VlanProtocol::Dot1Q,
+        }),
+    };
+    // the neighbour (unknown so far) is resolved on the VLAN device; the frame
+    // leaves by the parent, with the VLAN device's MAC and its tag
+    for backend in ["10.90.0.5", "10.180.0.2", "fd90::5"] {
+        let got = resolve_until(&r, ip(backend), Duration::from_secs(3), |_| true);
+        assert_eq!(got, q100, "{backend}");
+    }
+    let ad = resolve_until(&r, ip("10.91.0.5"), Duration::from_secs(3), |_| true);
+    assert_eq!(
+        ad,
+        NextHop {
+            ifindex: parent,
+            smac: mac("02:90:02:00:00:01"),
+            dmac: mac("02:90:02:00:00:02"),
+            vlan: Some(Vlan {
+                id: 200,
+                protocol: VlanProtocol::Dot1Ad,
+            }),
+        }
+    );
+    // a VLAN on a VLAN: refused, naming both devices
+    let err = r.resolve(ip("10.92.0.5")).unwrap_err().to_string();
+    assert!(
+        err.contains("v0.100.5") && err.contains("v0.100") && err.contains("vlan"),
+        "{err}"
+    );
 }
