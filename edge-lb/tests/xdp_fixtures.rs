@@ -821,3 +821,58 @@ fn ipv4_with_options_finds_the_ports_behind_them() {
     want.extend(&l3);
     assert_eq!(out, want);
 }
+
+/// Conntrack is looked up before the VIP, so turning conntrack off for a VIP
+/// must retire its existing entries: the loader gives every id of the VIP a
+/// new generation (after the VIP entry), and an established flow follows the
+/// ring from its next packet on. Fails if the flip only rewrites the VIP.
+#[test]
+fn turning_conntrack_off_unpins_established_flows() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    let pods = ["10.1.0.1", "10.1.0.2"];
+    dp.apply(&state(vec![(v, svc(&v, &pods, 0))])).unwrap();
+    let syn = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    assert_eq!(
+        run(&dp, &syn.bytes()).1,
+        encapped(&syn, "10.0.0.11", "10.1.0.1", 0)
+    );
+    let ack = syn.established();
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.1", 0)
+    );
+    assert_eq!(counter(&dp, "ct_hit"), 1, "the flow is pinned");
+    // conntrack off, and the ring now sends the flow to .2 (.1 still exists)
+    let before = dp
+        .programmed()
+        .backend(&v, ip("10.1.0.1"))
+        .copied()
+        .unwrap();
+    dp.apply(&state(vec![(v, svc(&v, &pods, 1).without_conntrack())]))
+        .unwrap();
+    let after = dp
+        .programmed()
+        .backend(&v, ip("10.1.0.1"))
+        .copied()
+        .unwrap();
+    let stale = counter(&dp, "ct_stale");
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.2", 0),
+        "the established flow follows the ring"
+    );
+    assert_eq!(counter(&dp, "ct_stale"), stale + 1, "its entry went stale");
+    assert_eq!(counter(&dp, "ct_hit"), 1);
+    // and it stays there; nothing re-pins it
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_hit"), 1, "no entry inserted");
+    // how: same id, same pod, a new generation
+    assert_eq!(after.id, before.id);
+    assert_ne!(after.generation, before.generation);
+}
