@@ -400,39 +400,61 @@ impl XdpDatapath {
         for (_, addr, b) in self.programmed.backends() {
             by_addr.entry(*addr).or_default().push((b.id, b.generation));
         }
-        let mut updates = Vec::new();
+        let (mut ids, mut vals) = (Vec::new(), Vec::new());
+        // (old, new) next hop -> pods that moved: one log line per change of an
+        // (interface, next hop), not one per pod (a ToR MAC change moves them all)
+        let mut moved: std::collections::BTreeMap<(Option<NextHop>, Option<NextHop>), usize> =
+            Default::default();
+        let mut lost: Option<(IpAddr, Error)> = None;
+        let mut lost_count = 0usize;
         {
             let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
-            for (addr, ids) in by_addr {
-                // Refreshes run on every netlink change: an unresolved pod is
-                // logged when it loses its next hop, not on every refresh.
+            for (addr, pairs) in by_addr {
                 let nh = self.resolver.resolve(addr);
-                let mut lost = false;
-                for (id, generation) in ids {
+                let new_nh = nh.as_ref().ok().copied();
+                let mut old_nh = None;
+                for (id, generation) in pairs {
                     let old = backends.get(&id, 0).map_err(map_err(abi::map::BACKENDS))?;
-                    let new = backend_value(addr, generation, nh.as_ref().ok().copied());
-                    lost |= old.nh_valid & abi::NH_VALID != 0 && new.nh_valid == 0;
+                    let new = backend_value(addr, generation, new_nh);
                     if new != old {
-                        updates.push((id, new));
+                        old_nh.get_or_insert(next_hop_of(&old));
+                        ids.push(id);
+                        vals.push(new);
                     }
                 }
-                if let Err(e) = nh {
-                    if lost {
-                        tracing::warn!(backend = %addr, error = %e, "next hop lost; the program will use bpf_fib_lookup");
-                    } else {
+                let Some(old_nh) = old_nh else {
+                    if let Err(e) = nh {
                         tracing::debug!(backend = %addr, error = %e, "next hop still unresolved");
                     }
+                    continue;
+                };
+                tracing::debug!(backend = %addr, old = %show(old_nh), new = %show(new_nh), "next hop changed");
+                *moved.entry((old_nh, new_nh)).or_default() += 1;
+                // Refreshes run on every netlink change: an unresolved pod is
+                // reported when it loses its next hop, not on every refresh.
+                if let (Some(_), Err(e)) = (old_nh, nh) {
+                    lost_count += 1;
+                    lost.get_or_insert((addr, e));
                 }
             }
         }
-        let changed = updates.len();
-        let mut backends: Array<_, abi::BackendValue> = self.map_mut(abi::map::BACKENDS)?;
-        for (id, v) in updates {
-            backends
-                .set(id, v, 0)
-                .map_err(map_err(abi::map::BACKENDS))?;
+        for ((old, new), pods) in &moved {
+            if old.is_some() && new.is_some() {
+                tracing::info!(old = %show(*old), new = %show(*new), pods, "next hop changed");
+            } else if old.is_none() {
+                tracing::info!(new = %show(*new), pods, "next hop resolved");
+            }
         }
-        Ok(changed)
+        if let Some((addr, e)) = lost {
+            tracing::warn!(pods = lost_count, example = %addr, error = %e, "next hop lost; the program will use bpf_fib_lookup for these pods");
+        }
+        // one BPF_MAP_UPDATE_BATCH for every changed id (a gateway change can move
+        // every (VIP, pod) id at once)
+        if !ids.is_empty() {
+            let m: Array<&MapData, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+            update_batch(m.map().fd().as_fd(), &ids, &vals)?;
+        }
+        Ok(ids.len())
     }
 
     /// Writes `ops`. `tombstone_gen` is the generation high-water mark: every
@@ -656,6 +678,32 @@ fn resolve(resolver: &dyn Resolver, addr: IpAddr) -> Option<NextHop> {
             tracing::warn!(backend = %addr, error = %e, "next hop unresolved; the program will use bpf_fib_lookup")
         })
         .ok()
+}
+
+/// The next hop a backends entry holds; `None` if unresolved.
+fn next_hop_of(v: &abi::BackendValue) -> Option<NextHop> {
+    if v.nh_valid & abi::NH_VALID == 0 {
+        return None;
+    }
+    let tci = v.vlan_tci.to_host();
+    let vlan = (tci != 0).then_some(super::nexthop::Vlan {
+        id: tci & 0x0fff,
+        protocol: if v.nh_valid & abi::NH_VLAN_8021AD != 0 {
+            super::nexthop::VlanProtocol::Dot1Ad
+        } else {
+            super::nexthop::VlanProtocol::Dot1Q
+        },
+    });
+    Some(NextHop {
+        ifindex: v.ifindex,
+        smac: v.smac,
+        dmac: v.dmac,
+        vlan,
+    })
+}
+
+fn show(nh: Option<NextHop>) -> String {
+    nh.map_or_else(|| "unresolved".to_string(), |n| n.to_string())
 }
 
 fn backend_value(addr: IpAddr, generation: u32, nh: Option<NextHop>) -> abi::BackendValue {

@@ -73,6 +73,22 @@ pub struct NextHop {
     pub vlan: Option<Vlan>,
 }
 
+impl std::fmt::Display for NextHop {
+    /// "ifindex 3 vlan 100 02:00:00:00:00:01 -> 02:00:00:00:00:02"
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ifindex {}", self.ifindex)?;
+        if let Some(v) = self.vlan {
+            write!(f, " {v}")?;
+        }
+        write!(
+            f,
+            " {} -> {}",
+            format_mac(&self.smac),
+            format_mac(&self.dmac)
+        )
+    }
+}
+
 /// One VLAN tag: the VLAN device's id and protocol.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Vlan {
@@ -359,15 +375,10 @@ impl Resolver for KernelResolver {
         match self.resolve_with(&mut inner, addr) {
             Ok(nh) => {
                 let old = inner.last.insert(addr, nh);
+                // per backend at debug: refresh_next_hops logs one line per change
+                // of an (interface, next hop) with the number of pods it moved
                 if let Some(old) = old.filter(|o| *o != nh) {
-                    tracing::info!(
-                        backend = %addr,
-                        old_ifindex = old.ifindex,
-                        ifindex = nh.ifindex,
-                        old_dmac = %format_mac(&old.dmac),
-                        dmac = %format_mac(&nh.dmac),
-                        "next hop changed"
-                    );
+                    tracing::debug!(backend = %addr, old = %old, new = %nh, "resolved next hop changed");
                 }
                 if inner.last.len() > MAX_REMEMBERED {
                     inner.last.clear();
