@@ -10,7 +10,7 @@ use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use netlink_sys::{Socket, protocols::NETLINK_ROUTE};
 
@@ -221,6 +221,78 @@ pub struct Subscription {
     sock: Socket,
     buf: Vec<u8>,
     filter: Filter,
+    /// where it was opened, to reopen it there after a socket error
+    netns: Option<String>,
+}
+
+/// First and longest wait before reopening a failed subscription socket.
+const REOPEN_MIN: Duration = Duration::from_millis(100);
+const REOPEN_MAX: Duration = Duration::from_secs(30);
+/// At most one warning per this interval from a subscription thread.
+const WARN_EVERY: Duration = Duration::from_secs(30);
+
+/// Exponential backoff: `REOPEN_MIN`, twice that, ... capped at `REOPEN_MAX`.
+#[derive(Debug)]
+struct Backoff {
+    next: Duration,
+}
+
+impl Backoff {
+    fn new() -> Self {
+        Backoff { next: REOPEN_MIN }
+    }
+    /// The wait before the next attempt; doubles the one after it.
+    fn next_delay(&mut self) -> Duration {
+        let d = self.next;
+        self.next = (self.next * 2).min(REOPEN_MAX);
+        d
+    }
+    fn reset(&mut self) {
+        self.next = REOPEN_MIN;
+    }
+}
+
+/// Lets one warning through per `every`; counts the ones it held back.
+#[derive(Debug)]
+struct RateLimit {
+    every: Duration,
+    last: Option<Instant>,
+    suppressed: u64,
+}
+
+impl RateLimit {
+    fn new(every: Duration) -> Self {
+        RateLimit {
+            every,
+            last: None,
+            suppressed: 0,
+        }
+    }
+    /// `Some(held back since the last one)` if a warning may be logged at `now`.
+    fn allow(&mut self, now: Instant) -> Option<u64> {
+        if self
+            .last
+            .is_some_and(|t| now.saturating_duration_since(t) < self.every)
+        {
+            self.suppressed += 1;
+            return None;
+        }
+        self.last = Some(now);
+        Some(std::mem::take(&mut self.suppressed))
+    }
+}
+
+/// Sleeps `d` in `POLL` steps; false if `stop` was set meanwhile.
+fn sleep_unless_stopped(stop: &AtomicBool, d: Duration) -> bool {
+    let until = Instant::now() + d;
+    while !stop.load(Ordering::Relaxed) {
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return true;
+        }
+        std::thread::sleep(left.min(POLL));
+    }
+    false
 }
 
 impl Subscription {
@@ -240,6 +312,7 @@ impl Subscription {
             sock,
             buf: Vec::with_capacity(64 << 10),
             filter: Filter::default(),
+            netns: netns.map(String::from),
         })
     }
 
@@ -277,31 +350,65 @@ impl Subscription {
     }
 
     /// Runs the subscription on its own thread and calls `on_change` with every
-    /// non-empty batch of changes. A decode error is logged and skipped; the thread ends
-    /// when the returned `Watch` is dropped.
-    pub fn spawn(mut self, on_change: impl Fn(&[Change]) + Send + 'static) -> Watch {
+    /// non-empty batch of changes. A datagram that does not decode is reported as
+    /// `Change::Overflow` (its changes are lost). A socket error closes the socket,
+    /// reports `Overflow` once, and reopens it with exponential backoff (100 ms
+    /// doubling to 30 s), reporting `Overflow` again once it is back (changes in the
+    /// gap are unknown); warnings are limited to one per 30 s with a count of the
+    /// ones held back. The thread ends when the returned `Watch` is dropped.
+    pub fn spawn(self, on_change: impl Fn(&[Change]) + Send + 'static) -> Watch {
         let stop = Arc::new(AtomicBool::new(false));
         let thread = std::thread::Builder::new()
             .name("nexthop-watch".into())
             .spawn({
                 let stop = stop.clone();
-                move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        match self.recv_changes() {
-                            Ok(c) if c.is_empty() => {}
-                            Ok(c) => on_change(&c),
-                            Err(e) => {
-                                tracing::warn!(error = %e, "next-hop subscription");
-                                // treat as lost events: the caller re-resolves everything
-                                on_change(&[Change::Overflow]);
-                                std::thread::sleep(POLL);
-                            }
-                        }
-                    }
-                }
+                move || self.run(&stop, on_change)
             })
             .ok();
         Watch { stop, thread }
+    }
+
+    fn run(self, stop: &AtomicBool, on_change: impl Fn(&[Change])) {
+        let netns = self.netns.clone();
+        let mut sub = Some(self);
+        let mut backoff = Backoff::new();
+        let mut warn = RateLimit::new(WARN_EVERY);
+        while !stop.load(Ordering::Relaxed) {
+            let Some(s) = sub.as_mut() else {
+                if !sleep_unless_stopped(stop, backoff.next_delay()) {
+                    break;
+                }
+                match Subscription::open(netns.as_deref()) {
+                    Ok(s) => {
+                        tracing::info!("next-hop subscription reopened");
+                        backoff.reset();
+                        sub = Some(s);
+                        on_change(&[Change::Overflow]);
+                    }
+                    Err(e) => {
+                        if let Some(held) = warn.allow(Instant::now()) {
+                            tracing::warn!(error = %e, retry_in = ?backoff.next, warnings_held_back = held, "next-hop subscription: reopen failed");
+                        }
+                    }
+                }
+                continue;
+            };
+            match s.recv_changes() {
+                Ok(c) if c.is_empty() => {}
+                Ok(c) => on_change(&c),
+                Err(e) => {
+                    let broken = !matches!(e, NetlinkError::Decode { .. });
+                    if let Some(held) = warn.allow(Instant::now()) {
+                        tracing::warn!(error = %e, reopening = broken, warnings_held_back = held, "next-hop subscription");
+                    }
+                    // treat as lost events: the caller re-resolves everything
+                    on_change(&[Change::Overflow]);
+                    if broken {
+                        sub = None;
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -330,6 +437,43 @@ impl Drop for Watch {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn reopen_backoff_doubles_to_30s_and_resets() {
+        let mut b = Backoff::new();
+        let delays: Vec<_> = (0..12).map(|_| b.next_delay()).collect();
+        assert_eq!(delays[0], Duration::from_millis(100));
+        assert_eq!(delays[1], Duration::from_millis(200));
+        assert_eq!(delays[8], Duration::from_millis(25_600));
+        assert_eq!(delays[9], REOPEN_MAX);
+        assert_eq!(delays[11], REOPEN_MAX);
+        b.reset();
+        assert_eq!(b.next_delay(), REOPEN_MIN);
+    }
+
+    #[test]
+    fn warnings_are_rate_limited_with_a_count() {
+        let mut w = RateLimit::new(Duration::from_secs(30));
+        let t0 = Instant::now();
+        assert_eq!(w.allow(t0), Some(0));
+        // a failure every 100 ms for 29.9 s: nothing logged
+        for i in 1..300 {
+            assert_eq!(w.allow(t0 + Duration::from_millis(100 * i)), None);
+        }
+        assert_eq!(w.allow(t0 + Duration::from_secs(30)), Some(299));
+        assert_eq!(w.allow(t0 + Duration::from_secs(31)), None);
+        assert_eq!(w.allow(t0 + Duration::from_secs(61)), Some(1));
+    }
+
+    #[test]
+    fn sleeping_stops_early_when_asked() {
+        let stop = AtomicBool::new(true);
+        let t0 = Instant::now();
+        assert!(!sleep_unless_stopped(&stop, Duration::from_secs(30)));
+        assert!(t0.elapsed() < Duration::from_secs(1));
+        let go = AtomicBool::new(false);
+        assert!(sleep_unless_stopped(&go, Duration::from_millis(5)));
+    }
 
     #[test]
     fn namespace_names_are_checked() {
