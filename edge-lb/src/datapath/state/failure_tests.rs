@@ -5,7 +5,7 @@ use super::*;
 
 /// The kernel maps as a pure model, for the failure test below: `run` applies
 /// map operations the way `XdpDatapath::run_ops` does.
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub(super) struct Model {
     pub(super) vips: BTreeMap<Vip, abi::VipInfo>,
     pub(super) rings: BTreeMap<u32, Vec<u32>>,
@@ -303,4 +303,68 @@ fn regenerated_after_the_vip_or_start(ops: &[MapOp], p: &Programmed, v: &Vip) ->
         assert!(ops.contains(&put), "{put:?} missing: {ops:?}");
     }
     p.vips[v].backends.len()
+}
+
+/// A VIP's removal fails after its `DelVip`: its ids stay live (strays after
+/// the re-read). The next update deletes them before anything else, in
+/// particular before it hands the removed VIP's vip_id to another VIP: the
+/// strays' `owners` entries name that vip_id, and a re-read after a second
+/// failure would give them to the new VIP, whose conntrack hits they would
+/// then keep forwarding.
+#[test]
+fn strays_go_before_their_old_vip_id_is_reused() {
+    let (b, d) = (vip(2, 80), vip(4, 80));
+    let before = state(vec![(b, svc(&b, &[2, 3], 7)), (d, svc(&d, &[6, 7], 5))]);
+    let mut m = Model::default();
+    let (ops, mut p) = plan(&Programmed::default(), &before).unwrap();
+    m.run(&ops);
+    let d_vid = p.vips[&d].vip_id;
+    let d_ids: BTreeSet<u32> = p.vips[&d].backends.values().map(|x| x.id).collect();
+    let ops = plan_update(&mut p, &d, None).unwrap();
+    let del_vip = ops
+        .iter()
+        .position(|op| *op == MapOp::DelVip { vip: d })
+        .unwrap();
+    m.run(&ops[..=del_vip]); // fails right after the VIP entry went
+    assert!(m.vipless().is_err(), "the window: d's ids are live");
+    let mut p = Programmed::restore(m.read_back());
+    assert_eq!(p.strays, d_ids);
+    // b's ring changes size: it gets a new vip_id, d's old one
+    let ops = plan_update(&mut p, &b, Some(&svc(&b, &[2, 3], 11))).unwrap();
+    assert_eq!(p.vips[&b].vip_id, d_vid, "d's vip_id is reused");
+    let create = ops
+        .iter()
+        .position(|op| matches!(op, MapOp::CreateRing { .. }))
+        .unwrap();
+    for (i, op) in ops.iter().enumerate() {
+        if let MapOp::DelBackend { id } = op
+            && d_ids.contains(id)
+        {
+            assert!(
+                i < create,
+                "stray {id} deleted at op {i}, after CreateRing: {ops:?}"
+            );
+        }
+    }
+    // this update fails too, at every point: a re-read never gives d's ids
+    // to b, and the next update leaves none of them live
+    for k in 0..=ops.len() {
+        let mut m2 = m.clone();
+        m2.run(&ops[..k]);
+        let mut p2 = Programmed::restore(m2.read_back());
+        let stolen: Vec<u32> = p2
+            .backends()
+            .map(|(_, _, x)| x.id)
+            .filter(|id| d_ids.contains(id))
+            .collect();
+        assert!(
+            stolen.is_empty(),
+            "failure at op {k}: b took d's ids {stolen:?}"
+        );
+        let again = plan_update(&mut p2, &b, Some(&svc(&b, &[2, 3], 11))).unwrap();
+        m2.run(&again);
+        m2.vipless()
+            .unwrap_or_else(|e| panic!("failure at op {k}: {e}"));
+        assert!(m2.live().is_disjoint(&d_ids), "failure at op {k}");
+    }
 }

@@ -386,8 +386,8 @@ impl Programmed {
     }
 }
 
-/// One write to the maps. Plans emit them in a safe order: backends that
-/// appear, then rings, then VIP entries, then new generations of a VIP whose
+/// One write to the maps. Plans emit them in a safe order: strays (live ids
+/// nothing but conntrack reaches) deleted, backends that appear, then rings, then VIP entries, then new generations of a VIP whose
 /// conntrack was turned off, then VIP/ring/backend removals, so the program
 /// never follows an id to something not yet (or no longer) there.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -654,22 +654,25 @@ pub fn plan_update(
     }
 
     // 3. this service's ids for addresses that left go last; nobody else
-    //    uses them. So do strays read back after a failed apply (no ring
-    //    names them, no VIP owns them), and orphans whose last naming ring
-    //    was this VIP's (rewritten or removed above, so it names none now).
-    let mut strays = std::mem::take(&mut p.strays);
+    //    uses them. So do orphans whose last naming ring was this VIP's
+    //    (rewritten or removed above, so it names none now). Strays read
+    //    back after a failed apply (no ring names them, no VIP owns them:
+    //    only conntrack entries of a VIP that is gone still reach them) go
+    //    first: before this plan can give their old owner's vip_id to
+    //    another VIP, and as early as possible.
+    let strays = std::mem::take(&mut p.strays);
+    let first: Vec<MapOp> = strays.iter().map(|&id| MapOp::DelBackend { id }).collect();
+    let mut freed: Vec<u32> = leaving.iter().map(|b| b.id).collect();
     p.orphans.retain(|id, named| {
         named.remove(vip);
         let keep = !named.is_empty();
         if !keep {
-            strays.insert(*id);
+            freed.push(*id);
         }
         keep
     });
-    for id in leaving.iter().map(|b| b.id).chain(strays.iter().copied()) {
-        dels.push(MapOp::DelBackend { id });
-    }
-    for id in leaving.iter().map(|b| b.id).chain(strays) {
+    dels.extend(freed.iter().map(|&id| MapOp::DelBackend { id }));
+    for id in freed.into_iter().chain(strays) {
         p.backend_ids.release(id);
     }
     if let Some(id) = freed_vip {
@@ -679,7 +682,8 @@ pub fn plan_update(
     let (del_vips, put_vips): (Vec<MapOp>, Vec<MapOp>) = vip_ops
         .into_iter()
         .partition(|op| matches!(op, MapOp::DelVip { .. }));
-    let mut ops = puts;
+    let mut ops = first;
+    ops.extend(puts);
     ops.extend(own_new);
     ops.extend(ring_ops);
     ops.extend(put_vips);

@@ -486,8 +486,9 @@ fn restore_takes_ownership_from_the_rings() {
         (b, svc(&b, &[1, 2], 5)),
     ]);
     let (ops, next) = plan(&p, &d).unwrap();
+    assert_eq!(ops[0], MapOp::DelBackend { id: 9 }, "the stray goes first");
     assert_eq!(
-        ops[0],
+        ops[1],
         MapOp::WriteSlots {
             vip_id: 3,
             slots: vec![(2, 1), (3, 4)]
