@@ -317,6 +317,11 @@ mod tests {
         assert_eq!(define("RINGLB_AF_INET6"), AF_INET6 as u32);
         assert_eq!(define("RINGLB_VIP_F_NO_CT"), VIP_F_NO_CT);
         assert_eq!(define("RINGLB_CFG_F_FIB_FALLBACK"), CFG_F_FIB_FALLBACK);
+        assert_eq!(define("RINGLB_NH_VALID"), NH_VALID as u32);
+        assert_eq!(define("RINGLB_NH_VLAN_8021AD"), NH_VLAN_8021AD as u32);
+        // struct ringlb_backend: ... family (36), nh_valid (37), vlan_tci (38..40)
+        assert_eq!(std::mem::offset_of!(BackendValue, nh_valid), 37);
+        assert_eq!(std::mem::offset_of!(BackendValue, vlan_tci), 38);
         let names: Vec<String> = h
             .lines()
             .map(str::trim)
