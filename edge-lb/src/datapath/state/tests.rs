@@ -283,40 +283,28 @@ fn turning_conntrack_off_gives_every_id_of_the_vip_a_new_generation() {
     assert_eq!(regenerated_after_the_vip(&ops, &s3, &v).len(), 3);
 }
 
-/// A new VIP with many endpoints is planned in O(n): finding the kept ids
-/// that change owner once scanned every new id for each id (10^8 steps for
-/// 10,000 endpoints, 2.5 * 10^9 for the 50,000 here: many seconds even
-/// optimised).
+/// A new VIP with many endpoints: every id is new and owned once, and a ring
+/// size change moves all of them to the new ring. (The plan is O(n): the
+/// kept-id check once scanned every new id per id, ~4 s here for 50,000
+/// endpoints in a debug build, 0.07 s now. That is a figure, not asserted: a
+/// timed test would be flaky on a loaded machine.)
 #[test]
-fn a_new_vip_with_50_000_endpoints_is_planned_in_linear_time() {
+fn a_new_vip_with_50_000_endpoints_is_planned_and_owned() {
     let v = vip(1, 80);
     let addrs: Vec<IpAddr> = (0..50_000u32)
         .map(|i| IpAddr::from((0x0a80_0000u32 + i).to_be_bytes()))
         .collect();
     let e = ServiceEntry::new(&v, addrs, (0..7).collect()).unwrap();
     let mut p = Programmed::default();
-    let t = std::time::Instant::now();
     let ops = plan_update(&mut p, &v, Some(&e)).unwrap();
-    let took = t.elapsed();
     assert_eq!(p.vips[&v].backends.len(), 50_000);
     assert!(matches!(&ops[50_000], MapOp::Own { ids, .. } if ids.len() == 50_000));
-    // linear: ~0.07 s in a debug build here; quadratic: ~4 s
-    assert!(
-        took < std::time::Duration::from_millis(1500),
-        "took {took:?}"
-    );
-    // the same for a ring size change, where every kept id moves
+    // a ring size change, where every kept id moves
     let e2 = ServiceEntry::new(&v, e.backends().to_vec(), (0..11).collect()).unwrap();
-    let t = std::time::Instant::now();
     let ops = plan_update(&mut p, &v, Some(&e2)).unwrap();
-    let took = t.elapsed();
     assert!(
         ops.iter()
             .any(|op| matches!(op, MapOp::Own { ids, .. } if ids.len() == 50_000))
-    );
-    assert!(
-        took < std::time::Duration::from_millis(1500),
-        "took {took:?}"
     );
 }
 
