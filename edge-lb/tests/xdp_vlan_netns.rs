@@ -9,7 +9,8 @@
 //!
 //! The peer sends untagged UDP datagrams to the VIP; the edge encapsulates them
 //! (IPIP to 10.1.0.7) and sends them back out of `ve` with XDP_TX, tag pushed.
-//! tcpdump on `vp` must see them with `vlan 100` and the outer header. The static
+//! tcpdump on `vp` must see them with `vlan 100` and the outer header. Then a frame
+//! tagged with VLAN 7, written raw onto `vp`, must come back with VLAN 100. The static
 //! next hop stands in for the resolver: this VM's kernel has no VLAN devices
 //! (tests/nexthop_netlink.rs covers the resolver where it has). Needs root.
 
@@ -26,6 +27,7 @@ use std::{
 use ringlb_edge::datapath::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
     nexthop::{NextHop, StaticResolver, Vlan, VlanProtocol},
+    packet::Frame,
     xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
 };
 use xdp_support::*;
@@ -60,7 +62,7 @@ impl Drop for Capture {
 }
 
 #[test]
-fn xdp_tx_pushes_the_next_hops_vlan_tag_on_the_wire() {
+fn xdp_tx_puts_the_next_hops_vlan_tag_on_the_wire_pushed_or_rewritten() {
     if !is_root() {
         eprintln!("SKIP: xdp_vlan_netns needs root (namespaces, native XDP)");
         return;
@@ -195,8 +197,41 @@ fn xdp_tx_pushes_the_next_hops_vlan_tag_on_the_wire() {
     );
     assert!(hit.contains("ethertype 802.1Q (0x8100)"), "{hit}");
     assert!(hit.contains("10.60.0.2."), "inner source: {hit}");
+
+    // A frame that arrives tagged with another VLAN (7), written raw onto vp
+    // (AF_PACKET; this kernel has no VLAN devices): it leaves with the next
+    // hop's tag (100) written over it.
+    let mut f = Frame::udp(ip("10.60.0.99"), ip("10.100.0.7"), 4242, 5000);
+    f.vlan = Some(7);
+    f.dst_mac = nh.smac;
+    f.src_mac = nh.dmac;
+    f.payload = 8;
+    let hex: String = f.bytes().iter().map(|b| format!("{b:02x}")).collect();
+    let send = format!(
+        "import socket; s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW); \
+         s.bind(('vp', 0)); s.send(bytes.fromhex('{hex}'))"
+    );
+    let rewritten = loop {
+        sh(&["ip", "netns", "exec", p, "python3", "-c", &send]);
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(l) if l.contains("10.60.0.99.4242 > 10.100.0.7.5000") && l.contains("10.1.0.7") => {
+                break l;
+            }
+            Ok(l) => seen.push(l),
+            Err(_) => {}
+        }
+        assert!(
+            Instant::now() < deadline + Duration::from_secs(5),
+            "the tagged frame never came back encapsulated; tcpdump saw {seen:#?}; counters {:?}",
+            dp.read_counters().map(|c| c.global)
+        );
+    };
+    eprintln!("tagged in, on the wire: {rewritten}");
+    assert!(rewritten.contains("vlan 100, p 0"), "{rewritten}");
+    assert!(!rewritten.contains("vlan 7"), "{rewritten}");
+
     let c = dp.read_counters().unwrap();
     let get = |label: &str| c.global.iter().find(|(l, _)| *l == label).unwrap().1;
-    assert!(get("tx") >= 1, "{:?}", c.global);
+    assert!(get("tx") >= 2, "{:?}", c.global);
     assert_eq!(get("redirect"), 0, "{:?}", c.global);
 }
