@@ -252,3 +252,72 @@ fn the_bench_build_restores_the_frame_exactly_after_a_tag_change() {
         assert_eq!(&out[..len], &input[..], "{nh_vlan:?} {in_vlan:?}");
     }
 }
+
+/// A resolver whose answer the test changes.
+struct Switchable(std::sync::Arc<std::sync::Mutex<NextHop>>);
+
+impl ringlb_edge::datapath::nexthop::Resolver for Switchable {
+    fn resolve(&self, _: IpAddr) -> Result<NextHop, ringlb_edge::datapath::Error> {
+        Ok(*self.0.lock().unwrap())
+    }
+}
+
+/// The node's address moves onto a VLAN subinterface (and back): a refresh
+/// writes the tag into every backend entry of the pod (one batch), and the
+/// next packet leaves with it; moving back strips it again.
+#[test]
+fn a_refresh_moves_the_backends_onto_and_off_a_vlan() {
+    if !is_root() {
+        eprintln!("SKIP: xdp vlan fixtures need root to load BPF programs (CI runs as root)");
+        return;
+    }
+    let answer = std::sync::Arc::new(std::sync::Mutex::new(NH));
+    let opts = XdpOptions {
+        pin_dir: None,
+        src4: Some("10.0.0.11".parse().unwrap()),
+        src6: None,
+        mtu: 1500,
+        fib_fallback: false,
+        object: objects::XDP_LB,
+    };
+    let mut dp = XdpDatapath::load(&opts, Box::new(Switchable(answer.clone()))).unwrap();
+    // the pod backs two VIPs: two backend ids, one address
+    let vips = [("10.100.0.7", 80), ("10.100.0.7", 443)].map(|(a, port)| Vip {
+        addr: ip(a),
+        port,
+        proto: Proto::Tcp,
+    });
+    dp.apply(&DesiredState {
+        services: vips
+            .iter()
+            .map(|v| {
+                let e = ServiceEntry::new(v, vec![ip("10.1.0.7")], vec![0; 13]).unwrap();
+                (*v, e)
+            })
+            .collect(),
+    })
+    .unwrap();
+    let mut f80 = frame(None, 40020);
+    f80.dport = 80;
+    let mut f443 = frame(None, 40021);
+    f443.dport = 443;
+    assert_eq!(run(&dp, &f80.bytes()).1, expected(&f80, None));
+    assert_eq!(dp.refresh_next_hops().unwrap(), 0, "nothing changed");
+
+    *answer.lock().unwrap() = NextHop {
+        vlan: dot1q(100),
+        ..NH
+    };
+    assert_eq!(dp.refresh_next_hops().unwrap(), 2, "both ids of the pod");
+    assert_eq!(dp.refresh_next_hops().unwrap(), 0, "written once");
+    for f in [&f80, &f443] {
+        let (verdict, out) = run(&dp, &f.bytes());
+        assert_eq!(verdict, XDP_TX);
+        assert_eq!(out, expected(f, Some((0x8100, 100))));
+    }
+
+    *answer.lock().unwrap() = NH;
+    assert_eq!(dp.refresh_next_hops().unwrap(), 2);
+    let (_, out) = run(&dp, &f443.bytes());
+    assert_eq!(out, expected(&f443, None));
+}
