@@ -396,6 +396,9 @@ impl XdpDatapath {
     /// Each distinct pod address is resolved once, however many services (ids)
     /// it backs.
     pub fn refresh_next_hops(&mut self) -> Result<usize, Error> {
+        // After a failed write and a failed re-read the view may name ids
+        // that are deleted in the maps: rewriting them would revive them.
+        self.ensure_view()?;
         let mut by_addr: std::collections::BTreeMap<IpAddr, Vec<(u32, u32)>> = Default::default();
         for (_, addr, b) in self.programmed.backends() {
             by_addr.entry(*addr).or_default().push((b.id, b.generation));
