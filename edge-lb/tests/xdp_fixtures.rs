@@ -3,6 +3,7 @@
 //! otherwise.
 
 mod xdp_support;
+use xdp_support::fixture::*;
 use xdp_support::is_root;
 
 use std::net::IpAddr;
@@ -13,21 +14,6 @@ use ringlb_edge::datapath::{
     packet::{Frame, ip_header, l2_header},
     xdp::{XdpDatapath, XdpOptions, objects},
 };
-
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
-
-const NH: NextHop = NextHop {
-    ifindex: 0,
-    smac: [0x02, 0xee, 0, 0, 0, 0x01],
-    dmac: [0x02, 0xee, 0, 0, 0, 0x02],
-    vlan: None,
-};
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
 
 fn opts(mtu: u32, src6: bool) -> XdpOptions {
     XdpOptions {
@@ -60,22 +46,6 @@ fn vip(addr: &str, port: u16, proto: Proto) -> Vip {
     }
 }
 
-/// A service whose whole ring points at backend `target` (index into backends).
-fn svc(v: &Vip, backends: &[&str], target: u32) -> ServiceEntry {
-    ServiceEntry::new(
-        v,
-        backends.iter().map(|b| ip(b)).collect(),
-        vec![target; 13],
-    )
-    .unwrap()
-}
-
-fn state(entries: Vec<(Vip, ServiceEntry)>) -> DesiredState {
-    DesiredState {
-        services: entries.into_iter().collect(),
-    }
-}
-
 fn vip4() -> Vip {
     vip("10.100.0.1", 80, Proto::Tcp)
 }
@@ -92,18 +62,6 @@ fn base_state() -> DesiredState {
         (vip4u(), svc(&vip4u(), &["10.1.0.2"], 0)),
         (vip6(), svc(&vip6(), &["2001:db8:1::1"], 0)),
     ])
-}
-
-fn run(dp: &XdpDatapath, frame: &[u8]) -> (u32, Vec<u8>) {
-    let mut out = vec![0u8; frame.len() + 128];
-    let (verdict, len, _) = dp.test_run(frame, &mut out, 1).expect("test run");
-    out.truncate(len);
-    (verdict, out)
-}
-
-fn counter(dp: &XdpDatapath, label: &str) -> u64 {
-    let c = dp.read_counters().unwrap();
-    c.global.iter().find(|(l, _)| *l == label).unwrap().1
 }
 
 /// Expected output: our L2 (next-hop MACs), the outer header, the inner L3.

@@ -8,26 +8,19 @@
 //! loudly otherwise.
 
 mod xdp_support;
+use xdp_support::fixture::*;
 use xdp_support::{BpfFs, is_root};
 
 use std::net::{IpAddr, SocketAddr};
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, Map, MapData};
 use ringlb_edge::datapath::{
-    Datapath, DesiredState, Proto, ServiceEntry, Vip, abi, cli,
+    Datapath, Proto, Vip, abi, cli,
     lookup::{CtState, Lookup},
     nexthop::{NextHop, StaticResolver},
     packet::Frame,
     xdp::{XdpDatapath, XdpOptions, objects},
 };
-
-const XDP_DROP: u32 = 1;
-const XDP_PASS: u32 = 2;
-const XDP_TX: u32 = 3;
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
 
 fn load(pin: Option<&BpfFs>) -> Option<XdpDatapath> {
     if !is_root() {
@@ -60,27 +53,6 @@ fn vip(addr: &str, port: u16) -> Vip {
         port,
         proto: Proto::Tcp,
     }
-}
-
-/// A service whose whole ring (13 slots) points at `backends[target]`.
-fn svc(v: &Vip, backends: &[&str], target: u32) -> ServiceEntry {
-    ServiceEntry::new(
-        v,
-        backends.iter().map(|b| ip(b)).collect(),
-        vec![target; 13],
-    )
-    .unwrap()
-}
-
-fn state(entries: Vec<(Vip, ServiceEntry)>) -> DesiredState {
-    DesiredState {
-        services: entries.into_iter().collect(),
-    }
-}
-
-fn counter(dp: &XdpDatapath, label: &str) -> u64 {
-    let c = dp.read_counters().unwrap();
-    c.global.iter().find(|(l, _)| *l == label).unwrap().1
 }
 
 /// What happened to a packet, from the program or predicted by `lookup`.

@@ -7,6 +7,7 @@
 //! root (BPF); skips loudly otherwise.
 
 mod xdp_support;
+use xdp_support::fixture::*;
 use xdp_support::is_root;
 
 use std::net::IpAddr;
@@ -17,20 +18,6 @@ use ringlb_edge::datapath::{
     packet::{Frame, ip_header, l2_header},
     xdp::{XdpDatapath, XdpOptions, objects},
 };
-
-const XDP_TX: u32 = 3;
-const XDP_REDIRECT: u32 = 4;
-
-const NH: NextHop = NextHop {
-    ifindex: 0,
-    smac: [0x02, 0xee, 0, 0, 0, 0x01],
-    dmac: [0x02, 0xee, 0, 0, 0, 0x02],
-    vlan: None,
-};
-
-fn ip(s: &str) -> IpAddr {
-    s.parse().unwrap()
-}
 
 fn dot1q(id: u16) -> Option<Vlan> {
     Some(Vlan {
@@ -74,18 +61,6 @@ fn load_object(nh: NextHop, object: &'static [u8]) -> Option<XdpDatapath> {
     })
     .unwrap();
     Some(dp)
-}
-
-fn run(dp: &XdpDatapath, frame: &[u8]) -> (u32, Vec<u8>) {
-    let mut out = vec![0u8; frame.len() + 128];
-    let (verdict, len, _) = dp.test_run(frame, &mut out, 1).expect("test run");
-    out.truncate(len);
-    (verdict, out)
-}
-
-fn counter(dp: &XdpDatapath, label: &str) -> u64 {
-    let c = dp.read_counters().unwrap();
-    c.global.iter().find(|(l, _)| *l == label).unwrap().1
 }
 
 /// Expected output: the next hop's MACs, `tag` (TPID, TCI) or none, the outer

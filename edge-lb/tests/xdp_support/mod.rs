@@ -2,6 +2,8 @@
 //! bpffs that are always removed again (Drop guards, also on panic).
 #![allow(dead_code)]
 
+pub mod fixture;
+
 use std::{
     path::{Path, PathBuf},
     process::Command,
