@@ -8,39 +8,15 @@
 //! on error), routes 10.88.0.0/16 through the peer, and resolves BACKENDS addresses in
 //! it (default 2000; the `ip -j` way resolves a tenth of them).
 
+#[path = "bench_support/netns.rs"]
+mod netns;
+
 use std::net::IpAddr;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::Context;
+use netns::{Netns, sh};
 use ringlb_edge::datapath::nexthop::{KernelResolver, Resolver};
-
-struct Netns(String);
-
-impl Netns {
-    fn new(name: String) -> anyhow::Result<Self> {
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        sh(&["ip", "netns", "add", &name])?;
-        Ok(Netns(name))
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-    }
-}
-
-fn sh(args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .with_context(|| format!("{args:?}"))?;
-    if !out.status.success() {
-        bail!("{args:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 /// The first version's resolve: `ip -j route get`, `ip -j link show`, `ip -j neigh show`.
 fn resolve_with_ip(ns: &str, addr: IpAddr) -> anyhow::Result<[u8; 6]> {

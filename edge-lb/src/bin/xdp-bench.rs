@@ -14,15 +14,18 @@
 //!   update   one service change with N services present: our map update
 //!            against `iptables-restore` of the equivalent ruleset
 
+#[path = "bench_support/netns.rs"]
+mod netns;
+
 use std::{
     collections::BTreeMap,
     net::{IpAddr, Ipv4Addr},
-    process::Command,
     time::{Duration, Instant},
 };
 
 use anyhow::{Context, bail};
 use clap::Parser;
+use netns::{Netns, sh};
 use ringlb_edge::{
     datapath::{
         Datapath, DesiredState, Proto, ServiceEntry, Vip, abi,
@@ -293,38 +296,6 @@ fn section_packet(a: &Args) -> anyhow::Result<()> {
 }
 
 // ---- kube-proxy-style iptables --------------------------------------------
-
-struct Netns(String);
-
-impl Netns {
-    fn new(name: String) -> anyhow::Result<Self> {
-        let _ = Command::new("ip").args(["netns", "del", &name]).output();
-        sh(&["ip", "netns", "add", &name])?;
-        Ok(Netns(name))
-    }
-    fn exec(&self, args: &[&str]) -> anyhow::Result<String> {
-        let mut v = vec!["ip", "netns", "exec", &self.0];
-        v.extend_from_slice(args);
-        sh(&v)
-    }
-}
-
-impl Drop for Netns {
-    fn drop(&mut self) {
-        let _ = Command::new("ip").args(["netns", "del", &self.0]).output();
-    }
-}
-
-fn sh(args: &[&str]) -> anyhow::Result<String> {
-    let out = Command::new(args[0])
-        .args(&args[1..])
-        .output()
-        .with_context(|| format!("{args:?}"))?;
-    if !out.status.success() {
-        bail!("{args:?}: {}", String::from_utf8_lossy(&out.stderr).trim());
-    }
-    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
-}
 
 fn pod(i: u32, e: u32) -> Ipv4Addr {
     Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 128, 0, 0)) + i * 4 + e)
