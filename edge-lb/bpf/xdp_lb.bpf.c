@@ -307,7 +307,9 @@ int ringlb_xdp(struct xdp_md *ctx)
 			out_tpid = bpf_htons(RINGLB_ETH_P_8021AD);
 	} else if ((cfg->flags & RINGLB_CFG_F_FIB_FALLBACK) &&
 		   fib_fallback(ctx, be, cfg, outer_len, dmac, smac, &ifindex) == 0) {
-		/* bpf_fib_lookup reports no VLAN: the frame leaves untagged */
+		/* bpf_fib_lookup reports no VLAN: the frame leaves untagged, and
+		 * behind a VLAN device fib ifindex is that device, which a native
+		 * redirect cannot use (docs/datapath.md, Limits) */
 		count(RINGLB_ST_FIB_FALLBACK);
 	} else {
 		count(RINGLB_ST_DROP_FIB);

@@ -6,8 +6,9 @@
 //! it in native mode is dropped. So a VLAN output interface is turned into its
 //! parent's ifindex plus the tag (id and protocol) the frame must carry there; the
 //! source MAC stays the VLAN device's own. One level only: a VLAN on a VLAN (QinQ
-//! stack), or on a bond, bridge or other virtual device is refused with the
-//! device's name, since the XDP program pushes one tag and runs on a plain port.
+//! stack) is refused with the devices' names, since the XDP program pushes one
+//! tag. The parent may be any other port XDP can run on: a NIC, a veth, a bond
+//! (the usual bare-metal trunk), ...
 
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVlan, LinkAttribute, LinkInfo, LinkMessage, VlanProtocol as NlVlan,
@@ -39,9 +40,10 @@ pub struct Egress {
     pub vlan: Option<Vlan>,
 }
 
-/// Lower devices a VLAN may sit on: a physical NIC (no link kind) or a veth.
+/// Lower devices a VLAN may sit on: anything but another VLAN (the program
+/// writes one tag). Bonds are the usual trunk on bare metal and run XDP.
 fn is_plain_port(l: &Link) -> bool {
-    matches!(l.kind.as_deref(), None | Some("veth"))
+    !l.is_vlan()
 }
 
 impl Link {
@@ -150,7 +152,7 @@ pub fn egress(oif: &Link, parent: Option<&Link>) -> Result<Egress, String> {
     };
     if !is_plain_port(parent) {
         return Err(format!(
-            "VLAN {} is on {}, a {} device: only one VLAN level on a physical or veth port is supported",
+            "VLAN {} is on {}, a {} device: only one VLAN level is supported",
             oif.describe(),
             parent.describe(),
             parent.kind.as_deref().unwrap_or("?")
@@ -280,13 +282,17 @@ mod tests {
     #[test]
     fn unsupported_vlan_setups_are_errors_naming_the_device() {
         let v = parse(VLAN_NEWLINK);
-        for kind in ["vlan", "bond", "bridge", "team", "macvlan"] {
+        let p = plain(3, "lower0", Some("vlan"));
+        let e = egress(&v, Some(&p)).unwrap_err();
+        assert!(
+            e.contains("veth0.100") && e.contains("lower0") && e.contains("vlan"),
+            "{e}"
+        );
+        // a VLAN on a bond (the usual trunk) or another port XDP runs on
+        for kind in ["bond", "team", "bridge"] {
             let p = plain(3, "lower0", Some(kind));
-            let e = egress(&v, Some(&p)).unwrap_err();
-            assert!(
-                e.contains("veth0.100") && e.contains("lower0") && e.contains(kind),
-                "{e}"
-            );
+            let e = egress(&v, Some(&p)).unwrap();
+            assert_eq!((e.ifindex, e.vlan.map(|v| v.id)), (3, Some(100)), "{kind}");
         }
         let e = egress(&v, None).unwrap_err();
         assert!(e.contains("veth0.100") && e.contains("not found"), "{e}");
