@@ -317,7 +317,7 @@ impl Subscription {
     }
 
     /// Waits up to ~100 ms for notifications; returns the changes they make (empty on
-    /// a timeout or when nothing that matters changed). Lost notifications (ENOBUFS)
+    /// a timeout, a signal (EINTR), or when nothing that matters changed). Lost notifications (ENOBUFS)
     /// come back as `Change::Overflow`.
     pub fn recv_changes(&mut self) -> Result<Vec<Change>, NetlinkError> {
         self.buf.clear();
@@ -326,7 +326,7 @@ impl Subscription {
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
                 ) =>
             {
                 return Ok(Vec::new());
@@ -380,8 +380,10 @@ impl Subscription {
                 }
                 match Subscription::open(netns.as_deref()) {
                     Ok(s) => {
+                        // the backoff is reset by the first good receive, not
+                        // here: a socket that fails on every receive keeps
+                        // backing off instead of reopening every 100 ms
                         tracing::info!("next-hop subscription reopened");
-                        backoff.reset();
                         sub = Some(s);
                         on_change(&[Change::Overflow]);
                     }
@@ -394,8 +396,11 @@ impl Subscription {
                 continue;
             };
             match s.recv_changes() {
-                Ok(c) if c.is_empty() => {}
-                Ok(c) => on_change(&c),
+                Ok(c) if c.is_empty() => backoff.reset(),
+                Ok(c) => {
+                    backoff.reset();
+                    on_change(&c);
+                }
                 Err(e) => {
                     let broken = !matches!(e, NetlinkError::Decode { .. });
                     if let Some(held) = warn.allow(Instant::now()) {
