@@ -441,6 +441,13 @@ impl XdpDatapath {
                 }
             }
         }
+        // one BPF_MAP_UPDATE_BATCH for every changed id (a gateway change can move
+        // every (VIP, pod) id at once)
+        if !ids.is_empty() {
+            let m: Array<&MapData, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+            update_batch(m.map().fd().as_fd(), &ids, &vals)?;
+        }
+        // logged once the map holds it
         for ((old, new), pods) in &moved {
             if old.is_some() && new.is_some() {
                 tracing::info!(old = %show(*old), new = %show(*new), pods, "next hop changed");
@@ -450,12 +457,6 @@ impl XdpDatapath {
         }
         if let Some((addr, e)) = lost {
             tracing::warn!(pods = lost_count, example = %addr, error = %e, "next hop lost; the program will use bpf_fib_lookup for these pods");
-        }
-        // one BPF_MAP_UPDATE_BATCH for every changed id (a gateway change can move
-        // every (VIP, pod) id at once)
-        if !ids.is_empty() {
-            let m: Array<&MapData, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
-            update_batch(m.map().fd().as_fd(), &ids, &vals)?;
         }
         Ok(ids.len())
     }
