@@ -274,7 +274,39 @@ fn subscription_sees_mac_and_gateway_changes() {
     for b in ["10.88.0.5", "fd88::5"] {
         assert_eq!(r.resolve(ip(b)).unwrap().dmac, mac(PEER_MAC0), "{b}");
     }
-    let mut sub = Subscription::open(Some(e)).unwrap();
+    ipn(e, "route add 10.66.0.0/24 via 10.77.0.2");
+    let mut sub = Subscription::open(Some(e), r.next_hops_in_use()).unwrap();
+
+    // Noise that moves no next hop must not be reported: a host on the segment that
+    // no backend uses (learned, then deleted) and a route in the local table. Then a
+    // main-table route is deleted; notifications arrive in order, so that deletion
+    // must be the first change seen (apart from the used neighbours' own).
+    ipn(
+        e,
+        "neigh replace 10.77.0.50 dev e0 lladdr 02:77:00:00:00:50 nud reachable",
+    );
+    ipn(e, "neigh del 10.77.0.50 dev e0");
+    ipn(e, "route add local 10.79.0.1 dev e0 table local");
+    ipn(e, "route del 10.66.0.0/24");
+    let t0 = Instant::now();
+    let mut noise = Vec::new();
+    'marker: loop {
+        assert!(
+            t0.elapsed() < Duration::from_secs(3),
+            "no route deletion reported; saw {noise:?}"
+        );
+        for c in sub.recv_changes().expect("subscription") {
+            match c {
+                Change::Route { deleted: true } => break 'marker,
+                Change::Neigh { addr, .. } if addr == ip("10.77.0.2") || addr == ip("fd77::2") => {}
+                c => noise.push(c),
+            }
+        }
+    }
+    assert!(
+        noise.is_empty(),
+        "reported changes that move no next hop: {noise:?}"
+    );
 
     // the peer's MAC changes; it announces it; the edge's kernel updates its entries
     ipn(p, &format!("link set p0 address {NEW_MAC}"));
@@ -348,15 +380,20 @@ fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
         fib_fallback: true,
         object: objects::XDP_LB,
     };
-    let mut dp =
-        XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.to_string())))).unwrap();
+    let r = KernelResolver::new(Some(e.to_string()));
+    let in_use = r.next_hops_in_use();
+    let mut dp = XdpDatapath::load(&opts, Box::new(r)).unwrap();
     dp.apply(&desired).unwrap();
+    // the two gateways' neighbours: 10.77.0.2 on e0, 10.78.0.2 (on-link) on e1
+    assert_eq!(in_use.len(), 2, "neighbours in use after apply");
     assert_eq!(dp.refresh_next_hops().unwrap(), 0, "nothing changed yet");
     // as the edge agent runs it: the subscription on its own thread wakes the refresh
     let (tx, rx) = std::sync::mpsc::channel();
-    let watch = Subscription::open(Some(e)).unwrap().spawn(move |changes| {
-        let _ = tx.send(changes.to_vec());
-    });
+    let watch = Subscription::open(Some(e), in_use)
+        .unwrap()
+        .spawn(move |changes| {
+            let _ = tx.send(changes.to_vec());
+        });
     assert!(watch.running());
     // the gateway of 10.88.0.0/24 moves to e1: the two backends behind it change.
     // Other notifications (a neighbour's state) may come first: wait for the route.
@@ -394,7 +431,7 @@ fn a_silent_mac_change_is_found_by_reprobing_a_stale_entry() {
     }
     let r = KernelResolver::new(Some(e.to_string()));
     assert_eq!(r.resolve(ip("10.77.0.2")).unwrap().dmac, mac(PEER_MAC0));
-    let mut sub = Subscription::open(Some(e)).unwrap();
+    let mut sub = Subscription::open(Some(e), r.next_hops_in_use()).unwrap();
     // the peer changes its MAC without telling anyone; the edge's entry has aged to
     // STALE (XDP_TX traffic never confirms it)
     sh(&[

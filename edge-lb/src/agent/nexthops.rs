@@ -6,7 +6,7 @@
 //!
 //! ```text
 //!  nexthop-watch thread: netlink groups LINK, NEIGH, IPV4_ROUTE, IPV6_ROUTE
-//!        │ changes (a neighbour's MAC, a route, a link, lost events)
+//!        │ changes (the MAC of a neighbour in use, a route, a link, lost events)
 //!        │ ──> pending (bounded) + Notify          link change ──> LinkCache::clear
 //!        ▼
 //!  agent loop: sleep Watcher::delay ──> XdpDatapath::refresh_next_hops ──> log + metrics
@@ -99,7 +99,7 @@ impl Watcher {
     pub fn start(resolver: &KernelResolver, metrics: &Metrics) -> Self {
         let notify = Arc::new(Notify::new());
         let pending = Arc::new(Mutex::new(Pending::default()));
-        let watch = match Subscription::open(None) {
+        let watch = match Subscription::open(None, resolver.next_hops_in_use()) {
             Ok(sub) => {
                 let (notify, pending, links, seen) = (
                     notify.clone(),

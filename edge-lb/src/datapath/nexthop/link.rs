@@ -26,8 +26,12 @@ pub struct Link {
     pub mac: Option<[u8; 6]>,
     /// IFLA_INFO_KIND ("vlan", "veth", "bond", ...); None for a physical NIC
     pub kind: Option<String>,
-    /// IFLA_LINK: the lower device (a VLAN's parent)
+    /// IFLA_LINK: the lower device (a VLAN's parent), an index in the namespace
+    /// `link_netnsid` names when that is set
     pub parent: Option<u32>,
+    /// IFLA_LINK_NETNSID: set when the lower device (or a veth's peer) is in another
+    /// network namespace; `parent` is then an index there, not here
+    pub link_netnsid: Option<i32>,
     /// IFLA_VLAN_ID / IFLA_VLAN_PROTOCOL of a "vlan" link
     pub vlan: Option<Vlan>,
 }
@@ -90,6 +94,7 @@ pub fn link_of(m: &LinkMessage) -> Link {
         mac: None,
         kind: None,
         parent: None,
+        link_netnsid: None,
         vlan: None,
     };
     for a in &m.attributes {
@@ -97,6 +102,7 @@ pub fn link_of(m: &LinkMessage) -> Link {
             LinkAttribute::Address(b) => l.mac = b.as_slice().try_into().ok(),
             LinkAttribute::IfName(n) => l.name = n.clone(),
             LinkAttribute::Link(p) => l.parent = Some(*p),
+            LinkAttribute::LinkNetNsId(n) => l.link_netnsid = Some(*n),
             LinkAttribute::LinkInfo(infos) => {
                 for i in infos {
                     match i {
@@ -133,6 +139,16 @@ pub fn egress(oif: &Link, parent: Option<&Link>) -> Result<Egress, String> {
             "VLAN {} has id {}, not 1..=4094",
             oif.describe(),
             vlan.id
+        ));
+    }
+    if let Some(nsid) = oif.link_netnsid {
+        // its IFLA_LINK is an index in that namespace: a local device with the same
+        // index is an unrelated one, and XDP here cannot send on the real parent
+        return Err(format!(
+            "VLAN {} is on a device in another network namespace (netnsid {nsid}, \
+             ifindex {} there): its parent is not a port of this namespace",
+            oif.describe(),
+            oif.parent.map_or_else(|| "?".into(), |p| p.to_string())
         ));
     }
     let parent = match (oif.parent, parent) {
@@ -226,6 +242,7 @@ mod tests {
             mac: Some([2, 0, 0, 0, 0, index as u8]),
             kind: kind.map(String::from),
             parent: None,
+            link_netnsid: None,
             vlan: None,
         }
     }
@@ -241,6 +258,7 @@ mod tests {
                 mac: Some([2, 0, 0, 0, 1, 0x64]),
                 kind: Some("vlan".into()),
                 parent: Some(3),
+                link_netnsid: None,
                 vlan: Some(Vlan {
                     id: 100,
                     protocol: VlanProtocol::Dot1Q
@@ -314,6 +332,39 @@ mod tests {
                 .unwrap_err()
                 .contains("no Ethernet address")
         );
+    }
+
+    #[test]
+    fn a_vlan_on_a_device_of_another_namespace_is_refused_by_name() {
+        // the same message plus IFLA_LINK_NETNSID (37), s32 0: `ip link add link
+        // veth0 name veth0.100 netns OTHER ...` seen from OTHER, where IFLA_LINK 3 is
+        // veth0's index in the first namespace
+        let mut b = VLAN_NEWLINK.to_vec();
+        b.extend_from_slice(&[8, 0, 37, 0, 0, 0, 0, 0]);
+        let v = parse(&b);
+        assert_eq!((v.parent, v.link_netnsid), (Some(3), Some(0)));
+        // a local device that happens to have index 3 must not be taken for the parent
+        let unrelated = plain(3, "eth7", None);
+        let e = egress(&v, Some(&unrelated)).unwrap_err();
+        assert!(
+            e.contains("veth0.100") && e.contains("another network namespace"),
+            "{e}"
+        );
+        assert!(!e.contains("eth7"), "{e}");
+        assert!(egress(&v, None).is_err());
+        // without the attribute the same bytes resolve to the parent
+        assert_eq!(
+            egress(&parse(VLAN_NEWLINK), Some(&unrelated))
+                .unwrap()
+                .ifindex,
+            3
+        );
+        // a non-VLAN device with a peer elsewhere (a veth) is a port as usual
+        let veth = Link {
+            link_netnsid: Some(1),
+            ..plain(4, "veth1", Some("veth"))
+        };
+        assert_eq!(egress(&veth, None).unwrap().ifindex, 4);
     }
 
     #[test]

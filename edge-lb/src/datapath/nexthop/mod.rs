@@ -34,13 +34,17 @@
 //!
 //! Keeping it current: `Subscription` listens to RTNLGRP_LINK, RTNLGRP_NEIGH and
 //! RTNLGRP_IPV4/IPV6_ROUTE on its own thread and reports the changes that can move a
-//! next hop (a neighbour's usable MAC changed, any route or link change, lost events);
-//! the edge agent coalesces them and calls `XdpDatapath::refresh_next_hops`, which
-//! rewrites only the backends whose resolved value changed.
+//! next hop: the usable MAC of a neighbour in use changed (`NextHopsInUse`: the
+//! (interface, next hop) each backend's last resolve went through, recorded by the
+//! resolver), a route of a routing table changed (not a cached clone, not the local
+//! table), any link change, lost events. The edge agent coalesces them and calls
+//! `XdpDatapath::refresh_next_hops`, which rewrites only the backends whose resolved
+//! value changed.
 //!
 //! The message encoding and the meaning of the kernel's answers are pure (`rtnl`,
 //! tested without root); the sockets are in `socket`.
 
+mod in_use;
 mod link;
 mod rtnl;
 mod socket;
@@ -52,6 +56,7 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use in_use::NextHopsInUse;
 pub use rtnl::{Change, Neigh, Route};
 pub use socket::{NetlinkError, Subscription, Watch};
 
@@ -156,6 +161,7 @@ pub struct KernelResolver {
     netns: Option<String>,
     wait: Duration,
     links: LinkCache,
+    in_use: NextHopsInUse,
     inner: Mutex<Inner>,
 }
 
@@ -170,25 +176,51 @@ struct Inner {
 
 /// The resolver's interface cache (route output ifindex -> egress port, MAC and
 /// VLAN), shareable with a subscription callback that clears it when links change.
+///
+/// A resolve that misses reads the links from the kernel and then stores the answer;
+/// a `clear` in between (a link changed meanwhile) may have made that answer stale.
+/// So `clear` bumps a generation, a miss returns the generation it saw, and `put`
+/// stores only if no `clear` came since: a stale answer serves its one resolve (the
+/// link notification brings another refresh) but is never cached.
 #[derive(Clone, Default, Debug)]
-pub struct LinkCache(Arc<Mutex<HashMap<u32, Egress>>>);
+pub struct LinkCache(Arc<Mutex<Links>>);
+
+#[derive(Default, Debug)]
+struct Links {
+    generation: u64,
+    map: HashMap<u32, Egress>,
+}
+
+/// What a cache lookup found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cached {
+    Hit(Egress),
+    /// not cached; pass the generation to `put`
+    Miss(u64),
+}
 
 impl LinkCache {
     pub fn clear(&self) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        let mut l = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        l.generation = l.generation.wrapping_add(1);
+        l.map.clear();
     }
-    fn get(&self, ifindex: u32) -> Option<Egress> {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&ifindex)
-            .copied()
+    fn get(&self, ifindex: u32) -> Cached {
+        let l = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match l.map.get(&ifindex) {
+            Some(e) => Cached::Hit(*e),
+            None => Cached::Miss(l.generation),
+        }
     }
-    fn put(&self, ifindex: u32, e: Egress) {
-        self.0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(ifindex, e);
+    /// Stores `e` (read from the kernel after a miss at `generation`) unless the
+    /// cache was cleared since; returns whether it was stored.
+    fn put(&self, ifindex: u32, e: Egress, generation: u64) -> bool {
+        let mut l = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if l.generation != generation {
+            return false;
+        }
+        l.map.insert(ifindex, e);
+        true
     }
 }
 
@@ -222,6 +254,7 @@ impl KernelResolver {
             netns,
             wait: DEFAULT_WAIT,
             links: LinkCache::default(),
+            in_use: NextHopsInUse::default(),
             inner: Mutex::new(Inner::default()),
         }
     }
@@ -237,29 +270,43 @@ impl KernelResolver {
         self.links.clone()
     }
 
-    fn resolve_with(&self, inner: &mut Inner, addr: IpAddr) -> Result<NextHop, NetlinkOrRoute> {
+    /// The neighbours the backends' next hops use, as this resolver last found them;
+    /// give it to `Subscription::open` so that only their changes are reported.
+    pub fn next_hops_in_use(&self) -> NextHopsInUse {
+        self.in_use.clone()
+    }
+
+    /// Resolves `addr`; sets `used` to the neighbour it goes through as soon as the
+    /// route names one (also when the neighbour then turns out unresolved).
+    fn resolve_with(
+        &self,
+        inner: &mut Inner,
+        addr: IpAddr,
+        used: &mut Option<in_use::NeighKey>,
+    ) -> Result<NextHop, NetlinkOrRoute> {
         let conn = match &mut inner.conn {
             Some(c) => c,
             None => inner.conn.insert(Conn::open(self.netns.as_deref())?),
         };
         let seq = conn.next_seq();
         let route = match conn.request("route get", &rtnl::route_get(addr, seq), seq)? {
-            Reply::Route(r) => r.map_err(NetlinkOrRoute::Route)?,
+            Reply::Route(r, _) => r.map_err(NetlinkOrRoute::Route)?,
             other => {
                 return Err(NetlinkOrRoute::Route(format!(
                     "unexpected answer {other:?}"
                 )));
             }
         };
+        let nh = route.next_hop(addr);
+        *used = Some((route.oif, nh));
         let out = match self.links.get(route.oif) {
-            Some(e) => e,
-            None => {
+            Cached::Hit(e) => e,
+            Cached::Miss(generation) => {
                 let e = egress_of(conn, route.oif)?;
-                self.links.put(route.oif, e);
+                self.links.put(route.oif, e, generation);
                 e
             }
         };
-        let nh = route.next_hop(addr);
         // the neighbour is looked up on the route's interface (the VLAN device, if
         // any); the frame leaves by out.ifindex (its parent) with out.vlan
         let found = |dmac| NextHop {
@@ -340,7 +387,12 @@ fn link_get(conn: &mut Conn, ifindex: u32) -> Result<Option<Link>, NetlinkError>
 fn egress_of(conn: &mut Conn, oif: u32) -> Result<Egress, NetlinkOrRoute> {
     let link = link_get(conn, oif)?
         .ok_or_else(|| NetlinkOrRoute::Route(format!("interface {oif} not found")))?;
-    let parent = match link.parent.filter(|_| link.is_vlan()) {
+    // a parent in another namespace (IFLA_LINK_NETNSID) is not fetched here: its
+    // index means another device in ours; `link::egress` refuses the VLAN
+    let parent = match link
+        .parent
+        .filter(|_| link.is_vlan() && link.link_netnsid.is_none())
+    {
         Some(p) => link_get(conn, p)?,
         None => None,
     };
@@ -372,7 +424,10 @@ impl From<NetlinkError> for NetlinkOrRoute {
 impl Resolver for KernelResolver {
     fn resolve(&self, addr: IpAddr) -> Result<NextHop, Error> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        match self.resolve_with(&mut inner, addr) {
+        let mut used = None;
+        let result = self.resolve_with(&mut inner, addr, &mut used);
+        self.in_use.record(addr, used, Instant::now());
+        match result {
             Ok(nh) => {
                 let old = inner.last.insert(addr, nh);
                 // per backend at debug: refresh_next_hops logs one line per change
@@ -424,6 +479,36 @@ mod tests {
         assert_eq!(r.resolve(a).unwrap(), nh);
         assert!(r.resolve("10.2.0.6".parse().unwrap()).is_err());
         assert_eq!(format_mac(&nh.dmac), "02:00:0a:00:00:ff");
+    }
+
+    #[test]
+    fn a_link_cleared_between_miss_and_put_is_not_cached() {
+        let c = LinkCache::default();
+        let e = Egress {
+            ifindex: 3,
+            smac: [2, 0, 0, 0, 0, 3],
+            vlan: None,
+        };
+        // a plain miss, then put: cached
+        let Cached::Miss(g) = c.get(5) else {
+            panic!("empty cache hit")
+        };
+        assert!(c.put(5, e, g));
+        assert_eq!(c.get(5), Cached::Hit(e));
+        // a resolve misses on interface 6 and reads it from the kernel; meanwhile a
+        // link notification clears the cache: what it read may be stale, not kept
+        let Cached::Miss(g) = c.get(6) else { panic!() };
+        c.clear();
+        assert!(!c.put(6, e, g), "stored a stale answer");
+        assert!(matches!(c.get(6), Cached::Miss(_)));
+        assert!(
+            matches!(c.get(5), Cached::Miss(_)),
+            "clear empties the cache"
+        );
+        // the next miss (after the clear) caches again
+        let Cached::Miss(g) = c.get(6) else { panic!() };
+        assert!(c.put(6, e, g));
+        assert_eq!(c.get(6), Cached::Hit(e));
     }
 
     #[test]

@@ -6,6 +6,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::net::IpAddr;
 
+use super::in_use::NextHopsInUse;
 use super::link::{Link, link_of};
 use netlink_packet_core::{
     NLM_F_ACK, NLM_F_CREATE, NLM_F_REQUEST, NetlinkBuffer, NetlinkHeader, NetlinkMessage,
@@ -15,7 +16,7 @@ use netlink_packet_route::{
     AddressFamily, RouteNetlinkMessage,
     link::LinkMessage,
     neighbour::{NeighbourAddress, NeighbourAttribute, NeighbourFlags, NeighbourMessage},
-    route::{RouteAddress, RouteAttribute, RouteMessage, RouteType, RouteVia},
+    route::{RouteAddress, RouteAttribute, RouteFlags, RouteMessage, RouteType, RouteVia},
 };
 
 /// Neighbour states whose link-layer address can be used (`NUD_VALID` in the kernel:
@@ -62,10 +63,33 @@ impl Neigh {
     }
 }
 
+/// Where a route message's route lives: its table, and whether it is a cached
+/// (`RTM_F_CLONED`) route rather than one of the routing table's own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RouteMeta {
+    /// RTA_TABLE, or the header's 8-bit table when the attribute is absent
+    pub table: u32,
+    pub cloned: bool,
+}
+
+/// The kernel's local table: the host's own addresses (local, broadcast, anycast).
+pub const RT_TABLE_LOCAL: u32 = 255;
+
+impl RouteMeta {
+    /// Can a change of this route move a next hop? Not a cached clone (PMTU or
+    /// redirect exceptions, `ip route get` answers), and not a local-table route (the
+    /// edge's own addresses, never a unicast path to a pod). Every other table
+    /// counts: the resolver's `RTM_GETROUTE` follows the policy rules, which may send
+    /// it to any table.
+    pub fn can_move_next_hops(&self) -> bool {
+        !self.cloned && self.table != RT_TABLE_LOCAL
+    }
+}
+
 /// One decoded message from the kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Reply {
-    Route(Result<Route, String>),
+    Route(Result<Route, String>, RouteMeta),
     Link(Link),
     Neigh(Neigh),
     /// NLMSG_ERROR: 0 is an ACK, otherwise a negative errno.
@@ -202,6 +226,22 @@ pub fn route_of(m: &RouteMessage) -> Result<Route, String> {
     }
 }
 
+/// The table and clone flag of a route message.
+pub fn route_meta(m: &RouteMessage) -> RouteMeta {
+    let table = m
+        .attributes
+        .iter()
+        .find_map(|a| match a {
+            RouteAttribute::Table(t) => Some(*t),
+            _ => None,
+        })
+        .unwrap_or(m.header.table.into());
+    RouteMeta {
+        table,
+        cloned: m.header.flags.contains(RouteFlags::Cloned),
+    }
+}
+
 /// Fields of a neighbour message.
 pub fn neigh_of(m: &NeighbourMessage) -> Neigh {
     let mut n = Neigh {
@@ -238,15 +278,16 @@ pub fn decode(buf: &[u8]) -> Result<Vec<(u32, u16, Reply)>, String> {
             .map_err(|e| format!("netlink message type {kind}: {e}"))?;
         let reply = match msg.payload {
             NetlinkPayload::Error(e) => Error(e.raw_code()),
-            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewRoute(r)) => {
-                Reply::Route(route_of(&r))
-            }
-            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)) => {
-                Reply::Link(link_of(&l))
-            }
-            NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewNeighbour(n)) => {
-                Reply::Neigh(neigh_of(&n))
-            }
+            // the deletions decode too: the message type tells them apart
+            NetlinkPayload::InnerMessage(
+                RouteNetlinkMessage::NewRoute(r) | RouteNetlinkMessage::DelRoute(r),
+            ) => Reply::Route(route_of(&r), route_meta(&r)),
+            NetlinkPayload::InnerMessage(
+                RouteNetlinkMessage::NewLink(l) | RouteNetlinkMessage::DelLink(l),
+            ) => Reply::Link(link_of(&l)),
+            NetlinkPayload::InnerMessage(
+                RouteNetlinkMessage::NewNeighbour(n) | RouteNetlinkMessage::DelNeighbour(n),
+            ) => Reply::Neigh(neigh_of(&n)),
             _ => Reply::Other,
         };
         out.push((seq, kind, reply));
@@ -303,12 +344,21 @@ impl fmt::Display for Change {
     }
 }
 
-/// Turns notifications into the changes that matter. Neighbour notifications come
-/// for every state transition (REACHABLE -> STALE -> DELAY -> ...), mostly with the
-/// same MAC; only a change of the usable MAC of an entry is reported.
+/// Turns notifications into the changes that matter:
+///
+/// - a neighbour: only one that some backend's next hop uses (`NextHopsInUse`, kept
+///   by the resolver), and only a change of its usable MAC. Notifications come for
+///   every state transition (REACHABLE -> STALE -> DELAY -> ...), mostly with the
+///   same MAC, and for every host on the segment that the kernel learns or forgets;
+/// - a route: only one that can move a next hop (`RouteMeta::can_move_next_hops`:
+///   not a clone, not the local table);
+/// - a link: every change (the resolver's link cache must be cleared).
 #[derive(Debug, Default)]
 pub struct Filter {
+    /// the last usable MAC of every neighbour seen (in use or not, so that one that
+    /// comes into use has a known MAC)
     macs: HashMap<(u32, IpAddr), [u8; 6]>,
+    in_use: NextHopsInUse,
 }
 
 /// RTM_* message types of the notifications.
@@ -320,6 +370,13 @@ const RTM_NEWNEIGH: u16 = 28;
 const RTM_DELNEIGH: u16 = 29;
 
 impl Filter {
+    pub fn new(in_use: NextHopsInUse) -> Self {
+        Filter {
+            macs: HashMap::new(),
+            in_use,
+        }
+    }
+
     /// The change one decoded notification makes, if any.
     pub fn observe(&mut self, kind: u16, reply: &Reply) -> Option<Change> {
         match (kind, reply) {
@@ -336,15 +393,18 @@ impl Filter {
                     None => self.macs.remove(&key),
                 };
                 // an unusable entry we never saw usable (INCOMPLETE, FAILED) changes nothing
-                (old != mac && !(old.is_none() && mac.is_none())).then_some(Change::Neigh {
+                let changed = old != mac && !(old.is_none() && mac.is_none());
+                (changed && self.in_use.contains(n.ifindex, addr)).then_some(Change::Neigh {
                     ifindex: n.ifindex,
                     addr,
                     mac,
                 })
             }
-            (RTM_NEWROUTE | RTM_DELROUTE, _) => Some(Change::Route {
-                deleted: kind == RTM_DELROUTE,
-            }),
+            (RTM_NEWROUTE | RTM_DELROUTE, Reply::Route(_, meta)) => {
+                meta.can_move_next_hops().then_some(Change::Route {
+                    deleted: kind == RTM_DELROUTE,
+                })
+            }
             (RTM_NEWLINK | RTM_DELLINK, Reply::Link(l)) => Some(Change::Link {
                 ifindex: l.index,
                 deleted: kind == RTM_DELLINK,
@@ -430,7 +490,7 @@ mod tests {
         let r = roundtrip(gw, 5);
         assert_eq!(r[0].0, 5);
         assert_eq!(r[0].1, RTM_NEWROUTE);
-        let Reply::Route(Ok(route)) = r[0].2 else {
+        let Reply::Route(Ok(route), _) = r[0].2 else {
             panic!("{r:?}")
         };
         assert_eq!(
@@ -443,7 +503,7 @@ mod tests {
         assert_eq!(route.next_hop(ip("10.2.0.5")), ip("10.0.0.1"));
 
         let onlink = route_msg(RouteType::Unicast, vec![RouteAttribute::Oif(4)]);
-        let Reply::Route(Ok(route)) = roundtrip(onlink, 1)[0].2 else {
+        let Reply::Route(Ok(route), _) = roundtrip(onlink, 1)[0].2 else {
             panic!()
         };
         assert_eq!(route.gateway, None);
@@ -457,15 +517,15 @@ mod tests {
                 RouteAttribute::Via(RouteVia::Inet6("fe80::1".parse().unwrap())),
             ],
         );
-        let Reply::Route(Ok(route)) = roundtrip(via, 1)[0].2 else {
+        let Reply::Route(Ok(route), _) = roundtrip(via, 1)[0].2 else {
             panic!()
         };
         assert_eq!(route.gateway, Some(ip("fe80::1")));
 
         let local = route_msg(RouteType::Local, vec![RouteAttribute::Oif(1)]);
-        assert!(matches!(roundtrip(local, 1)[0].2, Reply::Route(Err(_))));
+        assert!(matches!(roundtrip(local, 1)[0].2, Reply::Route(Err(_), _)));
         let no_oif = route_msg(RouteType::Unicast, vec![]);
-        assert!(matches!(roundtrip(no_oif, 1)[0].2, Reply::Route(Err(_))));
+        assert!(matches!(roundtrip(no_oif, 1)[0].2, Reply::Route(Err(_), _)));
     }
 
     #[test]
@@ -541,17 +601,31 @@ mod tests {
         assert_eq!((link.index, link.mac), (7, None));
     }
 
+    /// A filter whose in-use set holds (ifindex 3, 10.0.0.1), as if a backend's last
+    /// resolve had gone through that neighbour.
+    fn filter_using_10_0_0_1() -> (Filter, NextHopsInUse) {
+        let in_use = NextHopsInUse::default();
+        in_use.record(
+            ip("10.2.0.5"),
+            Some((3, ip("10.0.0.1"))),
+            std::time::Instant::now(),
+        );
+        (Filter::new(in_use.clone()), in_use)
+    }
+
+    fn neigh(ifindex: u32, addr: &str, state: u16, mac: Option<[u8; 6]>) -> Reply {
+        Reply::Neigh(Neigh {
+            ifindex,
+            addr: Some(ip(addr)),
+            state,
+            lladdr: mac,
+        })
+    }
+
     #[test]
     fn filter_reports_only_mac_changes() {
-        let mut f = Filter::default();
-        let n = |state, mac| {
-            Reply::Neigh(Neigh {
-                ifindex: 3,
-                addr: Some(ip("10.0.0.1")),
-                state,
-                lladdr: mac,
-            })
-        };
+        let (mut f, _) = filter_using_10_0_0_1();
+        let n = |state, mac| neigh(3, "10.0.0.1", state, mac);
         let a = Some([2, 0, 0, 0, 0, 1]);
         let b = Some([2, 0, 0, 0, 0, 2]);
         assert_eq!(
@@ -586,10 +660,6 @@ mod tests {
         assert!(f.observe(RTM_NEWNEIGH, &n(0x02, b)).is_some());
         assert!(f.observe(RTM_DELNEIGH, &n(0x02, b)).is_some(), "deleted");
         assert_eq!(
-            f.observe(RTM_DELROUTE, &Reply::Other),
-            Some(Change::Route { deleted: true })
-        );
-        assert_eq!(
             f.observe(
                 RTM_NEWLINK,
                 &Reply::Link(Link {
@@ -598,6 +668,7 @@ mod tests {
                     mac: None,
                     kind: None,
                     parent: None,
+                    link_netnsid: None,
                     vlan: None
                 })
             ),
@@ -615,6 +686,142 @@ mod tests {
             }
             .to_string(),
             "neigh 10.0.0.1 if3 -> 02:00:00:00:00:01"
+        );
+    }
+
+    #[test]
+    fn filter_ignores_neighbours_no_next_hop_uses() {
+        let (mut f, in_use) = filter_using_10_0_0_1();
+        let a = Some([2, 0, 0, 0, 0, 1]);
+        let b = Some([2, 0, 0, 0, 0, 2]);
+        // another host on the segment: learned, changed, aged out, deleted
+        for (kind, state, mac) in [
+            (RTM_NEWNEIGH, 0x02, a),
+            (RTM_NEWNEIGH, 0x02, b),
+            (RTM_NEWNEIGH, 0x20, None),
+            (RTM_NEWNEIGH, 0x02, a),
+            (RTM_DELNEIGH, 0x02, a),
+        ] {
+            let r = neigh(3, "10.0.0.77", state, mac);
+            assert_eq!(f.observe(kind, &r), None, "{r:?}");
+        }
+        // the used address, but on another interface
+        assert_eq!(
+            f.observe(RTM_NEWNEIGH, &neigh(4, "10.0.0.1", 0x02, a)),
+            None
+        );
+        // a backend comes to use 10.0.0.77 (e.g. its resolve started the resolution):
+        // the neighbour resolving is a change now
+        in_use.record(
+            ip("10.2.0.6"),
+            Some((3, ip("10.0.0.77"))),
+            std::time::Instant::now(),
+        );
+        assert_eq!(
+            f.observe(RTM_NEWNEIGH, &neigh(3, "10.0.0.77", 0x02, b)),
+            Some(Change::Neigh {
+                ifindex: 3,
+                addr: ip("10.0.0.77"),
+                mac: b
+            })
+        );
+        // and it stops mattering once no backend uses it
+        in_use.record(ip("10.2.0.6"), None, std::time::Instant::now());
+        assert_eq!(
+            f.observe(RTM_NEWNEIGH, &neigh(3, "10.0.0.77", 0x02, a)),
+            None
+        );
+    }
+
+    /// A route notification as the kernel sends it, through the decoder.
+    fn route_note(kind: u16, table: u8, rta_table: Option<u32>, cloned: bool) -> (u16, Reply) {
+        let mut m = RouteMessage::default();
+        m.header.address_family = AddressFamily::Inet;
+        m.header.kind = RouteType::Unicast;
+        m.header.table = table;
+        if cloned {
+            m.header.flags = RouteFlags::Cloned;
+        }
+        if let Some(t) = rta_table {
+            m.attributes.push(RouteAttribute::Table(t));
+        }
+        m.attributes.push(RouteAttribute::Oif(3));
+        let msg = if kind == RTM_DELROUTE {
+            RouteNetlinkMessage::DelRoute(m)
+        } else {
+            RouteNetlinkMessage::NewRoute(m)
+        };
+        let mut d = roundtrip(msg, 0);
+        let (_, k, r) = d.remove(0);
+        assert_eq!(k, kind);
+        (k, r)
+    }
+
+    #[test]
+    fn filter_reports_routes_of_routing_tables_only() {
+        let mut f = Filter::default();
+        let route = |deleted| Some(Change::Route { deleted });
+        for (kind, table, rta, cloned, want, what) in [
+            (RTM_NEWROUTE, 254, Some(254), false, route(false), "main"),
+            (
+                RTM_DELROUTE,
+                254,
+                Some(254),
+                false,
+                route(true),
+                "main, deleted",
+            ),
+            (
+                RTM_NEWROUTE,
+                254,
+                None,
+                false,
+                route(false),
+                "main, no RTA_TABLE",
+            ),
+            (
+                RTM_NEWROUTE,
+                252,
+                Some(1000),
+                false,
+                route(false),
+                "policy table 1000",
+            ),
+            (RTM_NEWROUTE, 255, Some(255), false, None, "local table"),
+            (RTM_DELROUTE, 255, None, false, None, "local table, deleted"),
+            (RTM_NEWROUTE, 254, Some(254), true, None, "cloned (cached)"),
+        ] {
+            let (k, r) = route_note(kind, table, rta, cloned);
+            assert_eq!(f.observe(k, &r), want, "{what}");
+        }
+    }
+
+    #[test]
+    fn deletions_decode_like_additions() {
+        let (k, r) = route_note(RTM_DELROUTE, 254, None, false);
+        assert_eq!(k, RTM_DELROUTE);
+        assert!(
+            matches!(r, Reply::Route(Ok(Route { oif: 3, .. }), _)),
+            "{r:?}"
+        );
+        let mut n = NeighbourMessage::default();
+        n.header.family = AddressFamily::Inet;
+        n.header.ifindex = 3;
+        n.attributes = vec![NeighbourAttribute::Destination(neigh_addr(ip("10.0.0.1")))];
+        let d = roundtrip(RouteNetlinkMessage::DelNeighbour(n), 0);
+        assert_eq!(d[0].1, RTM_DELNEIGH);
+        assert!(matches!(&d[0].2, Reply::Neigh(x) if x.addr == Some(ip("10.0.0.1"))));
+        let mut l = LinkMessage::default();
+        l.header.index = 9;
+        let d = roundtrip(RouteNetlinkMessage::DelLink(l), 0);
+        assert_eq!(d[0].1, RTM_DELLINK);
+        let mut f = Filter::default();
+        assert_eq!(
+            f.observe(d[0].1, &d[0].2),
+            Some(Change::Link {
+                ifindex: 9,
+                deleted: true
+            })
         );
     }
 

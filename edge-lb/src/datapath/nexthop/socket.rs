@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use netlink_sys::{Socket, protocols::NETLINK_ROUTE};
 
+use super::in_use::NextHopsInUse;
 use super::rtnl::{self, Change, Filter, Reply};
 
 /// How long one request waits for the kernel's answer.
@@ -223,6 +224,7 @@ pub struct Subscription {
     filter: Filter,
     /// where it was opened, to reopen it there after a socket error
     netns: Option<String>,
+    in_use: NextHopsInUse,
 }
 
 /// First and longest wait before reopening a failed subscription socket.
@@ -296,7 +298,10 @@ fn sleep_unless_stopped(stop: &AtomicBool, d: Duration) -> bool {
 }
 
 impl Subscription {
-    pub fn open(netns: Option<&str>) -> Result<Self, NetlinkError> {
+    /// Subscribes in `netns` (or the caller's namespace). Neighbour changes are
+    /// reported only for the neighbours in `in_use` (`KernelResolver::next_hops_in_use`
+    /// of the resolver whose answers the changes should refresh).
+    pub fn open(netns: Option<&str>, in_use: NextHopsInUse) -> Result<Self, NetlinkError> {
         let sock = open(netns)?;
         for g in [
             libc::RTNLGRP_LINK,
@@ -311,8 +316,9 @@ impl Subscription {
         Ok(Subscription {
             sock,
             buf: Vec::with_capacity(64 << 10),
-            filter: Filter::default(),
+            filter: Filter::new(in_use.clone()),
             netns: netns.map(String::from),
+            in_use,
         })
     }
 
@@ -326,7 +332,9 @@ impl Subscription {
             Err(e)
                 if matches!(
                     e.kind(),
-                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut | io::ErrorKind::Interrupted
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
                 ) =>
             {
                 return Ok(Vec::new());
@@ -369,7 +377,7 @@ impl Subscription {
     }
 
     fn run(self, stop: &AtomicBool, on_change: impl Fn(&[Change])) {
-        let netns = self.netns.clone();
+        let (netns, in_use) = (self.netns.clone(), self.in_use.clone());
         let mut sub = Some(self);
         let mut backoff = Backoff::new();
         let mut warn = RateLimit::new(WARN_EVERY);
@@ -378,7 +386,7 @@ impl Subscription {
                 if !sleep_unless_stopped(stop, backoff.next_delay()) {
                     break;
                 }
-                match Subscription::open(netns.as_deref()) {
+                match Subscription::open(netns.as_deref(), in_use.clone()) {
                     Ok(s) => {
                         // the backoff is reset by the first good receive, not
                         // here: a socket that fails on every receive keeps
