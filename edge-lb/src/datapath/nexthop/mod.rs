@@ -276,13 +276,14 @@ impl KernelResolver {
         self.in_use.clone()
     }
 
-    /// Resolves `addr`; sets `used` to the neighbour it goes through as soon as the
-    /// route names one (also when the neighbour then turns out unresolved).
+    /// Resolves `addr`. As soon as the route names the neighbour it goes through, that
+    /// neighbour is recorded in use (and `*recorded` set), before any wait for it: if
+    /// it resolves meanwhile, or after the wait gave up, its notification must count.
     fn resolve_with(
         &self,
         inner: &mut Inner,
         addr: IpAddr,
-        used: &mut Option<in_use::NeighKey>,
+        recorded: &mut bool,
     ) -> Result<NextHop, NetlinkOrRoute> {
         let conn = match &mut inner.conn {
             Some(c) => c,
@@ -298,7 +299,9 @@ impl KernelResolver {
             }
         };
         let nh = route.next_hop(addr);
-        *used = Some((route.oif, nh));
+        self.in_use
+            .record(addr, Some((route.oif, nh)), Instant::now());
+        *recorded = true;
         let out = match self.links.get(route.oif) {
             Cached::Hit(e) => e,
             Cached::Miss(generation) => {
@@ -424,9 +427,12 @@ impl From<NetlinkError> for NetlinkOrRoute {
 impl Resolver for KernelResolver {
     fn resolve(&self, addr: IpAddr) -> Result<NextHop, Error> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let mut used = None;
-        let result = self.resolve_with(&mut inner, addr, &mut used);
-        self.in_use.record(addr, used, Instant::now());
+        let mut recorded = false;
+        let result = self.resolve_with(&mut inner, addr, &mut recorded);
+        if !recorded {
+            // no route (or no answer): this backend uses no neighbour now
+            self.in_use.record(addr, None, Instant::now());
+        }
         match result {
             Ok(nh) => {
                 let old = inner.last.insert(addr, nh);
