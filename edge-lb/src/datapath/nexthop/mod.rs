@@ -44,6 +44,7 @@
 //! The message encoding and the meaning of the kernel's answers are pure (`rtnl`,
 //! tested without root); the sockets are in `socket`.
 
+mod filter;
 mod in_use;
 mod link;
 mod rtnl;
@@ -56,8 +57,9 @@ use std::{
     time::{Duration, Instant},
 };
 
+pub use filter::Change;
 pub use in_use::NextHopsInUse;
-pub use rtnl::{Change, Neigh, Route};
+pub use rtnl::{Neigh, Route};
 pub use socket::{NetlinkError, Subscription, Watch};
 
 use super::Error;

@@ -14,8 +14,9 @@ use std::time::{Duration, Instant};
 
 use netlink_sys::{Socket, protocols::NETLINK_ROUTE};
 
+use super::filter::{Change, Filter};
 use super::in_use::NextHopsInUse;
-use super::rtnl::{self, Change, Filter, Reply};
+use super::rtnl::{self, Reply};
 
 /// How long one request waits for the kernel's answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
