@@ -9,7 +9,8 @@
 //!    until `LinkCache::clear`, which the agent calls on link notifications). A VLAN
 //!    device (kind "vlan") resolves to its parent's ifindex, the port XDP runs on,
 //!    plus its VLAN id and protocol; the source MAC stays the VLAN device's. A VLAN
-//!    on anything but a physical or veth port is a resolve error (see `link`);
+//!    on another VLAN, or on a device in another network namespace
+//!    (`IFLA_LINK_NETNSID`), is a resolve error naming it (see `link`);
 //! 3. `RTM_GETNEIGH` for (interface, next hop): its MAC if the entry is in a usable
 //!    state (REACHABLE, STALE, DELAY, PROBE, PERMANENT, NOARP).
 //!
