@@ -8,7 +8,9 @@
 //! source MAC stays the VLAN device's own. One level only: a VLAN on a VLAN (QinQ
 //! stack) is refused with the devices' names, since the XDP program pushes one
 //! tag. The parent may be any other port XDP can run on: a NIC, a veth, a bond
-//! (the usual bare-metal trunk), ...
+//! (the usual bare-metal trunk), ... but not a device of another network namespace:
+//! then the kernel adds IFLA_LINK_NETNSID and IFLA_LINK is an index over there, which
+//! names an unrelated device (or none) here, so such a VLAN is refused by name.
 
 use netlink_packet_route::link::{
     InfoData, InfoKind, InfoVlan, LinkAttribute, LinkInfo, LinkMessage, VlanProtocol as NlVlan,
