@@ -35,15 +35,12 @@ fn load(pin: Option<&BpfFs>) -> Option<XdpDatapath> {
         fib_fallback: false,
         object: objects::XDP_LB,
     };
-    let resolver = StaticResolver {
-        default: Some(NextHop {
-            ifindex: 0,
-            smac: [2, 0, 0, 0, 0, 1],
-            dmac: [2, 0, 0, 0, 0, 2],
-            vlan: None,
-        }),
-        ..Default::default()
-    };
+    let resolver = StaticResolver::everywhere(NextHop {
+        ifindex: 0,
+        smac: [2, 0, 0, 0, 0, 1],
+        dmac: [2, 0, 0, 0, 0, 2],
+        vlan: None,
+    });
     Some(XdpDatapath::load(&opts, Box::new(resolver)).expect("loading xdp_lb.o"))
 }
 

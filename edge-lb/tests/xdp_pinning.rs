@@ -32,15 +32,12 @@ fn opts(pin: &std::path::Path) -> XdpOptions {
 }
 
 fn resolver() -> Box<StaticResolver> {
-    Box::new(StaticResolver {
-        default: Some(NextHop {
-            ifindex: 0,
-            smac: [2, 0, 0, 0, 0, 1],
-            dmac: [2, 0, 0, 0, 0, 2],
-            vlan: None,
-        }),
-        ..Default::default()
-    })
+    Box::new(StaticResolver::everywhere(NextHop {
+        ifindex: 0,
+        smac: [2, 0, 0, 0, 0, 1],
+        dmac: [2, 0, 0, 0, 0, 2],
+        vlan: None,
+    }))
 }
 
 fn desired() -> DesiredState {

@@ -45,10 +45,7 @@ fn load_object(nh: NextHop, object: &'static [u8]) -> Option<XdpDatapath> {
         fib_fallback: false,
         object,
     };
-    let resolver = StaticResolver {
-        default: Some(nh),
-        ..Default::default()
-    };
+    let resolver = StaticResolver::everywhere(nh);
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).expect("loading xdp_lb.o");
     let v = Vip {
         addr: ip("10.100.0.7"),

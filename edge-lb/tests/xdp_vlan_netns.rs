@@ -117,10 +117,7 @@ fn xdp_tx_puts_the_next_hops_vlan_tag_on_the_wire_pushed_or_rewritten() {
         fib_fallback: false,
         object: objects::XDP_LB,
     };
-    let resolver = StaticResolver {
-        default: Some(nh),
-        ..Default::default()
-    };
+    let resolver = StaticResolver::everywhere(nh);
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();
     let vip = Vip {
         addr: ip("10.100.0.7"),

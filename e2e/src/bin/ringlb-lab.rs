@@ -85,6 +85,15 @@ struct Printer {
 }
 
 impl Printer {
+    /// A step counter for `total` steps, its clock started now.
+    fn new(total: usize) -> Self {
+        Self {
+            n: 0,
+            total,
+            start: Instant::now(),
+        }
+    }
+
     fn step(&mut self, title: &str) {
         self.n += 1;
         println!(
@@ -435,11 +444,7 @@ fn main() -> anyhow::Result<()> {
             }
             let (p2, d2) = (prefix.clone(), dir.clone());
             with_teardown_on_signal(prefix, dir, move || {
-                let mut p = Printer {
-                    n: 0,
-                    total: 8,
-                    start: Instant::now(),
-                };
+                let mut p = Printer::new(8);
                 let result = bring_up(&p2, &d2, &mut p).and_then(|r| {
                     p.step(&format!("bench: {services} Services, one after the other"));
                     let tor = r.topo.ns("tor");
@@ -483,11 +488,7 @@ fn main() -> anyhow::Result<()> {
             }
             let (p2, d2) = (prefix.clone(), dir.clone());
             with_teardown_on_signal(prefix, dir, move || {
-                let mut p = Printer {
-                    n: 0,
-                    total: 10,
-                    start: Instant::now(),
-                };
+                let mut p = Printer::new(10);
                 let result = bring_up(&p2, &d2, &mut p).and_then(|mut r| {
                     let res =
                         traffic(&mut r, requests, &mut p).and_then(|()| failover(&mut r, &mut p));
@@ -526,11 +527,7 @@ fn main() -> anyhow::Result<()> {
             }
             let (p2, d2) = (prefix.clone(), dir.clone());
             with_teardown_on_signal(prefix, dir, move || {
-                let mut p = Printer {
-                    n: 0,
-                    total: 7,
-                    start: Instant::now(),
-                };
+                let mut p = Printer::new(7);
                 let mut r = match bring_up(&p2, &d2, &mut p) {
                     Ok(r) => r,
                     Err(e) => {

@@ -234,8 +234,8 @@ impl Birdc {
         }
     }
 
-    /// Run a command; read until a line contains `expect`.
-    fn cmd(&mut self, cmd: &str, expect: &str) -> anyhow::Result<()> {
+    /// Run a command; read until a line satisfies `done`, and return that line.
+    fn ask(&mut self, cmd: &str, done: impl Fn(&str) -> bool) -> anyhow::Result<String> {
         writeln!(self.stdin, "{cmd}")?;
         self.stdin.flush()?;
         let mut line = String::new();
@@ -244,10 +244,15 @@ impl Birdc {
             if self.out.read_line(&mut line)? == 0 {
                 bail!("birdc exited");
             }
-            if line.contains(expect) {
-                return Ok(());
+            if done(&line) {
+                return Ok(line);
             }
         }
+    }
+
+    /// Run a command; read until a line contains `expect`.
+    fn cmd(&mut self, cmd: &str, expect: &str) -> anyhow::Result<()> {
+        self.ask(cmd, |l| l.contains(expect)).map(drop)
     }
 
     /// Poll until protocol `p` is Established; returns when it was seen.
@@ -265,18 +270,8 @@ impl Birdc {
     }
 
     fn established(&mut self, p: &str) -> anyhow::Result<bool> {
-        writeln!(self.stdin, "show protocols {p}")?;
-        self.stdin.flush()?;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if self.out.read_line(&mut line)? == 0 {
-                bail!("birdc exited");
-            }
-            if line.starts_with(p) {
-                return Ok(line.contains("Established"));
-            }
-        }
+        let line = self.ask(&format!("show protocols {p}"), |l| l.starts_with(p))?;
+        Ok(line.contains("Established"))
     }
 }
 

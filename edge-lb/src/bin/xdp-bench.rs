@@ -78,15 +78,12 @@ const XDP_PASS: u32 = 2;
 const XDP_TX: u32 = 3;
 
 fn resolver() -> Box<StaticResolver> {
-    Box::new(StaticResolver {
-        default: Some(NextHop {
-            ifindex: 0,
-            smac: [2, 0, 0, 0, 0, 1],
-            dmac: [2, 0, 0, 0, 0, 2],
-            vlan: None,
-        }),
-        ..Default::default()
-    })
+    Box::new(StaticResolver::everywhere(NextHop {
+        ifindex: 0,
+        smac: [2, 0, 0, 0, 0, 1],
+        dmac: [2, 0, 0, 0, 0, 2],
+        vlan: None,
+    }))
 }
 
 fn vip_addr(i: u32) -> IpAddr {

@@ -79,10 +79,7 @@ pub fn load(mtu: u32, src6: bool) -> Option<XdpDatapath> {
         eprintln!("SKIP: xdp fixtures need root to load BPF programs (CI runs as root)");
         return None;
     }
-    let resolver = StaticResolver {
-        default: Some(NH),
-        ..Default::default()
-    };
+    let resolver = StaticResolver::everywhere(NH);
     Some(XdpDatapath::load(&opts(mtu, src6), Box::new(resolver)).expect("loading xdp_lb.o"))
 }
 

@@ -135,6 +135,16 @@ pub struct StaticResolver {
     pub per_addr: BTreeMap<IpAddr, NextHop>,
 }
 
+impl StaticResolver {
+    /// Every backend on `nh`.
+    pub fn everywhere(nh: NextHop) -> Self {
+        Self {
+            default: Some(nh),
+            ..Self::default()
+        }
+    }
+}
+
 impl Resolver for StaticResolver {
     fn resolve(&self, addr: IpAddr) -> Result<NextHop, Error> {
         self.per_addr
