@@ -1,0 +1,13 @@
+//go:build tools
+
+// Package tools pins the upstream main packages that scripts/build-k8s.sh builds:
+// upstream's own cmd/ mains, unchanged, at the versions go.mod pins.
+package tools
+
+import (
+	_ "go.etcd.io/etcd/server/v3"
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Builds the test control plane -- etcd, kube-apiserver, kube-controller-manager,
+# kube-scheduler and kubectl -- from their upstream Go modules at the versions pinned
+# in e2e/controlplane/go/go.mod, into one folder the tests find (docs/controlplane.md).
+#
+# Like envtest: if RINGLB_K8S_ASSETS or KUBEBUILDER_ASSETS names a folder that already
+# holds the programs, nothing is built. Otherwise the output goes to
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/k8s-<version>/
+# and is reused while it is complete (a stamp file records the go.mod/go.sum it came
+# from). Prints the folder on its last line.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MOD=e2e/controlplane/go
+PROGS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+
+have_all() {
+  local d=$1
+  for p in "${PROGS[@]}"; do [ -x "$d/$p" ] || return 1; done
+}
+
+for var in RINGLB_K8S_ASSETS KUBEBUILDER_ASSETS; do
+  dir=${!var:-}
+  if [ -n "$dir" ]; then
+    if have_all "$dir"; then
+      echo "build-k8s: using $var=$dir (nothing built)" >&2
+      echo "$dir"
+      exit 0
+    fi
+    echo "build-k8s: $var=$dir lacks one of ${PROGS[*]}; building into the cache instead" >&2
+  fi
+done
+
+version=$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$MOD/go.mod")
+out=${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/k8s-$version
+stamp=$(cat "$MOD/go.mod" "$MOD/go.sum" | sha256sum | cut -c1-16)
+if have_all "$out" && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
+  echo "build-k8s: $out is current ($version)" >&2
+  echo "$out"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "build-k8s: Go is not installed (need Go >= 1.24)" >&2; exit 1; }
+mkdir -p "$out"
+echo "build-k8s: building Kubernetes $version control plane into $out (first time: ~10-15 min on 2 cores)" >&2
+start=$(date +%s)
+cd "$MOD"
+export GOFLAGS=-mod=mod
+build() { go build -trimpath -ldflags "-s -w" -o "$out/$1" "$2"; }
+build etcd go.etcd.io/etcd/server/v3
+build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
+build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
+build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
+build kubectl k8s.io/kubernetes/cmd/kubectl
+echo "$stamp" > "$out/.stamp"
+echo "build-k8s: built in $(( $(date +%s) - start )) s" >&2
+echo "$out"
