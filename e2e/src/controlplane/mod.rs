@@ -24,7 +24,7 @@ mod etcd;
 mod manifests;
 mod pki;
 
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -101,6 +101,9 @@ pub struct Options {
     pub watch_cache: bool,
     /// Extra kube-apiserver flags.
     pub apiserver_args: Vec<String>,
+    /// Extra IP SANs of the serving certificate: addresses at which clients outside
+    /// the host's loopback reach the API server (a lab namespace's bridge).
+    pub extra_sans: Vec<IpAddr>,
 }
 
 impl Default for Options {
@@ -112,6 +115,7 @@ impl Default for Options {
             install_crds: true,
             watch_cache: true,
             apiserver_args: Vec::new(),
+            extra_sans: Vec::new(),
         }
     }
 }
@@ -151,7 +155,7 @@ impl ControlPlane {
             random_suffix()
         ));
         std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
-        let pki = Pki::write(&dir)?;
+        let pki = Pki::write(&dir, &opts.extra_sans)?;
         let tokens = Tokens::new();
         let token_file = dir.join("tokens.csv");
         std::fs::write(&token_file, tokens.csv())

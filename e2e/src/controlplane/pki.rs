@@ -3,6 +3,7 @@
 //! signing key pair. Clients authenticate with bearer tokens (a static token file for
 //! the admin and kube-controller-manager, TokenRequest for ServiceAccounts).
 
+use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, SanType};
@@ -21,7 +22,8 @@ pub struct Pki {
 
 impl Pki {
     /// Generates everything (ECDSA P-256) into `dir`.
-    pub fn write(dir: &Path) -> Result<Pki, Error> {
+    /// `extra_ips` are added to the serving certificate's SANs (a lab's bridge address).
+    pub fn write(dir: &Path, extra_ips: &[IpAddr]) -> Result<Pki, Error> {
         let rc = |e: rcgen::Error| Error::Pki(e.to_string());
         let ca_key = KeyPair::generate().map_err(rc)?;
         let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(rc)?;
@@ -39,6 +41,9 @@ impl Pki {
         .map_err(rc)?;
         srv.subject_alt_names
             .push(SanType::IpAddress([127, 0, 0, 1].into()));
+        for ip in extra_ips {
+            srv.subject_alt_names.push(SanType::IpAddress(*ip));
+        }
         srv.distinguished_name
             .push(DnType::CommonName, "kube-apiserver");
         let srv_cert = srv.signed_by(&srv_key, &ca_cert, &ca_key).map_err(rc)?;
