@@ -1,4 +1,4 @@
-//! The real controller binary against the API simulator: the everyday paths.
+//! The real controller binary against a real kube-apiserver: the everyday paths.
 
 mod common;
 
@@ -9,10 +9,10 @@ use serde_json::json;
 
 #[tokio::test]
 async fn create_gets_vip_within_one_second_and_delete_frees_it() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/30"], |_| {}).await;
-    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     // Let the controller come up (first reconcile proves it).
     create_svc(&client, &lb_service("warmup", 80, json!({}))).await;
     assert_eq!(
@@ -66,10 +66,10 @@ async fn create_gets_vip_within_one_second_and_delete_frees_it() {
 
 #[tokio::test]
 async fn requested_ip_and_refusals() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
-    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    let _ctrl = Ctrl::start(&cluster, "c1", &[]);
 
     create_svc(
         &client,
@@ -170,11 +170,11 @@ async fn requested_ip_and_refusals() {
 
 #[tokio::test]
 async fn sharing_and_dual_stack() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "v4", &["192.0.2.0/24"], |_| {}).await;
     create_pool(&client, "v6", &["2001:db8::/64"], |_| {}).await;
-    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    let _ctrl = Ctrl::start(&cluster, "c1", &[]);
 
     let shared = |name: &str, port: i32, key: &str| {
         lb_service(
@@ -261,10 +261,10 @@ async fn sharing_and_dual_stack() {
 
 #[tokio::test]
 async fn exhausted_pool_then_new_pool_allocates_without_touching_the_service() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "tiny", &["192.0.2.10/32"], |_| {}).await;
-    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     create_svc(&client, &lb_service("first", 80, json!({}))).await;
     wait_ips(&client, "first", Duration::from_secs(20)).await;
     create_svc(&client, &lb_service("second", 80, json!({}))).await;
@@ -341,10 +341,10 @@ async fn exhausted_pool_then_new_pool_allocates_without_touching_the_service() {
 
 #[tokio::test]
 async fn class_and_type_changes() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/30"], |_| {}).await;
-    let _ctrl = Ctrl::start(&sim, "c1", &["--default-class=false"]);
+    let _ctrl = Ctrl::start(&cluster, "c1", &["--default-class=false"]);
     create_svc(
         &client,
         &lb_service(
@@ -410,8 +410,8 @@ async fn namespace_and_service_selectors_pick_the_pool() {
     use kube::Api;
     use kube::api::PostParams;
 
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     let ns: Namespace =
         serde_json::from_value(json!({"metadata": {"name": "prod", "labels": {"tier": "gold"}}}))
             .unwrap();
@@ -436,7 +436,7 @@ async fn namespace_and_service_selectors_pick_the_pool() {
     })
     .await;
     create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
-    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    let _ctrl = Ctrl::start(&cluster, "c1", &[]);
 
     let mut in_prod = lb_service("api", 80, json!({}));
     in_prod.metadata.namespace = Some("prod".into());
@@ -468,11 +468,11 @@ async fn namespace_and_service_selectors_pick_the_pool() {
 
 #[tokio::test]
 async fn pool_status_shows_overlaps_and_usage() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "wide", &["192.0.2.0/24", "2001:db8::/64"], |_| {}).await;
     create_pool(&client, "narrow", &["192.0.2.128/25"], |_| {}).await;
-    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     create_svc(
         &client,
         &lb_service(
@@ -546,10 +546,10 @@ async fn pool_status_shows_overlaps_and_usage() {
 async fn terminating_service_keeps_its_vip_until_it_is_gone() {
     use k8s_openapi::api::core::v1::Service;
     use kube::api::{Api, DeleteParams, Patch, PatchParams};
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
-    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     let want = json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": "192.0.2.50"}}});
     let mut held = lb_service("held", 80, want.clone());
     held.metadata.finalizers = Some(vec!["example.com/hold".into()]);

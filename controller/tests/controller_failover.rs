@@ -1,4 +1,4 @@
-//! The real controller binary against the API simulator: restarts, leader changes,
+//! The real controller binary against a real kube-apiserver: restarts, leader changes,
 //! lost watches and 410 Gone, and the rebuild before the first allocation.
 
 mod common;
@@ -71,10 +71,10 @@ async fn wait_all_allocated(
 
 #[tokio::test]
 async fn restart_with_1000_services_changes_no_vip() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["10.0.0.0/16"], |_| {}).await;
-    let mut c1 = Ctrl::start(&sim, "c1", &[]);
+    let mut c1 = Ctrl::start(&cluster, "c1", &[]);
     let t0 = Instant::now();
     create_many(&client, 1000).await;
     let before = wait_all_allocated(&client, 1000, Duration::from_secs(60)).await;
@@ -100,7 +100,7 @@ async fn restart_with_1000_services_changes_no_vip() {
         .await
         .unwrap();
     let t1 = Instant::now();
-    let c2 = Ctrl::start(&sim, "c2", &[]);
+    let c2 = Ctrl::start(&cluster, "c2", &[]);
     create_svc(&client, &lb_service("after-restart", 80, json!({}))).await;
     let new_ip = wait_ips(&client, "after-restart", Duration::from_secs(20)).await;
     eprintln!("successor allocating {:?} after the crash", t1.elapsed());
@@ -139,8 +139,8 @@ async fn restart_with_1000_services_changes_no_vip() {
 
 #[tokio::test]
 async fn rebuild_reports_conflicts_and_touches_neither_service() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
     // Two Services whose statuses (as some earlier, broken writer left them) hold
     // one address without a legal share.
@@ -153,7 +153,7 @@ async fn rebuild_reports_conflicts_and_touches_neither_service() {
             .unwrap();
         tokio::time::sleep(Duration::from_millis(1100)).await; // distinct creationTimestamps
     }
-    let ctrl = Ctrl::start(&sim, "c1", &[]);
+    let ctrl = Ctrl::start(&cluster, "c1", &[]);
     wait_for(
         Duration::from_secs(20),
         "IPConflict Warning on newer",
@@ -208,7 +208,7 @@ async fn rebuild_reports_conflicts_and_touches_neither_service() {
 }
 
 async fn lease_holder(client: &kube::Client) -> Option<String> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let api: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NS);
     api.get_opt("ringlb-controller")
         .await
         .ok()??
@@ -231,11 +231,11 @@ async fn allocation_reporters(client: &kube::Client) -> Vec<String> {
 
 #[tokio::test]
 async fn two_replicas_one_writer_and_failover() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
-    let mut a = Ctrl::start(&sim, "replica-a", &[]);
-    let mut b = Ctrl::start(&sim, "replica-b", &[]);
+    let mut a = Ctrl::start(&cluster, "replica-a", &[]);
+    let mut b = Ctrl::start(&cluster, "replica-b", &[]);
     let leader = wait_for(Duration::from_secs(20), "a Lease holder", || {
         lease_holder(&client)
     })
@@ -303,49 +303,134 @@ async fn two_replicas_one_writer_and_failover() {
     assert_eq!(lease_holder(&client).await, None);
 }
 
+/// kube-apiserver restarted (every watch cut), then etcd compacted while the
+/// controller was not looking: it re-watches, gets 410 Gone for its old
+/// resourceVersion, relists, and notices a Service deleted in the meantime, whose
+/// address it frees for reuse.
 #[tokio::test]
-async fn dropped_watches_and_410_recover() {
-    let sim = sim().await;
-    let client = sim.client().await;
+async fn apiserver_restart_and_410_gone_recover() {
+    // Without the watch cache the API server watches etcd directly, so it is etcd's
+    // compaction that answers the stale resourceVersion with 410.
+    let mut cluster = cluster_with(ringlb_e2e::controlplane::Options {
+        controller_manager: false,
+        watch_cache: false,
+        ..Default::default()
+    })
+    .await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/29"], |_| {}).await;
-    let _ctrl = Ctrl::start(&sim, "c1", &[]);
+    let mut ctrl = Ctrl::start(
+        &cluster,
+        "c1",
+        &[
+            "--leader-elect=false",
+            "--log-level",
+            "info,kube=warn,kube_runtime=debug",
+        ],
+    );
     create_svc(&client, &lb_service("one", 80, json!({}))).await;
     let one = wait_ips(&client, "one", Duration::from_secs(20)).await;
 
-    // Watches dropped: the controller re-watches and keeps going.
-    sim.faults().drop_watches();
+    // 1. The API server dies and comes back: watches are cut, the controller
+    //    re-watches and keeps allocating.
+    cluster
+        .cp
+        .restart_apiserver()
+        .await
+        .expect("kube-apiserver restarts");
+    let client = cluster.client().await;
     create_svc(&client, &lb_service("two", 80, json!({}))).await;
-    wait_ips(&client, "two", Duration::from_secs(5)).await;
-    assert!(sim.faults().dropped_watches() > 0);
+    wait_ips(&client, "two", Duration::from_secs(20)).await;
 
-    // History compacted and watches dropped: re-watching from the old
-    // resourceVersion gets 410 Gone, the controller relists. A Service deleted in the
-    // meantime is noticed through the relist and its address is freed.
-    sim.faults().compact();
-    sim.faults().expire_next(4);
-    sim.faults().drop_watches();
+    // 2. The controller is frozen (SIGSTOP) while `one` is deleted and more writes
+    //    move etcd on; etcd compacts past what the controller saw; the API server
+    //    restarts so the frozen watches are gone. Resumed, the controller's re-watch
+    //    from its old resourceVersion gets 410 Gone and it must relist.
+    signal(&ctrl, "STOP");
     delete_svc(&client, "one").await;
+    let cms: Api<k8s_openapi::api::core::v1::ConfigMap> =
+        Api::namespaced(client.clone(), "default");
+    for i in 0..3 {
+        cms.create(
+            &Default::default(),
+            &serde_json::from_value(json!({"metadata": {"name": format!("bump-{i}")}})).unwrap(),
+        )
+        .await
+        .expect("create a ConfigMap");
+    }
+    let rev = cluster.cp.compact_etcd().await.expect("etcd compacts");
+    cluster
+        .cp
+        .restart_apiserver()
+        .await
+        .expect("kube-apiserver restarts");
+    signal(&ctrl, "CONT");
+    let client = cluster.client().await;
     create_svc(&client, &lb_service("three", 80, json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": one[0].to_string()}}}))).await;
     assert_eq!(
-        wait_ips(&client, "three", Duration::from_secs(10)).await,
+        wait_ips(&client, "three", Duration::from_secs(30)).await,
         one,
-        "one's address was released and reused"
+        "one's address was released (seen through the relist) and reused"
     );
+    assert!(!ctrl.exited(), "the controller survived both restarts");
+    let log = ctrl.logs();
+    assert!(
+        log.contains("410") || log.contains("too old") || log.contains("compacted"),
+        "the controller's watch was answered 410 Gone after compaction at revision {rev}:\n{log}"
+    );
+}
+
+/// kube-apiserver gone for 30 s: a controller without leader election (one replica)
+/// waits it out without crashing, and allocates again once it is back.
+#[tokio::test]
+async fn api_down_for_30s_is_survived() {
+    let mut cluster = cluster().await;
+    let client = cluster.client().await;
+    create_pool(&client, "main", &["192.0.2.0/29"], |_| {}).await;
+    let mut ctrl = Ctrl::start(&cluster, "c1", &["--leader-elect=false"]);
+    create_svc(&client, &lb_service("before", 80, json!({}))).await;
+    wait_ips(&client, "before", Duration::from_secs(20)).await;
+    cluster.cp.stop_apiserver();
+    tokio::time::sleep(Duration::from_secs(30)).await;
+    assert!(
+        !ctrl.exited(),
+        "the controller exited while the API was down:\n{}",
+        ctrl.logs()
+    );
+    cluster
+        .cp
+        .start_apiserver()
+        .await
+        .expect("kube-apiserver starts again");
+    let client = cluster.client().await;
+    create_svc(&client, &lb_service("after", 80, json!({}))).await;
+    let ips = wait_ips(&client, "after", Duration::from_secs(30)).await;
+    let before = ingress_ips(&get_svc(&client, "before").await);
+    assert_ne!(ips, before, "a distinct address after the outage");
+    assert!(!ctrl.exited());
+}
+
+fn signal(ctrl: &Ctrl, sig: &str) {
+    let ok = std::process::Command::new("kill")
+        .args([&format!("-{sig}"), &ctrl.child.id().to_string()])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(ok, "kill -{sig} the controller");
 }
 
 #[tokio::test]
 async fn leader_that_loses_its_lease_stops() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
-    let mut c = Ctrl::start(&sim, "victim", &[]);
+    let mut c = Ctrl::start(&cluster, "victim", &[]);
     wait_for(Duration::from_secs(20), "victim leads", || async {
         (lease_holder(&client).await.as_deref() == Some("victim")).then_some(())
     })
     .await;
     // Someone else takes the Lease over (an operator, or a partitioned replica's
     // successor): the old leader must notice on its next renewal and stop.
-    let leases: Api<Lease> = Api::namespaced(client.clone(), "default");
+    let leases: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NS);
     let mut l = leases.get("ringlb-controller").await.unwrap();
     l.spec.as_mut().unwrap().holder_identity = Some("usurper".into());
     leases
@@ -368,20 +453,29 @@ async fn leader_that_loses_its_lease_stops() {
     assert!(c.logs().contains("no longer the leader"), "{}", c.logs());
 }
 
-/// A renewal that hangs (the API server stops answering) must not keep a leader
-/// writing past its renew deadline: by then a standby may hold the Lease.
+/// A renewal that hangs (the API server stops answering: here a proxy between the
+/// controller and kube-apiserver stops forwarding) must not keep a leader writing past
+/// its renew deadline: by then a standby may hold the Lease.
 #[tokio::test]
 async fn leader_whose_renewals_hang_stops_at_the_renew_deadline() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let mut cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
-    let mut c = Ctrl::start(&sim, "stalled", &[]);
+    let proxy = ringlb_e2e::controlplane::StallProxy::start(cluster.cp.api_addr())
+        .await
+        .expect("the proxy starts");
+    let via = cluster
+        .cp
+        .kubeconfig_via(cluster.kubeconfig_path(), proxy.addr())
+        .expect("a kubeconfig through the proxy");
+    cluster.set_kubeconfig(via);
+    let mut c = Ctrl::start(&cluster, "stalled", &[]);
     wait_for(Duration::from_secs(20), "stalled leads", || async {
         (lease_holder(&client).await.as_deref() == Some("stalled")).then_some(())
     })
     .await;
-    // Every request now takes far longer than the 1.5 s renew deadline.
-    sim.faults().set_delay(Duration::from_secs(30));
+    // Every request now hangs, far past the 1.5 s renew deadline.
+    proxy.set_stalled(true);
     let t0 = Instant::now();
     while !c.exited() {
         assert!(
@@ -391,21 +485,19 @@ async fn leader_whose_renewals_hang_stops_at_the_renew_deadline() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    sim.faults().set_delay(Duration::ZERO);
+    proxy.set_stalled(false);
     assert!(c.logs().contains("renew deadline"), "{}", c.logs());
 }
 
 #[tokio::test]
 async fn missing_crds_give_a_clear_exit() {
-    let sim = ringlb_e2e::Simulator::start(ringlb_e2e::SimOptions {
-        kubelet: false,
-        controllers: false,
+    let cluster = cluster_with(ringlb_e2e::controlplane::Options {
+        controller_manager: false,
         install_crds: false,
         ..Default::default()
     })
-    .await
-    .unwrap();
-    let mut c = Ctrl::start(&sim, "nocrd", &[]);
+    .await;
+    let mut c = Ctrl::start(&cluster, "nocrd", &[]);
     let t0 = Instant::now();
     while !c.exited() {
         assert!(

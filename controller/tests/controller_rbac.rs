@@ -1,7 +1,7 @@
 //! The chart's RBAC for the controller grants every request the controller makes,
 //! and nothing it never makes. The requests are read from the controller's own
 //! kube-client HTTP log while it goes through start-up, allocation, refusal,
-//! release, pool status and leader election against the API simulator.
+//! release, pool status and leader election against a real kube-apiserver.
 
 mod common;
 
@@ -103,10 +103,10 @@ fn granted() -> BTreeSet<Access> {
 
 #[tokio::test]
 async fn chart_rbac_is_exactly_what_the_controller_uses() {
-    let sim = sim().await;
-    let client = sim.client().await;
+    let cluster = cluster().await;
+    let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/31"], |_| {}).await;
-    let mut ctrl = Ctrl::start(&sim, "rbac", &["--log-level", "warn,kube_client=debug"]);
+    let mut ctrl = Ctrl::start(&cluster, "rbac", &["--log-level", "warn,kube_client=debug"]);
     for n in ["a", "b"] {
         create_svc(&client, &lb_service(n, 80, json!({}))).await;
     }

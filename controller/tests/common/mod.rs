@@ -1,10 +1,11 @@
-//! Harness for the controller integration tests: the API simulator in-process, the
-//! real `ringlb-controller` binary as a child process.
+//! Harness for the controller integration tests: a real control plane (etcd +
+//! kube-apiserver, `ringlb_e2e::controlplane`), the real `ringlb-controller` binary as
+//! a child process running as the chart's ServiceAccount under the chart's RBAC.
 
 #![allow(dead_code)]
 
 use std::net::{IpAddr, SocketAddr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -12,19 +13,65 @@ use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
 use ringlb_crds::{IPPool, IPPoolSpec};
-use ringlb_e2e::{SimHandle, SimOptions, Simulator};
+use ringlb_e2e::controlplane::{ControlPlane, Options};
 use serde_json::json;
 
 pub const CONDITION: &str = "ringlb.io/IPAllocated";
 
-pub async fn sim() -> SimHandle {
-    Simulator::start(SimOptions {
-        kubelet: false,
-        controllers: false,
-        ..SimOptions::default()
+/// The chart's release namespace in these tests: the controller's ServiceAccount and
+/// its leader-election Lease live here.
+pub const RELEASE_NS: &str = "ringlb-system";
+
+/// A control plane with the chart's RBAC applied, and the controller's
+/// ServiceAccount kubeconfig.
+pub struct Cluster {
+    pub cp: ControlPlane,
+    controller_kubeconfig: PathBuf,
+}
+
+impl Cluster {
+    /// An admin client, for the test's own reads and writes.
+    pub async fn client(&self) -> Client {
+        self.cp.client().await
+    }
+
+    /// The kubeconfig the controller runs with: ServiceAccount
+    /// `ringlb-system/ringlb-controller`, bound by the chart's RBAC.
+    pub fn kubeconfig_path(&self) -> &Path {
+        &self.controller_kubeconfig
+    }
+
+    /// Points the controller's kubeconfig somewhere else (a fault proxy); same token.
+    pub fn set_kubeconfig(&mut self, path: PathBuf) {
+        self.controller_kubeconfig = path;
+    }
+}
+
+/// A control plane without kube-controller-manager (nothing here needs it), the
+/// chart's CRDs and RBAC.
+pub async fn cluster() -> Cluster {
+    cluster_with(Options {
+        controller_manager: false,
+        ..Options::default()
     })
     .await
-    .expect("the API simulator starts")
+}
+
+pub async fn cluster_with(opts: Options) -> Cluster {
+    let cp = ControlPlane::start(opts)
+        .await
+        .unwrap_or_else(|e| panic!("the control plane starts: {e}"));
+    cp.apply_chart_rbac(RELEASE_NS)
+        .await
+        .unwrap_or_else(|e| panic!("the chart's RBAC applies: {e}"));
+    let controller_kubeconfig = cp
+        .service_account_kubeconfig(RELEASE_NS, "ringlb-controller")
+        .await
+        .unwrap_or_else(|e| panic!("a ServiceAccount token: {e}"));
+    Cluster {
+        cp,
+        controller_kubeconfig,
+    }
 }
 
 /// A running controller process; killed (and reaped) on drop.
@@ -36,7 +83,7 @@ pub struct Ctrl {
 }
 
 impl Ctrl {
-    pub fn start(sim: &SimHandle, identity: &str, extra: &[&str]) -> Ctrl {
+    pub fn start(cluster: &Cluster, identity: &str, extra: &[&str]) -> Ctrl {
         let metrics = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
             l.local_addr().expect("local addr")
@@ -53,9 +100,9 @@ impl Ctrl {
         }
         let child = cmd
             .arg("--kubeconfig")
-            .arg(sim.kubeconfig_path())
+            .arg(cluster.kubeconfig_path())
             .args(["--metrics-addr", &metrics.to_string()])
-            .args(["--identity", identity, "--lease-namespace", "default"])
+            .args(["--identity", identity, "--lease-namespace", RELEASE_NS])
             .args([
                 "--lease-duration",
                 "2s",
@@ -112,8 +159,7 @@ impl Ctrl {
         let _ = self.child.wait();
     }
 
-    /// SIGTERM, then wait for exit (async: the simulator runs on this runtime and
-    /// must keep answering while the controller shuts down).
+    /// SIGTERM, then wait for exit.
     pub async fn terminate(&mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])

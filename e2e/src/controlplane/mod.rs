@@ -23,6 +23,7 @@ mod assets;
 mod etcd;
 mod manifests;
 mod pki;
+mod proxy;
 
 use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
@@ -33,8 +34,9 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use crate::lab::daemon::Daemon;
 
 pub use assets::{Assets, PROGRAMS, default_dir as default_assets_dir, kubernetes_version};
-pub use manifests::{chart_dir, render_release_namespace};
+pub use manifests::{chart_dir, chart_rbac_templates, render_release_namespace};
 use pki::Pki;
+pub use proxy::StallProxy;
 
 /// What can go wrong starting or driving the control plane.
 #[derive(Debug, thiserror::Error)]
@@ -272,6 +274,22 @@ impl ControlPlane {
             manifests::apply_yaml(&client, &render_release_namespace(&yaml, ns)).await?;
         }
         Ok(())
+    }
+
+    /// A kubeconfig like `from` but pointing at `addr` (a [`StallProxy`] in front of
+    /// this API server); the serving certificate is valid for 127.0.0.1.
+    pub fn kubeconfig_via(&self, from: &Path, addr: SocketAddr) -> Result<PathBuf> {
+        let text = std::fs::read_to_string(from)
+            .map_err(Error::io(format!("reading {}", from.display())))?;
+        let text = text.replace(
+            &format!("server: https://{}", self.api_addr),
+            &format!("server: https://{addr}"),
+        );
+        let path = self
+            .dir
+            .join(format!("via-{}-{}", addr.port(), file_name(from)));
+        std::fs::write(&path, text).map_err(Error::io(format!("writing {}", path.display())))?;
+        Ok(path)
     }
 
     /// Applies a multi-document YAML manifest (server-side apply, as the admin).
@@ -575,6 +593,12 @@ pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client> {
         .await
         .map_err(|e| Error::Manifest(format!("loading {}: {e}", kubeconfig.display())))?;
     kube::Client::try_from(config).map_err(Error::kube("building a kube client"))
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map(|f| f.to_string_lossy().into_owned())
+        .unwrap_or_default()
 }
 
 /// A free loopback port (bound and released; another process could take it first,
