@@ -126,7 +126,7 @@ impl Default for Options {
 /// namespaces need. Node lifecycle is off: lab nodes have no kubelet heartbeats, and
 /// that controller would taint them and evict their pods.
 const KCM_CONTROLLERS: &str = "deployment,replicaset,endpointslice,endpointslicemirroring,\
-namespace,garbagecollector,serviceaccount,serviceaccount-token,root-ca-certificate-publisher,\
+namespace,garbagecollector,serviceaccount,serviceaccount-token,root-ca-certificate-publisher-controller,\
 podgc,statefulset,daemonset,job,disruption,resourcequota,ttl-after-finished";
 
 /// A running control plane; every process is killed and the folder removed on drop.
