@@ -22,7 +22,7 @@ mod fields;
 mod kubeconfig;
 mod meta;
 mod patch;
-mod podips;
+use crate::controlplane::kubelet::podips;
 mod protobuf;
 mod resources;
 mod select;

@@ -21,6 +21,7 @@
 
 mod assets;
 mod etcd;
+pub mod kubelet;
 mod manifests;
 mod pki;
 mod proxy;
@@ -34,6 +35,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 use crate::lab::daemon::Daemon;
 
 pub use assets::{Assets, PROGRAMS, default_dir as default_assets_dir, kubernetes_version};
+pub use kubelet::{KubeletOptions, LabKubelet, LabNode};
 pub use manifests::{chart_dir, chart_rbac_templates, render_release_namespace};
 use pki::Pki;
 pub use proxy::StallProxy;

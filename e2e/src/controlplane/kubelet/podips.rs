@@ -1,5 +1,5 @@
-//! Pod IP allocation for the simulated kubelet: the explicit list first, then the
-//! pod CIDRs (pure, no I/O).
+//! Pod IP allocation for a lab kubelet (the real-control-plane one and the simulator's):
+//! the explicit list first, then the pod CIDRs (pure, no I/O).
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
