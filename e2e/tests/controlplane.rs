@@ -257,8 +257,9 @@ fn controller_bin() -> Option<std::path::PathBuf> {
 /// pod would: under the chart's RBAC, with a ServiceAccount token (not the admin
 /// certificate). `kubectl expose --type=LoadBalancer` of a Deployment gets an
 /// EXTERNAL-IP from the pool in `kubectl get svc`; the Deployment's pods come from the
-/// real ReplicaSet controller and the Service's EndpointSlice from the real
-/// EndpointSlice controller (kube-controller-manager).
+/// real ReplicaSet controller, run Ready with the lab kubelet's IPs, and the
+/// Service's EndpointSlice, listing both pods ready on the target port, comes from the
+/// real EndpointSlice controller (kube-controller-manager).
 #[tokio::test]
 async fn kubectl_expose_gets_an_external_ip_from_the_controller_under_chart_rbac() {
     let Some(bin) = controller_bin() else {
@@ -277,6 +278,18 @@ async fn kubectl_expose_gets_an_external_ip_from_the_controller_under_chart_rbac
         .service_account_kubeconfig("ringlb-system", "ringlb-controller")
         .await
         .expect("a ServiceAccount token");
+    // Pods get bound, an IP and Ready from the lab kubelet (no container runtime here).
+    let _kubelet = cp
+        .start_kubelet(ringlb_e2e::controlplane::KubeletOptions {
+            nodes: vec![
+                ringlb_e2e::controlplane::LabNode::new("node-1"),
+                ringlb_e2e::controlplane::LabNode::new("node-2"),
+            ],
+            pod_ips: vec![],
+            pod_cidrs: vec!["10.244.0.0/24".parse().unwrap()],
+        })
+        .await
+        .expect("the lab kubelet registers its nodes");
     let (ok, out) = apply(
         &cp,
         "apiVersion: ringlb.io/v1alpha1\nkind: IPPool\nmetadata:\n  name: lab\n\
@@ -365,48 +378,60 @@ async fn kubectl_expose_gets_an_external_ip_from_the_controller_under_chart_rbac
         "{ip} is not from the pool 192.0.2.0/28"
     );
 
-    // The Deployment's pods exist (the ReplicaSet controller made them).
+    // The Deployment's 2 pods (made by the ReplicaSet controller) run Ready with the
+    // lab kubelet's IPs, and the EndpointSlice controller of kube-controller-manager
+    // (its managed-by label) lists exactly those IPs, ready, on the target port 8080.
     let t0 = Instant::now();
-    loop {
+    let (pod_ips, slices) = loop {
         let pods = run(&[
             "get",
             "pods",
             "-l",
             "app=web",
             "-o",
-            "jsonpath={range .items[*]}{.metadata.name}{\"\\n\"}{end}",
+            "jsonpath={range .items[*]}{.status.podIP} {.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
         ]);
-        if pods.lines().count() == 2 {
-            break;
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "the ReplicaSet controller made no 2 pods for web in 30 s: {pods:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    // The EndpointSlice of web, written by kube-controller-manager's EndpointSlice
-    // controller (its managed-by label). No kubelet runs here, so the pods never get
-    // an IP and the slice has no endpoints yet (the lab kubelet's tests cover that).
-    let t0 = Instant::now();
-    loop {
+        let mut ips: Vec<String> = pods
+            .lines()
+            .filter(|l| l.ends_with(" True"))
+            .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
+            .collect();
+        ips.sort();
         let slices = run(&[
             "get",
             "endpointslices",
             "-l",
             "kubernetes.io/service-name=web",
             "-o",
-            "jsonpath={range .items[*]}{.metadata.labels.endpointslice\\.kubernetes\\.io/managed-by}{\"\\n\"}{end}",
+            "jsonpath={range .items[*]}{.metadata.labels.endpointslice\\.kubernetes\\.io/managed-by} \
+             {.addressType} {.ports[*].port}:{range .endpoints[*]} {.addresses[0]}={.conditions.ready}{end}{\"\\n\"}{end}",
         ]);
-        if slices.trim() == "endpointslice-controller.k8s.io" {
-            break;
+        let want = format!(
+            "endpointslice-controller.k8s.io IPv4 8080:{}",
+            ips.iter()
+                .map(|ip| format!(" {ip}=true"))
+                .collect::<String>()
+        );
+        // Endpoint order in a slice is the controller's; compare sorted.
+        let sorted = |line: &str| {
+            let (head, eps) = line.split_once(':').unwrap_or((line, ""));
+            let mut eps: Vec<&str> = eps.split_whitespace().collect();
+            eps.sort();
+            format!("{head}: {}", eps.join(" "))
+        };
+        if ips.len() == 2 && slices.lines().count() == 1 && sorted(slices.trim()) == sorted(&want) {
+            break (ips, slices);
         }
         assert!(
             t0.elapsed() < Duration::from_secs(30),
-            "no EndpointSlice for web from kube-controller-manager after 30 s: {slices:?}"
+            "after 30 s: Ready pods of web {pods:?}, EndpointSlices of web {slices:?} (want {want:?})"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    };
+    eprintln!(
+        "Ready pods {pod_ips:?}; EndpointSlice of web: {}",
+        slices.trim()
+    );
     ctrl.check_alive().expect("ringlb-controller still runs");
     cp.check_controller_manager()
         .expect("kube-controller-manager still runs");
