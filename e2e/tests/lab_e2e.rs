@@ -1,7 +1,12 @@
 //! The full path, as `make demo` shows it, with assertions: in network namespaces,
-//! the real ringlb-apisim + ringlb-controller, a BIRD ToR, two `ringlb-edge run`
-//! agents (native XDP, BGP from a BGPPeer object) and two tc-decap pods.
+//! the real Kubernetes control plane (etcd, kube-apiserver, kube-controller-manager on
+//! the host, bridged to the ToR; the lab kubelet for the pods), ringlb-controller, a
+//! BIRD ToR, two `ringlb-edge run` agents (native XDP, BGP from a BGPPeer object) and
+//! two tc-decap pods. The controller and the edges authenticate as the chart's
+//! ServiceAccounts, under the chart's RBAC.
 //!
+//! - the pods are Running and Ready with the lab's pod IPs, on the lab's worker Node,
+//!   and kube-controller-manager's EndpointSlice lists both;
 //! - `kubectl expose --type=LoadBalancer` gets a VIP from the lab's IPPool;
 //! - BIRD learns the VIP from both edges and the ToR's kernel route has 2 next hops;
 //! - HTTP from the client reaches both pods; every client packet was IPIP-encapsulated
@@ -12,9 +17,10 @@
 //!   the one pod that started it (both edges hold the same Maglev table), and new
 //!   traffic keeps reaching both pods through the other edge.
 //!
-//! Needs root, BIRD, kubectl, nftables, ethtool; skips loudly otherwise. Needs the
+//! Needs root, BIRD, nftables, ethtool; skips loudly otherwise. Needs the
 //! ringlb-controller and ringlb-edge binaries next to this package's (`make test`
-//! builds the whole workspace).
+//! builds the whole workspace) and the control plane built by `make k8s` (fails,
+//! does not skip, without it).
 
 use std::time::{Duration, Instant};
 
@@ -65,7 +71,26 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
 
     cluster.start_pods().unwrap();
     cluster.start_bird().unwrap();
-    cluster.start_apisim().unwrap();
+    let t_cp = Instant::now();
+    cluster.start_control_plane().unwrap();
+    eprintln!("control plane up and bridged in {:?}", t_cp.elapsed());
+    // the programs run as the chart's ServiceAccounts, not as the admin
+    for (kc, sa) in [
+        (cluster.controller_kubeconfig(), "ringlb-controller"),
+        (cluster.edge_kubeconfig(), "ringlb-edge"),
+    ] {
+        let who = cluster
+            .kubectl(&[
+                "--kubeconfig",
+                &kc.display().to_string(),
+                "auth",
+                "whoami",
+                "-o",
+                "jsonpath={.status.userInfo.username}",
+            ])
+            .unwrap();
+        assert_eq!(who, format!("system:serviceaccount:ringlb-system:{sa}"));
+    }
     cluster.start_controller().unwrap();
     let manifests = cluster.write_manifests().unwrap();
     let applied = cluster.apply(&manifests).unwrap();
@@ -73,6 +98,33 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
         applied.contains("bgppeer.ringlb.io/tor created"),
         "{applied}"
     );
+    // the lab kubelet runs the Deployment's pods with the lab's pod IPs, and the real
+    // EndpointSlice controller lists both as ready
+    let pods = lab::wait_for(
+        "2 Running+Ready pods with the lab's IPs on lab-worker",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let out = cluster.kubectl(&[
+                "get",
+                "pods",
+                "-l",
+                "app=web",
+                "-o",
+                r#"jsonpath={range .items[*]}{.status.podIP} {.spec.nodeName} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+            ])?;
+            let mut lines: Vec<&str> = out.lines().collect();
+            lines.sort();
+            let want: Vec<String> = a
+                .pods
+                .iter()
+                .map(|ip| format!("{ip} {} True", config::WORKER_NODE))
+                .collect();
+            Ok(if lines == want { Ok(out) } else { Err(out) })
+        },
+    )
+    .unwrap();
+    eprintln!("pods:\n{pods}");
     let pins: Vec<_> = (1..=a.edges.len()).map(|i| topo.pin_dir(i)).collect();
     cluster.start_edges(&pins).unwrap();
     let xdp = cluster.wait_xdp(Duration::from_secs(15)).unwrap();
@@ -90,6 +142,27 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
         ])
         .unwrap();
     let vip = cluster.wait_vip("web", Duration::from_secs(10)).unwrap();
+    let slice = lab::wait_for(
+        "kube-controller-manager's EndpointSlice for web with both pods ready",
+        Duration::from_secs(20),
+        Duration::from_millis(200),
+        || {
+            let out = cluster.kubectl(&[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=web",
+                "-o",
+                r#"jsonpath={range .items[*].endpoints[*]}{.addresses[0]} {.conditions.ready}{"\n"}{end}"#,
+            ])?;
+            let mut lines: Vec<&str> = out.lines().collect();
+            lines.sort();
+            let want: Vec<String> = a.pods.iter().map(|ip| format!("{ip} true")).collect();
+            Ok(if lines == want { Ok(out) } else { Err(out) })
+        },
+    )
+    .unwrap();
+    eprintln!("endpoints:\n{slice}");
     let v: std::net::Ipv4Addr = vip.parse().expect("an IPv4 VIP");
     let (lo, hi): (std::net::Ipv4Addr, std::net::Ipv4Addr) =
         (a.vip_first.parse().unwrap(), a.vip_last.parse().unwrap());

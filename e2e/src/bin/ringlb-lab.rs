@@ -6,8 +6,10 @@
 //! ringlb-lab down                  remove the lab (daemons, namespaces, bpffs, files)
 //! ```
 //!
-//! Everything runs as the project's real programs (ringlb-apisim, ringlb-controller,
-//! ringlb-edge) plus BIRD and kubectl, in namespaces named `<prefix>-*`; see docs/lab.md.
+//! Everything runs as real programs: Kubernetes' own control plane (etcd,
+//! kube-apiserver, kube-controller-manager, kubectl; `make k8s`), ringlb-controller and
+//! ringlb-edge, plus BIRD, in namespaces named `<prefix>-*`; see docs/lab.md. The one
+//! stand-in is the lab kubelet (no container runtime; docs/controlplane.md).
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -63,6 +65,10 @@ enum Cmd {
         #[arg(long, default_value_t = 8080)]
         port: u16,
     },
+    /// (a lab daemon, on the host) the real control plane, the lab kubelet and the
+    /// bridge to the ToR's fabric address, until SIGTERM.
+    #[command(hide = true)]
+    ControlPlane,
     /// (inside a pod namespace) answer HTTP with this pod's name.
     #[command(hide = true)]
     PodHttp {
@@ -161,8 +167,22 @@ fn run_steps(topo: &Topology, cluster: &mut Cluster, p: &mut Printer) -> anyhow:
         &cluster.birdc(&["show", "protocols"])?,
     );
 
-    p.step("control plane: ringlb-apisim + ringlb-controller in the ToR namespace");
-    cluster.start_apisim()?;
+    p.step(
+        "control plane: etcd + kube-apiserver + kube-controller-manager + lab kubelet, \
+         bridged to the ToR; ringlb-controller in the ToR namespace",
+    );
+    let t0 = Instant::now();
+    cluster.start_control_plane()?;
+    println!(
+        "  up in {:.1} s; kube-apiserver on the host's loopback, reached at {}:{} through the bridge",
+        t0.elapsed().as_secs_f64(),
+        a.tor_fabric,
+        a.api_port
+    );
+    p.cmd(
+        "kubectl get nodes -o wide",
+        &cluster.kubectl(&["get", "nodes", "-o", "wide"])?,
+    );
     cluster.start_controller()?;
     let manifests = cluster.write_manifests()?;
     let applied = cluster.apply(&manifests)?;
@@ -411,11 +431,40 @@ fn interrupted(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
     std::process::exit(130);
 }
 
+/// `ringlb-lab control-plane`: [`lab::api::LabApi`] until SIGTERM or SIGINT; dropping
+/// it stops the bridge, the kubelet and the control plane's processes.
+fn run_control_plane(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    rt.block_on(async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+        let api = lab::api::LabApi::start(dir, prefix, &Addrs::default())
+            .await
+            .context("starting the lab's control plane")?;
+        tracing::info!(url = %api.control_plane().url(), "lab control plane ready");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("stopping the lab control plane");
+        drop(api);
+        Ok(())
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let dir = dir_of(&args);
     let prefix = args.prefix.clone();
     match args.command {
+        Cmd::ControlPlane => run_control_plane(&prefix, &dir),
         Cmd::PodHttp { listen, name } => {
             let l =
                 std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
@@ -544,7 +593,8 @@ fn main() -> anyhow::Result<()> {
                     r.vip, r.topo.addrs.port
                 );
                 println!(
-                    "  ip netns exec {p2}-tor kubectl --kubeconfig {kc} get svc,pods,bgppeers"
+                    "  ip netns exec {p2}-tor {} --kubeconfig {kc} get svc,pods,bgppeers",
+                    r.cluster.bins.kubectl.display()
                 );
                 println!(
                     "  ip netns exec {p2}-tor birdc -s {}/bird.ctl show route all",

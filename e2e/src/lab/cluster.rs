@@ -1,7 +1,8 @@
-//! The programs on the fabric: the API simulator and the controller in the ToR
-//! namespace (the edges reach the API over the fabric), BIRD as the ToR, one
-//! `ringlb-edge run` per edge, `ringlb-lab pod-http` per pod, and kubectl against the
-//! simulator. Only the project's real binaries and real BIRD run here.
+//! The programs on the fabric: the real Kubernetes control plane (`ringlb-lab
+//! control-plane`, see [`super::api`]) bridged to the ToR's fabric address, the
+//! controller in the ToR namespace (the edges reach the API over the fabric), BIRD as
+//! the ToR, one `ringlb-edge run` per edge, `ringlb-lab pod-http` per pod, and the
+//! built kubectl. Only real programs run here: the project's, BIRD and Kubernetes'.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -9,12 +10,13 @@ use std::time::Duration;
 use super::cmd::{run_in, run_in_env};
 use super::daemon::Daemon;
 use super::topology::{Addrs, FABRIC_MTU, Topology};
-use super::{Error, Result, config, wait_for};
+use super::{Error, Result, api, config, wait_for};
 
-/// Where the project's binaries are.
+/// Where the project's binaries and the built kubectl are.
 #[derive(Debug, Clone)]
 pub struct Bins {
-    pub apisim: PathBuf,
+    /// kubectl from the control-plane assets (`make k8s`), never one from PATH.
+    pub kubectl: PathBuf,
     pub controller: PathBuf,
     pub edge: PathBuf,
     pub lab: PathBuf,
@@ -39,7 +41,8 @@ impl Bins {
         Self::find_in(&dirs)
     }
 
-    /// Finds all four binaries in the first of `dirs` that has them.
+    /// Finds the project's three binaries in the first of `dirs` that has them, and
+    /// kubectl among the control-plane assets.
     pub fn find_in(dirs: &[PathBuf]) -> Result<Bins> {
         let find = |name: &str| -> Result<PathBuf> {
             dirs.iter()
@@ -56,8 +59,13 @@ impl Bins {
                         .into(),
                 })
         };
+        let assets = crate::controlplane::Assets::find().map_err(|e| Error::MissingBinary {
+            name: "kubectl".into(),
+            searched: e.to_string(),
+            hint: "make k8s".into(),
+        })?;
         Ok(Bins {
-            apisim: find("ringlb-apisim")?,
+            kubectl: assets.kubectl(),
             controller: find("ringlb-controller")?,
             edge: find("ringlb-edge")?,
             lab: find("ringlb-lab")?,
@@ -93,8 +101,19 @@ impl Cluster {
         format!("{}-{role}", self.prefix)
     }
 
+    /// The admin kubeconfig (for kubectl), at the ToR's bridge address.
     pub fn kubeconfig(&self) -> PathBuf {
-        self.dir.join("kubeconfig")
+        api::admin_kubeconfig(&self.dir)
+    }
+
+    /// The controller's kubeconfig: ServiceAccount ringlb-controller (chart RBAC).
+    pub fn controller_kubeconfig(&self) -> PathBuf {
+        api::sa_kubeconfig(&self.dir, api::CONTROLLER_SA)
+    }
+
+    /// The edges' kubeconfig: ServiceAccount ringlb-edge (chart RBAC).
+    pub fn edge_kubeconfig(&self) -> PathBuf {
+        api::sa_kubeconfig(&self.dir, api::EDGE_SA)
     }
 
     fn bird_ctl(&self) -> String {
@@ -155,34 +174,39 @@ impl Cluster {
         run_in(&self.ns("tor"), &argv)
     }
 
-    /// The API simulator on the ToR's fabric address, handing the pod IPs of the lab
-    /// to the first pods; waits until kubectl can talk to it.
-    pub fn start_apisim(&mut self) -> Result<()> {
-        let apisim = self.bins.apisim.display().to_string();
-        let listen = format!("{}:{}", self.addrs.tor_fabric, self.addrs.api_port);
-        let kubeconfig = self.kubeconfig().display().to_string();
-        let pod_ips = self.addrs.pods.join(",");
-        self.spawn(
-            "apisim",
-            "tor",
+    /// The real control plane (`ringlb-lab control-plane` on the host, a daemon of
+    /// this lab) with the lab kubelet, bridged to the ToR's fabric address; waits until
+    /// it wrote the kubeconfigs and kubectl gets through the bridge.
+    pub fn start_control_plane(&mut self) -> Result<()> {
+        let lab = self.bins.lab.display().to_string();
+        let dir = self.dir.display().to_string();
+        let ready = self.dir.join(api::READY_FILE);
+        let _ = std::fs::remove_file(&ready);
+        // TMPDIR: the control plane's folder (PKI, etcd data, its PID file) goes under
+        // the lab's, where `ringlb-lab down` finds it
+        let d = Daemon::spawn(
+            &self.dir,
+            "control-plane",
+            None,
             &[
-                &apisim,
-                "--listen",
-                &listen,
-                "--kubeconfig-out",
-                &kubeconfig,
-                "--pod-ips",
-                &pod_ips,
+                &lab,
+                "--prefix",
+                &self.prefix,
+                "--dir",
+                &dir,
+                "control-plane",
             ],
+            &[("TMPDIR", &dir)],
         )?;
+        self.daemons.push(d);
         wait_for(
-            "the API simulator to serve",
-            Duration::from_secs(20),
+            "the control plane to start",
+            Duration::from_secs(90),
             Duration::from_millis(100),
             || {
                 self.check_daemons()?;
-                if !self.kubeconfig().exists() {
-                    return Ok(Err("no kubeconfig yet".into()));
+                if !ready.exists() {
+                    return Ok(Err("not ready yet".into()));
                 }
                 Ok(self
                     .kubectl(&["get", "--raw", "/readyz"])
@@ -192,10 +216,11 @@ impl Cluster {
         .map(|_| ())
     }
 
-    /// The controller next to the simulator (one replica, no leader election).
+    /// The controller in the ToR namespace (one replica, no leader election), as
+    /// ServiceAccount ringlb-controller.
     pub fn start_controller(&mut self) -> Result<()> {
         let ctl = self.bins.controller.display().to_string();
-        let kubeconfig = self.kubeconfig().display().to_string();
+        let kubeconfig = self.controller_kubeconfig().display().to_string();
         self.spawn(
             "controller",
             "tor",
@@ -211,10 +236,10 @@ impl Cluster {
     }
 
     /// One `ringlb-edge run` per edge namespace: native XDP on eth0, maps pinned in the
-    /// lab's bpffs, BGP peers from the BGPPeer objects.
+    /// lab's bpffs, BGP peers from the BGPPeer objects; as ServiceAccount ringlb-edge.
     pub fn start_edges(&mut self, pin_dirs: &[PathBuf]) -> Result<()> {
         let edge = self.bins.edge.display().to_string();
-        let kubeconfig = self.kubeconfig().display().to_string();
+        let kubeconfig = self.edge_kubeconfig().display().to_string();
         let mtu = FABRIC_MTU.to_string();
         for (i, ip) in self.addrs.edges.clone().iter().enumerate() {
             let name = format!("edge{}", i + 1);
@@ -305,13 +330,14 @@ impl Cluster {
         Ok(())
     }
 
-    /// kubectl against the simulator, from the ToR namespace, with a private HOME and
-    /// discovery cache in the lab directory.
+    /// The built kubectl as the admin, from the ToR namespace (through the bridge),
+    /// with a private HOME and discovery cache in the lab directory.
     pub fn kubectl(&self, args: &[&str]) -> Result<String> {
+        let kubectl = self.bins.kubectl.display().to_string();
         let kubeconfig = self.kubeconfig().display().to_string();
         let home = self.dir.join("home").display().to_string();
         let cache = self.dir.join("home/cache").display().to_string();
-        let mut argv = vec!["kubectl", "--kubeconfig", &kubeconfig];
+        let mut argv = vec![kubectl.as_str(), "--kubeconfig", &kubeconfig];
         argv.extend_from_slice(args);
         run_in_env(
             &self.ns("tor"),

@@ -1,11 +1,12 @@
-//! Pure pieces of the lab: the BIRD configuration, the Kubernetes manifests the demo
-//! applies, and parsers for what `birdc`, `ip -j route` and `nft -j` print. No I/O here,
+//! Pure pieces of the lab: the BIRD configuration, the lab's Nodes and the Kubernetes
+//! manifests the demo applies, and parsers for what `birdc`, `ip -j route` and `nft -j` print. No I/O here,
 //! so all of it is unit-tested.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use super::topology::Addrs;
+use crate::controlplane::LabNode;
 
 /// BIRD 2 as the ToR: eBGP to every edge, accept only /32s from the VIP range, install
 /// them into the kernel as one multipath (ECMP) route.
@@ -58,17 +59,32 @@ template bgp edge {{
     s
 }
 
-/// The manifests `ringlb-lab` applies with `kubectl apply -f`, as (file name, YAML).
-pub fn manifests(a: &Addrs) -> Vec<(&'static str, String)> {
-    let nodes: String = (1..=a.edges.len())
-        .map(|i| {
-            format!(
-                "---\napiVersion: v1\nkind: Node\nmetadata:\n  name: edge{i}\n  labels:\n    ringlb.io/edge: \"true\"\n"
-            )
+/// The Nodes the lab kubelet registers: the edges (labelled `ringlb.io/edge=true`,
+/// which the BGPPeer selects; no pods) and `lab-worker`, which holds the pods.
+pub fn lab_nodes(a: &Addrs) -> Vec<LabNode> {
+    let mut nodes: Vec<LabNode> = a
+        .edges
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| {
+            let n = LabNode::new(format!("edge{}", i + 1)).label("ringlb.io/edge", "true");
+            match ip.parse() {
+                Ok(ip) => n.address(ip),
+                Err(_) => n,
+            }
+            .without_pods()
         })
         .collect();
+    nodes.push(LabNode::new(WORKER_NODE));
+    nodes
+}
+
+/// The Node the lab's pods are bound to.
+pub const WORKER_NODE: &str = "lab-worker";
+
+/// The manifests `ringlb-lab` applies with `kubectl apply -f`, as (file name, YAML).
+pub fn manifests(a: &Addrs) -> Vec<(&'static str, String)> {
     vec![
-        ("10-nodes.yaml", nodes),
         (
             "20-ippool.yaml",
             format!(
@@ -217,6 +233,16 @@ mod tests {
     }
 
     #[test]
+    fn lab_nodes_are_the_edges_and_one_worker() {
+        let nodes = lab_nodes(&Addrs::default());
+        let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
+        assert_eq!(names, ["edge1", "edge2", WORKER_NODE]);
+        assert_eq!(nodes[1].address, Some("10.210.0.12".parse().unwrap()));
+        assert_eq!(nodes[0].labels["ringlb.io/edge"], "true");
+        assert!(!nodes[0].runs_pods && !nodes[1].runs_pods && nodes[2].runs_pods);
+    }
+
+    #[test]
     fn manifests_are_valid_ringlb_objects() {
         let a = Addrs::default();
         let m: BTreeMap<_, _> = manifests(&a).into_iter().collect();
@@ -228,11 +254,6 @@ mod tests {
         assert_eq!((peer.spec.peer_asn, peer.spec.my_asn), (65000, 65001));
         let adv: BGPAdvertisement = serde_yaml::from_str(&m["40-bgpadvertisement.yaml"]).unwrap();
         adv.spec.validate().unwrap();
-        let nodes: Vec<serde_json::Value> = serde_yaml::Deserializer::from_str(&m["10-nodes.yaml"])
-            .map(|d| serde::Deserialize::deserialize(d).unwrap())
-            .collect();
-        assert_eq!(nodes.len(), 2);
-        assert_eq!(nodes[1]["metadata"]["name"], "edge2");
         let dep: serde_json::Value = serde_yaml::from_str(&m["50-deployment.yaml"]).unwrap();
         assert_eq!(dep["spec"]["replicas"], 2);
         assert_eq!(

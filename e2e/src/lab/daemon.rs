@@ -204,14 +204,15 @@ pub fn stop_recorded(dir: &Path) -> usize {
 }
 
 /// Does a `/proc/PID/cmdline` belong to the daemon recorded as `name`? The lab names
-/// daemons after their program (`bird`, `apisim`, `controller`, `edge1`, `pod1`), and
+/// daemons after their program (`bird`, `control-plane`, `controller`, `edge1`,
+/// `pod1`; the control plane's own `etcd`, `kube-apiserver`, ...), and
 /// every lab program's command line carries the lab's directory or namespace prefix.
 fn recorded_matches(cmdline: &[u8], name: &str) -> bool {
     let s = String::from_utf8_lossy(cmdline);
     let prog = match name {
         n if n.starts_with("edge") => "ringlb-edge",
         n if n.starts_with("pod") => "ringlb-lab",
-        "apisim" => "ringlb-apisim",
+        "control-plane" => "ringlb-lab",
         "controller" => "ringlb-controller",
         other => other,
     };
@@ -227,7 +228,12 @@ mod tests {
         assert!(recorded_matches(b"/x/ringlb-edge\0run\0", "edge1"));
         assert!(recorded_matches(b"bird\0-f\0-c\0/tmp/x\0", "bird"));
         assert!(!recorded_matches(b"/usr/bin/vim\0", "edge2"));
-        assert!(!recorded_matches(b"/usr/bin/vim\0", "apisim"));
+        assert!(!recorded_matches(b"/usr/bin/vim\0", "control-plane"));
+        assert!(recorded_matches(
+            b"/x/ringlb-lab\0--prefix\0p\0control-plane\0",
+            "control-plane"
+        ));
+        assert!(recorded_matches(b"/c/etcd\0--name=default\0", "etcd"));
     }
 
     #[test]

@@ -5,8 +5,8 @@
 //!                          |
 //!                    ve-cl 10.210.1.1
 //!  +-------------------------- tor ----------------------------------------------+
-//!  | BIRD 2 (AS 65000), ECMP `merge paths`; ringlb-apisim on 10.210.0.1:6443;     |
-//!  | ringlb-controller; nftables counters on the forward path (evidence)          |
+//!  | BIRD 2 (AS 65000), ECMP `merge paths`; kube-apiserver bridged to             |
+//!  | 10.210.0.1:6443; ringlb-controller; nftables counters (evidence)             |
 //!  | br-lb 10.210.0.1/24 (ve-e1, ve-e2: ringlb_pass XDP)   br-pod 10.210.2.1/24   |
 //!  +-------|-------------------|-----------------------------|--------------|-----+
 //!        edge1               edge2                          pod1           pod2
@@ -20,12 +20,21 @@
 //! the pod IP, XDP_TX) -> ToR -> pod (tc decap) -> reply from the VIP straight to the
 //! client (DSR), never through an edge.
 //!
+//! The Kubernetes API is the real control plane (etcd, kube-apiserver,
+//! kube-controller-manager) on the host's loopback with the lab kubelet, run by the
+//! daemon `ringlb-lab control-plane` ([`api`]); a [`bridge`] puts it at the ToR's
+//! fabric address. The controller and the edges use ServiceAccount tokens bound by the
+//! chart's RBAC.
+//!
 //! Modules: [`cmd`] (running programs, in namespaces), [`netns`] (namespaces, links,
 //! Drop-guard cleanup), [`daemon`] (spawned programs with PID files), [`config`] (pure
-//! writers and parsers: BIRD config, manifests, `birdc`/`ip route`/`nft` output),
-//! [`topology`] (the fabric above), [`cluster`] (simulator, controller, BIRD, edges,
-//! kubectl), [`httpd`] (the pods' HTTP server).
+//! writers and parsers: BIRD config, Nodes, manifests, `birdc`/`ip route`/`nft`
+//! output), [`topology`] (the fabric above), [`api`] (control plane, kubelet, bridge,
+//! kubeconfigs), [`bridge`] (TCP from a namespace to the host), [`cluster`] (control
+//! plane daemon, controller, BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server).
 
+pub mod api;
+pub mod bridge;
 pub mod cluster;
 pub mod cmd;
 pub mod config;
@@ -84,6 +93,14 @@ pub enum Error {
     Unsupported(String),
     #[error("unexpected output of `{what}`: {detail}")]
     Parse { what: String, detail: String },
+    #[error("control plane: {0}")]
+    ControlPlane(#[source] Box<crate::controlplane::Error>),
+}
+
+impl From<crate::controlplane::Error> for Error {
+    fn from(e: crate::controlplane::Error) -> Error {
+        Error::ControlPlane(Box::new(e))
+    }
 }
 
 impl Error {
@@ -96,12 +113,14 @@ impl Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 /// Why the lab cannot run on this machine, if it cannot: not root, or a tool missing.
+/// (kubectl and the control plane come from `make k8s`; a missing build is an error
+/// when the lab starts, not a reason to skip.)
 pub fn skip_reason() -> Option<String> {
     if !cmd::is_root() {
         return Some("needs root (network namespaces, BPF, nftables)".into());
     }
     for tool in [
-        "ip", "tc", "nft", "bird", "birdc", "kubectl", "curl", "ethtool", "mount",
+        "ip", "tc", "nft", "bird", "birdc", "curl", "ethtool", "mount",
     ] {
         if cmd::which(tool).is_none() {
             return Some(format!(

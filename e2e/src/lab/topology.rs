@@ -301,7 +301,18 @@ impl Drop for Topology {
 /// a lab that is half built or already gone. Returns what it removed.
 pub fn teardown(prefix: &str, dir: &Path) -> Vec<String> {
     let mut removed = Vec::new();
-    let stopped = daemon::stop_recorded(dir);
+    let mut stopped = daemon::stop_recorded(dir);
+    // the control plane's own processes, should its daemon have died without
+    // stopping them (its folder is under the lab's: TMPDIR)
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        if entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with("ringlb-cp-")
+        {
+            stopped += daemon::stop_recorded(&entry.path());
+        }
+    }
     if stopped > 0 {
         removed.push(format!("{stopped} daemons"));
     }
