@@ -282,7 +282,7 @@ async fn main() -> anyhow::Result<()> {
             Api::<Namespace>::all(client.clone()),
             watcher::Config::default(),
         )
-        .default_backoff()
+        .backoff(ringlb_ops::WatchBackoff::default())
         .reflect(ns_writer)
         .for_each(|ev| async move {
             if let Err(e) = ev {
@@ -321,7 +321,7 @@ async fn main() -> anyhow::Result<()> {
         let last = Arc::new(Mutex::new(BTreeSet::<String>::new()));
         tokio::spawn(
             watcher(pool_api.clone(), watcher::Config::default())
-                .default_backoff()
+                .backoff(ringlb_ops::WatchBackoff::default())
                 .reflect(pool_writer)
                 .for_each(move |ev| {
                     let (reader, ipam, dirty, all_tx, last) = (

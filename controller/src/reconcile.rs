@@ -306,7 +306,7 @@ fn service_stream(
 ) -> impl Stream<Item = Result<Service, watcher::Error>> + Send {
     let mut listing: Option<HashSet<String>> = None;
     watcher(api, watcher::Config::default())
-        .default_backoff()
+        .backoff(ringlb_ops::WatchBackoff::default())
         // Keep the cache small: nothing here reads managedFields or the (often
         // large) last-applied-configuration annotation.
         .modify(|s| {
@@ -353,6 +353,10 @@ pub async fn run(
     };
     let stream = service_stream(api, writer, ctx.clone());
     Controller::for_stream(stream, ctx.services.clone())
+        // The Controller backs its trigger stream off again on top of the watch's
+        // own backoff; kube-runtime's default there (up to 30 s and more) delayed
+        // recovery after an API outage by as long.
+        .trigger_backoff(ringlb_ops::WatchBackoff::default())
         .reconcile_on(retry_rx)
         .reconcile_all_on(reconcile_all)
         .run(reconcile, error_policy, ctx)

@@ -213,3 +213,50 @@ fn maps_urls_to_rbac() {
         t("ringlb.io", "ippools", "list")
     );
 }
+
+/// The chart's RBAC is not only sufficient but needed: with `patch` on
+/// `services/status` taken out, the controller cannot publish a VIP, the Service
+/// gets none, and the controller's log names the refusal (403 Forbidden from the
+/// API server's RBAC authorizer).
+#[tokio::test]
+async fn a_verb_taken_out_of_the_chart_breaks_the_controller() {
+    let cluster = cluster().await;
+    let client = cluster.client().await;
+    // Re-apply the ClusterRole without services/status (server-side apply replaces
+    // the rules list it owns).
+    let rbac = ringlb_e2e::controlplane::chart_rbac_templates()
+        .expect("the chart's RBAC templates")
+        .into_iter()
+        .find(|t| t.contains("name: ringlb-controller"))
+        .expect("controller-rbac.yaml");
+    let rendered = ringlb_e2e::controlplane::render_release_namespace(&rbac, RELEASE_NS);
+    let cut = rendered.replace(
+        "  - apiGroups: [\"\"]\n    resources: [\"services/status\"]\n    verbs: [\"patch\"]\n",
+        "",
+    );
+    assert_ne!(
+        cut, rendered,
+        "the services/status rule was found and removed"
+    );
+    cluster
+        .cp
+        .apply_yaml(&cut)
+        .await
+        .expect("apply the cut RBAC");
+    create_pool(&client, "main", &["192.0.2.0/29"], |_| {}).await;
+    let ctrl = Ctrl::start(&cluster, "rbac-cut", &[]);
+    create_svc(&client, &lb_service("a", 80, json!({}))).await;
+    wait_for(
+        Duration::from_secs(20),
+        "a Forbidden status write in the log",
+        || {
+            let log = ctrl.logs();
+            async move { (log.contains("forbidden") || log.contains("Forbidden")).then_some(()) }
+        },
+    )
+    .await;
+    assert!(
+        ingress_ips(&get_svc(&client, "a").await).is_empty(),
+        "no VIP can be published without services/status patch"
+    );
+}

@@ -60,7 +60,7 @@ where
     let kind = K::kind(&K::DynamicType::default()).to_string();
     let task = tokio::spawn(
         watcher(api, cfg)
-            .default_backoff()
+            .backoff(ringlb_ops::WatchBackoff::default())
             .reflect(writer)
             .for_each(move |ev| {
                 let dirty = dirty.clone();
