@@ -1,7 +1,10 @@
-//! `bgp::k8s::run` against the API simulator, with a scripted BGP peer: the BGPPeer
-//! selecting this node becomes a session (MD5 key from the Secret when the kernel has
-//! TCP_MD5SIG), the BGPAdvertisement becomes the peer's policy, the BGPPeer for another
-//! rack is ignored, and this node's entry lands in `BGPPeer.status.nodes`.
+//! `bgp::k8s::run` against a real kube-apiserver (`ringlb_e2e::controlplane`), with a
+//! scripted BGP peer: the BGPPeer selecting this node becomes a session (MD5 key from
+//! the Secret when the kernel has TCP_MD5SIG), the BGPAdvertisement becomes the peer's
+//! policy, the BGPPeer for another rack is ignored, and this node's entry lands in
+//! `BGPPeer.status.nodes`. The glue runs as ServiceAccount `ringlb-edge` under the
+//! chart's RBAC (`charts/ringlb/templates/edge-rbac.yaml`), as an edge does in a
+//! cluster; the test sets things up as the admin.
 
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::Arc;
@@ -13,7 +16,7 @@ use kube::Api;
 use kube::api::PostParams;
 use prometheus_client::registry::Registry;
 use ringlb_crds::{BGPAdvertisement, BGPPeer};
-use ringlb_e2e::apisim::{SimOptions, Simulator};
+use ringlb_e2e::controlplane::{ControlPlane, Options, client_for};
 use ringlb_edge::bgp::codec::{self, Afi, Decoded, Message, Open};
 use ringlb_edge::bgp::k8s::{NodeContext, run};
 use ringlb_edge::bgp::{RouteAttrs, Speaker};
@@ -29,6 +32,9 @@ where
     let obj: K = serde_json::from_value(v).unwrap();
     api.create(&PostParams::default(), &obj).await.unwrap();
 }
+
+/// The chart's release namespace in this test (its ServiceAccounts live there).
+const RELEASE_NS: &str = "ringlb-system";
 
 async fn read_msg(s: &mut TcpStream) -> Option<Message> {
     loop {
@@ -70,8 +76,26 @@ async fn objects_become_sessions_policy_and_status() {
     std_l.set_nonblocking(true).unwrap();
     let bgp_l = TcpListener::from_std(std_l).unwrap();
     let bgp_port = bgp_l.local_addr().unwrap().port();
-    let sim = Simulator::start(SimOptions::default()).await.unwrap();
-    let client = sim.client().await;
+    let cp = ControlPlane::start(Options::default())
+        .await
+        .expect("the control plane starts");
+    let client = cp.client().await;
+    cp.apply_chart_rbac(RELEASE_NS)
+        .await
+        .expect("the chart's RBAC applies");
+    let edge_kubeconfig = cp
+        .service_account_kubeconfig(RELEASE_NS, "ringlb-edge")
+        .await
+        .expect("a token for ringlb-edge");
+    let edge_client = client_for(&edge_kubeconfig).await.unwrap();
+    // the edge's role reads the Secrets BGPPeers name (get), and nothing more of them
+    match Api::<Secret>::all(edge_client.clone())
+        .list(&Default::default())
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("ringlb-edge may list Secrets: {other:?}"),
+    }
     let peers: Api<BGPPeer> = Api::all(client.clone());
     for (name, addr, rack) in [("tor-a", "127.0.0.1", "a"), ("tor-b", "127.0.0.9", "b")] {
         let mut spec = json!({"peerAddress": addr, "peerASN": 65000, "myASN": 65011, "port": bgp_port,
@@ -126,7 +150,7 @@ async fn objects_become_sessions_policy_and_status() {
         node_name: "edge-1".into(),
         router_id: Ipv4Addr::new(10, 0, 0, 11),
     };
-    tokio::spawn(run(client, node, speaker.clone()));
+    tokio::spawn(run(edge_client, node, speaker.clone()));
 
     let (mut s, _) = timeout(Duration::from_secs(10), bgp_l.accept())
         .await
