@@ -31,6 +31,18 @@ for var in RINGLB_K8S_ASSETS KUBEBUILDER_ASSETS; do
 done
 
 version=$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$MOD/go.mod")
+# K8S_VERSION=v1.N.M builds another version (for the version matrix in
+# docs/controlplane.md) from a copy of the module with every pin moved to it.
+if [ -n "${K8S_VERSION:-}" ] && [ "$K8S_VERSION" != "$version" ]; then
+  staging=v0.${K8S_VERSION#v1.}
+  tmp=$(mktemp -d)
+  cp "$MOD/go.mod" "$MOD/tools.go" "$tmp/"
+  sed -i -e "s#^\(\s*k8s.io/kubernetes\) v.*#\1 $K8S_VERSION#" \
+         -e "s#^\(\s*k8s.io/[a-z-]* => k8s.io/[a-z-]*\) v0\..*#\1 $staging#" "$tmp/go.mod"
+  (cd "$tmp" && GOFLAGS=-mod=mod go mod tidy >&2)
+  MOD=$tmp
+  version=$K8S_VERSION
+fi
 out=${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/k8s-$version
 stamp=$(cat "$MOD/go.mod" "$MOD/go.sum" | sha256sum | cut -c1-16)
 if have_all "$out" && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then

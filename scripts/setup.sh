@@ -35,11 +35,12 @@ for svc in bird gobgpd; do
   fi
 done
 
-# kubectl comes with the machine image. Debian only packages kubectl 1.20, too old for
-# the tests' and the demo's use of it, so it is not apt-installed here.
-if ! command -v kubectl >/dev/null 2>&1; then
-  echo "setup: WARNING: kubectl is not on PATH; the kubectl tests and the full-lab test will" >&2
-  echo "setup: WARNING: skip (loudly), and 'make demo' will stop at its first kubectl step." >&2
+# kubectl, etcd, kube-apiserver and kube-controller-manager are built from their Go
+# modules by scripts/build-k8s.sh (`make k8s`), not installed from apt: Debian's
+# kubectl is 1.20 and Debian has no kube-apiserver.
+if ! command -v go >/dev/null 2>&1; then
+  echo "setup: Go is not on PATH; scripts/build-k8s.sh needs Go >= 1.24" >&2
+  exit 1
 fi
 
 if ! cargo nextest --version >/dev/null 2>&1; then
