@@ -9,6 +9,8 @@
 # and is reused while it is complete (a stamp file records the go.mod/go.sum it came
 # from). Prints the folder on its last line.
 set -euo pipefail
+# Go from the machine image, where a login shell would find it.
+[ -x /usr/local/go/bin/go ] && PATH=$PATH:/usr/local/go/bin
 cd "$(dirname "$0")/.."
 MOD=e2e/controlplane/go
 PROGS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)

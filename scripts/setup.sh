@@ -2,6 +2,8 @@
 # Idempotent set-up of everything `make test` and `make demo` need on a fresh Debian
 # machine. Installs only what is missing; safe to run again.
 set -euo pipefail
+# Go from the machine image, where a login shell would find it.
+[ -x /usr/local/go/bin/go ] && PATH=$PATH:/usr/local/go/bin
 
 PKGS=(
   clang llvm libbpf-dev bpftool          # BPF C programs (edge-lb/bpf), object inspection
