@@ -2,8 +2,9 @@
 //! it: types, required fields, numeric and length limits, then the CEL rules
 //! (`x-kubernetes-validations`, evaluated with kube-cel's Kubernetes CEL libraries).
 //!
-//! Only built with the `server-validation` feature: the tests and the API simulator
-//! use it; the programs use the specs' `validate()` instead.
+//! Only built with the `server-validation` feature, for the crate's own schema tests;
+//! the programs use the specs' `validate()`, and kube-apiserver itself checks the same
+//! rules in the control-plane tests (e2e/tests/controlplane.rs).
 
 use kube::core::cel::Validator;
 use serde_json::Value;

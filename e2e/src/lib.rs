@@ -1,9 +1,9 @@
-//! ringlb test harness: a Kubernetes API simulator (`apisim`) that the controller, the
-//! edges, kubectl and the end-to-end tests talk to through an ordinary kubeconfig.
+//! ringlb test harness: a real Kubernetes control plane (`controlplane`: etcd,
+//! kube-apiserver, kube-controller-manager built from their Go modules, and a lab
+//! kubelet) and the network-namespace lab (`lab`) that the end-to-end tests and
+//! `make demo` run.
 
-pub mod apisim;
 pub mod controlplane;
 pub mod lab;
 
-pub use apisim::{Faults, SimHandle, SimOptions, Simulator};
 pub use controlplane::ControlPlane;

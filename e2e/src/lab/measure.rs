@@ -6,7 +6,7 @@
 //! 3. the route with a next hop per edge (ECMP).
 //!
 //! It runs *inside* the ToR namespace (`ip netns exec <tor> ringlb-lab measure`), so
-//! it reaches the simulator and sees the ToR's FIB through `ip monitor route`, whose
+//! it reaches the API server (through the lab's bridge) and sees the ToR's FIB through `ip monitor route`, whose
 //! lines are timestamped as they arrive.
 
 use std::collections::HashMap;

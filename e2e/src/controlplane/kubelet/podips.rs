@@ -1,4 +1,4 @@
-//! Pod IP allocation for a lab kubelet (the real-control-plane one and the simulator's):
+//! Pod IP allocation for the lab kubelet:
 //! the explicit list first, then the pod CIDRs (pure, no I/O).
 
 use std::collections::{HashMap, HashSet};
