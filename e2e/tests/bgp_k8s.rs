@@ -228,3 +228,264 @@ async fn objects_become_sessions_policy_and_status() {
         "tor-b is not this node's peer: {other:?}"
     );
 }
+
+/// What a role without one rule must break.
+#[derive(Debug, Clone, Copy)]
+enum Broken {
+    /// the BGPPeer never becomes a session
+    NoSession,
+    /// the session comes up but no route is announced (no export policy)
+    NoRoute,
+    /// the session and route come up, the node's status entry is never written
+    NoStatus,
+    /// nothing (the full role, the control case): session, route and status entry
+    Nothing,
+}
+
+/// The edge ClusterRole's rules (`charts/ringlb/templates/edge-rbac.yaml`).
+fn edge_role_rules() -> Vec<serde_json::Value> {
+    let path = ringlb_e2e::controlplane::chart_dir().join("templates/edge-rbac.yaml");
+    let yaml = ringlb_e2e::controlplane::render_release_namespace(
+        &std::fs::read_to_string(&path).unwrap(),
+        RELEASE_NS,
+    );
+    serde_yaml::Deserializer::from_str(&yaml)
+        .map(|d| serde::Deserialize::deserialize(d).unwrap())
+        .find(|v: &serde_json::Value| v["kind"] == "ClusterRole")
+        .expect("a ClusterRole in edge-rbac.yaml")["rules"]
+        .as_array()
+        .unwrap()
+        .clone()
+}
+
+/// The scripted peer's side of one case: what it sees within a few seconds.
+async fn observe(
+    l: TcpListener,
+    peers: Api<BGPPeer>,
+    peer: String,
+    node: String,
+    broken: Broken,
+) -> Result<(), String> {
+    let accepted = timeout(Duration::from_secs(8), l.accept()).await;
+    let mut s = match (broken, accepted) {
+        (Broken::NoSession, Err(_)) => return Ok(()),
+        (Broken::NoSession, Ok(_)) => return Err("a session came up".into()),
+        (_, Err(_)) => return Err("no session, which this rule is not for".into()),
+        (_, Ok(r)) => r.map_err(|e| e.to_string())?.0,
+    };
+    let Some(Message::Open(_)) = read_msg(&mut s).await else {
+        return Err("no OPEN".into());
+    };
+    let ours = Open::new(65000, 3, Ipv4Addr::new(10, 0, 0, 1), &[Afi::Ipv4]);
+    s.write_all(&Message::Open(ours).encode().unwrap())
+        .await
+        .map_err(|e| e.to_string())?;
+    s.write_all(&Message::Keepalive.encode().unwrap())
+        .await
+        .map_err(|e| e.to_string())?;
+    let route = timeout(Duration::from_secs(6), async {
+        loop {
+            match read_msg(&mut s).await {
+                Some(Message::Update(u)) if !u.nlri.is_empty() => return true,
+                Some(_) => {}
+                None => return false,
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    match broken {
+        Broken::NoRoute if route => return Err("a route was announced".into()),
+        Broken::NoRoute => return Ok(()),
+        _ if !route => return Err("no route, which this rule is not for".into()),
+        _ => {}
+    }
+    // keep the session up over more than one status interval (5 s)
+    let (mut rd, mut wr) = s.into_split();
+    let keep = tokio::spawn(async move {
+        let ka = Message::Keepalive.encode().unwrap();
+        let mut sink = vec![0u8; 4096];
+        loop {
+            tokio::select! {
+                r = rd.read(&mut sink) => if !r.is_ok_and(|n| n > 0) { return },
+                _ = tokio::time::sleep(Duration::from_millis(500)) => {
+                    if wr.write_all(&ka).await.is_err() { return }
+                }
+            }
+        }
+    });
+    tokio::time::sleep(Duration::from_secs(8)).await;
+    keep.abort();
+    let status = peers.get_status(&peer).await.map_err(|e| e.to_string())?;
+    let written = status
+        .status
+        .iter()
+        .flat_map(|s| &s.nodes)
+        .any(|e| e.node == node);
+    match (broken, written) {
+        (Broken::Nothing, true) | (Broken::NoStatus, false) => Ok(()),
+        (Broken::Nothing, false) => Err("no status entry under the full role".into()),
+        _ => Err("the status entry was written".into()),
+    }
+}
+
+/// The edge role is minimal for the BGP glue: run it as a ServiceAccount whose role
+/// is the chart's minus one rule, and what that rule is for fails: without `nodes` or
+/// `bgppeers` no session, without `bgpadvertisements` no route, without
+/// `bgppeers/status` no status entry, without `secrets` (when the kernel has
+/// TCP_MD5SIG) no session with the MD5 peer; the control case with the full role gets
+/// all three. All cases run side by side on one control plane. (Services, EndpointSlices and IPPools are read by the agent around the glue;
+/// the lab test runs that under the full role.)
+#[tokio::test]
+async fn the_edge_role_without_one_rule_breaks_what_needs_it() {
+    let cp = ControlPlane::start(Options::default())
+        .await
+        .expect("the control plane starts");
+    let admin = cp.client().await;
+    cp.apply_chart_rbac(RELEASE_NS).await.unwrap();
+    let rules = edge_role_rules();
+    let md5 = ringlb_edge::bgp::md5::set_md5_key(
+        &std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
+        false,
+        IpAddr::V4(Ipv4Addr::LOCALHOST),
+        b"probe",
+    )
+    .is_ok();
+    let mut cases = vec![
+        ("(none)", Broken::Nothing),
+        ("nodes", Broken::NoSession),
+        ("bgppeers", Broken::NoSession),
+        ("bgpadvertisements", Broken::NoRoute),
+        ("bgppeers/status", Broken::NoStatus),
+    ];
+    if md5 {
+        cases.push(("secrets", Broken::NoSession));
+    } else {
+        eprintln!("note: no TCP_MD5SIG here; the secrets rule is not checked");
+    }
+    create(
+        &Api::<BGPAdvertisement>::all(admin.clone()),
+        json!({"apiVersion": "ringlb.io/v1alpha1", "kind": "BGPAdvertisement",
+               "metadata": {"name": "tor"}, "spec": {"peerSelector": {"matchLabels": {"role": "tor"}}}}),
+    )
+    .await;
+    let password = "from-the-secret";
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("tor-md5".into()),
+            ..Default::default()
+        },
+        data: Some(
+            [(
+                "password".to_string(),
+                k8s_openapi::ByteString(password.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(admin.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+
+    let mut checks = Vec::new();
+    let mut _speakers = Vec::new();
+    for (i, (resource, broken)) in cases.iter().copied().enumerate() {
+        let (sa, node, peer) = (
+            format!("edge-minus-{i}"),
+            format!("edge-{i}"),
+            format!("tor-{i}"),
+        );
+        let kept: Vec<&serde_json::Value> = rules
+            .iter()
+            .filter(|r| r["resources"] != json!([resource]))
+            .collect();
+        let removed = usize::from(!matches!(broken, Broken::Nothing));
+        assert_eq!(
+            kept.len() + removed,
+            rules.len(),
+            "one rule is for {resource}"
+        );
+        let objects = [
+            json!({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": sa, "namespace": RELEASE_NS}}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+                   "metadata": {"name": sa}, "rules": kept}),
+            json!({"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+                   "metadata": {"name": sa},
+                   "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": sa},
+                   "subjects": [{"kind": "ServiceAccount", "name": sa, "namespace": RELEASE_NS}]}),
+        ];
+        for o in &objects {
+            cp.apply_yaml(&o.to_string()).await.unwrap();
+        }
+        let std_l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        // the control case peers with MD5 too, so its session proves the setup works
+        let with_md5 = md5 && matches!(resource, "secrets" | "(none)");
+        if with_md5 {
+            ringlb_edge::bgp::md5::set_md5_key(
+                &std_l,
+                false,
+                IpAddr::V4(Ipv4Addr::LOCALHOST),
+                password.as_bytes(),
+            )
+            .unwrap();
+        }
+        std_l.set_nonblocking(true).unwrap();
+        let l = TcpListener::from_std(std_l).unwrap();
+        let mut spec = json!({"peerAddress": "127.0.0.1", "peerASN": 65000, "myASN": 65011,
+            "port": l.local_addr().unwrap().port(), "holdTime": 3,
+            "nodeSelector": {"matchLabels": {"case": i.to_string()}}});
+        if with_md5 {
+            spec["passwordSecretRef"] = json!({"name": "tor-md5", "namespace": "default"});
+        }
+        create(
+            &Api::<BGPPeer>::all(admin.clone()),
+            json!({"apiVersion": "ringlb.io/v1alpha1", "kind": "BGPPeer",
+                   "metadata": {"name": peer, "labels": {"role": "tor"}}, "spec": spec}),
+        )
+        .await;
+        create(
+            &Api::<Node>::all(admin.clone()),
+            json!({"apiVersion": "v1", "kind": "Node",
+                   "metadata": {"name": node, "labels": {"case": i.to_string()}}}),
+        )
+        .await;
+        let kc = cp
+            .service_account_kubeconfig(RELEASE_NS, &sa)
+            .await
+            .unwrap();
+        let client = client_for(&kc).await.unwrap();
+        let mut reg = Registry::default();
+        let speaker = Arc::new(Speaker::start(0, &mut reg).unwrap());
+        speaker.announce(
+            IpNetwork::V4("10.1.0.1/32".parse().unwrap()),
+            RouteAttrs::default(),
+        );
+        let ctx = NodeContext {
+            node_name: node.clone(),
+            router_id: Ipv4Addr::new(10, 0, 0, 11 + i as u8),
+        };
+        _speakers.push(tokio::spawn(run(client, ctx, speaker.clone())));
+        let peers = Api::<BGPPeer>::all(admin.clone());
+        checks.push(async move {
+            (
+                resource,
+                broken,
+                observe(l, peers, peer, node, broken).await,
+            )
+        });
+    }
+    let results = futures::future::join_all(checks).await;
+    for (resource, broken, r) in &results {
+        eprintln!("without the {resource} rule: {broken:?}: {r:?}");
+    }
+    for (resource, broken, r) in results {
+        assert!(
+            r.is_ok(),
+            "without the {resource} rule the glue should show {broken:?}: {}",
+            r.unwrap_err()
+        );
+    }
+}
