@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test control plane -- etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and kubectl -- from their upstream Go modules at the versions pinned
-# in e2e/controlplane/go/go.mod, into one folder the tests find (docs/controlplane.md).
+# in e2e/controlplane/go/go.mod, and helm at HELM_VERSION, into one folder the tests
+# find (docs/controlplane.md).
 #
 # Like envtest: if RINGLB_K8S_ASSETS or KUBEBUILDER_ASSETS names a folder that already
 # holds the programs, nothing is built. Otherwise the output goes to
@@ -14,6 +15,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MOD=e2e/controlplane/go
 PROGS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
+# helm is its own module, built with `go install` at this version (the chart tests).
+HELM_VERSION=v3.22.0
 
 have_all() {
   local d=$1
@@ -24,7 +27,7 @@ for var in RINGLB_K8S_ASSETS KUBEBUILDER_ASSETS; do
   dir=${!var:-}
   if [ -n "$dir" ]; then
     if have_all "$dir"; then
-      echo "build-k8s: using $var=$dir (nothing built)" >&2
+      echo "build-k8s: using $var=$dir (nothing built; helm from there if present)" >&2
       echo "$dir"
       exit 0
     fi
@@ -46,8 +49,8 @@ if [ -n "${K8S_VERSION:-}" ] && [ "$K8S_VERSION" != "$version" ]; then
   version=$K8S_VERSION
 fi
 out=${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/k8s-$version
-stamp=$(cat "$MOD/go.mod" "$MOD/go.sum" | sha256sum | cut -c1-16)
-if have_all "$out" && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
+stamp=$( (cat "$MOD/go.mod" "$MOD/go.sum"; echo "helm $HELM_VERSION") | sha256sum | cut -c1-16)
+if have_all "$out" && [ -x "$out/helm" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "build-k8s: $out is current ($version)" >&2
   echo "$out"
   exit 0
@@ -65,6 +68,7 @@ build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build kubectl k8s.io/kubernetes/cmd/kubectl
+GOBIN=$out go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 echo "$stamp" > "$out/.stamp"
 echo "build-k8s: built in $(( $(date +%s) - start )) s" >&2
 echo "$out"

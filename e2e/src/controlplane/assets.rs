@@ -63,6 +63,12 @@ impl Assets {
     pub fn kubectl(&self) -> PathBuf {
         self.bin("kubectl")
     }
+
+    /// helm, which the build script puts beside the control plane (an envtest folder
+    /// named by `KUBEBUILDER_ASSETS` may not have it).
+    pub fn helm(&self) -> Option<PathBuf> {
+        Some(self.bin("helm")).filter(|p| p.is_file())
+    }
 }
 
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/k8s-<version>`, as the build script writes.

@@ -1,7 +1,7 @@
 //! Objects the harness puts into the cluster: the chart's CRDs and RBAC, arbitrary
 //! YAML (server-side apply), namespaces, ServiceAccount tokens.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::authentication::v1::{TokenRequest, TokenRequestSpec};
@@ -42,6 +42,34 @@ fn read_dir_yaml(dir: PathBuf, suffix: &str) -> Result<Vec<String>> {
 /// The chart's RBAC templates (`templates/*-rbac.yaml`), unrendered.
 pub fn chart_rbac_templates() -> Result<Vec<String>> {
     read_dir_yaml(chart_dir().join("templates"), "-rbac.yaml")
+}
+
+/// `helm template ringlb charts/ringlb --namespace NS --show-only` each RBAC template.
+pub fn helm_template_rbac(helm: &Path, ns: &str) -> Result<String> {
+    let dir = chart_dir().join("templates");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map_err(Error::io(format!("reading {}", dir.display())))?
+        .filter_map(|e| e.ok()?.file_name().into_string().ok())
+        .filter(|n| n.ends_with("-rbac.yaml"))
+        .collect();
+    names.sort();
+    let mut cmd = std::process::Command::new(helm);
+    cmd.args(["template", "ringlb"])
+        .arg(chart_dir())
+        .args(["--namespace", ns]);
+    for n in &names {
+        cmd.args(["--show-only", &format!("templates/{n}")]);
+    }
+    let out = cmd
+        .output()
+        .map_err(Error::io(format!("running {}", helm.display())))?;
+    if !out.status.success() {
+        return Err(Error::Manifest(format!(
+            "helm template failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )));
+    }
+    String::from_utf8(out.stdout).map_err(|e| Error::Manifest(format!("helm output: {e}")))
 }
 
 /// Applies the chart's CRDs and waits until each is Established.

@@ -20,6 +20,7 @@
 //! is killed on drop.
 
 mod assets;
+pub mod audit;
 mod etcd;
 pub mod kubelet;
 mod manifests;
@@ -36,7 +37,9 @@ use crate::lab::daemon::Daemon;
 
 pub use assets::{Assets, PROGRAMS, default_dir as default_assets_dir, kubernetes_version};
 pub use kubelet::{KubeletOptions, LabKubelet, LabNode};
-pub use manifests::{chart_dir, chart_rbac_templates, render_release_namespace};
+pub use manifests::{
+    chart_dir, chart_rbac_templates, helm_template_rbac, render_release_namespace,
+};
 use pki::Pki;
 pub use proxy::StallProxy;
 
@@ -105,6 +108,9 @@ pub struct Options {
     pub watch_cache: bool,
     /// Extra kube-apiserver flags.
     pub apiserver_args: Vec<String>,
+    /// kube-apiserver's audit log (every request at level Metadata) in the temp
+    /// folder, read back with [`ControlPlane::audited_access`].
+    pub audit: bool,
     /// Extra IP SANs of the serving certificate: addresses at which clients outside
     /// the host's loopback reach the API server (a lab namespace's bridge).
     pub extra_sans: Vec<IpAddr>,
@@ -120,6 +126,7 @@ impl Default for Options {
             watch_cache: true,
             apiserver_args: Vec::new(),
             extra_sans: Vec::new(),
+            audit: false,
         }
     }
 }
@@ -268,12 +275,23 @@ impl ControlPlane {
     }
 
     /// Creates the namespace if needed and applies the chart's RBAC templates
-    /// (`charts/ringlb/templates/*-rbac.yaml`) with the release namespace `ns`.
+    /// (`charts/ringlb/templates/*-rbac.yaml`) rendered by `helm template` for release
+    /// namespace `ns` (or, without helm, with `{{ .Release.Namespace }}` replaced).
     pub async fn apply_chart_rbac(&self, ns: &str) -> Result<()> {
         let client = self.client().await;
         manifests::ensure_namespace(&client, ns).await?;
-        for yaml in manifests::chart_rbac_templates()? {
-            manifests::apply_yaml(&client, &render_release_namespace(&yaml, ns)).await?;
+        match self.assets.helm() {
+            // `helm template`, as `helm install` renders it.
+            Some(helm) => {
+                let yaml = manifests::helm_template_rbac(&helm, ns)?;
+                manifests::apply_yaml(&client, &yaml).await?;
+            }
+            // An envtest folder without helm: the one expression the RBAC files use.
+            None => {
+                for yaml in manifests::chart_rbac_templates()? {
+                    manifests::apply_yaml(&client, &render_release_namespace(&yaml, ns)).await?;
+                }
+            }
         }
         Ok(())
     }
@@ -373,6 +391,14 @@ impl ControlPlane {
             format!("--watch-cache={}", self.opts.watch_cache),
             "--v=1".into(),
         ];
+        if self.opts.audit {
+            let policy = self.dir.join("audit-policy.yaml");
+            std::fs::write(&policy, audit::POLICY)
+                .map_err(Error::io(format!("writing {}", policy.display())))?;
+            argv.push(format!("--audit-policy-file={}", policy.display()));
+            argv.push(format!("--audit-log-path={}", self.audit_log().display()));
+            argv.push("--audit-log-mode=blocking".into());
+        }
         argv.extend(self.opts.apiserver_args.iter().cloned());
         self.apiserver = Some(self.spawn("kube-apiserver", &argv)?);
         self.wait_ready(Duration::from_secs(90)).await
@@ -401,6 +427,21 @@ impl ControlPlane {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+    }
+
+    fn audit_log(&self) -> PathBuf {
+        self.dir.join("audit.log")
+    }
+
+    /// Every (API group, resource[/subresource], verb) that `user` was allowed or
+    /// refused, as kube-apiserver's audit log recorded it (needs `Options::audit`).
+    /// `user` is the authenticated name, e.g.
+    /// `system:serviceaccount:ringlb-system:ringlb-controller`.
+    pub fn audited_access(&self, user: &str) -> Result<std::collections::BTreeSet<audit::Access>> {
+        let path = self.audit_log();
+        let text = std::fs::read_to_string(&path)
+            .map_err(Error::io(format!("reading {}", path.display())))?;
+        Ok(audit::accesses(&text, user))
     }
 
     /// Kills kube-apiserver (SIGKILL): every connection and watch breaks at once.
