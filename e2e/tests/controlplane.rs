@@ -668,4 +668,112 @@ mod lab_kubelet {
         .await;
         eprintln!("lab kubelet test done in {:?}", t_start.elapsed());
     }
+
+    /// With kube-scheduler running, the kubelet binds nothing: kube-scheduler places the
+    /// pods on the kubelet's nodes (Ready, their not-ready taint lifted), as its
+    /// Scheduled events show, and the kubelet then runs them.
+    #[tokio::test]
+    async fn with_kube_scheduler_the_scheduler_binds_and_the_kubelet_runs() {
+        let t_start = Instant::now();
+        let cp = ringlb_e2e::controlplane::ControlPlane::start(ringlb_e2e::controlplane::Options {
+            scheduler: true,
+            ..Default::default()
+        })
+        .await
+        .expect("the control plane starts with kube-scheduler");
+        let _kubelet = cp
+            .start_kubelet(KubeletOptions {
+                nodes: vec![LabNode::new("sched-node-1"), LabNode::new("sched-node-2")],
+                pod_ips: V4.iter().map(|s| s.parse().unwrap()).collect(),
+                pod_cidrs: Vec::new(),
+            })
+            .await
+            .unwrap();
+        cp.apply_yaml(
+            "apiVersion: apps/v1\nkind: Deployment\nmetadata: {name: web, namespace: default}\n\
+             spec:\n  replicas: 2\n  selector: {matchLabels: {app: web}}\n  template:\n\
+             \x20   metadata: {labels: {app: web}}\n    spec:\n\
+             \x20     containers: [{name: web, image: lab/web}]\n",
+        )
+        .await
+        .unwrap();
+        let pods: Api<Pod> = Api::namespaced(cp.client().await, "default");
+        let running = until(
+            "2 Ready pods placed by kube-scheduler",
+            Duration::from_secs(60),
+            || async {
+                let list = pods.list(&ListParams::default().labels("app=web")).await;
+                let list = list.map_err(|e| e.to_string())?.items;
+                if list.len() == 2 && list.iter().all(ready) {
+                    Ok(list)
+                } else {
+                    Err(format!("{} pods", list.len()))
+                }
+            },
+        )
+        .await;
+        let mut v4: Vec<String> = running.iter().map(|p| ips(p)[0].to_string()).collect();
+        v4.sort();
+        assert_eq!(v4, V4);
+        // the binding came from kube-scheduler: its Scheduled events name the nodes
+        let events: Api<k8s_openapi::api::events::v1::Event> =
+            Api::namespaced(cp.client().await, "default");
+        let scheduled = until(
+            "kube-scheduler's Scheduled events",
+            Duration::from_secs(10),
+            || async {
+                let list = events
+                    .list(&ListParams::default())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let from_scheduler: Vec<String> = list
+                    .items
+                    .iter()
+                    .filter(|e| e.reason.as_deref() == Some("Scheduled"))
+                    .filter(|e| e.reporting_controller.as_deref() == Some("default-scheduler"))
+                    .filter_map(|e| e.note.clone())
+                    .collect();
+                if from_scheduler.len() == 2 {
+                    Ok(from_scheduler)
+                } else {
+                    Err(format!("{from_scheduler:?}"))
+                }
+            },
+        )
+        .await;
+        eprintln!("{scheduled:?}; done in {:?}", t_start.elapsed());
+    }
+}
+
+/// The chart the tests apply RBAC from is one helm accepts: `helm lint` passes and
+/// `helm template` renders the ServiceAccounts into the release namespace.
+#[test]
+fn helm_lints_and_renders_the_chart() {
+    let assets = ringlb_e2e::controlplane::Assets::find().unwrap_or_else(|e| panic!("{e}"));
+    let helm = assets
+        .helm()
+        .unwrap_or_else(|| panic!("no helm in {}: run `make k8s`", assets.dir.display()));
+    let chart = ringlb_e2e::controlplane::chart_dir();
+    let lint = std::process::Command::new(&helm)
+        .arg("lint")
+        .arg(&chart)
+        .output()
+        .expect("helm runs");
+    assert!(
+        lint.status.success(),
+        "helm lint: {}{}",
+        String::from_utf8_lossy(&lint.stdout),
+        String::from_utf8_lossy(&lint.stderr)
+    );
+    let yaml = ringlb_e2e::controlplane::helm_template_rbac(&helm, "lb-system")
+        .expect("helm template renders the RBAC");
+    for sa in ["ringlb-controller", "ringlb-edge"] {
+        assert!(
+            yaml.contains(&format!(
+                "kind: ServiceAccount\nmetadata:\n  name: {sa}\n  namespace: lb-system"
+            )),
+            "ServiceAccount {sa} in lb-system:\n{yaml}"
+        );
+    }
+    assert!(!yaml.contains("{{"), "unrendered template left:\n{yaml}");
 }

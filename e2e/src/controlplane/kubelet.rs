@@ -5,7 +5,8 @@
 //! job (docs/controlplane.md, "The lab kubelet", lists exactly what it fakes):
 //!
 //! ```text
-//!  LabKubelet::start ─► Node objects (labels, addresses, Ready=True), once
+//!  LabKubelet::start ─► Node objects (labels, addresses, Ready=True, the admission
+//!                       plugin's not-ready taint lifted), once
 //!        └─► task: watch Pods (all namespaces)
 //!              no spec.nodeName        ─► pods/binding to the next node that runs pods
 //!                                         (only when no kube-scheduler runs)
@@ -195,8 +196,38 @@ async fn register_node(client: &Client, n: &LabNode) -> Result<()> {
     api.patch_status(&n.name, &pp, &Patch::Apply(&status))
         .await
         .map_err(Error::kube(format!("writing Node {} status", n.name)))?;
+    // The TaintNodesByCondition admission plugin gave the new Node the not-ready
+    // taint; the node-lifecycle controller (not run here: it would want heartbeats)
+    // would lift it once the node reports Ready, so the kubelet does that.
+    let node = api
+        .get(&n.name)
+        .await
+        .map_err(Error::kube(format!("reading Node {}", n.name)))?;
+    let taints: Vec<_> = node
+        .spec
+        .and_then(|s| s.taints)
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|t| !NOT_READY_TAINTS.contains(&t.key.as_str()))
+        .collect();
+    api.patch(
+        &n.name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"taints": taints}})),
+    )
+    .await
+    .map_err(Error::kube(format!(
+        "lifting Node {}'s not-ready taint",
+        n.name
+    )))?;
     Ok(())
 }
+
+/// The taints the node-lifecycle controller keeps on a node that is not Ready.
+const NOT_READY_TAINTS: [&str; 2] = [
+    "node.kubernetes.io/not-ready",
+    "node.kubernetes.io/unreachable",
+];
 
 fn key(p: &Pod) -> (String, String) {
     (p.namespace().unwrap_or_default(), p.name_any())
