@@ -5,6 +5,7 @@ pub mod backoff;
 pub mod flags;
 pub mod http;
 pub mod logging;
+pub mod netns;
 
 pub use backoff::WatchBackoff;
 pub use flags::CommonArgs;

@@ -13,9 +13,7 @@
 //! TLS passes through untouched: clients verify kube-apiserver's certificate, which
 //! names the bridge address (`controlplane::Options::extra_sans`).
 
-use std::fs::File;
 use std::net::SocketAddr;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
 
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::{JoinHandle, JoinSet};
@@ -32,7 +30,7 @@ impl Bridge {
     /// Listens on `listen` inside network namespace `netns` (a name under
     /// /run/netns) and forwards each connection to `target`.
     pub fn start(netns: &str, listen: SocketAddr, target: SocketAddr) -> Result<Bridge> {
-        let std_listener = in_netns(netns, || {
+        let std_listener = ringlb_ops::netns::in_named(netns, || {
             let l = std::net::TcpListener::bind(listen)?;
             l.set_nonblocking(true)?;
             Ok(l)
@@ -83,54 +81,6 @@ async fn accept_loop(listener: TcpListener, target: SocketAddr) {
                 }
             },
             Some(_) = conns.join_next() => {}
-        }
-    }
-}
-
-/// Runs `make` (which creates sockets) inside namespace `name`, on a thread made for
-/// it: a socket keeps the namespace it was created in, the thread's change dies with
-/// the thread, and no other thread of the process ever changes namespace.
-fn in_netns<T: Send>(
-    name: &str,
-    make: impl FnOnce() -> std::io::Result<T> + Send,
-) -> std::io::Result<T> {
-    if name.is_empty() || name.contains('/') || name == "." || name == ".." {
-        return Err(std::io::Error::other(format!(
-            "{name:?} is not a namespace name"
-        )));
-    }
-    let ns = File::open(format!("/run/netns/{name}"))?;
-    std::thread::scope(|s| {
-        s.spawn(|| {
-            setns_net(ns.as_fd())?;
-            make()
-        })
-        .join()
-        .unwrap_or_else(|_| Err(std::io::Error::other("namespace thread panicked")))
-    })
-}
-
-/// Enters the network namespace of `fd` on the calling thread only.
-#[allow(unsafe_code)] // setns(2) has no safe wrapper in libc; only called on a thread made for it
-fn setns_net(fd: BorrowedFd<'_>) -> std::io::Result<()> {
-    // SAFETY: setns takes a valid, open descriptor (borrowed for the call) and only
-    // changes the network namespace of the calling thread.
-    let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refuses_paths_as_namespace_names() {
-        for bad in ["", "..", "a/b"] {
-            assert!(in_netns(bad, || Ok(())).is_err(), "{bad:?}");
         }
     }
 }

@@ -420,18 +420,6 @@ mod raw {
             Ok(cpu as usize)
         }
     }
-
-    /// Moves the calling thread into the named network namespace.
-    pub fn enter_netns(name: &str) -> io::Result<()> {
-        let f = std::fs::File::open(format!("/var/run/netns/{name}"))?;
-        // SAFETY: setns on an open namespace fd; affects this thread only.
-        let rc = unsafe { libc::setns(f.as_raw_fd(), libc::CLONE_NEWNET) };
-        if rc != 0 {
-            Err(io::Error::last_os_error())
-        } else {
-            Ok(())
-        }
-    }
 }
 
 /// Sends `count` UDP packets (each a new flow) from netns `client` to
@@ -439,7 +427,7 @@ mod raw {
 fn blast(client: &str, target: u32, count: u32, salt: u32) -> anyhow::Result<f64> {
     let client = client.to_string();
     let h = std::thread::spawn(move || -> anyhow::Result<f64> {
-        raw::enter_netns(&client)?;
+        ringlb_ops::netns::enter_named(&client)?;
         let sock = raw::RawSock::open()?;
         let dst = match vip_addr(target) {
             IpAddr::V4(a) => a,

@@ -6,7 +6,7 @@
 use std::fs::File;
 use std::io;
 use std::net::{Ipv6Addr, SocketAddrV6, UdpSocket};
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,19 +59,6 @@ fn io_err(op: &'static str) -> impl Fn(io::Error) -> NetlinkError {
     move |source| NetlinkError::Io { op, source }
 }
 
-/// Enters the network namespace of `fd` on the calling thread only.
-#[allow(unsafe_code)] // setns(2) has no safe wrapper in libc; callers run it on a thread made for it
-fn setns_net(fd: BorrowedFd<'_>) -> io::Result<()> {
-    // SAFETY: setns takes a valid, open descriptor (borrowed for the call) and only
-    // changes the network namespace of the calling thread.
-    let r = unsafe { libc::setns(fd.as_raw_fd(), libc::CLONE_NEWNET) };
-    if r == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 fn netns_path(name: &str) -> Result<PathBuf, NetlinkError> {
     if name.is_empty() || name == "." || name == ".." || name.contains('/') || name.contains('\0') {
         return Err(NetlinkError::Netns {
@@ -109,7 +96,7 @@ fn in_netns<T: Send>(
     })?;
     std::thread::scope(|s| {
         s.spawn(|| {
-            setns_net(ns.as_fd()).map_err(|e| NetlinkError::Netns {
+            ringlb_ops::netns::setns_net(ns.as_fd()).map_err(|e| NetlinkError::Netns {
                 name: name.into(),
                 reason: format!("setns: {e}"),
             })?;
