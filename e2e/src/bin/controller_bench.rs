@@ -1,10 +1,15 @@
-//! Benchmark (a program, not a test): N LoadBalancer Services created against the API
-//! simulator while the real `ringlb-controller` runs; reports the time until all have
-//! a VIP, p50/p99 create->status latency and the controller's peak RSS (VmHWM).
+//! Benchmark (a program, not a test): N LoadBalancer Services created against a real
+//! control plane (etcd, kube-apiserver, kube-controller-manager; `ControlPlane`) while
+//! the real `ringlb-controller` runs as a pod would, under the chart's RBAC with a
+//! ServiceAccount token. Reports the time until all have a VIP, p50/p99
+//! create->status latency, the controller's peak RSS (VmHWM) and CPU time.
+//! `--create-only` runs no controller and measures how fast the API server accepts the
+//! creates alone (the bound on "all allocated").
 //!
 //! ```text
-//! cargo build --release -p ringlb-controller -p ringlb-e2e --bin controller_bench
+//! cargo build --release -p ringlb-e2e -p ringlb-controller --bins
 //! target/release/controller_bench --services 10000
+//! target/release/controller_bench --services 10000 --create-only
 //! ```
 
 use std::collections::HashMap;
@@ -21,12 +26,12 @@ use kube::api::PostParams;
 use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use ringlb_crds::{IPPool, IPPoolSpec};
-use ringlb_e2e::{SimOptions, Simulator};
+use ringlb_e2e::controlplane::{ControlPlane, Options};
 use serde_json::json;
 
 #[derive(Parser, Debug)]
 #[command(
-    about = "Create N LoadBalancer Services against the API simulator and time the controller"
+    about = "Create N LoadBalancer Services against a real control plane and time the controller"
 )]
 struct Args {
     /// How many Services to create.
@@ -41,7 +46,19 @@ struct Args {
     /// Give up after this many seconds.
     #[arg(long, default_value_t = 600)]
     timeout_secs: u64,
+    /// Run no controller: only create the Services and report the API server's create
+    /// rate.
+    #[arg(long)]
+    create_only: bool,
+    /// Do not run kube-controller-manager (by default it runs, as in a cluster, and
+    /// writes one EndpointSlice per Service alongside the benchmark).
+    #[arg(long)]
+    no_controller_manager: bool,
 }
+
+/// The namespace the chart installs into; the controller's ServiceAccount and Lease
+/// live there.
+const RELEASE_NS: &str = "ringlb-system";
 
 struct Guard(Child);
 
@@ -68,6 +85,18 @@ fn cpu_seconds(pid: u32) -> Option<f64> {
     Some(ticks / 100.0)
 }
 
+/// The control plane's own processes (`PID NAME` lines of its folder's `pids` file).
+fn control_plane_pids(cp: &ControlPlane) -> Vec<(u32, String)> {
+    std::fs::read_to_string(cp.dir().join("pids"))
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| {
+            let (pid, name) = l.split_once(' ')?;
+            Some((pid.parse().ok()?, name.to_string()))
+        })
+        .collect()
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -83,20 +112,33 @@ async fn main() -> anyhow::Result<()> {
         Some(p) => p,
         None => std::env::current_exe()?.with_file_name("ringlb-controller"),
     };
-    if !controller.exists() {
+    if !args.create_only && !controller.exists() {
         bail!(
             "{} not found: build it first (cargo build --release -p ringlb-controller) or pass --controller",
             controller.display()
         );
     }
-    let sim = Simulator::start(SimOptions {
-        kubelet: false,
-        controllers: false,
-        history_limit: 50 * args.services.max(1000),
-        ..SimOptions::default()
+    let t0 = Instant::now();
+    let cp = ControlPlane::start(Options {
+        controller_manager: !args.no_controller_manager,
+        ..Options::default()
     })
-    .await?;
-    let client = sim.client().await;
+    .await
+    .context("starting the control plane (make k8s builds it)")?;
+    eprintln!(
+        "control plane up in {:.1} s ({}, kube-apiserver {})",
+        t0.elapsed().as_secs_f64(),
+        cp.dir().display(),
+        ringlb_e2e::controlplane::kubernetes_version()
+    );
+    let client = cp.client().await;
+    cp.apply_chart_rbac(RELEASE_NS)
+        .await
+        .context("applying the chart's RBAC")?;
+    let kubeconfig = cp
+        .service_account_kubeconfig(RELEASE_NS, "ringlb-controller")
+        .await
+        .context("a ServiceAccount kubeconfig for the controller")?;
     Api::<IPPool>::all(client.clone())
         .create(
             &PostParams::default(),
@@ -116,23 +158,34 @@ async fn main() -> anyhow::Result<()> {
         .await
         .context("creating the IPPool")?;
 
-    let child = Command::new(&controller)
-        .arg("--kubeconfig")
-        .arg(sim.kubeconfig_path())
-        .args([
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--lease-namespace",
-            "default",
-            "--log-level",
-            "warn",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .spawn()
-        .with_context(|| format!("starting {}", controller.display()))?;
-    let pid = child.id();
-    let _guard = Guard(child);
+    // The controller as the chart's pod runs it: ServiceAccount token, chart RBAC,
+    // leader election on a Lease in the release namespace. Its log goes to the
+    // control plane's folder (kept with RINGLB_KEEP_CONTROLPLANE=1).
+    let controller_proc = if args.create_only {
+        None
+    } else {
+        let log_path = cp.dir().join("ringlb-controller.log");
+        let log = std::fs::File::create(&log_path)
+            .with_context(|| format!("creating {}", log_path.display()))?;
+        let child = Command::new(&controller)
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args([
+                "--metrics-addr",
+                "127.0.0.1:0",
+                "--lease-namespace",
+                RELEASE_NS,
+                "--log-level",
+                "warn",
+            ])
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", controller.display()))?;
+        Some(Guard(child))
+    };
+    let pid = controller_proc.as_ref().map(|g| g.0.id());
 
     // Record when each Service is first seen with a VIP.
     let api: Api<Service> = Api::namespaced(client.clone(), "default");
@@ -157,54 +210,117 @@ async fn main() -> anyhow::Result<()> {
         })
     };
 
-    // Warm-up: the controller is up (leader, rebuilt) once one Service gets a VIP.
     let svc = |name: String| -> anyhow::Result<Service> {
         Ok(serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "default"},
             "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80, "protocol": "TCP"}], "selector": {"app": "bench"}}
         }))?)
     };
-    api.create(&PostParams::default(), &svc("warmup".into())?)
-        .await?;
-    let t = Instant::now();
-    while !seen
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains_key("warmup")
-    {
-        if t.elapsed() > Duration::from_secs(30) {
-            bail!("the controller did not allocate the warm-up Service within 30 s");
+    // Warm-up: the controller is up (leader, rebuilt) once one Service gets a VIP.
+    if let Some(pid) = pid {
+        api.create(&PostParams::default(), &svc("warmup".into())?)
+            .await?;
+        let t = Instant::now();
+        while !seen
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key("warmup")
+        {
+            if t.elapsed() > Duration::from_secs(30) {
+                bail!(
+                    "the controller (pid {pid}) did not allocate the warm-up Service within 30 s; \
+                     its log: {}",
+                    cp.dir().join("ringlb-controller.log").display()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let rss_idle = proc_status_kb(pid, "VmRSS:").unwrap_or(0);
-    let cpu0 = cpu_seconds(pid).unwrap_or(0.0);
+    let rss_idle = pid.and_then(|p| proc_status_kb(p, "VmRSS:")).unwrap_or(0);
+    let cpu0 = pid.and_then(cpu_seconds).unwrap_or(0.0);
+    let cp_pids = control_plane_pids(&cp);
+    let cp_cpu0: Vec<f64> = cp_pids
+        .iter()
+        .map(|(p, _)| cpu_seconds(*p).unwrap_or(0.0))
+        .collect();
 
     let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let returned: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
     let start = Instant::now();
-    let results: Vec<anyhow::Result<()>> = futures::stream::iter(0..args.services)
+    let results: Vec<anyhow::Result<Duration>> = futures::stream::iter(0..args.services)
         .map(|i| {
             let api = api.clone();
             let created = created.clone();
+            let returned = returned.clone();
             let s = svc(format!("bench-{i:05}"));
             async move {
                 let s = s?;
                 let name = s.name_any();
+                let sent = Instant::now();
                 created
                     .lock()
                     .unwrap_or_else(|e| e.into_inner())
-                    .insert(name, Instant::now());
+                    .insert(name.clone(), sent);
                 api.create(&PostParams::default(), &s).await?;
-                Ok(())
+                let now = Instant::now();
+                returned
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .insert(name, now);
+                Ok(now - sent)
             }
         })
         .buffer_unordered(args.concurrency)
         .collect()
         .await;
     let create_done = start.elapsed();
+    let mut create_lat = Vec::with_capacity(results.len());
     for r in results {
-        r.context("creating a Service")?;
+        create_lat.push(r.context("creating a Service")?);
     }
+    create_lat.sort();
+    println!(
+        "controller benchmark against kube-apiserver {}: {} Services, concurrency {}{}{}",
+        ringlb_e2e::controlplane::kubernetes_version(),
+        args.services,
+        args.concurrency,
+        if args.no_controller_manager {
+            ", no kube-controller-manager"
+        } else {
+            ", kube-controller-manager on"
+        },
+        if args.create_only {
+            ", no ringlb-controller (create rate only)"
+        } else {
+            ""
+        }
+    );
+    println!(
+        "  all created (API calls returned):  {:>10.3} s",
+        create_done.as_secs_f64()
+    );
+    println!(
+        "  create rate:                       {:>10.0} Services/s",
+        args.services as f64 / create_done.as_secs_f64()
+    );
+    println!(
+        "  create request latency p50 / p99:  {:>10.1} / {:.1} ms",
+        percentile(&create_lat, 0.50).as_secs_f64() * 1e3,
+        percentile(&create_lat, 0.99).as_secs_f64() * 1e3
+    );
+    let print_cp_cpu = || {
+        for ((p, name), c0) in cp_pids.iter().zip(&cp_cpu0) {
+            if let Some(c) = cpu_seconds(*p) {
+                println!("  {name:<27} CPU time:  {:>8.2} s", c - c0);
+            }
+        }
+    };
+    let Some(pid) = pid else {
+        watch.abort();
+        print_cp_cpu();
+        return Ok(());
+    };
+
     let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
     loop {
         let n = seen
@@ -239,18 +355,17 @@ async fn main() -> anyhow::Result<()> {
         .filter_map(|(k, c)| Some(seen.get(k)?.saturating_duration_since(*c)))
         .collect();
     lat.sort();
+    // The controller's own part: the create answered -> the VIP seen in status.
+    let returned = returned.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let mut lat_after: Vec<Duration> = returned
+        .iter()
+        .filter_map(|(k, r)| Some(seen.get(k)?.saturating_duration_since(*r)))
+        .collect();
+    lat_after.sort();
     let hwm = proc_status_kb(pid, "VmHWM:").unwrap_or(0);
     let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu0;
     watch.abort();
 
-    println!(
-        "controller benchmark: {} Services, concurrency {}",
-        args.services, args.concurrency
-    );
-    println!(
-        "  all created (API calls returned):  {:>10.3} s",
-        create_done.as_secs_f64()
-    );
     println!(
         "  all allocated (VIP in status):     {:>10.3} s",
         all_allocated.as_secs_f64()
@@ -272,6 +387,11 @@ async fn main() -> anyhow::Result<()> {
         lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3
     );
     println!(
+        "  create answered->status p50 / p99: {:>10.1} / {:.1} ms",
+        percentile(&lat_after, 0.50).as_secs_f64() * 1e3,
+        percentile(&lat_after, 0.99).as_secs_f64() * 1e3
+    );
+    println!(
         "  controller RSS idle (1 Service):   {:>10.1} MiB",
         rss_idle as f64 / 1024.0
     );
@@ -280,5 +400,6 @@ async fn main() -> anyhow::Result<()> {
         hwm as f64 / 1024.0
     );
     println!("  controller CPU time during run:    {:>10.2} s", cpu);
+    print_cp_cpu();
     Ok(())
 }
