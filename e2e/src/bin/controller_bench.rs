@@ -54,6 +54,13 @@ struct Args {
     /// writes one EndpointSlice per Service alongside the benchmark).
     #[arg(long)]
     no_controller_manager: bool,
+    /// Time MetalLB's controller instead of ringlb-controller, for a ratio: the path
+    /// of its binary (built from its Go module outside this repository).
+    #[arg(long, requires = "metallb_crds")]
+    metallb_controller: Option<PathBuf>,
+    /// The folder of MetalLB's CRDs (`config/crd/bases` of the same version).
+    #[arg(long)]
+    metallb_crds: Option<PathBuf>,
 }
 
 /// The namespace the chart installs into; the controller's ServiceAccount and Lease
@@ -97,6 +104,75 @@ fn control_plane_pids(cp: &ControlPlane) -> Vec<(u32, String)> {
         .collect()
 }
 
+/// MetalLB's controller against the same control plane, set up as close to ours as
+/// its flags allow: a ServiceAccount token (bound to cluster-admin rather than MetalLB's
+/// chart RBAC; the same API priority level as ringlb-controller's ServiceAccount), an
+/// IPAddressPool with the same /14, webhooks off, no leader election (it has none).
+async fn start_metallb(
+    cp: &ControlPlane,
+    bin: &std::path::Path,
+    crds: &std::path::Path,
+) -> anyhow::Result<Guard> {
+    let mut paths: Vec<PathBuf> = std::fs::read_dir(crds)
+        .with_context(|| format!("reading {}", crds.display()))?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    paths.sort();
+    for p in &paths {
+        let yaml = std::fs::read_to_string(p)?;
+        cp.apply_yaml(&yaml)
+            .await
+            .with_context(|| format!("applying {}", p.display()))?;
+    }
+    cp.apply_yaml(
+        "apiVersion: v1\nkind: Namespace\nmetadata: {name: metallb-system}\n---\n\
+         apiVersion: v1\nkind: ServiceAccount\nmetadata: {name: controller, namespace: metallb-system}\n---\n\
+         apiVersion: rbac.authorization.k8s.io/v1\nkind: ClusterRoleBinding\nmetadata: {name: metallb-bench}\n\
+         roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}\n\
+         subjects: [{kind: ServiceAccount, name: controller, namespace: metallb-system}]\n",
+    )
+    .await
+    .context("MetalLB's namespace and ServiceAccount")?;
+    // The CRDs take a moment to be served.
+    let pool = "apiVersion: metallb.io/v1beta1\nkind: IPAddressPool\n\
+                metadata: {name: bench, namespace: metallb-system}\n\
+                spec: {addresses: [10.0.0.0/14]}\n";
+    let t = Instant::now();
+    while let Err(e) = cp.apply_yaml(pool).await {
+        if t.elapsed() > Duration::from_secs(30) {
+            bail!("creating MetalLB's IPAddressPool: {e}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let kubeconfig = cp
+        .service_account_kubeconfig("metallb-system", "controller")
+        .await?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let log_path = cp.dir().join("metallb-controller.log");
+    let log = std::fs::File::create(&log_path)?;
+    let child = Command::new(bin)
+        .env("KUBECONFIG", &kubeconfig)
+        .args([
+            "--namespace",
+            "metallb-system",
+            "--webhook-mode",
+            "disabled",
+            "--log-level",
+            "warn",
+            "--port",
+            &port.to_string(),
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", bin.display()))?;
+    Ok(Guard(child))
+}
+
 fn percentile(sorted: &[Duration], p: f64) -> Duration {
     if sorted.is_empty() {
         return Duration::ZERO;
@@ -112,7 +188,7 @@ async fn main() -> anyhow::Result<()> {
         Some(p) => p,
         None => std::env::current_exe()?.with_file_name("ringlb-controller"),
     };
-    if !args.create_only && !controller.exists() {
+    if !args.create_only && args.metallb_controller.is_none() && !controller.exists() {
         bail!(
             "{} not found: build it first (cargo build --release -p ringlb-controller) or pass --controller",
             controller.display()
@@ -163,6 +239,8 @@ async fn main() -> anyhow::Result<()> {
     // control plane's folder (kept with RINGLB_KEEP_CONTROLPLANE=1).
     let controller_proc = if args.create_only {
         None
+    } else if let (Some(bin), Some(crds)) = (&args.metallb_controller, &args.metallb_crds) {
+        Some(start_metallb(&cp, bin, crds).await?)
     } else {
         let log_path = cp.dir().join("ringlb-controller.log");
         let log = std::fs::File::create(&log_path)
@@ -280,7 +358,12 @@ async fn main() -> anyhow::Result<()> {
     }
     create_lat.sort();
     println!(
-        "controller benchmark against kube-apiserver {}: {} Services, concurrency {}{}{}",
+        "{} benchmark against kube-apiserver {}: {} Services, concurrency {}{}{}",
+        if args.metallb_controller.is_some() {
+            "MetalLB controller"
+        } else {
+            "controller"
+        },
         ringlb_e2e::controlplane::kubernetes_version(),
         args.services,
         args.concurrency,
