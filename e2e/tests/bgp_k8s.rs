@@ -36,6 +36,28 @@ where
 /// The chart's release namespace in this test (its ServiceAccounts live there).
 const RELEASE_NS: &str = "ringlb-system";
 
+/// Secret `default/tor-md5` with key `password`, as a BGPPeer's passwordSecretRef names.
+async fn create_md5_secret(client: &kube::Client, password: &str) {
+    let secret = Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("tor-md5".into()),
+            ..Default::default()
+        },
+        data: Some(
+            [(
+                "password".to_string(),
+                k8s_openapi::ByteString(password.as_bytes().to_vec()),
+            )]
+            .into(),
+        ),
+        ..Default::default()
+    };
+    Api::<Secret>::namespaced(client.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+}
+
 async fn read_msg(s: &mut TcpStream) -> Option<Message> {
     loop {
         let mut h = [0u8; 19];
@@ -120,24 +142,7 @@ async fn objects_become_sessions_policy_and_status() {
     create(&Api::<Node>::all(client.clone()), json!({
         "apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1", "labels": {"rack": "a"}}})).await;
     if let Some(pw) = &password {
-        let secret = Secret {
-            metadata: kube::api::ObjectMeta {
-                name: Some("tor-md5".into()),
-                ..Default::default()
-            },
-            data: Some(
-                [(
-                    "password".to_string(),
-                    k8s_openapi::ByteString(pw.clone().into_bytes()),
-                )]
-                .into(),
-            ),
-            ..Default::default()
-        };
-        Api::<Secret>::namespaced(client.clone(), "default")
-            .create(&PostParams::default(), &secret)
-            .await
-            .unwrap();
+        create_md5_secret(&client, pw).await;
     }
 
     let mut reg = Registry::default();
@@ -370,24 +375,7 @@ async fn the_edge_role_without_one_rule_breaks_what_needs_it() {
     )
     .await;
     let password = "from-the-secret";
-    let secret = Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("tor-md5".into()),
-            ..Default::default()
-        },
-        data: Some(
-            [(
-                "password".to_string(),
-                k8s_openapi::ByteString(password.as_bytes().to_vec()),
-            )]
-            .into(),
-        ),
-        ..Default::default()
-    };
-    Api::<Secret>::namespaced(admin.clone(), "default")
-        .create(&PostParams::default(), &secret)
-        .await
-        .unwrap();
+    create_md5_secret(&admin, password).await;
 
     let mut checks = Vec::new();
     let mut _speakers = Vec::new();

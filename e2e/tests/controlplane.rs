@@ -491,6 +491,23 @@ mod lab_kubelet {
     }
 
     /// (address, ready, serving, terminating) of every endpoint of Service `web`.
+    /// Waits up to 30 s until the slices list exactly `want`.
+    async fn endpoints_become(
+        slices: &Api<EndpointSlice>,
+        want: &[(String, bool, bool, bool)],
+        what: &str,
+    ) {
+        until(what, Duration::from_secs(30), || async {
+            let eps = endpoints(slices).await;
+            if eps == want {
+                Ok(())
+            } else {
+                Err(format!("{eps:?}"))
+            }
+        })
+        .await;
+    }
+
     async fn endpoints(slices: &Api<EndpointSlice>) -> Vec<(String, bool, bool, bool)> {
         let lp = ListParams::default().labels("kubernetes.io/service-name=web");
         let mut v: Vec<_> = slices
@@ -595,19 +612,7 @@ mod lab_kubelet {
             .iter()
             .map(|ip| (ip.to_string(), true, true, false))
             .collect();
-        until(
-            "both endpoints ready in the EndpointSlice",
-            Duration::from_secs(30),
-            || async {
-                let eps = endpoints(&slices).await;
-                if eps == want {
-                    Ok(())
-                } else {
-                    Err(format!("{eps:?}"))
-                }
-            },
-        )
-        .await;
+        endpoints_become(&slices, &want, "both endpoints ready in the EndpointSlice").await;
 
         // delete one: terminating (still serving) during its 3 s grace, then gone
         let victim = running
@@ -653,19 +658,7 @@ mod lab_kubelet {
         eprintln!("deleted pod gone {gone_after:?} after the DELETE (grace 3 s)");
         // its IPv4 address was the last free one of the list: the ReplicaSet's
         // replacement gets it now, and the slice is back to two ready endpoints
-        until(
-            "the replacement with the freed IP, ready",
-            Duration::from_secs(30),
-            || async {
-                let eps = endpoints(&slices).await;
-                if eps == want {
-                    Ok(())
-                } else {
-                    Err(format!("{eps:?}"))
-                }
-            },
-        )
-        .await;
+        endpoints_become(&slices, &want, "the replacement with the freed IP, ready").await;
         eprintln!("lab kubelet test done in {:?}", t_start.elapsed());
     }
 

@@ -218,12 +218,14 @@ impl ControlPlane {
             let client = cp.client().await;
             manifests::install_crds(&client).await?;
         }
-        if cp.opts.controller_manager {
-            cp.start_controller_manager()?;
-        }
         if cp.opts.scheduler {
             cp.start_scheduler()?;
         }
+        if cp.opts.controller_manager {
+            cp.start_controller_manager()?;
+            cp.wait_controller_manager(Duration::from_secs(60)).await?;
+        }
+        cp.check("kube-scheduler")?;
         tracing::info!(
             url = %cp.url(),
             dir = %cp.dir.display(),
@@ -491,6 +493,31 @@ impl ControlPlane {
         ];
         self.kcm = Some(self.spawn("kube-controller-manager", &argv)?);
         Ok(())
+    }
+
+    /// Waits until kube-controller-manager has done its first work: the
+    /// ServiceAccount controller created `default/default` (pods need it to pass
+    /// ServiceAccount admission). A controller manager that exits at start (a flag it
+    /// does not know) is an error with its log, not a silently missing controller.
+    async fn wait_controller_manager(&mut self, limit: Duration) -> Result<()> {
+        let client = self.client().await;
+        let sas: kube::Api<k8s_openapi::api::core::v1::ServiceAccount> =
+            kube::Api::namespaced(client, "default");
+        let deadline = Instant::now() + limit;
+        loop {
+            self.check("kube-controller-manager")?;
+            if let Ok(Some(_)) = sas.get_opt("default").await {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(self.timeout(
+                    "kube-controller-manager to create ServiceAccount default/default",
+                    limit,
+                    "kube-controller-manager",
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
     }
 
     fn start_scheduler(&mut self) -> Result<()> {
