@@ -49,7 +49,7 @@ if [ -n "${K8S_VERSION:-}" ] && [ "$K8S_VERSION" != "$version" ]; then
   version=$K8S_VERSION
 fi
 out=${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/k8s-$version
-stamp=$( (cat "$MOD/go.mod" "$MOD/go.sum"; echo "helm $HELM_VERSION") | sha256sum | cut -c1-16)
+stamp=$( (cat "$MOD/go.mod" "$MOD/go.sum"; echo "helm $HELM_VERSION, version-stamped") | sha256sum | cut -c1-16)
 if have_all "$out" && [ -x "$out/helm" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "build-k8s: $out is current ($version)" >&2
   echo "$out"
@@ -62,7 +62,14 @@ echo "build-k8s: building Kubernetes $version control plane into $out (first tim
 start=$(date +%s)
 cd "$MOD"
 export GOFLAGS=-mod=mod
-build() { go build -trimpath -ldflags "-s -w" -o "$out/$1" "$2"; }
+# Stamp the version as upstream's release build does, so `kubectl version` and the
+# API server's /version say v1.N.M instead of v0.0.0-master.
+minor=${version#v1.}; minor=${minor%%.*}
+vflags=""
+for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  vflags+=" -X $pkg.gitVersion=$version -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor -X $pkg.gitTreeState=clean"
+done
+build() { go build -trimpath -ldflags "-s -w$vflags" -o "$out/$1" "$2"; }
 build etcd go.etcd.io/etcd/server/v3
 build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager

@@ -390,6 +390,10 @@ impl ControlPlane {
                 self.opts.service_cidrs.join(",")
             ),
             "--allow-privileged=true".into(),
+            // The `kubernetes` Service's endpoints would be 127.0.0.1, which the
+            // endpoint reconciler refuses (an error every 10 s on v1.34, a start
+            // failure from v1.37); nothing here reaches the API by its ClusterIP.
+            "--endpoint-reconciler-type=none".into(),
             format!("--watch-cache={}", self.opts.watch_cache),
             "--v=1".into(),
         ];
