@@ -311,7 +311,7 @@ async fn two_replicas_one_writer_and_failover() {
 async fn apiserver_restart_and_410_gone_recover() {
     // Without the watch cache the API server watches etcd directly, so it is etcd's
     // compaction that answers the stale resourceVersion with 410.
-    let mut cluster = cluster_with(ringlb_e2e::controlplane::Options {
+    let mut cluster = cluster_with(ringlb_controlplane::Options {
         controller_manager: false,
         watch_cache: false,
         ..Default::default()
@@ -468,7 +468,7 @@ async fn leader_whose_renewals_hang_stops_at_the_renew_deadline() {
     let mut cluster = cluster().await;
     let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
-    let proxy = ringlb_e2e::controlplane::StallProxy::start(cluster.cp.api_addr())
+    let proxy = ringlb_controlplane::StallProxy::start(cluster.cp.api_addr())
         .await
         .expect("the proxy starts");
     let via = cluster
@@ -498,7 +498,7 @@ async fn leader_whose_renewals_hang_stops_at_the_renew_deadline() {
 
 #[tokio::test]
 async fn missing_crds_give_a_clear_exit() {
-    let cluster = cluster_with(ringlb_e2e::controlplane::Options {
+    let cluster = cluster_with(ringlb_controlplane::Options {
         controller_manager: false,
         install_crds: false,
         ..Default::default()

@@ -46,7 +46,7 @@ fn granted() -> BTreeSet<Access> {
 
 #[tokio::test]
 async fn chart_rbac_is_exactly_what_the_controller_uses() {
-    let cluster = cluster_with(ringlb_e2e::controlplane::Options {
+    let cluster = cluster_with(ringlb_controlplane::Options {
         controller_manager: false,
         audit: true,
         ..Default::default()
@@ -125,12 +125,12 @@ async fn a_verb_taken_out_of_the_chart_breaks_the_controller() {
     let client = cluster.client().await;
     // Re-apply the ClusterRole without services/status (server-side apply replaces
     // the rules list it owns).
-    let rbac = ringlb_e2e::controlplane::chart_rbac_templates()
+    let rbac = ringlb_controlplane::chart_rbac_templates()
         .expect("the chart's RBAC templates")
         .into_iter()
         .find(|t| t.contains("name: ringlb-controller"))
         .expect("controller-rbac.yaml");
-    let rendered = ringlb_e2e::controlplane::render_release_namespace(&rbac, RELEASE_NS);
+    let rendered = ringlb_controlplane::render_release_namespace(&rbac, RELEASE_NS);
     let cut = rendered.replace(
         "  - apiGroups: [\"\"]\n    resources: [\"services/status\"]\n    verbs: [\"patch\"]\n",
         "",

@@ -3,7 +3,9 @@
 //! kubelet) and the network-namespace lab (`lab`) that the end-to-end tests and
 //! `make demo` run.
 
-pub mod controlplane;
 pub mod lab;
 
-pub use controlplane::ControlPlane;
+/// The control-plane harness lives in its own crate (`e2e/controlplane`), so the
+/// controller's tests use it without building the edge.
+pub use ringlb_controlplane as controlplane;
+pub use ringlb_controlplane::ControlPlane;

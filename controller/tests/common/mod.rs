@@ -1,5 +1,5 @@
 //! Harness for the controller integration tests: a real control plane (etcd +
-//! kube-apiserver, `ringlb_e2e::controlplane`), the real `ringlb-controller` binary as
+//! kube-apiserver, `ringlb_controlplane`), the real `ringlb-controller` binary as
 //! a child process running as the chart's ServiceAccount under the chart's RBAC.
 
 #![allow(dead_code)]
@@ -12,8 +12,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
+use ringlb_controlplane::{ControlPlane, Options};
 use ringlb_crds::{IPPool, IPPoolSpec};
-use ringlb_e2e::controlplane::{ControlPlane, Options};
 use serde_json::json;
 
 pub const CONDITION: &str = "ringlb.io/IPAllocated";

@@ -128,7 +128,7 @@ impl Cluster {
 
     /// An error naming the first daemon that exited, with its log.
     pub fn check_daemons(&mut self) -> Result<()> {
-        self.daemons.iter_mut().try_for_each(Daemon::check_alive)
+        Ok(self.daemons.iter_mut().try_for_each(Daemon::check_alive)?)
     }
 
     /// `ringlb-lab pod-http` in every pod namespace, on 0.0.0.0:PORT (it answers for

@@ -38,7 +38,7 @@ pub mod bridge;
 pub mod cluster;
 pub mod cmd;
 pub mod config;
-pub mod daemon;
+pub use ringlb_controlplane::daemon;
 pub mod httpd;
 pub mod measure;
 pub mod netns;
@@ -82,13 +82,8 @@ pub enum Error {
         searched: String,
         hint: String,
     },
-    #[error("{name} exited early ({status}); log {log}:\n{tail}")]
-    DaemonExited {
-        name: String,
-        status: String,
-        log: String,
-        tail: String,
-    },
+    #[error(transparent)]
+    Daemon(#[from] daemon::Error),
     #[error("the lab cannot run here: {0}")]
     Unsupported(String),
     #[error("unexpected output of `{what}`: {detail}")]
@@ -133,7 +128,7 @@ pub fn skip_reason() -> Option<String> {
 
 /// Polls `f` every `every` until it returns `Ok(Ok(v))` or `limit` passes. `f`
 /// returns `Ok(Err(seen))` (or a transient error) with what it saw; an
-/// [`Error::DaemonExited`] ends the wait at once.
+/// exited daemon ([`daemon::Error::DaemonExited`]) ends the wait at once.
 pub fn wait_for<T>(
     what: &str,
     limit: Duration,
@@ -146,7 +141,7 @@ pub fn wait_for<T>(
             Ok(Ok(v)) => return Ok(v),
             Ok(Err(seen)) => seen,
             // a daemon died: waiting longer cannot help
-            Err(e @ Error::DaemonExited { .. }) => return Err(e),
+            Err(e @ Error::Daemon(daemon::Error::DaemonExited { .. })) => return Err(e),
             Err(e) => e.to_string(),
         };
         if start.elapsed() >= limit {

@@ -73,10 +73,7 @@ pub fn pids(name: &str) -> Vec<u32> {
         .collect()
 }
 
-/// Sends `sig` to `pid` (via kill(1); the lab does not link libc).
-pub fn signal(pid: u32, sig: &str) {
-    let _ = run(&["kill", &format!("-{sig}"), &pid.to_string()]);
-}
+pub use super::daemon::signal;
 
 /// Stops every process in `name` (TERM, then KILL after a second) and deletes it.
 pub fn delete(name: &str) {

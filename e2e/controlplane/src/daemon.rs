@@ -1,4 +1,4 @@
-//! Long-running programs inside lab namespaces.
+//! Long-running programs: the control plane's, and the lab's inside its namespaces.
 //!
 //! `ip netns exec NS PROG ...` execs PROG in place, so the child's PID is the daemon's
 //! own. Each daemon gets its own process group (a Ctrl-C at the terminal reaches only
@@ -12,8 +12,53 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::netns::signal;
-use super::{Error, Result};
+/// What can go wrong with a daemon.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("cannot run `{cmd}`: {source}")]
+    Spawn {
+        cmd: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{what}: {source}")]
+    Io {
+        what: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{name} exited early ({status}); log {log}:\n{tail}")]
+    DaemonExited {
+        name: String,
+        status: String,
+        log: String,
+        tail: String,
+    },
+    #[error("timed out after {waited:?} waiting for {what}; last seen: {last}")]
+    Timeout {
+        what: String,
+        waited: Duration,
+        last: String,
+    },
+}
+
+impl Error {
+    fn io(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> Error {
+        let what = what.into();
+        move |source| Error::Io { what, source }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// `kill -SIG PID`, ignoring failure (the process may be gone already).
+pub fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([&format!("-{sig}"), &pid.to_string()])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status();
+}
 
 /// A spawned daemon; stopped (TERM, then KILL) on drop unless kept.
 #[derive(Debug)]

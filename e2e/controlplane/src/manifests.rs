@@ -18,7 +18,7 @@ const MANAGER: &str = "ringlb-test";
 
 /// `charts/ringlb` in this checkout.
 pub fn chart_dir() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../charts/ringlb")
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../charts/ringlb")
 }
 
 /// Replaces `{{ .Release.Namespace }}`, the one template expression the RBAC files use.

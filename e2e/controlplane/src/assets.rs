@@ -15,7 +15,7 @@ pub const PROGRAMS: [&str; 5] = [
 
 /// The pinned module file the binaries are built from; the version comes from here, so
 /// the script and the harness cannot disagree.
-const GO_MOD: &str = include_str!("../../controlplane/go/go.mod");
+const GO_MOD: &str = include_str!("../go/go.mod");
 
 /// The Kubernetes version the harness is built for (`v1.34.4`).
 pub fn kubernetes_version() -> &'static str {

@@ -21,6 +21,7 @@
 
 mod assets;
 pub mod audit;
+pub mod daemon;
 mod etcd;
 pub mod kubelet;
 mod manifests;
@@ -33,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use kube::config::{KubeConfigOptions, Kubeconfig};
 
-use crate::lab::daemon::Daemon;
+use daemon::Daemon;
 
 pub use assets::{Assets, PROGRAMS, default_dir as default_assets_dir, kubernetes_version};
 pub use kubelet::{KubeletOptions, LabKubelet, LabNode};
@@ -61,7 +62,7 @@ pub enum Error {
         source: std::io::Error,
     },
     #[error(transparent)]
-    Process(#[from] crate::lab::Error),
+    Process(#[from] daemon::Error),
     #[error("{what}: {source}")]
     Kube {
         what: String,
@@ -579,7 +580,7 @@ impl ControlPlane {
 
     /// The last `n` lines of one program's log (`etcd`, `kube-apiserver`, ...).
     pub fn log_tail(&self, name: &str, n: usize) -> String {
-        crate::lab::daemon::tail(&self.dir.join(format!("{name}.log")), n)
+        daemon::tail(&self.dir.join(format!("{name}.log")), n)
     }
 }
 
