@@ -1,16 +1,23 @@
-//! A tiny HTTP/1.1 server for `/metrics` (Prometheus text), `/healthz` and `/readyz`.
-//!
-//! It answers GET only and closes each connection after one response; scrapers and
-//! kubelet probes need nothing more, and it keeps a web framework out of the binaries.
+//! The `/metrics` (Prometheus text), `/healthz` and `/readyz` endpoint, served by hyper
+//! (already in every binary through kube-client): HTTP/1.1 with keep-alive, a 10 s
+//! limit on reading a request's head, GET and HEAD only.
 
+use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
 
+use http_body_util::Full;
+use hyper::body::{Bytes, Incoming};
+use hyper::{Method, Request, Response, StatusCode};
+use hyper_util::rt::{TokioIo, TokioTimer};
 use prometheus_client::registry::Registry;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
+
+/// How long a client may take to send a request's head before the connection closes.
+const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Liveness and readiness flags the program flips as it starts and runs.
 #[derive(Debug, Default)]
@@ -50,83 +57,74 @@ pub async fn serve_ops(
     let bound = listener.local_addr()?;
     let task = tokio::spawn(async move {
         loop {
-            let Ok((mut sock, _)) = listener.accept().await else {
+            let Ok((sock, _)) = listener.accept().await else {
+                // EMFILE and the like: do not spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
                 continue;
             };
             let registry = registry.clone();
             let health = health.clone();
             tokio::spawn(async move {
-                let mut buf = vec![0u8; 4096];
-                let n = match sock.read(&mut buf).await {
-                    Ok(n) => n,
-                    Err(_) => return,
-                };
-                let req = String::from_utf8_lossy(&buf[..n]);
-                let path = request_path(&req);
-                let (status, ctype, body) = match path {
-                    Some("/metrics") => {
-                        let mut out = String::new();
-                        let reg = registry.lock().await;
-                        match prometheus_client::encoding::text::encode(&mut out, &reg) {
-                            Ok(()) => (
-                                "200 OK",
-                                "application/openmetrics-text; version=1.0.0; charset=utf-8",
-                                out,
-                            ),
-                            Err(e) => ("500 Internal Server Error", "text/plain", e.to_string()),
-                        }
-                    }
-                    Some("/healthz") if health.is_live() => ("200 OK", "text/plain", "ok\n".into()),
-                    Some("/healthz") => {
-                        ("503 Service Unavailable", "text/plain", "not live\n".into())
-                    }
-                    Some("/readyz") if health.is_ready() => ("200 OK", "text/plain", "ok\n".into()),
-                    Some("/readyz") => (
-                        "503 Service Unavailable",
-                        "text/plain",
-                        "not ready\n".into(),
-                    ),
-                    Some(_) => ("404 Not Found", "text/plain", "not found\n".into()),
-                    None => ("400 Bad Request", "text/plain", "bad request\n".into()),
-                };
-                let head = format!(
-                    "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                    body.len()
-                );
-                let _ = sock.write_all(head.as_bytes()).await;
-                let _ = sock.write_all(body.as_bytes()).await;
-                let _ = sock.shutdown().await;
+                let service = hyper::service::service_fn(move |req| {
+                    let registry = registry.clone();
+                    let health = health.clone();
+                    async move { Ok::<_, Infallible>(answer(&req, &registry, &health).await) }
+                });
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(HEADER_READ_TIMEOUT)
+                    .serve_connection(TokioIo::new(sock), service)
+                    .await;
             });
         }
     });
     Ok((bound, task))
 }
 
-/// The path of a `GET` request line, without its query string.
-fn request_path(req: &str) -> Option<&str> {
-    let line = req.lines().next()?;
-    let mut parts = line.split_whitespace();
-    if parts.next()? != "GET" {
-        return None;
+async fn answer(
+    req: &Request<Incoming>,
+    registry: &Mutex<Registry>,
+    health: &Health,
+) -> Response<Full<Bytes>> {
+    let text = |status: StatusCode, body: &str| reply(status, "text/plain", body.to_string());
+    if req.method() != Method::GET && req.method() != Method::HEAD {
+        return text(StatusCode::METHOD_NOT_ALLOWED, "GET only\n");
     }
-    let target = parts.next()?;
-    Some(target.split('?').next().unwrap_or(target))
+    match req.uri().path() {
+        "/metrics" => {
+            let mut out = String::new();
+            let reg = registry.lock().await;
+            match prometheus_client::encoding::text::encode(&mut out, &reg) {
+                Ok(()) => reply(
+                    StatusCode::OK,
+                    "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                    out,
+                ),
+                Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
+            }
+        }
+        "/healthz" if health.is_live() => text(StatusCode::OK, "ok\n"),
+        "/healthz" => text(StatusCode::SERVICE_UNAVAILABLE, "not live\n"),
+        "/readyz" if health.is_ready() => text(StatusCode::OK, "ok\n"),
+        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+    }
+}
+
+fn reply(status: StatusCode, ctype: &'static str, body: String) -> Response<Full<Bytes>> {
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static(ctype),
+    );
+    r
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn parses_request_path() {
-        assert_eq!(request_path("GET /metrics HTTP/1.1\r\n"), Some("/metrics"));
-        assert_eq!(
-            request_path("GET /readyz?verbose HTTP/1.1\r\n"),
-            Some("/readyz")
-        );
-        assert_eq!(request_path("POST /metrics HTTP/1.1\r\n"), None);
-        assert_eq!(request_path(""), None);
-    }
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
     #[tokio::test]
     async fn serves_health_and_metrics() {
@@ -144,9 +142,11 @@ mod tests {
         .unwrap();
         let get = |p: &'static str| async move {
             let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.write_all(format!("GET {p} HTTP/1.1\r\nHost: x\r\n\r\n").as_bytes())
-                .await
-                .unwrap();
+            s.write_all(
+                format!("GET {p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
             let mut out = String::new();
             s.read_to_string(&mut out).await.unwrap();
             out
@@ -157,6 +157,18 @@ mod tests {
         assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
         let m = get("/metrics").await;
         assert!(m.contains("ringlb_test_events_total 1"), "{m}");
+        assert!(get("/nope").await.starts_with("HTTP/1.1 404"));
+        // A client that never finishes its request head is dropped, not kept forever.
+        let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
+        idle.write_all(b"GET /metrics HTTP/1.1\r\n").await.unwrap();
+        let mut rest = Vec::new();
+        let n = tokio::time::timeout(
+            HEADER_READ_TIMEOUT + Duration::from_secs(5),
+            idle.read_to_end(&mut rest),
+        )
+        .await
+        .expect("the server closes a connection whose head never completes");
+        assert!(n.is_ok());
         task.abort();
     }
 }

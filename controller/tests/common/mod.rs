@@ -135,7 +135,7 @@ impl Ctrl {
         let Ok(mut s) = tokio::net::TcpStream::connect(self.metrics).await else {
             return String::new();
         };
-        if s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        if s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             .await
             .is_err()
         {
