@@ -4,70 +4,54 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 
-/// One plain-HTTP/1.1 request; the response body, or an error string.
-async fn post(addr: SocketAddr, path: &str, body: &str) -> Result<String, String> {
-    let io = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await?;
-        let req = format!(
-            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n\
-             Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        s.write_all(req.as_bytes()).await?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await?;
-        Ok::<_, std::io::Error>(out)
+/// One plain-HTTP request with a 5 s limit; the body of a 200 answer, or why not.
+async fn request(
+    addr: SocketAddr,
+    method: http::Method,
+    path: &str,
+    body: &str,
+) -> Result<String, String> {
+    let client = Client::builder(TokioExecutor::new()).build_http::<Full<Bytes>>();
+    let req = http::Request::builder()
+        .method(method)
+        .uri(format!("http://{addr}{path}"))
+        .header(http::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(Bytes::from(body.to_string())))
+        .map_err(|e| e.to_string())?;
+    let answer = async {
+        let resp = client.request(req).await.map_err(|e| e.to_string())?;
+        let status = resp.status();
+        let bytes = resp
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        if status == http::StatusCode::OK {
+            Ok(text)
+        } else {
+            Err(format!("{status}: {text}"))
+        }
     };
-    let text = tokio::time::timeout(Duration::from_secs(5), io)
+    tokio::time::timeout(Duration::from_secs(5), answer)
         .await
         .map_err(|_| "no answer within 5 s".to_string())?
-        .map_err(|e| e.to_string())?;
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    if !head.starts_with("HTTP/1.1 200") {
-        return Err(head.lines().next().unwrap_or("no status line").to_string());
-    }
-    Ok(dechunk(head, body))
 }
 
-/// The body of a `Transfer-Encoding: chunked` response, or `body` as it is.
-fn dechunk(head: &str, body: &str) -> String {
-    if !head
-        .to_ascii_lowercase()
-        .contains("transfer-encoding: chunked")
-    {
-        return body.to_string();
-    }
-    let mut out = String::new();
-    let mut rest = body;
-    while let Some((size, tail)) = rest.split_once("\r\n") {
-        let Ok(n) = usize::from_str_radix(size.trim(), 16) else {
-            break;
-        };
-        if n == 0 || tail.len() < n {
-            break;
-        }
-        out.push_str(&tail[..n]);
-        rest = tail[n..].trim_start_matches("\r\n");
-    }
-    out
+async fn post(addr: SocketAddr, path: &str, body: &str) -> Result<String, String> {
+    request(addr, http::Method::POST, path, body).await
 }
 
 pub async fn healthy(addr: SocketAddr) -> bool {
-    let get = async {
-        let mut s = tokio::net::TcpStream::connect(addr).await.ok()?;
-        s.write_all(b"GET /health HTTP/1.1\r\nHost: etcd\r\nConnection: close\r\n\r\n")
-            .await
-            .ok()?;
-        let mut out = String::new();
-        s.read_to_string(&mut out).await.ok()?;
-        Some(out.contains("\"health\":\"true\""))
-    };
-    matches!(
-        tokio::time::timeout(Duration::from_secs(2), get).await,
-        Ok(Some(true))
-    )
+    request(addr, http::Method::GET, "/health", "")
+        .await
+        .is_ok_and(|b| b.contains("\"health\":\"true\""))
 }
 
 /// Compacts to the current revision (physically); returns that revision.
@@ -87,17 +71,4 @@ pub async fn compact(addr: SocketAddr) -> Result<i64, String> {
     )
     .await?;
     Ok(rev)
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn dechunks() {
-        let head = "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked";
-        assert_eq!(
-            super::dechunk(head, "3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n"),
-            "abcde"
-        );
-        assert_eq!(super::dechunk("HTTP/1.1 200 OK", "xyz"), "xyz");
-    }
 }

@@ -338,7 +338,7 @@ impl State {
 
     async fn run(mut self, api: Api<Pod>) {
         let mut events = watcher(api, watcher::Config::default())
-            .default_backoff()
+            .backoff(ringlb_ops::WatchBackoff::default())
             .boxed();
         let mut listed: Vec<Pod> = Vec::new();
         let mut tick = tokio::time::interval(RETRY);

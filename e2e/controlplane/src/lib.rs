@@ -36,7 +36,7 @@ use kube::config::{KubeConfigOptions, Kubeconfig};
 
 use daemon::Daemon;
 
-pub use assets::{Assets, PROGRAMS, default_dir as default_assets_dir, kubernetes_version};
+pub use assets::{Assets, kubernetes_version};
 pub use kubelet::{KubeletOptions, LabKubelet, LabNode};
 pub use manifests::{
     chart_dir, chart_rbac_templates, helm_template_rbac, render_release_namespace,
@@ -77,6 +77,8 @@ pub enum Error {
     },
     #[error("{0}")]
     Manifest(String),
+    #[error("{0}")]
+    Etcd(String),
 }
 
 impl Error {
@@ -471,7 +473,7 @@ impl ControlPlane {
     pub async fn compact_etcd(&self) -> Result<i64> {
         etcd::compact(self.etcd_addr)
             .await
-            .map_err(|e| Error::Manifest(format!("compacting etcd at {}: {e}", self.etcd_addr)))
+            .map_err(|e| Error::Etcd(format!("compacting etcd at {}: {e}", self.etcd_addr)))
     }
 
     fn start_controller_manager(&mut self) -> Result<()> {
