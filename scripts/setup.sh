@@ -6,7 +6,7 @@ set -euo pipefail
 [ -x /usr/local/go/bin/go ] && PATH=$PATH:/usr/local/go/bin
 
 PKGS=(
-  clang llvm libbpf-dev bpftool          # BPF C programs (edge-lb/bpf), object inspection
+  clang llvm libbpf-dev bpftool          # BPF C programs (xdp/bpf, testkit/bpf), object inspection
   bird2 gobgpd                           # real BGP peers for interop tests
   iproute2 iptables nftables tcpdump     # network-namespace lab, kube-proxy comparison
   iputils-ping curl python3 procps       # lab traffic and helpers

@@ -15,11 +15,11 @@ use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::Api;
 use kube::api::PostParams;
 use prometheus_client::registry::Registry;
+use ringlb_bgp::codec::{self, Afi, Decoded, Message, Open};
+use ringlb_bgp::{RouteAttrs, Speaker};
 use ringlb_crds::{BGPAdvertisement, BGPPeer};
 use ringlb_e2e::controlplane::{ControlPlane, Options, client_for};
-use ringlb_edge::bgp::codec::{self, Afi, Decoded, Message, Open};
-use ringlb_edge::bgp::k8s::{NodeContext, run};
-use ringlb_edge::bgp::{RouteAttrs, Speaker};
+use ringlb_edge::peers::{NodeContext, run};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -83,7 +83,7 @@ async fn read_msg(s: &mut TcpStream) -> Option<Message> {
 async fn objects_become_sessions_policy_and_status() {
     // The BGP peer: a loopback listener, with the MD5 key if the kernel supports it.
     let std_l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let password = match ringlb_edge::bgp::md5::set_md5_key(
+    let password = match ringlb_bgp::md5::set_md5_key(
         &std_l,
         false,
         IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -349,7 +349,7 @@ async fn the_edge_role_without_one_rule_breaks_what_needs_it() {
     let admin = cp.client().await;
     cp.apply_chart_rbac(RELEASE_NS).await.unwrap();
     let rules = edge_role_rules();
-    let md5 = ringlb_edge::bgp::md5::set_md5_key(
+    let md5 = ringlb_bgp::md5::set_md5_key(
         &std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
         false,
         IpAddr::V4(Ipv4Addr::LOCALHOST),
@@ -412,7 +412,7 @@ async fn the_edge_role_without_one_rule_breaks_what_needs_it() {
         // the control case peers with MD5 too, so its session proves the setup works
         let with_md5 = md5 && matches!(resource, "secrets" | "(none)");
         if with_md5 {
-            ringlb_edge::bgp::md5::set_md5_key(
+            ringlb_bgp::md5::set_md5_key(
                 &std_l,
                 false,
                 IpAddr::V4(Ipv4Addr::LOCALHOST),

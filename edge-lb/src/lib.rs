@@ -1,8 +1,14 @@
-//! ringlb-edge: the edge node's pieces. Pure logic (Maglev, desired state, the BGP
-//! FSM) lives apart from the code that does I/O (datapath loaders, BGP sessions).
+//! ringlb-edge: the edge agent. It watches the API (Services, EndpointSlices, the BGP
+//! objects), turns what it sees into Maglev tables and the datapath's desired state
+//! (pure: `serving`, `tables`, `peers::select`), programs the datapath (`ringlb-xdp`)
+//! and tells the BGP speaker (`ringlb-bgp`) which VIPs to announce.
+//!
+//! - `serving`: Services + EndpointSlices -> the backends of every VIP:port (pure).
+//! - `tables`: those backends -> Maglev tables, datapath entries, VIPs to announce (pure).
+//! - `peers`: `BGPPeer`/`BGPAdvertisement`/`IPPool` -> the speaker's peers; status.
+//! - `agent`: the tasks of `ringlb-edge run` that wire it all together.
 
-pub mod bgp;
-pub mod datapath;
-pub mod desired;
-pub mod maglev;
-pub mod plan;
+pub mod agent;
+pub mod peers;
+pub mod serving;
+pub mod tables;

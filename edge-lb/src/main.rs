@@ -1,7 +1,5 @@
 //! ringlb-edge: the edge node's datapath and BGP speaker.
 
-mod agent;
-
 use clap::{Parser, Subcommand};
 use ringlb_ops::CommonArgs;
 
@@ -18,7 +16,7 @@ struct Args {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the edge agent: watch the API, program the datapath, announce VIPs.
-    Run(agent::RunArgs),
+    Run(ringlb_edge::agent::RunArgs),
     /// Run only the BGP speaker, with peers, policy and prefixes from a YAML file (no
     /// Kubernetes); see docs/bgp.md.
     Speaker {
@@ -28,7 +26,7 @@ enum Command {
     },
     /// Operator commands against the running edge's pinned XDP maps: dump VIPs and
     /// backends, show counters, look up a 5-tuple, uninstall; see docs/datapath.md.
-    Datapath(ringlb_edge::datapath::cli::DatapathArgs),
+    Datapath(ringlb_xdp::cli::DatapathArgs),
 }
 
 #[tokio::main]
@@ -36,13 +34,10 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ringlb_ops::logging::init(&args.common.log_level).map_err(anyhow::Error::msg)?;
     match args.command {
-        Command::Run(run) => agent::run(&args.common, &run).await,
+        Command::Run(run) => ringlb_edge::agent::run(&args.common, &run).await,
         Command::Speaker { config } => {
-            Ok(ringlb_edge::bgp::standalone::run(&config, args.common.metrics_addr).await?)
+            Ok(ringlb_bgp::standalone::run(&config, args.common.metrics_addr).await?)
         }
-        Command::Datapath(dp) => Ok(ringlb_edge::datapath::cli::run(
-            &dp,
-            &mut std::io::stdout(),
-        )?),
+        Command::Datapath(dp) => Ok(ringlb_xdp::cli::run(&dp, &mut std::io::stdout())?),
     }
 }

@@ -159,8 +159,7 @@ protocol bgp e1i from edge {{
 fn bird_md5_good_password_establishes_wrong_one_does_not() {
     require_lab!("bird", "birdc");
     let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    if let Err(e) =
-        ringlb_edge::bgp::md5::set_md5_key(&probe, false, "127.0.0.2".parse().unwrap(), b"x")
+    if let Err(e) = ringlb_bgp::md5::set_md5_key(&probe, false, "127.0.0.2".parse().unwrap(), b"x")
     {
         eprintln!("SKIPPED md5 test: kernel has no TCP_MD5SIG: {e}");
         return;

@@ -13,8 +13,6 @@
 
 use std::path::{Path, PathBuf};
 
-use ringlb_edge::datapath::xdp::objects;
-
 use super::cmd::{run, run_in};
 use super::netns::{self, Netns};
 use super::{Error, Result, daemon};
@@ -104,7 +102,10 @@ impl Topology {
         let a = self.addrs.clone();
         let xdp_pass = self.dir.join("xdp_floor.o");
         let decap = self.dir.join("tc_decap.o");
-        for (path, bytes) in [(&xdp_pass, objects::XDP_FLOOR), (&decap, objects::TC_DECAP)] {
+        for (path, bytes) in [
+            (&xdp_pass, ringlb_testkit::objects::XDP_FLOOR),
+            (&decap, ringlb_testkit::objects::TC_DECAP),
+        ] {
             std::fs::write(path, bytes)
                 .map_err(Error::io(format!("writing {}", path.display())))?;
         }

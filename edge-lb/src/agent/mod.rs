@@ -8,9 +8,9 @@
 //!  nexthop-watch thread: kernel route/neighbour/link changes ──> nh notify (DEBOUNCE
 //!                        in nexthops) ──> XdpDatapath::refresh_next_hops (changed only)
 //!  sync (this task owns the datapath):
-//!     desired::build ──> plan::datapath_state ──> Datapath::apply (writes only the diff)
-//!                    └─> plan::routes ──────────> Speaker::announce / withdraw
-//!  bgp::k8s::run task: BGPPeer/BGPAdvertisement/IPPool/Node ──> Speaker::set_peers,
+//!     serving::build ──> tables::datapath_state ──> Datapath::apply (writes only the diff)
+//!                    └─> tables::routes ──────────> Speaker::announce / withdraw
+//!  peers::run task: BGPPeer/BGPAdvertisement/IPPool/Node ──> Speaker::set_peers,
 //!                      BGPPeer status per node
 //!  SIGTERM ──> Speaker::drain (GRACEFUL_SHUTDOWN, drain time, withdraw, Cease) ──> exit.
 //!  The XDP program and its maps stay pinned, so a restart keeps forwarding and conntrack.
@@ -35,13 +35,15 @@ use ringlb_ops::{CommonArgs, Health};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify};
 
-use ringlb_edge::bgp::k8s::{NodeContext, watch_into};
-use ringlb_edge::bgp::{self, RouteAttrs, Speaker};
-use ringlb_edge::datapath::abi::MAX_RING_SIZE;
-use ringlb_edge::datapath::metrics::XdpMetrics;
-use ringlb_edge::datapath::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
-use ringlb_edge::datapath::{Datapath, nexthop::KernelResolver};
-use ringlb_edge::{desired, maglev, plan};
+use crate::peers::{self, NodeContext, watch_into};
+use crate::{serving, tables};
+use ringlb_bgp::{RouteAttrs, Speaker};
+use ringlb_maglev as maglev;
+use ringlb_nexthop::KernelResolver;
+use ringlb_xdp::Datapath;
+use ringlb_xdp::abi::MAX_RING_SIZE;
+use ringlb_xdp::metrics::XdpMetrics;
+use ringlb_xdp::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
 
 mod nexthops;
 
@@ -187,7 +189,7 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let bgp_task = tokio::spawn({
         let (client, speaker) = (client.clone(), speaker.clone());
         async move {
-            if let Err(e) = bgp::k8s::run(client, node, speaker).await {
+            if let Err(e) = peers::run(client, node, speaker).await {
                 tracing::error!(error = %e, "BGP configuration from the API stopped");
             }
         }
@@ -273,7 +275,7 @@ struct SyncState {
     /// The last apply failed: sync again soon without waiting for an event.
     retry: bool,
     /// Maglev tables of the last sync, reused while their backends do not change.
-    tables: plan::Tables,
+    tables: tables::Tables,
 }
 
 fn sync(
@@ -297,11 +299,11 @@ fn sync(
         .iter()
         .map(|s| (**s).clone())
         .collect();
-    let want = desired::build(&services, &slices, args.default_class);
+    let want = serving::build(&services, &slices, args.default_class);
     for s in &want.skipped {
         tracing::warn!(service = %s.service, reason = %s.reason, "not served");
     }
-    let (state, problems) = plan::datapath_state(&want, args.ring_size, &mut st.tables);
+    let (state, problems) = tables::datapath_state(&want, args.ring_size, &mut st.tables);
     for p in &problems {
         tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
     }
@@ -312,7 +314,7 @@ fn sync(
         Ok(stats) => {
             tracing::debug!(?stats, vips = state.services.len(), "datapath applied");
             st.retry = false;
-            plan::routes(&want, &state)
+            tables::routes(&want, &state)
         }
         Err(e) => {
             // Announce nothing new and withdraw nothing until the datapath is right.

@@ -1,0 +1,547 @@
+//! Speaker configuration: per-peer session settings and export policy, route
+//! attributes, and the standalone YAML file of `ringlb-edge speaker`.
+//!
+//! Both ways in, the `BGPPeer`/`BGPAdvertisement` objects (the edge agent's `peers`
+//! module turns them into a [`PeerSpec`]) and the standalone file, end as the same
+//! [`PeerConfig`] through [`peer_from_spec`].
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use ipnetwork::IpNetwork;
+use serde::Deserialize;
+
+use super::Error;
+use super::codec::Afi;
+
+/// GRACEFUL_SHUTDOWN well-known community (RFC 8326).
+pub const GRACEFUL_SHUTDOWN: u32 = 0xffff_0000;
+
+/// Attributes the caller attaches to an announced prefix.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct RouteAttrs {
+    pub communities: Vec<u32>,
+    pub large_communities: Vec<[u32; 3]>,
+    pub local_pref: Option<u32>,
+    pub med: Option<u32>,
+}
+
+/// One rule of a peer's export policy (one `BGPAdvertisement` selecting the peer).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExportRule {
+    /// Prefixes this rule applies to (a route matches when one contains it). `None`
+    /// means every route.
+    pub prefixes: Option<Vec<IpNetwork>>,
+    pub communities: Vec<u32>,
+    pub large_communities: Vec<[u32; 3]>,
+    pub local_pref: Option<u32>,
+    pub med: Option<u32>,
+    /// Announce the covering aggregate of this length instead of the host route.
+    pub aggregate_v4: Option<u8>,
+    pub aggregate_v6: Option<u8>,
+}
+
+/// What a peer is told. No rules: every route, with its own attributes. With rules:
+/// only routes matched by at least one rule, with the rules' attributes added.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct ExportPolicy {
+    pub rules: Vec<ExportRule>,
+}
+
+/// Everything about one peer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PeerConfig {
+    pub address: IpAddr,
+    pub port: u16,
+    pub local_asn: u32,
+    pub peer_asn: u32,
+    pub router_id: Ipv4Addr,
+    pub hold_time: u16,
+    pub keepalive: u16,
+    pub connect_retry: Duration,
+    pub passive: bool,
+    pub password: Option<String>,
+    pub source_address: Option<IpAddr>,
+    pub ebgp_multihop: Option<u8>,
+    /// Next hop for IPv4 routes; default: the session's local address (next-hop self).
+    pub next_hop_v4: Option<Ipv4Addr>,
+    /// Next hop for IPv6 routes; default: the session's local address if it is IPv6.
+    pub next_hop_v6: Option<Ipv6Addr>,
+    pub families: Vec<Afi>,
+    pub policy: ExportPolicy,
+}
+
+impl PeerConfig {
+    pub fn is_ibgp(&self) -> bool {
+        self.local_asn == self.peer_asn
+    }
+}
+
+/// Session settings the CRD does not carry (password resolved, timers).
+#[derive(Debug, Clone, Default)]
+pub struct PeerExtras {
+    pub password: Option<String>,
+    pub passive: bool,
+    pub connect_retry: Option<Duration>,
+    pub next_hop_v4: Option<Ipv4Addr>,
+    pub next_hop_v6: Option<Ipv6Addr>,
+    pub families: Option<Vec<Afi>>,
+}
+
+/// The session settings of one peer, as a `BGPPeer` spec or the standalone file
+/// gives them (addresses still text, so errors name the field).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PeerSpec {
+    pub peer_address: String,
+    pub peer_asn: u32,
+    pub my_asn: u32,
+    pub port: Option<u16>,
+    pub hold_time: Option<u16>,
+    pub keepalive_time: Option<u16>,
+    pub ebgp_multihop: Option<u8>,
+    pub source_address: Option<String>,
+}
+
+/// A configuration error naming the field.
+pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Error {
+    Error::Config {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
+/// Turn a [`PeerSpec`] (already resolved password etc. in `extras`) into a PeerConfig.
+pub fn peer_from_spec(
+    spec: &PeerSpec,
+    router_id: Ipv4Addr,
+    extras: PeerExtras,
+    policy: ExportPolicy,
+) -> Result<PeerConfig, Error> {
+    let address: IpAddr = spec.peer_address.parse().map_err(|_| {
+        invalid(
+            "peerAddress",
+            format!("{:?} is not an IP address", spec.peer_address),
+        )
+    })?;
+    if spec.peer_asn == 0 || spec.my_asn == 0 {
+        return Err(invalid("peerASN/myASN", "AS number 0 is reserved"));
+    }
+    let hold_time = spec.hold_time.unwrap_or(90);
+    if hold_time == 1 || hold_time == 2 {
+        return Err(invalid("holdTime", "must be 0 or at least 3 seconds"));
+    }
+    let keepalive = spec.keepalive_time.unwrap_or(0);
+    if hold_time > 0 && keepalive > hold_time {
+        return Err(invalid("keepaliveTime", "must not exceed holdTime"));
+    }
+    let source_address = spec
+        .source_address
+        .as_deref()
+        .map(|s| s.parse::<IpAddr>())
+        .transpose()
+        .map_err(|_| invalid("sourceAddress", "not an IP address"))?;
+    if let Some(src) = source_address
+        && src.is_ipv4() != address.is_ipv4()
+    {
+        return Err(invalid("sourceAddress", "family differs from peerAddress"));
+    }
+    if let Some(p) = &extras.password
+        && (p.is_empty() || p.len() > 80)
+    {
+        return Err(invalid("password", "TCP MD5 keys are 1..80 bytes"));
+    }
+    Ok(PeerConfig {
+        address,
+        port: spec.port.unwrap_or(179),
+        local_asn: spec.my_asn,
+        peer_asn: spec.peer_asn,
+        router_id,
+        hold_time,
+        keepalive,
+        connect_retry: extras.connect_retry.unwrap_or(Duration::from_secs(5)),
+        passive: extras.passive,
+        password: extras.password,
+        source_address,
+        ebgp_multihop: spec.ebgp_multihop,
+        next_hop_v4: extras.next_hop_v4,
+        next_hop_v6: extras.next_hop_v6,
+        families: extras
+            .families
+            .unwrap_or_else(|| vec![Afi::Ipv4, Afi::Ipv6]),
+        policy,
+    })
+}
+
+/// `ASN:VALUE` (each 0..65535), or the names `graceful-shutdown`, `no-export`,
+/// `no-advertise`, `blackhole`.
+pub fn parse_community(s: &str) -> Result<u32, Error> {
+    let named = match s {
+        "graceful-shutdown" => Some(GRACEFUL_SHUTDOWN),
+        "blackhole" => Some(0xffff_029a),
+        "no-export" => Some(0xffff_ff01),
+        "no-advertise" => Some(0xffff_ff02),
+        _ => None,
+    };
+    if let Some(c) = named {
+        return Ok(c);
+    }
+    let numeric = s.split_once(':').and_then(|(asn, value)| {
+        Some(u32::from(asn.parse::<u16>().ok()?) << 16 | u32::from(value.parse::<u16>().ok()?))
+    });
+    numeric.ok_or_else(|| {
+        invalid(
+            "communities",
+            format!("{s:?} is not ASN:VALUE with both parts 0..65535"),
+        )
+    })
+}
+
+/// `GLOBAL:LOCAL1:LOCAL2`, each 0..4294967295 (RFC 8092).
+pub fn parse_large_community(s: &str) -> Result<[u32; 3], Error> {
+    let parts: Option<Vec<u32>> = s.split(':').map(|p| p.parse().ok()).collect();
+    match parts.as_deref() {
+        Some(&[global, local1, local2]) => Ok([global, local1, local2]),
+        _ => Err(invalid(
+            "largeCommunities",
+            format!("{s:?} is not GLOBAL:LOCAL1:LOCAL2 with every part 0..4294967295"),
+        )),
+    }
+}
+
+// ---------------------------------------------------------------- standalone file
+
+/// The file given to `ringlb-edge speaker --config FILE`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SpeakerFile {
+    /// BGP identifier of this speaker.
+    pub router_id: Ipv4Addr,
+    /// Port to accept sessions on (passive open); 0 turns listening off. Default 179.
+    #[serde(default = "default_port")]
+    pub listen_port: u16,
+    /// Seconds between the GRACEFUL_SHUTDOWN re-announce and the withdrawal on SIGTERM.
+    #[serde(default = "default_drain")]
+    pub drain_seconds: u64,
+    pub peers: Vec<FilePeer>,
+    #[serde(default)]
+    pub prefixes: Vec<FilePrefix>,
+}
+
+fn default_port() -> u16 {
+    179
+}
+fn default_drain() -> u64 {
+    5
+}
+
+/// A peer in the standalone file: the `BGPPeer` spec fields plus local settings.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FilePeer {
+    pub peer_address: String,
+    #[serde(rename = "peerASN")]
+    pub peer_asn: u32,
+    #[serde(rename = "myASN")]
+    pub my_asn: u32,
+    #[serde(default)]
+    pub port: Option<u16>,
+    #[serde(default)]
+    pub hold_time: Option<u16>,
+    #[serde(default)]
+    pub keepalive_time: Option<u16>,
+    #[serde(default)]
+    pub ebgp_multihop: Option<u8>,
+    #[serde(default)]
+    pub source_address: Option<String>,
+    /// TCP MD5 password, inline (prefer `passwordFile`).
+    #[serde(default)]
+    pub password: Option<String>,
+    /// File holding the TCP MD5 password (trailing newline stripped).
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    #[serde(default)]
+    pub passive: bool,
+    #[serde(default)]
+    pub connect_retry_seconds: Option<u64>,
+    #[serde(default)]
+    pub next_hop_v4: Option<Ipv4Addr>,
+    #[serde(default)]
+    pub next_hop_v6: Option<Ipv6Addr>,
+    /// `ipv4`, `ipv6`; default both.
+    #[serde(default)]
+    pub families: Option<Vec<String>>,
+    /// Export rules; empty exports every prefix with its own attributes.
+    #[serde(default)]
+    pub advertisements: Vec<FileAdvertisement>,
+}
+
+/// `BGPAdvertisement` attributes, plus an optional prefix filter.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FileAdvertisement {
+    #[serde(default)]
+    pub prefixes: Option<Vec<String>>,
+    #[serde(default)]
+    pub communities: Vec<String>,
+    #[serde(default)]
+    pub large_communities: Vec<String>,
+    #[serde(default)]
+    pub local_pref: Option<u32>,
+    #[serde(default)]
+    pub med: Option<u32>,
+    #[serde(default)]
+    pub aggregation_length_v4: Option<u8>,
+    #[serde(default)]
+    pub aggregation_length_v6: Option<u8>,
+}
+
+/// A prefix to announce at start-up.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct FilePrefix {
+    pub prefix: String,
+    #[serde(default)]
+    pub communities: Vec<String>,
+    #[serde(default)]
+    pub large_communities: Vec<String>,
+    #[serde(default)]
+    pub local_pref: Option<u32>,
+    #[serde(default)]
+    pub med: Option<u32>,
+}
+
+/// The parsed, checked standalone configuration.
+#[derive(Debug, Clone)]
+pub struct Standalone {
+    pub listen_port: u16,
+    pub drain: Duration,
+    pub peers: Vec<PeerConfig>,
+    pub prefixes: Vec<(IpNetwork, RouteAttrs)>,
+}
+
+pub fn export_rule(a: &FileAdvertisement) -> Result<ExportRule, Error> {
+    Ok(ExportRule {
+        prefixes: a
+            .prefixes
+            .as_ref()
+            .map(|v| {
+                v.iter()
+                    .map(|p| parse_prefix(p, "prefixes"))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .transpose()?,
+        communities: a
+            .communities
+            .iter()
+            .map(|c| parse_community(c))
+            .collect::<Result<_, _>>()?,
+        large_communities: a
+            .large_communities
+            .iter()
+            .map(|c| parse_large_community(c))
+            .collect::<Result<_, _>>()?,
+        local_pref: a.local_pref,
+        med: a.med,
+        aggregate_v4: check_len(a.aggregation_length_v4, 32)?,
+        aggregate_v6: check_len(a.aggregation_length_v6, 128)?,
+    })
+}
+
+fn parse_prefix(s: &str, field: &str) -> Result<IpNetwork, Error> {
+    let n: IpNetwork = s
+        .parse()
+        .map_err(|_| invalid(field, format!("{s:?} is not a prefix such as 192.0.2.1/32")))?;
+    // Canonical form: host bits cleared.
+    IpNetwork::new(n.network(), n.prefix()).map_err(|e| invalid(field, e.to_string()))
+}
+
+fn check_len(l: Option<u8>, max: u8) -> Result<Option<u8>, Error> {
+    match l {
+        Some(x) if x > max => Err(invalid("aggregationLength", format!("{x} > {max}"))),
+        _ => Ok(l),
+    }
+}
+
+fn parse_families(f: &[String]) -> Result<Vec<Afi>, Error> {
+    f.iter()
+        .map(|s| match s.as_str() {
+            "ipv4" => Ok(Afi::Ipv4),
+            "ipv6" => Ok(Afi::Ipv6),
+            o => Err(invalid("families", format!("{o:?}: expected ipv4 or ipv6"))),
+        })
+        .collect()
+}
+
+impl SpeakerFile {
+    pub fn load(path: &Path) -> Result<Standalone, Error> {
+        let text = std::fs::read_to_string(path).map_err(|e| Error::Io {
+            what: format!("reading {}", path.display()),
+            source: e,
+        })?;
+        let f: SpeakerFile = serde_yaml::from_str(&text)
+            .map_err(|e| invalid(path.display().to_string(), e.to_string()))?;
+        f.check()
+    }
+
+    pub fn check(self) -> Result<Standalone, Error> {
+        let mut peers = Vec::new();
+        for (i, p) in self.peers.iter().enumerate() {
+            let ctx = |e: Error| match e {
+                Error::Config { field, reason } => invalid(format!("peers[{i}].{field}"), reason),
+                o => o,
+            };
+            let password = match (&p.password, &p.password_file) {
+                (Some(_), Some(_)) => {
+                    return Err(invalid(
+                        format!("peers[{i}]"),
+                        "password and passwordFile both set",
+                    ));
+                }
+                (Some(pw), None) => Some(pw.clone()),
+                (None, Some(file)) => Some(
+                    std::fs::read_to_string(file)
+                        .map_err(|e| Error::Io {
+                            what: format!("reading passwordFile {}", file.display()),
+                            source: e,
+                        })?
+                        .trim_end_matches(['\r', '\n'])
+                        .to_string(),
+                ),
+                (None, None) => None,
+            };
+            let spec = PeerSpec {
+                peer_address: p.peer_address.clone(),
+                peer_asn: p.peer_asn,
+                my_asn: p.my_asn,
+                port: p.port,
+                hold_time: p.hold_time,
+                keepalive_time: p.keepalive_time,
+                ebgp_multihop: p.ebgp_multihop,
+                source_address: p.source_address.clone(),
+            };
+            let policy = ExportPolicy {
+                rules: p
+                    .advertisements
+                    .iter()
+                    .map(export_rule)
+                    .collect::<Result<_, _>>()
+                    .map_err(ctx)?,
+            };
+            let extras = PeerExtras {
+                password,
+                passive: p.passive,
+                connect_retry: p.connect_retry_seconds.map(Duration::from_secs),
+                next_hop_v4: p.next_hop_v4,
+                next_hop_v6: p.next_hop_v6,
+                families: p
+                    .families
+                    .as_deref()
+                    .map(parse_families)
+                    .transpose()
+                    .map_err(ctx)?,
+            };
+            let pc = peer_from_spec(&spec, self.router_id, extras, policy).map_err(ctx)?;
+            if peers.iter().any(|q: &PeerConfig| q.address == pc.address) {
+                return Err(invalid(format!("peers[{i}].peerAddress"), "duplicate peer"));
+            }
+            peers.push(pc);
+        }
+        let mut prefixes = Vec::new();
+        for (i, p) in self.prefixes.iter().enumerate() {
+            let ctx = |e: Error| match e {
+                Error::Config { field, reason } => {
+                    invalid(format!("prefixes[{i}].{field}"), reason)
+                }
+                o => o,
+            };
+            let attrs = RouteAttrs {
+                communities: p
+                    .communities
+                    .iter()
+                    .map(|c| parse_community(c))
+                    .collect::<Result<_, _>>()
+                    .map_err(ctx)?,
+                large_communities: p
+                    .large_communities
+                    .iter()
+                    .map(|c| parse_large_community(c))
+                    .collect::<Result<_, _>>()
+                    .map_err(ctx)?,
+                local_pref: p.local_pref,
+                med: p.med,
+            };
+            prefixes.push((parse_prefix(&p.prefix, "prefix").map_err(ctx)?, attrs));
+        }
+        Ok(Standalone {
+            listen_port: self.listen_port,
+            drain: Duration::from_secs(self.drain_seconds),
+            peers,
+            prefixes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn communities_parse_and_reject() {
+        assert_eq!(parse_community("65535:0").unwrap(), GRACEFUL_SHUTDOWN);
+        assert_eq!(
+            parse_community("graceful-shutdown").unwrap(),
+            GRACEFUL_SHUTDOWN
+        );
+        assert_eq!(parse_community("65011:100").unwrap(), 0xfdf3_0064);
+        assert!(parse_community("65536:1").is_err());
+        assert!(parse_community("1").is_err());
+        assert_eq!(
+            parse_large_community("4200000000:1:2").unwrap(),
+            [4_200_000_000, 1, 2]
+        );
+        assert!(parse_large_community("1:2").is_err());
+        assert!(parse_large_community("1:2:x").is_err());
+    }
+
+    #[test]
+    fn standalone_file_parses_and_names_bad_fields() {
+        let yaml = r#"
+routerId: 10.200.0.11
+drainSeconds: 2
+peers:
+  - peerAddress: 10.200.0.1
+    peerASN: 65000
+    myASN: 65011
+    holdTime: 3
+    password: s3cret
+    families: [ipv4]
+    advertisements:
+      - communities: ["65011:100"]
+        largeCommunities: ["65011:1:2"]
+prefixes:
+  - prefix: 10.200.100.1/32
+    communities: ["65011:7"]
+"#;
+        let f: SpeakerFile = serde_yaml::from_str(yaml).unwrap();
+        let s = f.check().unwrap();
+        assert_eq!(s.listen_port, 179);
+        assert_eq!(s.drain, Duration::from_secs(2));
+        let p = &s.peers[0];
+        assert_eq!(p.port, 179);
+        assert_eq!(p.hold_time, 3);
+        assert_eq!(p.families, vec![Afi::Ipv4]);
+        assert_eq!(p.password.as_deref(), Some("s3cret"));
+        assert_eq!(p.policy.rules[0].large_communities, vec![[65011, 1, 2]]);
+        assert_eq!(s.prefixes[0].1.communities, vec![(65011 << 16) | 7]);
+
+        let bad = yaml.replace("holdTime: 3", "holdTime: 2");
+        let e = serde_yaml::from_str::<SpeakerFile>(&bad)
+            .unwrap()
+            .check()
+            .unwrap_err();
+        assert!(e.to_string().contains("peers[0].holdTime"), "{e}");
+        let unknown = yaml.replace("holdTime: 3", "holdTme: 3");
+        assert!(serde_yaml::from_str::<SpeakerFile>(&unknown).is_err());
+    }
+}

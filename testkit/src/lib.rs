@@ -1,0 +1,23 @@
+//! ringlb's test kit, for tests and benchmarks only (never a dependency of a
+//! program): network namespaces and commands (`netns`), packet builders for
+//! BPF_PROG_TEST_RUN fixtures (`packet`), and test-only BPF objects (`objects`).
+
+pub mod netns;
+pub mod packet;
+
+/// Test-only BPF objects (built by build.rs from `bpf/`).
+pub mod objects {
+    use aya::include_bytes_aligned;
+    /// MAC swap + XDP_TX (`ringlb_floor`) and XDP_PASS (`ringlb_pass`): the floor
+    /// of the XDP benchmark and the pass program veth XDP_TX needs on the peer.
+    pub static XDP_FLOOR: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_floor.o"));
+    /// tc decapsulation for test backends (`ringlb_decap`).
+    pub static TC_DECAP: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tc_decap.o"));
+    /// The production XDP program built to restore the packet, so repeat > 1 times
+    /// the encapsulation path (benchmarks only).
+    pub static XDP_LB_BENCH: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench.o"));
+    /// As `XDP_LB_BENCH`, and it never inserts into conntrack.
+    pub static XDP_LB_BENCH_MISS: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench_miss.o"));
+}

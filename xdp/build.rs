@@ -1,0 +1,15 @@
+//! Compiles the XDP program in `bpf/` (see `ringlb-bpf-build`).
+
+use ringlb_bpf_build::{Object, compile};
+
+/// Every header the program includes: a change to any of them rebuilds it.
+const HEADERS: &[&str] = &["bpf/abi.h", "bpf/parse.h", "bpf/flow_hash.h"];
+
+fn main() -> anyhow::Result<()> {
+    let objects = [Object {
+        source: "bpf/xdp_lb.bpf.c",
+        name: "xdp_lb.o",
+        defines: &[],
+    }];
+    compile(&objects, HEADERS, &["bpf"])
+}

@@ -1,0 +1,343 @@
+//! Rust mirror of `xdp/bpf/abi.h`, the one definition of the XDP maps.
+//!
+//! Every struct is `#[repr(C)]` with explicit padding and a compile-time size
+//! check against the C layout; network-order fields use [`Be16`] / [`RawAddr`]
+//! so host-order values cannot be written by mistake. The test
+//! `abi_matches_object` (tests/xdp_fixtures.rs) also checks the key/value sizes
+//! the compiled object declares for every map.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+pub const MAX_VIPS: u32 = 65_536;
+pub const MAX_BACKENDS: u32 = 1_048_576;
+pub const MAX_RING_SIZE: u32 = 65_537;
+pub const CT_SIZE: u32 = 262_144;
+
+pub const AF_INET: u8 = 2;
+pub const AF_INET6: u8 = 10;
+
+pub const VIP_F_NO_CT: u32 = 0x1;
+pub const CFG_F_FIB_FALLBACK: u32 = 0x1;
+/// `BackendValue::nh_valid`: the next hop (MACs, ifindex, VLAN) is resolved.
+pub const NH_VALID: u8 = 0x1;
+/// `BackendValue::nh_valid`: `vlan_tci` goes under TPID 0x88a8 (802.1ad), not 0x8100.
+pub const NH_VLAN_8021AD: u8 = 0x2;
+
+/// Map names in the object (`SEC(".maps")` variables).
+pub mod map {
+    pub const VIPS: &str = "vips";
+    pub const RINGS: &str = "rings";
+    pub const BACKENDS: &str = "backends";
+    pub const CONNTRACK: &str = "conntrack";
+    /// backend id -> 1 + vip_id of its VIP (0 = none); see abi.h.
+    pub const OWNERS: &str = "owners";
+    pub const CONFIG: &str = "config";
+    pub const VIP_STATS: &str = "vip_stats";
+    pub const STATS: &str = "stats";
+    /// Every map, for pinning and cleanup.
+    pub const ALL: [&str; 8] = [
+        VIPS, RINGS, BACKENDS, CONNTRACK, OWNERS, CONFIG, VIP_STATS, STATS,
+    ];
+}
+
+/// A 16-bit value in network byte order (as it sits in the packet).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Be16(u16);
+
+impl Be16 {
+    pub const fn from_host(v: u16) -> Self {
+        Self(v.to_be())
+    }
+    pub const fn to_host(self) -> u16 {
+        u16::from_be(self.0)
+    }
+}
+
+/// An address as four raw network-order words: IPv4 in word 0, words 1..3 zero.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RawAddr(pub [u32; 4]);
+
+impl RawAddr {
+    pub fn from_ip(ip: IpAddr) -> (Self, u8) {
+        match ip {
+            IpAddr::V4(a) => (Self([u32::from_ne_bytes(a.octets()), 0, 0, 0]), AF_INET),
+            IpAddr::V6(a) => {
+                let o = a.octets();
+                let mut w = [0u32; 4];
+                for (i, c) in o.chunks_exact(4).enumerate() {
+                    w[i] = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
+                }
+                (Self(w), AF_INET6)
+            }
+        }
+    }
+    /// Inverse of [`RawAddr::from_ip`]; `None` for an unknown family.
+    pub fn to_ip(self, family: u8) -> Option<IpAddr> {
+        match family {
+            AF_INET => Some(IpAddr::V4(Ipv4Addr::from(self.0[0].to_ne_bytes()))),
+            AF_INET6 => {
+                let mut o = [0u8; 16];
+                for (i, w) in self.0.iter().enumerate() {
+                    o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
+                }
+                Some(IpAddr::V6(Ipv6Addr::from(o)))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// `struct ringlb_vip_key`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct VipKey {
+    pub addr: RawAddr,
+    pub port: Be16,
+    pub proto: u8,
+    pub family: u8,
+}
+
+/// `struct ringlb_vip_info`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipInfo {
+    pub vip_id: u32,
+    pub ring_size: u32,
+    pub flags: u32,
+}
+
+/// `struct ringlb_backend`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BackendValue {
+    pub addr: RawAddr,
+    pub generation: u32,
+    pub ifindex: u32,
+    pub dmac: [u8; 6],
+    pub smac: [u8; 6],
+    pub family: u8,
+    /// `NH_*` bits.
+    pub nh_valid: u8,
+    /// Egress VLAN tag control (PCP 0, DEI 0, VID); 0 = untagged.
+    pub vlan_tci: Be16,
+}
+
+/// `struct ringlb_flow`: the conntrack key (5-tuple).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Flow {
+    pub saddr: RawAddr,
+    pub daddr: RawAddr,
+    pub sport: Be16,
+    pub dport: Be16,
+    pub proto: u8,
+    pub family: u8,
+    pub pad: [u8; 2],
+}
+
+/// `struct ringlb_ct_value`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtValue {
+    pub backend_id: u32,
+    pub generation: u32,
+}
+
+/// `struct ringlb_config`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConfigValue {
+    pub src4: u32,
+    pub src6: RawAddr,
+    pub mtu: u32,
+    pub flags: u32,
+}
+
+/// `struct ringlb_vip_stats`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct VipStats {
+    pub packets: u64,
+    pub bytes: u64,
+}
+
+const _: () = assert!(size_of::<Be16>() == 2);
+const _: () = assert!(size_of::<RawAddr>() == 16);
+const _: () = assert!(size_of::<VipKey>() == 20);
+const _: () = assert!(size_of::<VipInfo>() == 12);
+const _: () = assert!(size_of::<BackendValue>() == 40);
+const _: () = assert!(size_of::<Flow>() == 40);
+const _: () = assert!(size_of::<CtValue>() == 8);
+const _: () = assert!(size_of::<ConfigValue>() == 28);
+const _: () = assert!(size_of::<VipStats>() == 16);
+
+// SAFETY (for every impl below): aya::Pod requires a plain-old-data type with
+// no padding bytes the kernel could read uninitialised and no invalid bit
+// patterns. Each type is #[repr(C)], made only of integers/arrays of integers,
+// has its padding spelled out as fields, and its size is asserted above.
+#[allow(unsafe_code)]
+mod pod {
+    use super::*;
+    unsafe impl aya::Pod for Be16 {}
+    unsafe impl aya::Pod for RawAddr {}
+    unsafe impl aya::Pod for VipKey {}
+    unsafe impl aya::Pod for VipInfo {}
+    unsafe impl aya::Pod for BackendValue {}
+    unsafe impl aya::Pod for Flow {}
+    unsafe impl aya::Pod for CtValue {}
+    unsafe impl aya::Pod for ConfigValue {}
+    unsafe impl aya::Pod for VipStats {}
+}
+
+/// Global counter indices: `enum ringlb_stat`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stat {
+    Tx = 0,
+    Redirect,
+    PassNotIp,
+    PassNotVip,
+    PassIcmp,
+    PassFragment,
+    PassIpv6Ext,
+    PassOtherL4,
+    PassMalformed,
+    PassMtu,
+    PassNoSrc,
+    DropNoBackend,
+    DropFib,
+    DropAdjust,
+    CtHit,
+    CtMiss,
+    CtStale,
+    FibFallback,
+}
+
+pub const STAT_MAX: u32 = 18;
+
+impl Stat {
+    pub const ALL: [Stat; STAT_MAX as usize] = [
+        Stat::Tx,
+        Stat::Redirect,
+        Stat::PassNotIp,
+        Stat::PassNotVip,
+        Stat::PassIcmp,
+        Stat::PassFragment,
+        Stat::PassIpv6Ext,
+        Stat::PassOtherL4,
+        Stat::PassMalformed,
+        Stat::PassMtu,
+        Stat::PassNoSrc,
+        Stat::DropNoBackend,
+        Stat::DropFib,
+        Stat::DropAdjust,
+        Stat::CtHit,
+        Stat::CtMiss,
+        Stat::CtStale,
+        Stat::FibFallback,
+    ];
+
+    /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Stat::Tx => "tx",
+            Stat::Redirect => "redirect",
+            Stat::PassNotIp => "pass_not_ip",
+            Stat::PassNotVip => "pass_not_vip",
+            Stat::PassIcmp => "pass_icmp",
+            Stat::PassFragment => "pass_fragment",
+            Stat::PassIpv6Ext => "pass_ipv6_ext",
+            Stat::PassOtherL4 => "pass_other_l4",
+            Stat::PassMalformed => "pass_malformed",
+            Stat::PassMtu => "pass_mtu",
+            Stat::PassNoSrc => "pass_no_src",
+            Stat::DropNoBackend => "drop_no_backend",
+            Stat::DropFib => "drop_fib",
+            Stat::DropAdjust => "drop_adjust",
+            Stat::CtHit => "ct_hit",
+            Stat::CtMiss => "ct_miss",
+            Stat::CtStale => "ct_stale",
+            Stat::FibFallback => "fib_fallback",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn raw_addr_roundtrip_and_layout() {
+        let v4: IpAddr = "10.1.2.3".parse().unwrap();
+        let (r, f) = RawAddr::from_ip(v4);
+        assert_eq!(f, AF_INET);
+        // the first word holds the packet bytes 10,1,2,3 in memory order
+        assert_eq!(r.0[0].to_ne_bytes(), [10, 1, 2, 3]);
+        assert_eq!(&r.0[1..], &[0, 0, 0]);
+        assert_eq!(r.to_ip(f), Some(v4));
+        let v6: IpAddr = "2001:db8::1".parse().unwrap();
+        let (r, f) = RawAddr::from_ip(v6);
+        assert_eq!(f, AF_INET6);
+        assert_eq!(r.0[0].to_ne_bytes(), [0x20, 0x01, 0x0d, 0xb8]);
+        assert_eq!(r.to_ip(f), Some(v6));
+        assert_eq!(r.to_ip(7), None);
+    }
+
+    #[test]
+    fn be16_is_network_order() {
+        let p = Be16::from_host(0x1f90);
+        assert_eq!(p.to_host(), 8080);
+        // SAFETY-free check of the in-memory bytes via the raw field
+        assert_eq!(p.0.to_ne_bytes(), [0x1f, 0x90]);
+    }
+
+    /// abi.h is the source of truth: its sizes and counter names must match.
+    #[test]
+    fn header_constants_and_counters_match() {
+        let h = include_str!("../bpf/abi.h");
+        let define = |name: &str| -> u32 {
+            let line = h
+                .lines()
+                .find(|l| l.starts_with(&format!("#define {name} ")))
+                .unwrap_or_else(|| panic!("{name} not in abi.h"));
+            let v = line.split_whitespace().nth(2).unwrap();
+            if let Some(x) = v.strip_prefix("0x") {
+                u32::from_str_radix(x, 16).unwrap()
+            } else {
+                v.parse().unwrap()
+            }
+        };
+        assert_eq!(define("RINGLB_MAX_VIPS"), MAX_VIPS);
+        assert_eq!(define("RINGLB_MAX_BACKENDS"), MAX_BACKENDS);
+        assert_eq!(define("RINGLB_MAX_RING_SIZE"), MAX_RING_SIZE);
+        assert_eq!(define("RINGLB_CT_SIZE"), CT_SIZE);
+        assert_eq!(define("RINGLB_AF_INET"), AF_INET as u32);
+        assert_eq!(define("RINGLB_AF_INET6"), AF_INET6 as u32);
+        assert_eq!(define("RINGLB_VIP_F_NO_CT"), VIP_F_NO_CT);
+        assert_eq!(define("RINGLB_CFG_F_FIB_FALLBACK"), CFG_F_FIB_FALLBACK);
+        assert_eq!(define("RINGLB_NH_VALID"), NH_VALID as u32);
+        assert_eq!(define("RINGLB_NH_VLAN_8021AD"), NH_VLAN_8021AD as u32);
+        // struct ringlb_backend: ... family (36), nh_valid (37), vlan_tci (38..40)
+        assert_eq!(std::mem::offset_of!(BackendValue, nh_valid), 37);
+        assert_eq!(std::mem::offset_of!(BackendValue, vlan_tci), 38);
+        let names: Vec<String> = h
+            .lines()
+            .map(str::trim)
+            .filter_map(|l| l.strip_prefix("RINGLB_ST_"))
+            .map(|l| l.split([',', ' ']).next().unwrap().to_ascii_lowercase())
+            .collect();
+        assert_eq!(names.last().map(String::as_str), Some("max"));
+        let labels: Vec<&str> = Stat::ALL.iter().map(|s| s.label()).collect();
+        assert_eq!(&names[..names.len() - 1], &labels[..]);
+    }
+
+    #[test]
+    fn stat_indices_are_dense_and_labelled() {
+        for (i, s) in Stat::ALL.iter().enumerate() {
+            assert_eq!(*s as u32, i as u32);
+            assert!(!s.label().is_empty());
+        }
+    }
+}

@@ -1,0 +1,131 @@
+//! The packet datapath behind one trait: XDP (aya). A kernel IPVS backend would implement
+//! the same trait; it is not built (this kernel has no IPVS).
+//!
+//! ```text
+//!  desired state (pure)          plan() (pure)            apply (I/O)
+//!  DesiredState ----------> Programmed + Vec<MapOp> ---> Xdp: batched map writes
+//!   services: Vip -> ring        (diff against what        (pinned under
+//!   of backend IPs               the maps hold now)         /sys/fs/bpf/ringlb)
+//! ```
+//!
+//! `state` turns Maglev tables into the desired state and diffs two states into
+//! map operations without touching the kernel, so the diffing is unit-tested
+//! without root; `xdp` writes the operations into the BPF maps.
+
+pub mod abi;
+pub mod batch;
+pub mod cli;
+pub mod lookup;
+pub mod metrics;
+
+pub mod readback;
+pub mod state;
+pub mod xdp;
+
+use std::path::PathBuf;
+
+pub use state::{DesiredState, MapOp, Programmed, Proto, ServiceEntry, Vip, plan, plan_update};
+
+/// Errors of the datapath layer.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("service {vip}: {reason}")]
+    InvalidService { vip: String, reason: String },
+    #[error("out of {what} ids (max {max})")]
+    IdsExhausted { what: &'static str, max: u32 },
+    #[error("loading the BPF object: {0}")]
+    Load(#[source] Box<aya::EbpfError>),
+    #[error("BPF program {name}: {source}")]
+    Program {
+        name: &'static str,
+        #[source]
+        source: Box<aya::programs::ProgramError>,
+    },
+    #[error("BPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: Box<aya::maps::MapError>,
+    },
+    #[error("BPF map {name}: {reason}")]
+    Layout { name: &'static str, reason: String },
+    #[error("map {name} is missing from the object")]
+    MissingMap { name: &'static str },
+    #[error("pinning under {path}: {source}")]
+    Pin {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("interface {iface}: {reason}")]
+    Interface { iface: String, reason: String },
+    #[error("{call} failed: {source}")]
+    Syscall {
+        call: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("the loader's view of the maps is unknown: {reason}; retrying re-reads them first")]
+    ViewUnknown { reason: String },
+    #[error(transparent)]
+    NextHop(#[from] ringlb_nexthop::Error),
+}
+
+impl Error {
+    /// Short, stable label for the `ringlb_datapath_errors_total{kind}` metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::InvalidService { .. } => "invalid_service",
+            Error::IdsExhausted { .. } => "ids_exhausted",
+            Error::Load(_) => "load",
+            Error::Program { .. } => "program",
+            Error::Map { .. } | Error::MissingMap { .. } => "map",
+            Error::Layout { .. } => "layout",
+            Error::Pin { .. } => "pin",
+            Error::Interface { .. } => "interface",
+            Error::Syscall { .. } => "syscall",
+            Error::NextHop(_) => "nexthop",
+            Error::ViewUnknown { .. } => "view_unknown",
+        }
+    }
+}
+
+pub(crate) fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
+    move |source| Error::Map {
+        name,
+        source: Box::new(source),
+    }
+}
+
+/// What one `apply` wrote, for logs and the update-latency benchmark.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ApplyStats {
+    pub backends_written: usize,
+    pub backends_deleted: usize,
+    pub rings_created: usize,
+    pub rings_deleted: usize,
+    pub slots_written: usize,
+    pub vips_written: usize,
+    pub vips_deleted: usize,
+}
+
+/// Global and per-VIP packet counters, summed over CPUs.
+#[derive(Clone, Debug, Default)]
+pub struct Counters {
+    /// (label, value) in `abi::Stat` order.
+    pub global: Vec<(&'static str, u64)>,
+    /// (vip, packets, bytes)
+    pub per_vip: Vec<(Vip, u64, u64)>,
+}
+
+/// One datapath implementation (XDP today; an IPVS backend would implement it too).
+pub trait Datapath {
+    /// Make the kernel state equal `desired`, writing only what differs.
+    fn apply(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error>;
+    /// Current counters.
+    fn counters(&self) -> Result<Counters, Error>;
+    /// Detach and remove every kernel object this datapath created.
+    fn uninstall(self) -> Result<(), Error>
+    where
+        Self: Sized;
+}

@@ -1,0 +1,221 @@
+//! `XdpDatapath::lookup`: what the XDP program would do with a 5-tuple now,
+//! decided step by step as `bpf/xdp_lb.bpf.c` does (conntrack with its
+//! generation check, then the VIP and the port-0 wildcard, then the Maglev
+//! ring), from the live maps, for any packet but a TCP SYN (a SYN skips
+//! conntrack: the ring decides, which `slot` shows on a miss). Read-only: nothing is inserted. The operator's
+//! `ringlb-edge datapath lookup` prints it; `tests/xdp_lookup.rs` checks it
+//! against BPF_PROG_TEST_RUN.
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
+
+use super::{Error, Vip, abi, map_err, xdp::XdpDatapath};
+
+/// The conntrack step of a [`Lookup`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtState {
+    /// The VIP has conntrack off (`VIP_F_NO_CT`).
+    Off,
+    /// No entry: the ring decides (and the program inserts an entry).
+    Miss,
+    /// An entry whose backend is live with the same generation: it decides.
+    Hit,
+    /// An entry whose backend id was removed (tombstone, empty) or reassigned
+    /// (another generation): ignored, the ring decides (`ct_stale`).
+    Stale { id: u32, generation: u32 },
+}
+
+/// What the program does with a flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// No VIP entry for (address, port, protocol) nor the port-0 wildcard:
+    /// `XDP_PASS` (`pass_not_vip`). `conntrack` is `Miss`, or `Stale` for an
+    /// entry of a VIP that is gone (the program counts and deletes it).
+    NotVip { conntrack: CtState },
+    /// Sent to backend `id` at `addr`. `slot` is the ring slot when the ring
+    /// decided, `None` when conntrack did.
+    Backend {
+        vip: Vip,
+        id: u32,
+        addr: IpAddr,
+        conntrack: CtState,
+        slot: Option<u32>,
+    },
+    /// A VIP, but its ring slot names no live backend (id 0, a tombstone, no
+    /// ring): `XDP_DROP` (`drop_no_backend`).
+    NoBackend {
+        vip: Vip,
+        slot: Option<u32>,
+        id: u32,
+        conntrack: CtState,
+    },
+}
+
+/// The pod address of a live backend slot, read the way the program does
+/// (IPv6 if the family says so, else IPv4 in word 0).
+fn backend_addr(b: &abi::BackendValue) -> IpAddr {
+    let family = if b.family == abi::AF_INET6 {
+        abi::AF_INET6
+    } else {
+        abi::AF_INET
+    };
+    b.addr
+        .to_ip(family)
+        .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+}
+
+/// The program's VIP step: the exact (address, port, protocol), then the
+/// port-0 wildcard; `key` is left at the one that matched.
+fn vip_info(
+    vips: &HashMap<&MapData, abi::VipKey, abi::VipInfo>,
+    key: &mut abi::VipKey,
+) -> Result<Option<abi::VipInfo>, Error> {
+    match vips.get(key, 0) {
+        Ok(i) => return Ok(Some(i)),
+        Err(MapError::KeyNotFound) => {}
+        Err(e) => return Err(map_err(abi::map::VIPS)(e)),
+    }
+    key.port = abi::Be16::from_host(0); // the wildcard
+    match vips.get(key, 0) {
+        Ok(i) => Ok(Some(i)),
+        Err(MapError::KeyNotFound) => Ok(None),
+        Err(e) => Err(map_err(abi::map::VIPS)(e)),
+    }
+}
+
+impl XdpDatapath {
+    /// The VIP that owns backend `id` now (`owners`: 1 + vip_id), as the
+    /// loader programmed it.
+    fn owner_vip(&self, id: u32) -> Result<Option<Vip>, Error> {
+        let Some(owners) = &self.owners else {
+            return Ok(None);
+        };
+        let vid = match owners.get(&id, 0) {
+            Ok(0) | Err(MapError::OutOfBounds { .. }) => return Ok(None),
+            Ok(v) => v - 1,
+            Err(e) => return Err(map_err(abi::map::OWNERS)(e)),
+        };
+        Ok(self
+            .programmed()
+            .vips
+            .iter()
+            .find(|(_, pv)| pv.vip_id == vid)
+            .map(|(v, _)| *v))
+    }
+
+    /// What the program would do with `flow` now.
+    pub fn lookup(&self, flow: &abi::Flow) -> Result<Lookup, Error> {
+        let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+        // an id outside the array: the program's lookup returns NULL
+        let backend = |id: u32| -> Result<Option<abi::BackendValue>, Error> {
+            match backends.get(&id, 0) {
+                Ok(b) => Ok(Some(b)),
+                Err(MapError::OutOfBounds { .. }) => Ok(None),
+                Err(e) => Err(map_err(abi::map::BACKENDS)(e)),
+            }
+        };
+        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
+        let mut key = abi::VipKey {
+            addr: flow.daddr,
+            port: flow.dport,
+            proto: flow.proto,
+            family: flow.family,
+        };
+        // 1. conntrack first, as the program does (for any packet but a SYN):
+        // an entry whose backend slot is live with the same generation decides
+        let ct: HashMap<_, abi::Flow, abi::CtValue> = self.map(abi::map::CONNTRACK)?;
+        let entry = match ct.get(flow, 0) {
+            Ok(c) => Some(c),
+            Err(MapError::KeyNotFound) => None,
+            Err(e) => return Err(map_err(abi::map::CONNTRACK)(e)),
+        };
+        if let Some(c) = entry
+            && let Some(b) = backend(c.backend_id)?
+            && b.family != 0
+            && b.generation == c.generation
+        {
+            // The program does not look at vips on a hit: the VIP is the one
+            // that owns the id (`owners`), which it counts the packet for. That
+            // need not be the exact VIP the packet is addressed to (a wildcard
+            // VIP's flow stays with it after an exact VIP:port appears).
+            if let Some(vip) = self.owner_vip(c.backend_id)? {
+                return Ok(Lookup::Backend {
+                    vip,
+                    id: c.backend_id,
+                    addr: backend_addr(&b),
+                    conntrack: CtState::Hit,
+                    slot: None,
+                });
+            }
+        }
+
+        // 2. no live entry: the VIP (then the wildcard)
+        let stale = entry.map(|c| CtState::Stale {
+            id: c.backend_id,
+            generation: c.generation,
+        });
+        let not_vip = Lookup::NotVip {
+            conntrack: stale.unwrap_or(CtState::Miss),
+        };
+        let Some(info) = vip_info(&vips, &mut key)? else {
+            return Ok(not_vip);
+        };
+        let Some(vip) = Vip::from_abi(&key) else {
+            return Ok(not_vip);
+        };
+        let conntrack = match stale {
+            Some(s) => s,
+            None if info.flags & abi::VIP_F_NO_CT != 0 => CtState::Off,
+            None => CtState::Miss,
+        };
+
+        // 3. the Maglev ring
+        let no_backend = |slot, id| Lookup::NoBackend {
+            vip,
+            slot,
+            id,
+            conntrack,
+        };
+        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
+        let ring = match rings.get(&info.vip_id, 0) {
+            Ok(r) => r,
+            Err(MapError::KeyNotFound) => return Ok(no_backend(None, 0)),
+            Err(e) => return Err(map_err(abi::map::RINGS)(e)),
+        };
+        if info.ring_size == 0 {
+            return Ok(no_backend(None, 0));
+        }
+        let addr = |a: abi::RawAddr| {
+            a.to_ip(flow.family)
+                .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
+        };
+        let h = ringlb_maglev::flow_hash(
+            addr(flow.saddr),
+            addr(flow.daddr),
+            flow.sport.to_host(),
+            flow.dport.to_host(),
+            flow.proto,
+        );
+        let slot = h % info.ring_size;
+        let id = match ring.get(&slot, 0) {
+            Ok(id) => id,
+            // a slot beyond the inner array: the program's lookup returns NULL
+            Err(MapError::OutOfBounds { .. }) => return Ok(no_backend(Some(slot), 0)),
+            Err(e) => return Err(map_err("ring")(e)),
+        };
+        if id == 0 {
+            return Ok(no_backend(Some(slot), 0));
+        }
+        match backend(id)? {
+            Some(b) if b.family != 0 => Ok(Lookup::Backend {
+                vip,
+                id,
+                addr: backend_addr(&b),
+                conntrack,
+                slot: Some(slot),
+            }),
+            _ => Ok(no_backend(Some(slot), id)), // empty slot or tombstone
+        }
+    }
+}

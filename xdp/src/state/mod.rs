@@ -1,0 +1,754 @@
+//! Desired datapath state and the pure diff that turns it into map operations.
+//!
+//! Every (service, pod address) pair gets its own backend id (the ring value
+//! is the id): a pod that backs VIP A and VIP B has two ids, so taking it out
+//! of A frees A's id and invalidates exactly A's conntrack entries, while B's
+//! flows stay. An id freed by a plan is reused only by a *later* plan, and
+//! every (re)assignment bumps a generation number that conntrack entries
+//! carry: a flow pinned to a removed backend is never sent to the pod that
+//! later inherits the id. Because no id is shared, there is nothing to count:
+//! a service's plan writes and deletes only its own ids.
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    fmt,
+    net::IpAddr,
+};
+
+use super::{Error, abi};
+
+mod view;
+pub use view::View;
+
+/// L4 protocol of a VIP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Proto {
+    Tcp,
+    Udp,
+}
+
+impl Proto {
+    pub const fn number(self) -> u8 {
+        match self {
+            Proto::Tcp => 6,
+            Proto::Udp => 17,
+        }
+    }
+    pub fn from_number(n: u8) -> Option<Self> {
+        match n {
+            6 => Some(Proto::Tcp),
+            17 => Some(Proto::Udp),
+            _ => None,
+        }
+    }
+}
+
+impl std::str::FromStr for Proto {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "tcp" | "6" => Ok(Proto::Tcp),
+            "udp" | "17" => Ok(Proto::Udp),
+            other => Err(format!("unknown protocol {other:?} (want tcp or udp)")),
+        }
+    }
+}
+
+/// A VIP:port:protocol. Port 0 is the wildcard: every port of (addr, proto)
+/// that has no exact entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Vip {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub proto: Proto,
+}
+
+impl fmt::Display for Vip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = match self.proto {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        };
+        match self.addr {
+            IpAddr::V4(a) => write!(f, "{a}:{}/{p}", self.port),
+            IpAddr::V6(a) => write!(f, "[{a}]:{}/{p}", self.port),
+        }
+    }
+}
+
+impl Vip {
+    pub fn to_abi(self) -> abi::VipKey {
+        let (addr, family) = abi::RawAddr::from_ip(self.addr);
+        abi::VipKey {
+            addr,
+            port: abi::Be16::from_host(self.port),
+            proto: self.proto.number(),
+            family,
+        }
+    }
+    pub fn from_abi(k: &abi::VipKey) -> Option<Self> {
+        Some(Vip {
+            addr: k.addr.to_ip(k.family)?,
+            port: k.port.to_host(),
+            proto: Proto::from_number(k.proto)?,
+        })
+    }
+}
+
+/// One service as the datapath needs it: the backend pod IPs and the Maglev
+/// ring (slot -> index into `backends`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceEntry {
+    backends: Vec<IpAddr>,
+    ring: Vec<u32>,
+    conntrack: bool,
+}
+
+impl ServiceEntry {
+    /// Validates that every ring slot names a backend and the ring fits the map.
+    pub fn new(vip: &Vip, backends: Vec<IpAddr>, ring: Vec<u32>) -> Result<Self, Error> {
+        let bad = |reason: String| Error::InvalidService {
+            vip: vip.to_string(),
+            reason,
+        };
+        if ring.is_empty() || ring.len() > abi::MAX_RING_SIZE as usize {
+            return Err(bad(format!(
+                "ring size {} outside 1..={}",
+                ring.len(),
+                abi::MAX_RING_SIZE
+            )));
+        }
+        if backends.is_empty() {
+            return Err(bad("no backends (withdraw the VIP instead)".into()));
+        }
+        if let Some(s) = ring.iter().find(|&&i| i as usize >= backends.len()) {
+            return Err(bad(format!(
+                "ring names backend index {s}, only {} backends",
+                backends.len()
+            )));
+        }
+        Ok(Self {
+            backends,
+            ring,
+            conntrack: true,
+        })
+    }
+
+    /// From a Maglev table: backends in the table's canonical order.
+    pub fn from_table(vip: &Vip, table: &ringlb_maglev::Table) -> Result<Self, Error> {
+        let backends = table.backends().iter().map(|b| b.addr).collect();
+        Self::new(vip, backends, table.slots().to_vec())
+    }
+
+    /// Turn conntrack off (pure hashing) for this service.
+    pub fn without_conntrack(mut self) -> Self {
+        self.conntrack = false;
+        self
+    }
+    pub fn backends(&self) -> &[IpAddr] {
+        &self.backends
+    }
+    pub fn ring(&self) -> &[u32] {
+        &self.ring
+    }
+    fn flags(&self) -> u32 {
+        if self.conntrack { 0 } else { abi::VIP_F_NO_CT }
+    }
+}
+
+/// Everything the datapath should forward.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DesiredState {
+    pub services: BTreeMap<Vip, ServiceEntry>,
+}
+
+/// A backend id as it sits in the `backends` map. An id belongs to exactly
+/// one (service, pod address) pair: a pod that backs two VIPs has two ids, so
+/// removing it from one VIP invalidates only that VIP's conntrack entries.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProgrammedBackend {
+    pub id: u32,
+    pub generation: u32,
+}
+
+/// A VIP as it sits in the `vips` / `rings` maps.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProgrammedVip {
+    pub vip_id: u32,
+    pub ring_size: u32,
+    pub flags: u32,
+    /// Backend id per slot; `None` when unknown (a ring that could not be
+    /// read back): the next plan rewrites every slot.
+    pub ring: Option<Vec<u32>>,
+    /// This VIP's backend ids, one per pod address. Ids are never shared
+    /// with another VIP.
+    pub backends: BTreeMap<IpAddr, ProgrammedBackend>,
+    /// The entry last applied; `None` after a restart (always re-planned).
+    pub entry: Option<ServiceEntry>,
+}
+
+/// Lowest-first id allocator. Ids freed by a plan are released only after
+/// the plan's operations are emitted, so one plan never reuses an id it frees.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IdPool {
+    free: BTreeSet<u32>,
+    next: u32,
+    max: u32,
+}
+
+impl IdPool {
+    fn new(first: u32, max: u32, used: impl IntoIterator<Item = u32>) -> Self {
+        let used: BTreeSet<u32> = used.into_iter().collect();
+        let next = used.last().map_or(first, |m| m + 1).max(first);
+        let free = (first..next).filter(|i| !used.contains(i)).collect();
+        Self { free, next, max }
+    }
+    fn available(&self) -> u64 {
+        self.free.len() as u64 + u64::from(self.max.saturating_sub(self.next))
+    }
+    fn alloc(&mut self) -> Option<u32> {
+        if let Some(id) = self.free.pop_first() {
+            return Some(id);
+        }
+        (self.next < self.max).then(|| {
+            self.next += 1;
+            self.next - 1
+        })
+    }
+    fn release(&mut self, id: u32) {
+        self.free.insert(id);
+    }
+}
+
+/// What the kernel maps hold (as far as the loader knows).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Programmed {
+    pub vips: BTreeMap<Vip, ProgrammedVip>,
+    pub last_generation: u32,
+    /// Live ids a ring names but no (VIP, address) pair can own (read back
+    /// after a failed apply), with the VIPs whose rings name them. Each
+    /// `plan_update` of one of those VIPs rewrites its ring (or removes it)
+    /// and crosses the VIP off; the update that crosses off the last one
+    /// deletes the id, so `apply_service` alone never leaves one live.
+    pub orphans: BTreeMap<u32, BTreeSet<Vip>>,
+    /// Live ids no ring names and no VIP owns (read back after a failed
+    /// apply): the next plan or plan_update deletes them, so conntrack
+    /// entries pointing at them turn stale.
+    pub strays: BTreeSet<u32>,
+    /// Ids a VIP took over from its ring at restore because their `owners`
+    /// entry was missing or named a VIP that is gone: the VIP's next plan
+    /// writes their owner.
+    pub adopted: BTreeMap<Vip, Vec<u32>>,
+    backend_ids: IdPool,
+    vip_ids: IdPool,
+}
+
+impl Default for Programmed {
+    fn default() -> Self {
+        Self::restore(ReadBack::default())
+    }
+}
+
+/// What `XdpDatapath::read_programmed` found in the maps: the input of the
+/// pure [`Programmed::restore`].
+#[derive(Clone, Debug, Default)]
+pub struct ReadBack {
+    /// Every VIP entry with its ring's contents (`None`: not readable).
+    pub vips: Vec<(Vip, abi::VipInfo, Option<Vec<u32>>)>,
+    /// The loader's `owners` map: backend id -> vip_id of the service that
+    /// owns it, for every id with an owner.
+    pub owners: BTreeMap<u32, u32>,
+    /// `backends[id]` for every id in `owners` or named by a ring.
+    pub backends: BTreeMap<u32, abi::BackendValue>,
+    /// The generation high-water mark kept in `backends[0]`.
+    pub high_water: u32,
+}
+
+impl Programmed {
+    /// Rebuilds the loader's view from the maps. A live id (family != 0)
+    /// belongs to the VIP its `owners` entry names. Failing that (no entry,
+    /// or that VIP is gone: an apply failed halfway), to the first VIP whose
+    /// ring names it, if that VIP has no id for the address yet. A live id
+    /// nobody can own is an orphan if a ring names it (deleted by the update
+    /// that rewrites or removes the last ring naming it), else a stray
+    /// (deleted by the next update). Tombstones (family 0) are free ids.
+    pub fn restore(r: ReadBack) -> Self {
+        let by_vid: BTreeMap<u32, Vip> = r.vips.iter().map(|(v, i, _)| (i.vip_id, *v)).collect();
+        let mut owned = BTreeMap::new();
+        let mut claimed = BTreeSet::new();
+        let mut last_generation = r.high_water;
+        let live = |id: &u32| {
+            let b = r.backends.get(id)?;
+            Some((b.addr.to_ip(b.family)?, b.generation))
+        };
+        type Owned = BTreeMap<Vip, BTreeMap<IpAddr, ProgrammedBackend>>;
+        fn claim(
+            (owned, claimed): (&mut Owned, &mut BTreeSet<u32>),
+            vip: Vip,
+            id: u32,
+            addr: IpAddr,
+            generation: u32,
+        ) -> bool {
+            let mine = owned.entry(vip).or_default();
+            if mine.contains_key(&addr) || claimed.contains(&id) {
+                return false;
+            }
+            mine.insert(addr, ProgrammedBackend { id, generation });
+            claimed.insert(id);
+            true
+        }
+        let mut unowned = BTreeSet::new();
+        for (id, vid) in &r.owners {
+            let Some((addr, generation)) = live(id) else {
+                continue;
+            };
+            last_generation = last_generation.max(generation);
+            let ok = by_vid
+                .get(vid)
+                .is_some_and(|v| claim((&mut owned, &mut claimed), *v, *id, addr, generation));
+
+            if !ok {
+                unowned.insert(*id);
+            }
+        }
+        let mut named: BTreeMap<u32, BTreeSet<Vip>> = BTreeMap::new();
+        let mut adopted = BTreeMap::new();
+        for (vip, _, ring) in &r.vips {
+            let ids: BTreeSet<u32> = ring.iter().flatten().copied().collect();
+            for id in ids {
+                named.entry(id).or_default().insert(*vip);
+                if let Some((addr, generation)) = live(&id) {
+                    last_generation = last_generation.max(generation);
+                    if claimed.contains(&id) {
+                        continue;
+                    }
+                    if claim((&mut owned, &mut claimed), *vip, id, addr, generation) {
+                        adopted.entry(*vip).or_insert_with(Vec::new).push(id);
+                    } else {
+                        unowned.insert(id);
+                    }
+                }
+            }
+        }
+        unowned.retain(|id| !claimed.contains(id));
+        let (orphans, strays): (BTreeMap<u32, BTreeSet<Vip>>, BTreeSet<u32>) = {
+            let (o, s): (BTreeSet<u32>, BTreeSet<u32>) =
+                unowned.into_iter().partition(|id| named.contains_key(id));
+            let o = o.into_iter().map(|id| (id, named[&id].clone())).collect();
+            (o, s)
+        };
+        let mut vips = BTreeMap::new();
+        for (vip, info, ring) in r.vips {
+            vips.insert(
+                vip,
+                ProgrammedVip {
+                    vip_id: info.vip_id,
+                    ring_size: info.ring_size,
+                    flags: info.flags,
+                    ring,
+                    backends: owned.remove(&vip).unwrap_or_default(),
+                    entry: None,
+                },
+            );
+        }
+        let used: Vec<u32> = claimed
+            .iter()
+            .chain(orphans.keys())
+            .chain(&strays)
+            .copied()
+            .collect();
+        Self {
+            backend_ids: IdPool::new(1, abi::MAX_BACKENDS, used),
+            vip_ids: IdPool::new(0, abi::MAX_VIPS, vips.values().map(|v| v.vip_id)),
+            vips,
+            last_generation,
+            orphans,
+            strays,
+            adopted,
+        }
+    }
+
+    /// The highest backend id ever handed out plus one.
+    pub fn backend_id_limit(&self) -> u32 {
+        self.backend_ids.next
+    }
+
+    /// The id of `addr`'s backend in `vip`'s service.
+    pub fn backend(&self, vip: &Vip, addr: IpAddr) -> Option<&ProgrammedBackend> {
+        self.vips.get(vip)?.backends.get(&addr)
+    }
+
+    /// Every (VIP, address, id) pair.
+    pub fn backends(&self) -> impl Iterator<Item = (&Vip, &IpAddr, &ProgrammedBackend)> {
+        self.vips
+            .iter()
+            .flat_map(|(v, p)| p.backends.iter().map(move |(a, b)| (v, a, b)))
+    }
+}
+
+/// One write to the maps. Plans emit them in a safe order: strays (live ids
+/// nothing but conntrack reaches) deleted, backends that appear, then rings, then VIP entries, then new generations of a VIP whose
+/// conntrack was turned off, then VIP/ring/backend removals, so the program
+/// never follows an id to something not yet (or no longer) there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MapOp {
+    PutBackend {
+        id: u32,
+        addr: IpAddr,
+        generation: u32,
+    },
+    /// Records in the `owners` map that `ids` belong to the VIP whose ring is
+    /// `vip_id`. The loader reads it back after a restart; the program reads
+    /// it on a conntrack hit, to count the packet for the VIP that owns the
+    /// id (it never uses it to choose a backend).
+    Own {
+        vip_id: u32,
+        ids: Vec<u32>,
+    },
+    /// A new inner ring map of `size` slots at `rings[vip_id]` (counters reset).
+    CreateRing {
+        vip_id: u32,
+        size: u32,
+    },
+    /// (slot, backend id) pairs, written in one batch.
+    WriteSlots {
+        vip_id: u32,
+        slots: Vec<(u32, u32)>,
+    },
+    PutVip {
+        vip: Vip,
+        info: abi::VipInfo,
+    },
+    DelVip {
+        vip: Vip,
+    },
+    DelRing {
+        vip_id: u32,
+    },
+    DelBackend {
+        id: u32,
+    },
+}
+
+/// Sorted, without duplicates.
+fn distinct(addrs: &[IpAddr]) -> Vec<IpAddr> {
+    let mut v = addrs.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Walks the sorted `new` addresses against a service's current ids (also
+/// sorted) in one merge pass, without a map lookup per address: `f` gets
+/// each new address with its current id (if it has one), `gone` the ids of
+/// addresses that are not in `new`.
+fn merge<'a>(
+    new: &[IpAddr],
+    old: impl IntoIterator<Item = (&'a IpAddr, &'a ProgrammedBackend)>,
+    mut f: impl FnMut(IpAddr, Option<ProgrammedBackend>),
+    mut gone: impl FnMut(ProgrammedBackend),
+) {
+    let mut old = old.into_iter().peekable();
+    for a in new {
+        while let Some((oa, ob)) = old.peek()
+            && *oa < a
+        {
+            gone(**ob);
+            old.next();
+        }
+        match old.peek() {
+            Some((oa, ob)) if *oa == a => {
+                f(*a, Some(**ob));
+                old.next();
+            }
+            _ => f(*a, None),
+        }
+    }
+    for (_, ob) in old {
+        gone(*ob);
+    }
+}
+
+/// Changes one service (`None` removes it) in place: returns the map
+/// operations that make the kernel follow. Cost is O(this service's ring),
+/// independent of how many other services exist; it only ever writes or
+/// deletes this service's own backend ids. On error `p` is unchanged.
+pub fn plan_update(
+    p: &mut Programmed,
+    vip: &Vip,
+    new: Option<&ServiceEntry>,
+) -> Result<Vec<MapOp>, Error> {
+    let new_addrs = new.map(|s| distinct(&s.backends)).unwrap_or_default();
+    let old = p.vips.get(vip);
+    let mut missing = 0u64;
+    merge(
+        &new_addrs,
+        old.iter().flat_map(|o| &o.backends),
+        |_, b| missing += u64::from(b.is_none()),
+        |_| {},
+    );
+    if missing > p.backend_ids.available() {
+        return Err(Error::IdsExhausted {
+            what: "backend",
+            max: abi::MAX_BACKENDS - 1,
+        });
+    }
+    let needs_vip_id = new.is_some_and(|s| old.is_none_or(|o| o.ring_size != s.ring.len() as u32));
+    if needs_vip_id && p.vip_ids.available() == 0 {
+        return Err(Error::IdsExhausted {
+            what: "VIP",
+            max: abi::MAX_VIPS,
+        });
+    }
+    let old = p.vips.remove(vip);
+    let (mut puts, mut ring_ops, mut vip_ops, mut regen, mut dels) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let mut freed_vip = None;
+    // the ring (and owner) id: the old one, or a new ring when M changes
+    let ring_id = new.map(|svc| match &old {
+        Some(o) if o.ring_size == svc.ring.len() as u32 => (o.vip_id, false),
+        _ => (p.vip_ids.alloc().expect("checked above"), true),
+    });
+
+    // 1. this service's ids: kept per address, new addresses get a fresh id
+    //    and generation; ids of addresses that left are deleted last
+    // (address, id, whether the id is new in this plan)
+    let mut kept = Vec::with_capacity(new_addrs.len());
+    let mut leaving = Vec::new();
+    merge(
+        &new_addrs,
+        old.iter().flat_map(|o| &o.backends),
+        |a, b| {
+            let is_new = b.is_none();
+            let b = b.unwrap_or_else(|| {
+                let id = p.backend_ids.alloc().expect("checked above");
+                p.last_generation = p.last_generation.wrapping_add(1).max(1);
+                puts.push(MapOp::PutBackend {
+                    id,
+                    addr: a,
+                    generation: p.last_generation,
+                });
+                ProgrammedBackend {
+                    id,
+                    generation: p.last_generation,
+                }
+            });
+            kept.push((a, b, is_new));
+        },
+        |b| leaving.push(b),
+    );
+    // new ids are owned before any ring names them; kept ids follow their VIP
+    // to a new ring once the VIP entry points there
+    let (mut own_new, mut own_kept) = (Vec::new(), Vec::new());
+    if let Some((vip_id, fresh)) = ring_id {
+        let new_ids: Vec<u32> = puts
+            .iter()
+            .filter_map(|op| match op {
+                MapOp::PutBackend { id, .. } => Some(*id),
+                _ => None,
+            })
+            .collect();
+        if !new_ids.is_empty() {
+            own_new.push(MapOp::Own {
+                vip_id,
+                ids: new_ids,
+            });
+        }
+        // O(kept): a set for the adopted ids, and the new-id flag from the
+        // merge (a scan of `puts` per id was O(n^2) for a new VIP)
+        let adopted: BTreeSet<u32> = p
+            .adopted
+            .remove(vip)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let all = fresh && old.is_some();
+        let moved: Vec<u32> = kept
+            .iter()
+            .filter(|(_, b, is_new)| !is_new && (all || adopted.contains(&b.id)))
+            .map(|(_, b, _)| b.id)
+            .collect();
+        if !moved.is_empty() {
+            own_kept.push(MapOp::Own { vip_id, ids: moved });
+        }
+    } else {
+        p.adopted.remove(vip);
+    }
+    // sorted input: built in one pass
+    let mut backends: BTreeMap<IpAddr, ProgrammedBackend> =
+        kept.into_iter().map(|(a, b, _)| (a, b)).collect();
+
+    // 2. the ring and the VIP entry
+    if let Some(svc) = new {
+        // index -> id once, then the ring: O(M) without a map lookup per slot
+        let id_of: Vec<u32> = svc.backends.iter().map(|a| backends[a].id).collect();
+        let ids: Vec<u32> = svc.ring.iter().map(|&i| id_of[i as usize]).collect();
+        let size = ids.len() as u32;
+        let (vip_id, fresh) = ring_id.expect("a new entry has a ring");
+        if fresh && let Some(o) = &old {
+            dels.push(MapOp::DelRing { vip_id: o.vip_id });
+            freed_vip = Some(o.vip_id);
+        }
+        let prev = old
+            .as_ref()
+            .and_then(|o| o.ring.as_ref())
+            .filter(|r| !fresh && r.len() == ids.len());
+        let slots: Vec<(u32, u32)> = match prev {
+            Some(prev) => (0..size)
+                .filter(|&s| prev[s as usize] != ids[s as usize])
+                .map(|s| (s, ids[s as usize]))
+                .collect(),
+            None => (0..size).map(|s| (s, ids[s as usize])).collect(),
+        };
+        if fresh {
+            ring_ops.push(MapOp::CreateRing { vip_id, size });
+        }
+        if !slots.is_empty() {
+            ring_ops.push(MapOp::WriteSlots { vip_id, slots });
+        }
+        let info = abi::VipInfo {
+            vip_id,
+            ring_size: size,
+            flags: svc.flags(),
+        };
+        if fresh || old.as_ref().is_none_or(|o| o.flags != info.flags) {
+            vip_ops.push(MapOp::PutVip { vip: *vip, info });
+        }
+        // Conntrack turned off: the program looks conntrack up before the
+        // VIP, so the VIP's existing entries would keep pinning their flows.
+        // Every id of the VIP gets a new generation (same id, same pod: the
+        // program never follows an id to something absent), written after
+        // the VIP entry says "no conntrack" (before, a packet could still
+        // insert an entry with the new generation). The old entries turn
+        // stale and their flows follow the ring. A restored VIP (entry
+        // unknown) that is off already gets it too: an apply may have failed,
+        // or the edge stopped, between the VIP write and these.
+        let ct_off = info.flags & abi::VIP_F_NO_CT != 0;
+        let was_on = |o: &ProgrammedVip| o.flags & abi::VIP_F_NO_CT == 0 || o.entry.is_none();
+        if ct_off && old.as_ref().is_some_and(was_on) {
+            for (a, b) in backends.iter_mut() {
+                p.last_generation = p.last_generation.wrapping_add(1).max(1);
+                b.generation = p.last_generation;
+                regen.push(MapOp::PutBackend {
+                    id: b.id,
+                    addr: *a,
+                    generation: b.generation,
+                });
+            }
+        }
+        p.vips.insert(
+            *vip,
+            ProgrammedVip {
+                vip_id,
+                ring_size: size,
+                flags: info.flags,
+                ring: Some(ids),
+                backends,
+                entry: Some(svc.clone()),
+            },
+        );
+    } else if let Some(o) = &old {
+        vip_ops.push(MapOp::DelVip { vip: *vip });
+        dels.push(MapOp::DelRing { vip_id: o.vip_id });
+        freed_vip = Some(o.vip_id);
+    }
+
+    // 3. this service's ids for addresses that left go last; nobody else
+    //    uses them. So do orphans whose last naming ring was this VIP's
+    //    (rewritten or removed above, so it names none now). Strays read
+    //    back after a failed apply (no ring names them, no VIP owns them:
+    //    only conntrack entries of a VIP that is gone still reach them) go
+    //    first: before this plan can give their old owner's vip_id to
+    //    another VIP, and as early as possible.
+    let strays = std::mem::take(&mut p.strays);
+    let first: Vec<MapOp> = strays.iter().map(|&id| MapOp::DelBackend { id }).collect();
+    let mut freed: Vec<u32> = leaving.iter().map(|b| b.id).collect();
+    p.orphans.retain(|id, named| {
+        named.remove(vip);
+        let keep = !named.is_empty();
+        if !keep {
+            freed.push(*id);
+        }
+        keep
+    });
+    dels.extend(freed.iter().map(|&id| MapOp::DelBackend { id }));
+    for id in freed.into_iter().chain(strays) {
+        p.backend_ids.release(id);
+    }
+    if let Some(id) = freed_vip {
+        p.vip_ids.release(id);
+    }
+    // removals of the VIP entry come before the ring and backend removals
+    let (del_vips, put_vips): (Vec<MapOp>, Vec<MapOp>) = vip_ops
+        .into_iter()
+        .partition(|op| matches!(op, MapOp::DelVip { .. }));
+    let mut ops = first;
+    ops.extend(puts);
+    ops.extend(own_new);
+    ops.extend(ring_ops);
+    ops.extend(put_vips);
+    ops.extend(regen);
+    ops.extend(own_kept);
+    ops.extend(del_vips);
+    ops.extend(dels);
+    Ok(ops)
+}
+
+/// Diff `current` against a whole `desired` state (start-up, resync): the
+/// map operations to run and the state the maps hold once they ran. Only
+/// services whose entry differs are touched; orphan ids (read back after a
+/// failed apply) are deleted at the end, once no ring names them.
+pub fn plan(
+    current: &Programmed,
+    desired: &DesiredState,
+) -> Result<(Vec<MapOp>, Programmed), Error> {
+    let mut next = current.clone();
+    let mut ops = Vec::new();
+    let gone: Vec<Vip> = current
+        .vips
+        .keys()
+        .filter(|v| !desired.services.contains_key(v))
+        .copied()
+        .collect();
+    for vip in &gone {
+        ops.extend(plan_update(&mut next, vip, None)?);
+    }
+    for (vip, svc) in &desired.services {
+        let same = next.vips.get(vip).and_then(|p| p.entry.as_ref()) == Some(svc);
+        if !same {
+            ops.extend(plan_update(&mut next, vip, Some(svc))?);
+        }
+    }
+    // strays are drained by the first plan_update; with no service at all
+    // to update they go here
+    for id in std::mem::take(&mut next.strays) {
+        ops.push(MapOp::DelBackend { id });
+        next.backend_ids.release(id);
+    }
+    if !next.orphans.is_empty() {
+        let named: BTreeSet<u32> = next
+            .vips
+            .values()
+            .flat_map(|v| v.ring.iter().flatten())
+            .copied()
+            .filter(|id| next.orphans.contains_key(id))
+            .collect();
+        let free: Vec<u32> = next
+            .orphans
+            .keys()
+            .filter(|id| !named.contains(id))
+            .copied()
+            .collect();
+        for id in free {
+            next.orphans.remove(&id);
+            ops.push(MapOp::DelBackend { id });
+            next.backend_ids.release(id);
+        }
+    }
+    Ok((ops, next))
+}
+
+#[cfg(test)]
+mod failure_tests;
+#[cfg(test)]
+mod tests;

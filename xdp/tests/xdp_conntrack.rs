@@ -1,0 +1,307 @@
+//! Conntrack in the XDP program, by BPF_PROG_TEST_RUN with exact output
+//! frames: conntrack is looked up before the VIP (so a retired (VIP, pod) id
+//! must turn its entries stale), a SYN skips it, a hit counts for the VIP that
+//! owns the id, and established flows keep their backend while it exists.
+//! Needs root (BPF); skips loudly otherwise.
+
+mod xdp_support;
+use xdp_support::fixture::*;
+
+use ringlb_testkit::packet::Frame;
+use ringlb_xdp::{Datapath, Proto, ServiceEntry, Vip};
+
+/// Conntrack is looked up before the VIP, so a deleted VIP must not live on
+/// in its conntrack entries: deleting it retires its (VIP, pod) backend ids,
+/// also when the pod still backs another VIP.
+#[test]
+fn a_deleted_vip_stops_forwarding_its_established_flows() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let (a, b) = (
+        vip("10.100.0.1", 80, Proto::Tcp),
+        vip("10.100.0.2", 80, Proto::Tcp),
+    );
+    dp.apply(&state(vec![
+        (a, svc(&a, &["10.1.0.1"], 0)),
+        (b, svc(&b, &["10.1.0.1"], 0)),
+    ]))
+    .unwrap();
+    let to_a = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    let to_b = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.2"), 40000, 80);
+    for f in [&to_a, &to_b] {
+        assert_eq!(run(&dp, &f.bytes()).0, XDP_TX, "first packet");
+    }
+    let (to_a, to_b) = (to_a.established(), to_b.established());
+    assert_eq!(run(&dp, &to_a.bytes()).0, XDP_TX);
+    assert_eq!(counter(&dp, "ct_hit"), 1);
+
+    dp.apply(&state(vec![(b, svc(&b, &["10.1.0.1"], 0))]))
+        .unwrap();
+    let (verdict, out) = run(&dp, &to_a.bytes());
+    assert_eq!(verdict, XDP_PASS, "A is gone: its flow is not forwarded");
+    assert_eq!(out, to_a.bytes(), "passed untouched");
+    assert_eq!(counter(&dp, "ct_stale"), 1);
+    assert_eq!(counter(&dp, "pass_not_vip"), 1);
+    // the stale entry was deleted: the next packet is simply not for a VIP
+    assert_eq!(run(&dp, &to_a.bytes()).0, XDP_PASS);
+    assert_eq!(counter(&dp, "ct_stale"), 1, "entry removed");
+    assert_eq!(counter(&dp, "pass_not_vip"), 2);
+    assert_eq!(
+        run(&dp, &to_b.bytes()).1,
+        encapped(&to_b, "10.0.0.11", "10.1.0.1", 0),
+        "B's flow to the same pod is untouched"
+    );
+    assert_eq!(counter(&dp, "ct_hit"), 2);
+}
+
+/// A SYN opens a connection, so it skips conntrack and follows the ring (and
+/// its insert replaces the 5-tuple's entry); any other packet of the flow,
+/// SYN|ACK included, follows conntrack. A TCP header cut before the flags
+/// byte is not taken for a SYN.
+#[test]
+fn a_syn_skips_conntrack_and_other_packets_follow_it() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
+        .unwrap();
+    let syn = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    let ack = syn.clone().established();
+    let synack = Frame {
+        tcp_flags: 0x12,
+        ..syn.clone()
+    };
+    assert_eq!(
+        run(&dp, &syn.bytes()).1,
+        encapped(&syn, "10.0.0.11", "10.1.0.1", 0)
+    );
+    // the ring moves the flow's hash to .2; .1 still exists
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 1))]))
+        .unwrap();
+    let (hit0, miss0) = (counter(&dp, "ct_hit"), counter(&dp, "ct_miss"));
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.1", 0)
+    );
+    assert_eq!(
+        run(&dp, &synack.bytes()).1,
+        encapped(&synack, "10.0.0.11", "10.1.0.1", 0)
+    );
+    assert_eq!(
+        counter(&dp, "ct_hit"),
+        hit0 + 2,
+        "ACK and SYN|ACK follow conntrack"
+    );
+
+    // a TCP header that ends before its flags byte (inside the IP length):
+    // not a SYN, so it follows conntrack too
+    let mut cut = syn.bytes();
+    let tcp = 14 + 20;
+    cut.truncate(tcp + 12);
+    cut[16..18].copy_from_slice(&(20u16 + 12).to_be_bytes()); // IPv4 total length
+    cut[24..26].copy_from_slice(&[0, 0]);
+    let sum = cut[14..34]
+        .chunks(2)
+        .map(|w| u32::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum::<u32>();
+    let sum = (sum & 0xffff) + (sum >> 16);
+    cut[24..26].copy_from_slice(&(!((sum & 0xffff) + (sum >> 16)) as u16).to_be_bytes());
+    assert_eq!(run(&dp, &cut).0, XDP_TX);
+    assert_eq!(
+        counter(&dp, "ct_hit"),
+        hit0 + 3,
+        "a cut header is not a SYN"
+    );
+
+    // a new SYN on the same 5-tuple: the ring decides (.2) and replaces the entry
+    assert_eq!(
+        run(&dp, &syn.bytes()).1,
+        encapped(&syn, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_miss"), miss0 + 1);
+    assert_eq!(counter(&dp, "ct_hit"), hit0 + 3, "the SYN did not look");
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_hit"), hit0 + 4, "the new entry");
+}
+
+/// A conntrack hit skips the vips lookup and counts the packet for the VIP
+/// that owns the backend id now: after a ring-size change (a new ring, a new
+/// vip_id) an established flow counts for its VIP, not for the old vip_id,
+/// which another VIP may have taken.
+#[test]
+fn established_flows_count_for_their_vip_after_a_ring_size_change() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let (a, b) = (vip4(), vip("10.100.0.2", 80, Proto::Tcp));
+    let ring = |v: &Vip, m: usize| ServiceEntry::new(v, vec![ip("10.1.0.1")], vec![0; m]).unwrap();
+    dp.apply(&state(vec![(a, ring(&a, 13))])).unwrap();
+    let old_id = dp.programmed().vips[&a].vip_id;
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    assert_eq!(run(&dp, &f.bytes()).0, XDP_TX);
+    // A gets a ring of another size (a new vip_id); B is created and takes
+    // A's old vip_id
+    dp.apply(&state(vec![(a, ring(&a, 17))])).unwrap();
+    dp.apply(&state(vec![(a, ring(&a, 17)), (b, ring(&b, 13))]))
+        .unwrap();
+    assert_ne!(dp.programmed().vips[&a].vip_id, old_id);
+    assert_eq!(dp.programmed().vips[&b].vip_id, old_id, "B reuses the id");
+    let f = f.established();
+    for _ in 0..3 {
+        assert_eq!(
+            run(&dp, &f.bytes()).1,
+            encapped(&f, "10.0.0.11", "10.1.0.1", 0)
+        );
+    }
+    assert_eq!(counter(&dp, "ct_hit"), 3, "the flow kept its backend");
+    let c = dp.read_counters().unwrap();
+    let packets = |v: Vip| {
+        c.per_vip
+            .iter()
+            .find(|(x, _, _)| *x == v)
+            .map_or(0, |e| e.1)
+    };
+    assert_eq!(packets(a), 3, "counted for A");
+    assert_eq!(packets(b), 0, "not for B, which has A's old vip_id");
+}
+
+#[test]
+fn conntrack_keeps_flows_on_their_backend_while_it_exists() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    let old = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    let new = Frame::tcp(ip("192.0.2.8"), ip("10.100.0.1"), 40000, 80);
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
+        .unwrap();
+    assert_eq!(
+        run(&dp, &old.bytes()).1,
+        encapped(&old, "10.0.0.11", "10.1.0.1", 0)
+    );
+    // later packets of the flow are ACKs: a SYN would skip conntrack
+    let old = old.established();
+    // the ring now sends everything to .2, but .1 still exists
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 1))]))
+        .unwrap();
+    let (verdict, out) = run(&dp, &old.bytes());
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(
+        out,
+        encapped(&old, "10.0.0.11", "10.1.0.1", 0),
+        "established flow stays"
+    );
+    assert_eq!(
+        run(&dp, &new.bytes()).1,
+        encapped(&new, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_hit"), 1);
+    // .1 is removed: its flows move to the ring's choice
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2"], 0))]))
+        .unwrap();
+    assert_eq!(
+        run(&dp, &old.bytes()).1,
+        encapped(&old, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_stale"), 1);
+    // a new pod inherits .1's id (new generation); the flow stays on .2
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2", "10.1.0.3"], 0))]))
+        .unwrap();
+    let id3 = dp.programmed().backend(&v, ip("10.1.0.3")).unwrap().id;
+    assert_eq!(id3, 1, "id of the removed backend is reused");
+    assert_eq!(
+        run(&dp, &old.bytes()).1,
+        encapped(&old, "10.0.0.11", "10.1.0.2", 0)
+    );
+}
+
+#[test]
+fn stale_conntrack_never_follows_a_reused_backend_id() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
+        .unwrap();
+    assert_eq!(
+        run(&dp, &f.bytes()).1,
+        encapped(&f, "10.0.0.11", "10.1.0.1", 0)
+    );
+    let f = f.established();
+    // remove .1 (its id is freed; nothing re-inserts the flow meanwhile) ...
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2"], 0))]))
+        .unwrap();
+    // ... and hand the id to .9 with the ring pointing at .2
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2", "10.1.0.9"], 0))]))
+        .unwrap();
+    assert_eq!(dp.programmed().backend(&v, ip("10.1.0.9")).unwrap().id, 1);
+    let (verdict, out) = run(&dp, &f.bytes());
+    assert_eq!(verdict, XDP_TX);
+    assert_eq!(
+        out,
+        encapped(&f, "10.0.0.11", "10.1.0.2", 0),
+        "not to the id's new owner"
+    );
+    assert_eq!(counter(&dp, "ct_stale"), 1);
+}
+
+/// Conntrack is looked up before the VIP, so turning conntrack off for a VIP
+/// must retire its existing entries: the loader gives every id of the VIP a
+/// new generation (after the VIP entry), and an established flow follows the
+/// ring from its next packet on. Fails if the flip only rewrites the VIP.
+#[test]
+fn turning_conntrack_off_unpins_established_flows() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    let pods = ["10.1.0.1", "10.1.0.2"];
+    dp.apply(&state(vec![(v, svc(&v, &pods, 0))])).unwrap();
+    let syn = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    assert_eq!(
+        run(&dp, &syn.bytes()).1,
+        encapped(&syn, "10.0.0.11", "10.1.0.1", 0)
+    );
+    let ack = syn.established();
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.1", 0)
+    );
+    assert_eq!(counter(&dp, "ct_hit"), 1, "the flow is pinned");
+    // conntrack off, and the ring now sends the flow to .2 (.1 still exists)
+    let before = dp
+        .programmed()
+        .backend(&v, ip("10.1.0.1"))
+        .copied()
+        .unwrap();
+    dp.apply(&state(vec![(v, svc(&v, &pods, 1).without_conntrack())]))
+        .unwrap();
+    let after = dp
+        .programmed()
+        .backend(&v, ip("10.1.0.1"))
+        .copied()
+        .unwrap();
+    let stale = counter(&dp, "ct_stale");
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.2", 0),
+        "the established flow follows the ring"
+    );
+    assert_eq!(counter(&dp, "ct_stale"), stale + 1, "its entry went stale");
+    assert_eq!(counter(&dp, "ct_hit"), 1);
+    // and it stays there; nothing re-pins it
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_hit"), 1, "no entry inserted");
+    // how: same id, same pod, a new generation
+    assert_eq!(after.id, before.id);
+    assert_ne!(after.generation, before.generation);
+}

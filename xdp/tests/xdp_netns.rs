@@ -1,0 +1,270 @@
+//! Real traffic through the XDP datapath in network namespaces:
+//!
+//! ```text
+//!  client 10.201.1.2 --- tor (router) --- edge 10.201.0.11   XDP ringlb_xdp (native)
+//!                          |      |
+//!                        pod1    pod2    tc ringlb_decap, VIP 10.201.100.1 on lo
+//! ```
+//! client -> tor -> edge (XDP: Maglev + IPIP, XDP_TX) -> tor -> pod (tc decap)
+//! -> the reply leaves the pod with the VIP as source, straight to the client.
+//! Many TCP connections spread over both pods; removing pod1 from the desired
+//! state keeps every established connection on pod2 alive. Needs root.
+
+mod xdp_support;
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Write},
+    net::{IpAddr, TcpStream},
+    time::Duration,
+};
+
+use ringlb_maglev::{Backend, Table};
+use ringlb_nexthop::KernelResolver;
+use ringlb_xdp::{
+    Datapath, DesiredState, Proto, ServiceEntry, Vip,
+    xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
+};
+use xdp_support::*;
+
+const VIP: &str = "10.201.100.1";
+const POD1: &str = "10.201.2.21";
+const POD2: &str = "10.201.3.22";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn desired(pods: &[&str]) -> DesiredState {
+    let vip = Vip {
+        addr: ip(VIP),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    let backends: Vec<Backend> = pods
+        .iter()
+        .map(|p| Backend {
+            addr: ip(p),
+            port: 80,
+            weight: 1,
+        })
+        .collect();
+    let table = Table::build(&backends, 251).unwrap();
+    DesiredState {
+        services: [(vip, ServiceEntry::from_table(&vip, &table).unwrap())]
+            .into_iter()
+            .collect(),
+    }
+}
+
+fn veth(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
+    sh(&[
+        "ip", "-n", a_ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", b_ns,
+    ]);
+    sh(&["ip", "-n", a_ns, "addr", "add", a_ip, "dev", a]);
+    sh(&["ip", "-n", b_ns, "addr", "add", b_ip, "dev", b]);
+    sh(&["ip", "-n", a_ns, "link", "set", a, "up"]);
+    sh(&["ip", "-n", b_ns, "link", "set", b, "up"]);
+}
+
+fn sysctl(ns: &str, kv: &str) {
+    nsx(ns, &["sysctl", "-qw", kv]);
+}
+
+/// Sends one line and reads the answer (the pod's name).
+fn ask(c: &mut BufReader<TcpStream>) -> std::io::Result<String> {
+    c.get_mut().write_all(b"hello\n")?;
+    let mut s = String::new();
+    c.read_line(&mut s)?;
+    if s.is_empty() {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    Ok(s.trim().to_string())
+}
+
+#[test]
+fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
+    if !is_root() {
+        eprintln!("SKIP: the XDP netns traffic test needs root (netns, BPF, tc)");
+        return;
+    }
+    let pid = std::process::id();
+    let [client, tor, edge, pod1, pod2] =
+        ["c", "t", "e", "p1", "p2"].map(|n| Netns::new(&format!("rlbx{pid}{n}")));
+    let (c, t, e, p1, p2) = (&client.0, &tor.0, &edge.0, &pod1.0, &pod2.0);
+
+    veth(c, "eth0", "10.201.1.2/24", t, "ve-cl", "10.201.1.1/24");
+    veth(e, "eth0", "10.201.0.11/24", t, "ve-e", "10.201.0.1/24");
+    veth(p1, "eth0", "10.201.2.21/24", t, "ve-p1", "10.201.2.1/24");
+    veth(p2, "eth0", "10.201.3.22/24", t, "ve-p2", "10.201.3.1/24");
+    sh(&[
+        "ip",
+        "-n",
+        c,
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.201.1.1",
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        e,
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.201.0.1",
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        p1,
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.201.2.1",
+    ]);
+    sh(&[
+        "ip",
+        "-n",
+        p2,
+        "route",
+        "add",
+        "default",
+        "via",
+        "10.201.3.1",
+    ]);
+    // the ToR sends the VIP to the edge (BGP's job in production)
+    sh(&[
+        "ip",
+        "-n",
+        t,
+        "route",
+        "add",
+        &format!("{VIP}/32"),
+        "via",
+        "10.201.0.11",
+    ]);
+    sysctl(t, "net.ipv4.ip_forward=1");
+    for ns in [c, t, e, p1, p2] {
+        // DSR: replies come back on another port than the VIP's route
+        sysctl(ns, "net.ipv4.conf.all.rp_filter=0");
+        sysctl(ns, "net.ipv4.conf.default.rp_filter=0");
+    }
+    for dev in ["ve-cl", "ve-e", "ve-p1", "ve-p2"] {
+        sysctl(t, &format!("net.ipv4.conf.{dev}.rp_filter=0"));
+    }
+    for ns in [p1, p2] {
+        sh(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{VIP}/32"),
+            "dev",
+            "lo",
+        ]);
+        sysctl(ns, "net.ipv4.conf.all.arp_ignore=1");
+        sysctl(ns, "net.ipv4.conf.all.arp_announce=2");
+        sysctl(ns, "net.ipv4.conf.eth0.rp_filter=0");
+    }
+    // a veth frame sent with XDP_TX keeps a partial checksum otherwise
+    in_netns(c, || tx_checksum_off("eth0"));
+
+    // ringlb_pass on the ToR side (veth XDP_TX needs it), tc decap in the pods
+    let _programs = attach_lab_programs(t, [p1, p2]);
+    serve(p1.clone(), ip(VIP), "pod1");
+    serve(p2.clone(), ip(VIP), "pod2");
+
+    // the edge
+    let opts = XdpOptions {
+        pin_dir: None,
+        src4: Some("10.201.0.11".parse().unwrap()),
+        src6: None,
+        mtu: 1500,
+        fib_fallback: true,
+        object: objects::XDP_LB,
+    };
+    let resolver = KernelResolver::new(Some(e.clone()));
+    let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();
+    dp.apply(&desired(&[POD1, POD2])).unwrap();
+    let mode = in_netns(e, || dp.attach("eth0", AttachMode::Native).unwrap());
+    assert_eq!(mode, "native");
+
+    // 60 connections from the client, each asks once
+    let mut conns: Vec<(BufReader<TcpStream>, String)> = in_netns(c, || {
+        (0..60)
+            .map(|i| {
+                let s = TcpStream::connect_timeout(&(ip(VIP), 80).into(), Duration::from_secs(3))
+                    .unwrap_or_else(|e| panic!("connection {i} to the VIP: {e}"));
+                s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+                let mut r = BufReader::new(s);
+                let who = ask(&mut r).unwrap_or_else(|e| panic!("connection {i}: {e}"));
+                (r, who)
+            })
+            .collect()
+    });
+    let mut per_pod: BTreeMap<String, usize> = BTreeMap::new();
+    for (_, who) in &conns {
+        *per_pod.entry(who.clone()).or_default() += 1;
+    }
+    eprintln!("connections per pod: {per_pod:?}");
+    assert_eq!(per_pod.values().sum::<usize>(), 60);
+    assert!(
+        per_pod.get("pod1").copied().unwrap_or(0) >= 15
+            && per_pod.get("pod2").copied().unwrap_or(0) >= 15,
+        "both pods get a fair share: {per_pod:?}"
+    );
+    let c1 = dp.read_counters().unwrap();
+    let tx = c1.global.iter().find(|(l, _)| *l == "tx").unwrap().1;
+    assert!(
+        tx >= 60 * 3,
+        "every client packet was encapsulated by XDP ({tx})"
+    );
+
+    // DSR: the edge never saw a reply (nothing from the VIP ever reached it)
+    let edge_rx: serde_json::Value =
+        serde_json::from_str(&nsx(e, &["ip", "-j", "-s", "link", "show", "dev", "eth0"])).unwrap();
+    let rx_packets = edge_rx[0]["stats64"]["rx"]["packets"].as_u64().unwrap();
+    let client_tx: serde_json::Value =
+        serde_json::from_str(&nsx(c, &["ip", "-j", "-s", "link", "show", "dev", "eth0"])).unwrap();
+    let client_tx_packets = client_tx[0]["stats64"]["tx"]["packets"].as_u64().unwrap();
+    let client_rx_packets = client_tx[0]["stats64"]["rx"]["packets"].as_u64().unwrap();
+    assert!(
+        rx_packets < client_tx_packets + 20,
+        "edge received {rx_packets}, client sent {client_tx_packets}: replies must not pass the edge"
+    );
+    assert!(
+        client_rx_packets >= 120,
+        "the client got the replies ({client_rx_packets})"
+    );
+
+    // pod1 leaves the service: every connection on pod2 stays alive
+    dp.apply(&desired(&[POD2])).unwrap();
+    for (i, (r, who)) in conns.iter_mut().enumerate() {
+        if who == "pod2" {
+            assert_eq!(
+                ask(r).unwrap_or_else(|e| panic!("pod2 connection {i} broke: {e}")),
+                "pod2"
+            );
+        }
+    }
+    // and new connections all go to pod2
+    in_netns(c, || {
+        for _ in 0..10 {
+            let s =
+                TcpStream::connect_timeout(&(ip(VIP), 80).into(), Duration::from_secs(3)).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            assert_eq!(ask(&mut BufReader::new(s)).unwrap(), "pod2");
+        }
+    });
+    let c2 = dp.read_counters().unwrap();
+    let hits = c2.global.iter().find(|(l, _)| *l == "ct_hit").unwrap().1;
+    assert!(hits > 0, "established flows were served from conntrack");
+    drop(conns);
+    dp.uninstall().unwrap();
+}

@@ -1,0 +1,178 @@
+//! IPv6 real traffic through the XDP datapath (IPv6-in-IPv6 to the pods):
+//! the same topology as xdp_netns.rs, IPv6 only. Needs root.
+
+mod xdp_support;
+
+use std::{
+    collections::BTreeMap,
+    io::{BufRead, BufReader, Write},
+    net::{IpAddr, TcpStream},
+    time::Duration,
+};
+
+use ringlb_maglev::{Backend, Table};
+use ringlb_nexthop::KernelResolver;
+use ringlb_xdp::{
+    Datapath, DesiredState, Proto, ServiceEntry, Vip,
+    xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
+};
+use xdp_support::*;
+
+const VIP: &str = "fd00:201:100::1";
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn veth6(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
+    sh(&[
+        "ip", "-n", a_ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", b_ns,
+    ]);
+    sh(&[
+        "ip", "-n", a_ns, "-6", "addr", "add", a_ip, "dev", a, "nodad",
+    ]);
+    sh(&[
+        "ip", "-n", b_ns, "-6", "addr", "add", b_ip, "dev", b, "nodad",
+    ]);
+    sh(&["ip", "-n", a_ns, "link", "set", a, "up"]);
+    sh(&["ip", "-n", b_ns, "link", "set", b, "up"]);
+}
+
+#[test]
+fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
+    if !is_root() {
+        eprintln!("SKIP: the XDP IPv6 netns traffic test needs root (netns, BPF, tc)");
+        return;
+    }
+    let pid = std::process::id();
+    let [client, tor, edge, pod1, pod2] =
+        ["c", "t", "e", "p1", "p2"].map(|n| Netns::new(&format!("rlb6x{pid}{n}")));
+    let (c, t, e, p1, p2) = (&client.0, &tor.0, &edge.0, &pod1.0, &pod2.0);
+    veth6(
+        c,
+        "eth0",
+        "fd00:201:1::2/64",
+        t,
+        "ve-cl",
+        "fd00:201:1::1/64",
+    );
+    veth6(e, "eth0", "fd00:201::11/64", t, "ve-e", "fd00:201::1/64");
+    veth6(
+        p1,
+        "eth0",
+        "fd00:201:2::21/64",
+        t,
+        "ve-p1",
+        "fd00:201:2::1/64",
+    );
+    veth6(
+        p2,
+        "eth0",
+        "fd00:201:3::22/64",
+        t,
+        "ve-p2",
+        "fd00:201:3::1/64",
+    );
+    for (ns, gw) in [
+        (c, "fd00:201:1::1"),
+        (e, "fd00:201::1"),
+        (p1, "fd00:201:2::1"),
+        (p2, "fd00:201:3::1"),
+    ] {
+        sh(&["ip", "-n", ns, "-6", "route", "add", "default", "via", gw]);
+    }
+    sh(&[
+        "ip",
+        "-n",
+        t,
+        "-6",
+        "route",
+        "add",
+        &format!("{VIP}/128"),
+        "via",
+        "fd00:201::11",
+    ]);
+    nsx(t, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+    for ns in [p1, p2] {
+        sh(&[
+            "ip",
+            "-n",
+            ns,
+            "-6",
+            "addr",
+            "add",
+            &format!("{VIP}/128"),
+            "dev",
+            "lo",
+            "nodad",
+        ]);
+    }
+    in_netns(c, || tx_checksum_off("eth0"));
+
+    let _programs = attach_lab_programs(t, [p1, p2]);
+    serve(p1.clone(), ip(VIP), "pod1");
+    serve(p2.clone(), ip(VIP), "pod2");
+
+    let opts = XdpOptions {
+        pin_dir: None,
+        src4: None,
+        src6: Some("fd00:201::11".parse().unwrap()),
+        mtu: 1500,
+        fib_fallback: true,
+        object: objects::XDP_LB,
+    };
+    let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.clone())))).unwrap();
+    let vip = Vip {
+        addr: ip(VIP),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    let backends: Vec<Backend> = ["fd00:201:2::21", "fd00:201:3::22"]
+        .iter()
+        .map(|p| Backend {
+            addr: ip(p),
+            port: 80,
+            weight: 1,
+        })
+        .collect();
+    let table = Table::build(&backends, 251).unwrap();
+    dp.apply(&DesiredState {
+        services: [(vip, ServiceEntry::from_table(&vip, &table).unwrap())]
+            .into_iter()
+            .collect(),
+    })
+    .unwrap();
+    assert_eq!(
+        in_netns(e, || dp.attach("eth0", AttachMode::Native).unwrap()),
+        "native"
+    );
+
+    let per_pod: BTreeMap<String, usize> = in_netns(c, || {
+        let mut m = BTreeMap::new();
+        for i in 0..40 {
+            let s = TcpStream::connect_timeout(&(ip(VIP), 80).into(), Duration::from_secs(3))
+                .unwrap_or_else(|e| panic!("IPv6 connection {i} to the VIP: {e}"));
+            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+            let mut r = BufReader::new(s);
+            r.get_mut().write_all(b"hello\n").unwrap();
+            let mut who = String::new();
+            r.read_line(&mut who).unwrap();
+            *m.entry(who.trim().to_string()).or_default() += 1;
+        }
+        m
+    });
+    eprintln!("IPv6 connections per pod: {per_pod:?}");
+    assert_eq!(per_pod.values().sum::<usize>(), 40);
+    assert!(
+        per_pod.get("pod1").copied().unwrap_or(0) >= 8
+            && per_pod.get("pod2").copied().unwrap_or(0) >= 8,
+        "both pods serve: {per_pod:?}"
+    );
+    let counters = dp.read_counters().unwrap();
+    let tx = counters.global.iter().find(|(l, _)| *l == "tx").unwrap().1;
+    assert!(
+        tx >= 40 * 3,
+        "client packets were encapsulated IPv6-in-IPv6 ({tx})"
+    );
+    dp.uninstall().unwrap();
+}

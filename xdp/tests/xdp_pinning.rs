@@ -1,0 +1,417 @@
+//! Loader life cycle against the real kernel: attach natively to a veth,
+//! "restart" (drop the loader, load again from the pinned maps), replace the
+//! program inside the pinned link, keep conntrack, then uninstall. Needs root;
+//! skips loudly otherwise. Uses its own netns and a private bpffs mount.
+
+mod xdp_support;
+
+use std::net::IpAddr;
+
+use ringlb_nexthop::{NextHop, StaticResolver};
+use ringlb_testkit::packet::Frame;
+use ringlb_xdp::{
+    Datapath, DesiredState, Proto, ServiceEntry, Vip, abi,
+    lookup::{CtState, Lookup},
+    xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
+};
+use xdp_support::*;
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+fn opts(pin: &std::path::Path) -> XdpOptions {
+    XdpOptions {
+        pin_dir: Some(pin.join("ringlb")),
+        src4: Some("10.0.0.11".parse().unwrap()),
+        src6: None,
+        mtu: 1500,
+        fib_fallback: false,
+        object: objects::XDP_LB,
+    }
+}
+
+fn resolver() -> Box<StaticResolver> {
+    Box::new(StaticResolver::everywhere(NextHop {
+        ifindex: 0,
+        smac: [2, 0, 0, 0, 0, 1],
+        dmac: [2, 0, 0, 0, 0, 2],
+        vlan: None,
+    }))
+}
+
+fn desired() -> DesiredState {
+    let v = Vip {
+        addr: ip("10.100.0.1"),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    let s = ServiceEntry::new(
+        &v,
+        vec![ip("10.1.0.1"), ip("10.1.0.2")],
+        vec![0, 1, 0, 1, 1, 0, 1],
+    )
+    .unwrap();
+    DesiredState {
+        services: [(v, s)].into_iter().collect(),
+    }
+}
+
+#[test]
+fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
+    if !is_root() {
+        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, netns, BPF)");
+        return;
+    }
+    let bpffs = BpfFs::new("pin");
+    let ns = Netns::new(&format!("rlbpin-{}", std::process::id()));
+    enter_netns(&ns.0);
+    sh(&[
+        "ip", "link", "add", "pa", "type", "veth", "peer", "name", "pb",
+    ]);
+    sh(&["ip", "link", "set", "pa", "up"]);
+    sh(&["ip", "link", "set", "pb", "up"]);
+
+    // first process
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    dp.apply(&desired()).unwrap();
+    assert_eq!(dp.attach("pa", AttachMode::Auto).unwrap(), "native");
+    let first_prog = xdp_prog_id("pa").expect("program attached");
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    let mut out = vec![0u8; 256];
+    let (verdict, _, _) = dp.test_run(&f.bytes(), &mut out, 1).unwrap();
+    assert_eq!(verdict, 3);
+    let programmed_before = dp.programmed().clone();
+    drop(dp); // the process exits: pinned link and maps stay
+
+    assert_eq!(
+        xdp_prog_id("pa"),
+        Some(first_prog),
+        "still attached after the loader is gone"
+    );
+    for m in abi::map::ALL {
+        assert!(bpffs.path().join("ringlb").join(m).exists(), "{m} pinned");
+    }
+
+    // second process: state is read back, the link gets the new program
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let p = dp.programmed();
+    assert_eq!(
+        p.backends().collect::<Vec<_>>(),
+        programmed_before.backends().collect::<Vec<_>>(),
+        "ids and their owners read back from the rings"
+    );
+    assert_eq!(
+        p.vips.keys().collect::<Vec<_>>(),
+        programmed_before.vips.keys().collect::<Vec<_>>()
+    );
+    for (v, pv) in &p.vips {
+        assert_eq!(
+            pv.ring, programmed_before.vips[v].ring,
+            "ring of {v} read back"
+        );
+    }
+    assert_eq!(p.last_generation, programmed_before.last_generation);
+    let (raw_s, family) = abi::RawAddr::from_ip(ip("192.0.2.7"));
+    let flow = abi::Flow {
+        saddr: raw_s,
+        daddr: abi::RawAddr::from_ip(ip("10.100.0.1")).0,
+        sport: abi::Be16::from_host(40000),
+        dport: abi::Be16::from_host(80),
+        proto: 6,
+        family,
+        pad: [0; 2],
+    };
+    assert!(
+        matches!(
+            dp.lookup(&flow).unwrap(),
+            Lookup::Backend {
+                conntrack: CtState::Hit,
+                ..
+            }
+        ),
+        "the conntrack entry survived the restart"
+    );
+    assert_eq!(dp.attach("pa", AttachMode::Auto).unwrap(), "replaced");
+    let second_prog = xdp_prog_id("pa").expect("still attached");
+    assert_ne!(second_prog, first_prog, "new program inside the same link");
+    // same desired state: everything was read back, nothing is written
+    assert_eq!(
+        dp.apply(&desired()).unwrap(),
+        Default::default(),
+        "a restart re-applies nothing"
+    );
+    assert_eq!(
+        dp.apply(&desired()).unwrap(),
+        Default::default(),
+        "idempotent"
+    );
+
+    // the operator CLI (`ringlb-edge datapath ...`) reads the same pinned maps
+    let cli = |args: &[&str]| {
+        let pin = bpffs.path().join("ringlb");
+        let mut v = vec!["datapath", "--pin-dir", pin.to_str().unwrap()];
+        v.extend_from_slice(args);
+        run_cli(&v).expect("datapath CLI")
+    };
+    let dump = cli(&["dump", "--slots"]);
+    assert!(
+        dump.contains("VIP 10.100.0.1:80/tcp") && dump.contains("ring 7"),
+        "{dump}"
+    );
+    assert!(
+        dump.contains("10.1.0.1") && dump.contains("10.1.0.2") && dump.contains("slots"),
+        "{dump}"
+    );
+    let counters = cli(&["counters"]);
+    assert!(
+        counters.contains("tx") && counters.contains("10.100.0.1:80/tcp"),
+        "{counters}"
+    );
+    let lookup = cli(&[
+        "lookup",
+        "--src",
+        "192.0.2.7:40000",
+        "--dst",
+        "10.100.0.1:80",
+    ]);
+    assert!(lookup.contains("from the conntrack entry"), "{lookup}");
+    let lookup = cli(&[
+        "lookup",
+        "--src",
+        "192.0.2.7:40000",
+        "--dst",
+        "10.100.0.9:80",
+    ]);
+    assert!(lookup.contains("not a VIP"), "{lookup}");
+    let missing = run_cli(&["datapath", "--pin-dir", "/nonexistent/ringlb", "dump"])
+        .expect_err("no pinned maps there");
+    assert!(
+        missing.to_string().contains("not pinned"),
+        "clear error: {missing}"
+    );
+
+    // Removing the backend with the newest generation, then restarting, must not let
+    // a new backend reuse that generation (stale conntrack entries carry it).
+    let v = *desired().services.keys().next().unwrap();
+    let one = DesiredState {
+        services: [(
+            v,
+            ServiceEntry::new(&v, vec![ip("10.1.0.1")], vec![0; 7]).unwrap(),
+        )]
+        .into_iter()
+        .collect(),
+    };
+    dp.apply(&one).unwrap();
+    let high_water = dp.programmed().last_generation;
+    assert!(high_water >= 2, "two backends were assigned generations");
+    drop(dp);
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    assert!(
+        dp.programmed().last_generation >= high_water,
+        "restart forgot the generation high-water mark: {} < {high_water}",
+        dp.programmed().last_generation
+    );
+    dp.apply(&one).unwrap();
+
+    cli(&["uninstall"]);
+    drop(dp); // our own link fd was the last reference
+    assert_eq!(xdp_prog_id("pa"), None, "detached");
+    assert!(!bpffs.path().join("ringlb").exists(), "pins removed");
+}
+
+/// The interface is deleted and re-created under the same name while the
+/// edge is down: the pinned link is defunct (the kernel detached it with the
+/// old device). The next attach must notice, unpin it and attach afresh to the
+/// new interface, instead of failing until an operator runs `uninstall`.
+#[test]
+fn a_defunct_pinned_link_is_replaced_by_a_fresh_attach() {
+    use ringlb_xdp::batch::{if_index, pinned_link_ifindex};
+    if !is_root() {
+        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, netns, BPF)");
+        return;
+    }
+    let bpffs = BpfFs::new("defunct");
+    let ns = Netns::new(&format!("rlbdef-{}", std::process::id()));
+    enter_netns(&ns.0);
+    let veth = || {
+        sh(&[
+            "ip", "link", "add", "da", "type", "veth", "peer", "name", "db",
+        ]);
+        sh(&["ip", "link", "set", "da", "up"]);
+        sh(&["ip", "link", "set", "db", "up"]);
+    };
+    veth();
+    let pin = bpffs.path().join("ringlb").join("link_da");
+
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    dp.apply(&desired()).unwrap();
+    assert_eq!(dp.attach("da", AttachMode::Native).unwrap(), "native");
+    let old_index = if_index("da");
+    assert_eq!(pinned_link_ifindex(&pin).unwrap().1, old_index);
+    drop(dp);
+
+    sh(&["ip", "link", "del", "da"]);
+    veth();
+    let new_index = if_index("da");
+    assert_ne!(new_index, old_index, "a new interface");
+    assert_eq!(xdp_prog_id("da"), None, "nothing on the new interface yet");
+    assert!(pin.exists(), "the old link is still pinned");
+    assert_eq!(
+        pinned_link_ifindex(&pin).unwrap().1,
+        0,
+        "the pinned link is defunct"
+    );
+
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let how = dp
+        .attach("da", AttachMode::Native)
+        .expect("attach over a defunct pinned link");
+    assert_eq!(how, "native", "a fresh link, not an update of the dead one");
+    let prog = xdp_prog_id("da").expect("the program drives the new interface");
+    assert_eq!(
+        pinned_link_ifindex(&pin).unwrap().1,
+        new_index,
+        "the pin now holds the new link"
+    );
+    let ours = dp.program().unwrap().info().unwrap().id();
+    assert_eq!(
+        prog,
+        u64::from(ours),
+        "the program on the interface is ours"
+    );
+    drop(dp);
+
+    // and the next restart updates that link in place
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    assert_eq!(dp.attach("da", AttachMode::Native).unwrap(), "replaced");
+    assert_ne!(
+        xdp_prog_id("da"),
+        Some(prog),
+        "new program in the same link"
+    );
+    dp.uninstall().unwrap();
+    assert_eq!(xdp_prog_id("da"), None, "detached");
+}
+
+/// Pinned maps of an older release with another `backends` size (131,072
+/// before backend ids were per (VIP, pod)) are refused at load with an error
+/// that says what to do, instead of failing later on a write past the end.
+#[test]
+fn pinned_maps_of_another_size_are_refused_clearly() {
+    use aya::maps::{Array, IterableMap, MapData};
+    if !is_root() {
+        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, BPF)");
+        return;
+    }
+    let bpffs = BpfFs::new("layout");
+    let dir = bpffs.path().join("ringlb");
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = Array::<MapData, abi::BackendValue>::create(131_072, 0).unwrap();
+    old.map().pin(dir.join("backends")).unwrap();
+    let e = match XdpDatapath::load(&opts(bpffs.path()), resolver()) {
+        Ok(_) => panic!("a backends map of 131072 entries was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("backends") && e.contains("131072") && e.contains("uninstall"),
+        "{e}"
+    );
+}
+
+/// A draining pod (still a backend, no ring slot: it only keeps its
+/// established flows) keeps its id across a restart, and when it finally
+/// leaves, its flows turn stale and go to the ring's choice. The id's owner
+/// comes from the loader's pinned `owners` map: no ring names it.
+#[test]
+fn a_draining_pod_keeps_its_flows_across_a_restart_until_it_leaves() {
+    if !is_root() {
+        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, BPF)");
+        return;
+    }
+    let bpffs = BpfFs::new("drain");
+    let v = Vip {
+        addr: ip("10.100.0.1"),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    let (p, q) = (ip("10.1.0.1"), ip("10.1.0.2"));
+    let entry = |backends: Vec<IpAddr>, target: u32| DesiredState {
+        services: [(v, ServiceEntry::new(&v, backends, vec![target; 7]).unwrap())]
+            .into_iter()
+            .collect(),
+    };
+    // ACKs: a SYN skips conntrack
+    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80).established();
+    let flow = ringlb_xdp::cli::flow(
+        Proto::Tcp,
+        "192.0.2.7:40000".parse().unwrap(),
+        "10.100.0.1:80".parse().unwrap(),
+    );
+    let outer_dst = |dp: &XdpDatapath| {
+        let mut out = vec![0u8; 256];
+        let (verdict, _, _) = dp.test_run(&f.bytes(), &mut out, 1).unwrap();
+        assert_eq!(verdict, 3);
+        IpAddr::from(<[u8; 4]>::try_from(&out[14 + 16..14 + 20]).unwrap())
+    };
+
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    dp.apply(&entry(vec![p, q], 0)).unwrap();
+    assert_eq!(outer_dst(&dp), p);
+    let draining = entry(vec![p, q], 1); // P drains: no slot, still a backend
+    dp.apply(&draining).unwrap();
+    assert_eq!(outer_dst(&dp), p, "established flow stays on P");
+    let p_id = dp.programmed().backend(&v, p).unwrap().id;
+    drop(dp);
+
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    assert_eq!(
+        dp.programmed().backend(&v, p).map(|b| b.id),
+        Some(p_id),
+        "P's id read back, though no ring names it"
+    );
+    assert_eq!(
+        dp.apply(&draining).unwrap(),
+        Default::default(),
+        "nothing to rewrite"
+    );
+    assert!(matches!(
+        dp.lookup(&flow).unwrap(),
+        Lookup::Backend { addr, conntrack: CtState::Hit, .. } if addr == p
+    ));
+    assert_eq!(outer_dst(&dp), p);
+    // P leaves: its id is deleted, the flow is rebalanced to Q
+    let st = dp.apply(&entry(vec![q], 0)).unwrap();
+    assert_eq!(st.backends_deleted, 1, "{st:?}");
+    assert!(matches!(
+        dp.lookup(&flow).unwrap(),
+        Lookup::Backend { addr, conntrack: CtState::Stale { .. }, .. } if addr == q
+    ));
+    assert_eq!(outer_dst(&dp), q);
+    dp.uninstall().unwrap();
+    assert!(
+        !bpffs.path().join("ringlb").exists(),
+        "owners pin removed too"
+    );
+}
+
+/// The `datapath` subcommand as `ringlb-edge` parses and runs it; its output.
+fn run_cli(args: &[&str]) -> Result<String, ringlb_xdp::Error> {
+    #[derive(clap::Parser)]
+    struct Cli {
+        #[command(subcommand)]
+        command: Sub,
+    }
+    #[derive(clap::Subcommand)]
+    enum Sub {
+        Datapath(ringlb_xdp::cli::DatapathArgs),
+    }
+    use clap::Parser;
+    let Sub::Datapath(dp) =
+        Cli::try_parse_from(std::iter::once("ringlb-edge").chain(args.iter().copied()))
+            .expect("arguments parse")
+            .command;
+    let mut out = Vec::new();
+    ringlb_xdp::cli::run(&dp, &mut out)?;
+    Ok(String::from_utf8(out).expect("utf-8"))
+}

@@ -1,0 +1,121 @@
+//! What the BPF_PROG_TEST_RUN tests share: verdicts, a fixed next hop, the
+//! production object loaded with it, a service whose whole ring points at one
+//! backend, running one frame, and the exact frame an encapsulation must give.
+
+use std::net::IpAddr;
+
+use ringlb_nexthop::{NextHop, StaticResolver};
+use ringlb_testkit::packet::{Frame, ip_header, l2_header};
+use ringlb_xdp::{
+    DesiredState, Proto, ServiceEntry, Vip,
+    xdp::{XdpDatapath, XdpOptions, objects},
+};
+
+use super::is_root;
+
+pub const XDP_DROP: u32 = 1;
+pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
+pub const XDP_REDIRECT: u32 = 4;
+
+/// The next hop every backend gets unless a test says otherwise: on the
+/// ingress port (ifindex 0), untagged.
+pub const NH: NextHop = NextHop {
+    ifindex: 0,
+    smac: [0x02, 0xee, 0, 0, 0, 0x01],
+    dmac: [0x02, 0xee, 0, 0, 0, 0x02],
+    vlan: None,
+};
+
+pub fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// A service whose whole ring (13 slots) points at `backends[target]`.
+pub fn svc(v: &Vip, backends: &[&str], target: u32) -> ServiceEntry {
+    ServiceEntry::new(
+        v,
+        backends.iter().map(|b| ip(b)).collect(),
+        vec![target; 13],
+    )
+    .unwrap()
+}
+
+pub fn state(entries: Vec<(Vip, ServiceEntry)>) -> DesiredState {
+    DesiredState {
+        services: entries.into_iter().collect(),
+    }
+}
+
+/// One test run of `frame`: (verdict, output frame).
+pub fn run(dp: &XdpDatapath, frame: &[u8]) -> (u32, Vec<u8>) {
+    let mut out = vec![0u8; frame.len() + 128];
+    let (verdict, len, _) = dp.test_run(frame, &mut out, 1).expect("test run");
+    out.truncate(len);
+    (verdict, out)
+}
+
+/// A global counter (`abi::Stat` label), summed over CPUs.
+pub fn counter(dp: &XdpDatapath, label: &str) -> u64 {
+    let c = dp.read_counters().unwrap();
+    c.global.iter().find(|(l, _)| *l == label).unwrap().1
+}
+
+/// The production object with outer sources 10.0.0.11 (and 2001:db8::11).
+pub fn opts(mtu: u32, src6: bool) -> XdpOptions {
+    XdpOptions {
+        pin_dir: None,
+        src4: Some("10.0.0.11".parse().unwrap()),
+        src6: src6.then(|| "2001:db8::11".parse().unwrap()),
+        mtu,
+        fib_fallback: false,
+        object: objects::XDP_LB,
+    }
+}
+
+/// Loads it with every backend on `NH`; `None` (after a loud SKIP) without root.
+pub fn load(mtu: u32, src6: bool) -> Option<XdpDatapath> {
+    if !is_root() {
+        eprintln!("SKIP: xdp fixtures need root to load BPF programs (CI runs as root)");
+        return None;
+    }
+    let resolver = StaticResolver::everywhere(NH);
+    Some(XdpDatapath::load(&opts(mtu, src6), Box::new(resolver)).expect("loading xdp_lb.o"))
+}
+
+pub fn vip(addr: &str, port: u16, proto: Proto) -> Vip {
+    Vip {
+        addr: ip(addr),
+        port,
+        proto,
+    }
+}
+
+pub fn vip4() -> Vip {
+    vip("10.100.0.1", 80, Proto::Tcp)
+}
+
+/// Expected output: our L2 (next-hop MACs), the outer header, the inner L3.
+pub fn encapped(f: &Frame, outer_src: &str, backend: &str, flow_label: u32) -> Vec<u8> {
+    let inner = f.l3();
+    let (ethertype, proto) = match (ip(backend).is_ipv4(), f.src.is_ipv4()) {
+        (true, true) => (0x0800, 4),
+        (true, false) => (0x0800, 41),
+        (false, true) => (0x86dd, 4),
+        (false, false) => (0x86dd, 41),
+    };
+    let df = if f.src.is_ipv4() { f.df } else { true };
+    let mut v = l2_header(NH.dmac, NH.smac, f.vlan, ethertype);
+    v.extend(ip_header(
+        ip(outer_src),
+        ip(backend),
+        proto,
+        inner.len(),
+        f.tos,
+        df,
+        64,
+        flow_label,
+    ));
+    v.extend(inner);
+    v
+}
