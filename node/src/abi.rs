@@ -1,0 +1,312 @@
+//! Rust mirror of `node/bpf/node_abi.h`, the one definition of the node
+//! datapath's maps. Every struct is `#[repr(C)]` with its padding spelled out
+//! and a compile-time size check; network-order fields use [`Be16`] and
+//! [`Addr`], so a host-order value cannot be written by mistake. The test
+//! `abi_matches_object` (tests/node_fixtures.rs) checks the compiled object's
+//! maps against these sizes.
+
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
+pub const MAX_PODS: u32 = 16_384;
+pub const MAX_SERVICES: u32 = 65_536;
+pub const FLOWS: u32 = 131_072;
+
+pub const AF_INET: u8 = 2;
+pub const AF_INET6: u8 = 10;
+
+/// Program names in the object.
+pub mod prog {
+    /// Uplink ingress: decapsulation + DNAT.
+    pub const INGRESS: &str = "ringlb_node_ingress";
+    /// Uplink egress: reply SNAT, MSS clamp, ICMP translation.
+    pub const EGRESS: &str = "ringlb_node_egress";
+}
+
+/// Map names in the object (`SEC(".maps")` variables).
+pub mod map {
+    pub const LOCAL_PODS: &str = "local_pods";
+    pub const SERVICES: &str = "services";
+    pub const FLOWS: &str = "flows";
+    pub const CONFIG: &str = "node_config";
+    pub const STATS: &str = "node_stats";
+    /// Every map, for pinning and cleanup.
+    pub const ALL: [&str; 5] = [LOCAL_PODS, SERVICES, FLOWS, CONFIG, STATS];
+}
+
+/// A 16-bit value in network byte order (as it sits in the packet).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Be16(u16);
+
+impl Be16 {
+    pub const fn from_host(v: u16) -> Self {
+        Self(v.to_be())
+    }
+    pub const fn to_host(self) -> u16 {
+        u16::from_be(self.0)
+    }
+}
+
+/// An address as 16 bytes in network order: IPv4 in bytes 0..4, the rest zero
+/// (`__u32 addr[4]` in C, word 0 for IPv4). Always stored next to a family.
+#[repr(C, align(4))]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Addr(pub [u8; 16]);
+
+impl Addr {
+    /// The address and its `AF_*` family.
+    pub fn from_ip(ip: IpAddr) -> (Self, u8) {
+        let mut b = [0u8; 16];
+        match ip {
+            IpAddr::V4(a) => {
+                b[..4].copy_from_slice(&a.octets());
+                (Self(b), AF_INET)
+            }
+            IpAddr::V6(a) => (Self(a.octets()), AF_INET6),
+        }
+    }
+    /// Inverse of [`Addr::from_ip`]; `None` for an unknown family.
+    pub fn to_ip(self, family: u8) -> Option<IpAddr> {
+        match family {
+            AF_INET => Some(IpAddr::V4(Ipv4Addr::new(
+                self.0[0], self.0[1], self.0[2], self.0[3],
+            ))),
+            AF_INET6 => Some(IpAddr::V6(Ipv6Addr::from(self.0))),
+            _ => None,
+        }
+    }
+}
+
+/// `struct ringlb_node_addr`: key of `local_pods`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PodKey {
+    pub addr: Addr,
+    pub family: u8,
+    pub pad: [u8; 3],
+}
+
+impl PodKey {
+    pub fn new(ip: IpAddr) -> Self {
+        let (addr, family) = Addr::from_ip(ip);
+        Self {
+            addr,
+            family,
+            pad: [0; 3],
+        }
+    }
+}
+
+/// `struct ringlb_node_pod`: value of `local_pods`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PodValue {
+    /// Reserved, 0.
+    pub flags: u32,
+}
+
+/// `struct ringlb_node_svc_key`: key of `services`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SvcKey {
+    pub tunnel_dst: Addr,
+    pub vip: Addr,
+    pub vip_port: Be16,
+    pub proto: u8,
+    pub family: u8,
+    pub tunnel_family: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct ringlb_node_svc_value`: value of `services`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SvcValue {
+    pub pod: Addr,
+    pub target_port: Be16,
+    pub pad: u16,
+}
+
+/// `struct ringlb_node_flow_key`: key of `flows` (as the reply sees it).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct FlowKey {
+    pub client: Addr,
+    pub pod: Addr,
+    pub client_port: Be16,
+    pub pod_port: Be16,
+    pub proto: u8,
+    pub family: u8,
+    pub pad: [u8; 2],
+}
+
+/// `struct ringlb_node_flow_value`: value of `flows`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowValue {
+    pub vip: Addr,
+    pub vip_port: Be16,
+    pub pad: u16,
+}
+
+/// `struct ringlb_node_config`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConfigValue {
+    /// Host order; MSS clamp of IPv4 SYN-ACKs, 0 = off.
+    pub mss4: u16,
+    /// Host order; MSS clamp of IPv6 SYN-ACKs, 0 = off.
+    pub mss6: u16,
+    pub flags: u32,
+}
+
+const _: () = assert!(size_of::<Be16>() == 2);
+const _: () = assert!(size_of::<Addr>() == 16);
+const _: () = assert!(size_of::<PodKey>() == 20);
+const _: () = assert!(size_of::<PodValue>() == 4);
+const _: () = assert!(size_of::<SvcKey>() == 40);
+const _: () = assert!(size_of::<SvcValue>() == 20);
+const _: () = assert!(size_of::<FlowKey>() == 40);
+const _: () = assert!(size_of::<FlowValue>() == 20);
+const _: () = assert!(size_of::<ConfigValue>() == 8);
+
+// SAFETY (for every impl below): aya::Pod requires plain old data with no
+// padding bytes the kernel could read uninitialised and no invalid bit
+// patterns. Each type is #[repr(C)], made only of integers and arrays of
+// integers, spells its padding out as fields, and its size is asserted above.
+#[allow(unsafe_code)]
+mod pod {
+    use super::*;
+    unsafe impl aya::Pod for Be16 {}
+    unsafe impl aya::Pod for Addr {}
+    unsafe impl aya::Pod for PodKey {}
+    unsafe impl aya::Pod for PodValue {}
+    unsafe impl aya::Pod for SvcKey {}
+    unsafe impl aya::Pod for SvcValue {}
+    unsafe impl aya::Pod for FlowKey {}
+    unsafe impl aya::Pod for FlowValue {}
+    unsafe impl aya::Pod for ConfigValue {}
+}
+
+/// Counter indices: `enum ringlb_node_stat`.
+#[repr(u32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Stat {
+    Decap4 = 0,
+    Decap6,
+    Dnat,
+    FlowNew,
+    FlowErr,
+    NoService,
+    NotLocal,
+    InnerUnsup,
+    DropAdjust,
+    FlowForget,
+    IngressPass,
+    ReplySnat,
+    MssClamped,
+    IcmpXlate,
+    IcmpNoFlow,
+    DropRewrite,
+    EgressPass,
+}
+
+pub const STAT_MAX: u32 = 17;
+
+impl Stat {
+    pub const ALL: [Stat; STAT_MAX as usize] = [
+        Stat::Decap4,
+        Stat::Decap6,
+        Stat::Dnat,
+        Stat::FlowNew,
+        Stat::FlowErr,
+        Stat::NoService,
+        Stat::NotLocal,
+        Stat::InnerUnsup,
+        Stat::DropAdjust,
+        Stat::FlowForget,
+        Stat::IngressPass,
+        Stat::ReplySnat,
+        Stat::MssClamped,
+        Stat::IcmpXlate,
+        Stat::IcmpNoFlow,
+        Stat::DropRewrite,
+        Stat::EgressPass,
+    ];
+
+    /// Metric label: `ringlb_node_packets_total{reason="..."}`.
+    pub const fn label(self) -> &'static str {
+        match self {
+            Stat::Decap4 => "decap4",
+            Stat::Decap6 => "decap6",
+            Stat::Dnat => "dnat",
+            Stat::FlowNew => "flow_new",
+            Stat::FlowErr => "flow_err",
+            Stat::NoService => "no_service",
+            Stat::NotLocal => "not_local",
+            Stat::InnerUnsup => "inner_unsupported",
+            Stat::DropAdjust => "drop_adjust",
+            Stat::FlowForget => "flow_forget",
+            Stat::IngressPass => "ingress_pass",
+            Stat::ReplySnat => "reply_snat",
+            Stat::MssClamped => "mss_clamped",
+            Stat::IcmpXlate => "icmp_translated",
+            Stat::IcmpNoFlow => "icmp_no_flow",
+            Stat::DropRewrite => "drop_rewrite",
+            Stat::EgressPass => "egress_pass",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_indices_follow_the_enum() {
+        for (i, s) in Stat::ALL.iter().enumerate() {
+            assert_eq!(*s as u32, i as u32, "{s:?}");
+        }
+    }
+
+    /// The counter list in node_abi.h, read from the header itself: same
+    /// names, same order as `Stat::ALL`.
+    #[test]
+    fn stat_enum_matches_the_header() {
+        let h = include_str!("../bpf/node_abi.h");
+        let names: Vec<&str> = h
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("RINGLB_NODE_ST_"))
+            .map(|l| l.split([' ', ',', '=']).next().unwrap())
+            .filter(|n| *n != "MAX")
+            .collect();
+        let ours: Vec<String> = Stat::ALL
+            .iter()
+            .map(|s| s.label().replace('_', ""))
+            .collect();
+        let theirs: Vec<String> = names
+            .iter()
+            .map(|n| n.to_lowercase().replace('_', ""))
+            .collect();
+        assert_eq!(names.len(), STAT_MAX as usize);
+        // labels are the C names, lower case, with a few spelled out
+        let spelled = |s: &str| {
+            s.replace("innerunsupported", "innerunsup")
+                .replace("icmptranslated", "icmpxlate")
+        };
+        let ours: Vec<String> = ours.iter().map(|s| spelled(s)).collect();
+        assert_eq!(ours, theirs);
+    }
+
+    #[test]
+    fn addresses_round_trip() {
+        for ip in ["10.1.2.3", "2001:db8::7"] {
+            let ip: IpAddr = ip.parse().unwrap();
+            let (a, f) = Addr::from_ip(ip);
+            assert_eq!(a.to_ip(f), Some(ip));
+        }
+        let (a, f) = Addr::from_ip("10.1.2.3".parse().unwrap());
+        assert_eq!((a.0[..4].to_vec(), f), (vec![10, 1, 2, 3], AF_INET));
+        assert_eq!(Be16::from_host(0x1f90).0.to_ne_bytes(), [0x1f, 0x90]);
+    }
+}
