@@ -1,11 +1,11 @@
 //! The `/metrics` (Prometheus text), `/healthz` and `/readyz` endpoint, served by hyper
 //! (already in every binary through kube-client): HTTP/1.1 with keep-alive, a 10 s
-//! limit on reading a request's head, GET and HEAD only.
+//! limit on reading a request's head, GET and HEAD only. `/healthz` answers 503 with
+//! one `stalled: NAME ...` line per stalled loop (see [`crate::health`]).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use http_body_util::Full;
@@ -16,35 +16,10 @@ use prometheus_client::registry::Registry;
 use tokio::net::TcpListener;
 use tokio::sync::Mutex;
 
+use crate::health::Health;
+
 /// How long a client may take to send a request's head before the connection closes.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Liveness and readiness flags the program flips as it starts and runs.
-#[derive(Debug, Default)]
-pub struct Health {
-    live: AtomicBool,
-    ready: AtomicBool,
-}
-
-impl Health {
-    pub fn new() -> Arc<Self> {
-        let h = Self::default();
-        h.live.store(true, Ordering::Relaxed);
-        Arc::new(h)
-    }
-    pub fn set_ready(&self, ready: bool) {
-        self.ready.store(ready, Ordering::Relaxed);
-    }
-    pub fn set_live(&self, live: bool) {
-        self.live.store(live, Ordering::Relaxed);
-    }
-    pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
-    }
-    pub fn is_live(&self) -> bool {
-        self.live.load(Ordering::Relaxed)
-    }
-}
 
 /// Binds `addr` and serves the ops endpoints until the task is dropped.
 /// Returns the bound address (useful with port 0).
@@ -103,8 +78,15 @@ async fn answer(
                 Err(e) => text(StatusCode::INTERNAL_SERVER_ERROR, &e.to_string()),
             }
         }
-        "/healthz" if health.is_live() => text(StatusCode::OK, "ok\n"),
-        "/healthz" => text(StatusCode::SERVICE_UNAVAILABLE, "not live\n"),
+        "/healthz" => {
+            let stalled = health.stalled();
+            if stalled.is_empty() {
+                text(StatusCode::OK, "ok\n")
+            } else {
+                let lines: String = stalled.iter().map(|s| format!("stalled: {s}\n")).collect();
+                text(StatusCode::SERVICE_UNAVAILABLE, &lines)
+            }
+        }
         "/readyz" if health.is_ready() => text(StatusCode::OK, "ok\n"),
         "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
         _ => text(StatusCode::NOT_FOUND, "not found\n"),
@@ -158,6 +140,15 @@ mod tests {
         let m = get("/metrics").await;
         assert!(m.contains("ringlb_test_events_total 1"), "{m}");
         assert!(get("/nope").await.starts_with("HTTP/1.1 404"));
+        // A loop that stops beating turns /healthz to 503, naming the loop.
+        let hb = health.heartbeat("pool-watch", Duration::from_secs(1));
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
+        tokio::time::sleep(Duration::from_millis(1200)).await;
+        let h = get("/healthz").await;
+        assert!(h.starts_with("HTTP/1.1 503"), "{h}");
+        assert!(h.contains("stalled: pool-watch silent for"), "{h}");
+        hb.beat();
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
         // A client that never finishes its request head is dropped, not kept forever.
         let mut idle = tokio::net::TcpStream::connect(addr).await.unwrap();
         idle.write_all(b"GET /metrics HTTP/1.1\r\n").await.unwrap();

@@ -1,12 +1,17 @@
 //! What every ringlb program shares: the common flags, logging set-up, the Kubernetes
-//! client, and the `/metrics`, `/healthz`, `/readyz` endpoint.
+//! client, liveness fed by the programs' loops (heartbeats), and the `/metrics`,
+//! `/healthz`, `/readyz` endpoint.
 
+#[cfg(feature = "kube")]
 pub mod backoff;
 pub mod flags;
+pub mod health;
 pub mod http;
 pub mod logging;
 pub mod netns;
 
+#[cfg(feature = "kube")]
 pub use backoff::WatchBackoff;
 pub use flags::CommonArgs;
-pub use http::{Health, serve_ops};
+pub use health::{Health, Heartbeat, Stalled};
+pub use http::serve_ops;
