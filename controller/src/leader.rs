@@ -19,6 +19,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::Api;
 use kube::api::{ObjectMeta, PostParams};
+use ringlb_ops::Heartbeat;
 
 /// Leader election settings (from flags).
 #[derive(Clone, Debug)]
@@ -187,10 +188,13 @@ impl Elector {
         }
     }
 
-    /// Blocks until this replica holds the Lease.
-    pub async fn acquire(&mut self) {
+    /// Blocks until this replica holds the Lease. Beats `heartbeat` after every round
+    /// that got an answer or an error: only a request that hangs silences it.
+    pub async fn acquire(&mut self, heartbeat: &Heartbeat) {
         loop {
-            match self.try_acquire_or_renew().await {
+            let round = self.try_acquire_or_renew().await;
+            heartbeat.beat();
+            match round {
                 Ok(true) => {
                     tracing::info!(lease = %self.cfg.name, identity = %self.cfg.identity, "became leader");
                     return;
@@ -204,15 +208,18 @@ impl Elector {
         }
     }
 
-    /// Renews until the Lease is lost; returns why.
-    pub async fn hold(&mut self) -> Error {
+    /// Renews until the Lease is lost; returns why. Beats `heartbeat` after every
+    /// renewal attempt.
+    pub async fn hold(&mut self, heartbeat: &Heartbeat) -> Error {
         let mut last_ok = Instant::now();
         loop {
             tokio::time::sleep(self.cfg.retry_period).await;
             // A request that hangs must not outlive the renew deadline: past it a
             // standby may hold the Lease while this replica still writes.
             let budget = self.cfg.renew_deadline.saturating_sub(last_ok.elapsed());
-            let reason = match tokio::time::timeout(budget, self.try_acquire_or_renew()).await {
+            let round = tokio::time::timeout(budget, self.try_acquire_or_renew()).await;
+            heartbeat.beat();
+            let reason = match round {
                 Ok(Ok(true)) => {
                     last_ok = Instant::now();
                     continue;
@@ -266,7 +273,7 @@ impl Elector {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]
@@ -291,16 +298,21 @@ mod tests {
         );
     }
 
-    #[test]
-    fn config_checks_ordering() {
-        let mut c = LeaderConfig {
+    /// The flags' defaults: 15 s lease, 10 s renew deadline, 2 s retry period.
+    pub(crate) fn config() -> LeaderConfig {
+        LeaderConfig {
             namespace: "ns".into(),
             name: "l".into(),
             identity: "me".into(),
             lease_duration: Duration::from_secs(15),
             renew_deadline: Duration::from_secs(10),
             retry_period: Duration::from_secs(2),
-        };
+        }
+    }
+
+    #[test]
+    fn config_checks_ordering() {
+        let mut c = config();
         assert!(c.validate().is_ok());
         c.renew_deadline = Duration::from_secs(15);
         assert!(c.validate().is_err());

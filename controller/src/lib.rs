@@ -2,12 +2,15 @@
 //! `IPPool`s, writes them to the Services' status, and keeps pool status.
 //!
 //! Pure decisions live in [`ipam`] and [`status`]; everything that talks to the API
-//! server is in [`reconcile`], [`pools`], [`leader`] and [`events`].
+//! server is in [`reconcile`], [`pools`], [`rebuild`], [`leader`] and [`events`];
+//! [`app`] starts the tasks in order.
 
+pub mod app;
 pub mod events;
 pub mod ipam;
 pub mod leader;
 pub mod metrics;
 pub mod pools;
+pub mod rebuild;
 pub mod reconcile;
 pub mod status;

@@ -1,17 +1,29 @@
-//! IPPools: turning objects into allocator pools, and writing pool status
-//! (allocated/free per family; Ready, Invalid and Overlapping conditions).
+//! IPPools: turning objects into allocator pools, keeping the allocator's pool set
+//! equal to the IPPools in the API, and writing pool status (allocated/free per
+//! family; Ready, Invalid and Overlapping conditions).
+//!
+//! ```text
+//!  watch IPPools ──reflect──► Store ──────────────────────────► status_writer ──► status
+//!    ├─ Apply / InitApply ─► predicate_filter(generation) ─┐          ▲
+//!    └─ Delete / InitDone (relist) ────────────────────────┴─► set_pools ─► reconcile_all
+//! ```
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use futures::channel::mpsc;
+use futures::{Stream, StreamExt, TryStreamExt, future, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
-use kube::runtime::reflector::Store;
+use kube::runtime::reflector::{self, Store};
+use kube::runtime::watcher::{self, Event, watcher};
+use kube::runtime::{WatchStreamExt, predicates};
 use kube::{Api, ResourceExt};
 use ringlb_crds::ippool::FamilyUsage;
 use ringlb_crds::{Condition, IPPool, IPPoolStatus};
+use ringlb_ops::Heartbeat;
 
 use crate::ipam::{Family, Ipam, Pool, PoolError};
 use crate::metrics::Metrics;
@@ -33,6 +45,81 @@ pub fn pools_from<'a>(
         }
     }
     (pools, invalid)
+}
+
+/// One log line per invalid pool, naming every bad field (the pool's status carries an
+/// `Invalid` condition too).
+pub fn log_invalid(invalid: &BTreeMap<String, Vec<PoolError>>) {
+    for (name, errs) in invalid {
+        tracing::warn!(
+            pool = %name,
+            errors = ?errs.iter().map(ToString::to_string).collect::<Vec<_>>(),
+            "IPPool is invalid; not used"
+        );
+    }
+}
+
+/// Yields whenever the set of pools may have changed, reading `events` (a reflected
+/// IPPool watch). A spec edit bumps `metadata.generation` and a new pool is not in
+/// the predicate's cache, so kube-runtime's `predicates::generation` passes both and
+/// drops status-only updates (the status writer's own). A Delete or a relist can change
+/// the set without changing any object's generation, so those always pass.
+pub fn pool_set_changes(
+    events: impl Stream<Item = Result<Event<IPPool>, watcher::Error>> + Send,
+) -> impl Stream<Item = Result<(), watcher::Error>> + Send {
+    let (applied_tx, applied_rx) = mpsc::unbounded();
+    let structural = events.filter_map(move |ev| {
+        future::ready(match ev {
+            Ok(Event::Apply(p) | Event::InitApply(p)) => {
+                // The receiver lives as long as this stream: the send cannot fail.
+                let _ = applied_tx.unbounded_send(Ok(p));
+                None
+            }
+            Ok(Event::Delete(_) | Event::InitDone) => Some(Ok(())),
+            Ok(Event::Init) => None,
+            Err(e) => Some(Err(e)),
+        })
+    });
+    let edited = applied_rx
+        .predicate_filter(predicates::generation, Default::default())
+        .map_ok(|_| ());
+    stream::select(structural, edited)
+}
+
+/// Keeps `ipam`'s pool set equal to the IPPools in the API: on every change, replaces
+/// it, asks for every Service to be reconciled (`reconcile_all`) and for pool status
+/// (`dirty`). Runs until the task is dropped, beating `heartbeat` while it waits.
+pub async fn sync_pools(
+    api: Api<IPPool>,
+    writer: reflector::store::Writer<IPPool>,
+    ipam: Arc<Mutex<Ipam>>,
+    dirty: Arc<tokio::sync::Notify>,
+    reconcile_all: mpsc::UnboundedSender<()>,
+    heartbeat: Heartbeat,
+) {
+    let reader = writer.as_reader();
+    let events = watcher(api, watcher::Config::default())
+        .backoff(ringlb_ops::WatchBackoff::default())
+        .reflect(writer);
+    // One recompute for a burst (the first list is one change per pool).
+    let mut changes = std::pin::pin!(pool_set_changes(events).ready_chunks(256));
+    while let Some(batch) = heartbeat.next(&mut changes).await {
+        for e in batch.iter().filter_map(|r| r.as_ref().err()) {
+            tracing::warn!(error = %e, "IPPool watch");
+        }
+        if batch.iter().all(Result::is_err) {
+            continue;
+        }
+        let objs = reader.state();
+        let (p, invalid) = pools_from(objs.iter().map(|o| o.as_ref()));
+        tracing::info!(pools = p.len(), invalid = invalid.len(), "IPPools changed");
+        log_invalid(&invalid);
+        ipam.lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .set_pools(p, invalid);
+        let _ = reconcile_all.unbounded_send(());
+        dirty.notify_one();
+    }
 }
 
 fn condition(

@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
-use futures::{Stream, StreamExt, TryStreamExt};
+use futures::{Stream, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
@@ -26,15 +26,16 @@ use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
-use kube::runtime::watcher::{self, Event};
+use kube::runtime::watcher::{self, Event, watcher};
 use kube::{Api, Client, ResourceExt};
+use ringlb_ops::Heartbeat;
 use tracing::Instrument;
 
 use crate::events::Events;
 use crate::ipam::request::{is_ours, request_from_service, service_key, status_ips};
 use crate::ipam::{Family, Ipam};
 use crate::metrics::Metrics;
-use crate::status::{Desired, FIELD_MANAGER, has_our_status, status_patch};
+use crate::status::{FIELD_MANAGER, WantedStatus, has_our_status, status_patch};
 
 /// Requeue after success: a periodic re-check (cheap: no write when in sync).
 const RESYNC: Duration = Duration::from_secs(600);
@@ -147,9 +148,9 @@ async fn write_status(
     api: &Api<Service>,
     svc: &Service,
     key: &str,
-    desired: &Desired,
+    wanted: &WantedStatus,
 ) -> Result<bool, Error> {
-    let Some(patch) = status_patch(svc, desired, Time(Timestamp::now())) else {
+    let Some(patch) = status_patch(svc, wanted, Time(Timestamp::now())) else {
         return Ok(false);
     };
     let pp = PatchParams {
@@ -196,7 +197,7 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
         lock(&ctx.pending).remove(&oref);
         let released = ctx.forget(key);
         if has_our_status(svc) {
-            write_status(&api, svc, key, &Desired::Clear).await?;
+            write_status(&api, svc, key, &WantedStatus::Clear).await?;
             let note = if released.is_empty() {
                 "no longer a ringlb Service; status cleared".to_string()
             } else {
@@ -250,7 +251,7 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
             for m in &out.missing_optional {
                 tracing::debug!(reason = %m, "optional family not allocated (PreferDualStack)");
             }
-            if write_status(&api, svc, key, &Desired::Allocated(out.ips.clone())).await? {
+            if write_status(&api, svc, key, &WantedStatus::Allocated(out.ips.clone())).await? {
                 tracing::info!(ips = %join(&out.ips), "allocated");
                 ctx.events
                     .normal(svc, "IPAllocated", format!("allocated {}", join(&out.ips)))
@@ -260,11 +261,11 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
         }
         Err(refusal) => {
             lock(&ctx.pending).insert(oref);
-            let desired = Desired::Refused {
+            let wanted = WantedStatus::Refused {
                 reason: refusal.reason().into(),
                 message: refusal.to_string(),
             };
-            if write_status(&api, svc, key, &desired).await? {
+            if write_status(&api, svc, key, &wanted).await? {
                 tracing::warn!(reason = refusal.reason(), "{refusal}");
                 ctx.metrics.refused(refusal.metric_label());
                 ctx.events
@@ -336,13 +337,13 @@ fn service_stream(
         .applied_objects()
 }
 
-use kube::runtime::watcher::watcher;
-
-/// Runs the Service controller until the watch ends (it does not, normally).
+/// Runs the Service controller until the watch ends (it does not, normally), beating
+/// `heartbeat` while it waits for the next reconcile to finish.
 pub async fn run(
     ctx: Arc<Ctx>,
     retry_rx: mpsc::UnboundedReceiver<ObjectRef<Service>>,
     reconcile_all: impl Stream<Item = ()> + Send + 'static,
+    heartbeat: Heartbeat,
 ) {
     let api: Api<Service> = Api::all(ctx.client.clone());
     let Some(writer) = lock(&ctx.services_writer).take() else {
@@ -352,18 +353,18 @@ pub async fn run(
         return;
     };
     let stream = service_stream(api, writer, ctx.clone());
-    Controller::for_stream(stream, ctx.services.clone())
+    let results = Controller::for_stream(stream, ctx.services.clone())
         // The Controller backs its trigger stream off again on top of the watch's
         // own backoff; kube-runtime's default there (up to 30 s and more) delayed
         // recovery after an API outage by as long.
         .trigger_backoff(ringlb_ops::WatchBackoff::default())
         .reconcile_on(retry_rx)
         .reconcile_all_on(reconcile_all)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "controller event");
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, ctx);
+    let mut results = std::pin::pin!(results);
+    while let Some(res) = heartbeat.next(&mut results).await {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "controller event");
+        }
+    }
 }

@@ -15,7 +15,7 @@ pub const FIELD_MANAGER: &str = "ringlb-controller";
 
 /// What the controller wants the status to say.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Desired {
+pub enum WantedStatus {
     /// These VIPs, condition True.
     Allocated(Vec<IpAddr>),
     /// Condition False with this reason and message; ingress left as it is.
@@ -55,7 +55,7 @@ fn current_ingress(svc: &Service) -> Vec<(Option<String>, Option<String>)> {
 }
 
 /// The status merge patch to send, or `None` when nothing would change.
-pub fn status_patch(svc: &Service, desired: &Desired, now: Time) -> Option<Value> {
+pub fn status_patch(svc: &Service, wanted: &WantedStatus, now: Time) -> Option<Value> {
     let generation = svc.metadata.generation;
     let others: Vec<Condition> = svc
         .status
@@ -67,8 +67,8 @@ pub fn status_patch(svc: &Service, desired: &Desired, now: Time) -> Option<Value
         .collect();
     let existing = our_condition(svc);
 
-    let (want_ingress, want_cond): (Option<Vec<IpAddr>>, CondWant) = match desired {
-        Desired::Allocated(ips) => (
+    let (want_ingress, want_cond): (Option<Vec<IpAddr>>, CondWant) = match wanted {
+        WantedStatus::Allocated(ips) => (
             Some(ips.clone()),
             Some((
                 "True",
@@ -82,10 +82,10 @@ pub fn status_patch(svc: &Service, desired: &Desired, now: Time) -> Option<Value
                 ),
             )),
         ),
-        Desired::Refused { reason, message } => {
+        WantedStatus::Refused { reason, message } => {
             (None, Some(("False", reason.clone(), message.clone())))
         }
-        Desired::Clear => (Some(Vec::new()), None),
+        WantedStatus::Clear => (Some(Vec::new()), None),
     };
 
     // An API server without the LoadBalancerIPMode feature drops `ipMode`: a missing
@@ -198,14 +198,14 @@ mod tests {
     fn allocated_then_idempotent() {
         let mut svc = Service::default();
         let ips = vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
-        let p = status_patch(&svc, &Desired::Allocated(ips.clone()), t(10)).unwrap();
+        let p = status_patch(&svc, &WantedStatus::Allocated(ips.clone()), t(10)).unwrap();
         assert_eq!(
             p["status"]["loadBalancer"]["ingress"],
             json!([{"ip": "192.0.2.1", "ipMode": "VIP"}, {"ip": "2001:db8::1", "ipMode": "VIP"}])
         );
         apply(&mut svc, &p);
         assert_eq!(
-            status_patch(&svc, &Desired::Allocated(ips.clone()), t(20)),
+            status_patch(&svc, &WantedStatus::Allocated(ips.clone()), t(20)),
             None
         );
         assert!(has_our_status(&svc));
@@ -224,7 +224,7 @@ mod tests {
             ing.ip_mode = None;
         }
         assert_eq!(
-            status_patch(&svc, &Desired::Allocated(ips.clone()), t(30)),
+            status_patch(&svc, &WantedStatus::Allocated(ips.clone()), t(30)),
             None
         );
         // A different mode, or a different address, is a change.
@@ -238,7 +238,7 @@ mod tests {
             .as_mut()
             .unwrap()[0]
             .ip_mode = Some("Proxy".into());
-        assert!(status_patch(&svc, &Desired::Allocated(ips), t(40)).is_some());
+        assert!(status_patch(&svc, &WantedStatus::Allocated(ips), t(40)).is_some());
     }
 
     #[test]
@@ -262,7 +262,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let refused = Desired::Refused {
+        let refused = WantedStatus::Refused {
             reason: "PoolExhausted".into(),
             message: "full".into(),
         };
@@ -274,7 +274,7 @@ mod tests {
         assert_eq!(conds[1].status, "False");
         // Same refusal: no write. A new message: write, transition time kept.
         assert_eq!(status_patch(&svc, &refused, t(20)), None);
-        let refused2 = Desired::Refused {
+        let refused2 = WantedStatus::Refused {
             reason: "PoolExhausted".into(),
             message: "still full".into(),
         };
@@ -286,7 +286,7 @@ mod tests {
             ("still full", t(10))
         );
         // Clear removes our condition and the ingress, keeps the other condition.
-        let p = status_patch(&svc, &Desired::Clear, t(40)).unwrap();
+        let p = status_patch(&svc, &WantedStatus::Clear, t(40)).unwrap();
         apply(&mut svc, &p);
         assert!(!has_our_status(&svc));
         assert_eq!(
@@ -300,6 +300,6 @@ mod tests {
             1
         );
         assert!(crate::ipam::request::status_ips(&svc).is_empty());
-        assert_eq!(status_patch(&svc, &Desired::Clear, t(50)), None);
+        assert_eq!(status_patch(&svc, &WantedStatus::Clear, t(50)), None);
     }
 }

@@ -100,13 +100,7 @@ pub fn request_from_service(svc: &Service, namespace_labels: Labels) -> Result<R
         Some(p) => Some(p.trim().to_string()),
         None => None,
     };
-    let sharing_key = match annotations.get(ANNOTATION_SHARED) {
-        Some(k) if k.trim().is_empty() => {
-            return Err(malformed(ANNOTATION_SHARED, k, "empty sharing key"));
-        }
-        Some(k) => Some(k.trim().to_string()),
-        None => None,
-    };
+    let sharing_key = sharing_key(svc)?;
 
     let mut listed = Vec::new();
     for f in spec.ip_families.iter().flatten() {
@@ -176,18 +170,6 @@ pub fn request_from_service(svc: &Service, namespace_labels: Labels) -> Result<R
         }
     }
 
-    let mut ports: Vec<PortProto> = spec
-        .ports
-        .iter()
-        .flatten()
-        .map(|p| PortProto {
-            port: p.port,
-            protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_string()),
-        })
-        .collect();
-    ports.sort();
-    ports.dedup();
-
     let mut namespace_labels = namespace_labels;
     let ns = svc
         .metadata
@@ -208,8 +190,38 @@ pub fn request_from_service(svc: &Service, namespace_labels: Labels) -> Result<R
         requested,
         pool,
         sharing_key,
-        ports,
+        ports: ports(svc),
     })
+}
+
+/// The `ringlb.io/allow-shared-ip` key, trimmed; a blank key is malformed.
+pub fn sharing_key(svc: &Service) -> Result<Option<String>, Refusal> {
+    match svc
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(ANNOTATION_SHARED))
+    {
+        Some(k) if k.trim().is_empty() => Err(malformed(ANNOTATION_SHARED, k, "empty sharing key")),
+        Some(k) => Ok(Some(k.trim().to_string())),
+        None => Ok(None),
+    }
+}
+
+/// The Service's distinct `port/protocol` pairs (protocol TCP when unset), sorted.
+pub fn ports(svc: &Service) -> Vec<PortProto> {
+    let mut ports: Vec<PortProto> = svc
+        .spec
+        .iter()
+        .flat_map(|spec| spec.ports.iter().flatten())
+        .map(|p| PortProto {
+            port: p.port,
+            protocol: p.protocol.clone().unwrap_or_else(|| "TCP".to_string()),
+        })
+        .collect();
+    ports.sort();
+    ports.dedup();
+    ports
 }
 
 #[cfg(test)]
@@ -348,6 +360,21 @@ mod tests {
             msg.contains("ringlb.io/load-balancer-ips") && msg.contains("\"x\""),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn sharing_key_is_trimmed_and_a_blank_one_is_malformed() {
+        let key = |v: &str| {
+            sharing_key(&svc(
+                json!({"metadata": {"annotations": {ANNOTATION_SHARED: v}}}),
+            ))
+        };
+        assert_eq!(key(" k1 "), Ok(Some("k1".into())));
+        assert_eq!(
+            key("  ").unwrap_err().metric_label(),
+            "malformed_annotation"
+        );
+        assert_eq!(sharing_key(&svc(json!({}))), Ok(None));
     }
 
     #[test]
