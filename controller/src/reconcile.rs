@@ -42,6 +42,9 @@ const RESYNC: Duration = Duration::from_secs(600);
 /// Requeue after a refusal, in case nothing else triggers a retry.
 const REFUSED_RETRY: Duration = Duration::from_secs(30);
 
+#[cfg(test)]
+mod tests;
+
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("writing status of Service {key}: {source}")]

@@ -1,0 +1,305 @@
+//! `reconcile` against a mocked API server (tower-test, as kube-rs's controller-rs
+//! does): every request the reconcile makes is checked (method, path, body) and
+//! answered in turn; after the reconcile, no request may be left.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use http::{Method, Request, Response};
+use k8s_openapi::api::core::v1::Service;
+use kube::Client;
+use kube::client::Body;
+use kube::runtime::controller::Action;
+use kube::runtime::watcher;
+use prometheus_client::registry::Registry;
+use ringlb_crds::IPPool;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+use tower_test::mock::{self, Handle};
+
+use super::{Ctx, Error, REFUSED_RETRY, RESYNC, lock, reconcile};
+use crate::events::Events;
+use crate::ipam::Ipam;
+use crate::metrics::Metrics;
+use crate::pools::pools_from;
+use crate::status::CONDITION_TYPE;
+
+const STATUS_PATH: &str = "/api/v1/namespaces/shop/services/web/status";
+const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
+
+/// The API server's side of the mocked client.
+struct ApiServer(Handle<Request<Body>, Response<Body>>);
+
+impl ApiServer {
+    /// Takes the next request, checks its method and path, answers `reply` with 200
+    /// (`Value::Null`: the request's own body, as a create does), and returns the
+    /// request's query string and JSON body.
+    async fn expect(&mut self, method: Method, path: &str, reply: &Value) -> (String, Value) {
+        let (req, send) = tokio::time::timeout(Duration::from_secs(5), self.0.next_request())
+            .await
+            .unwrap_or_else(|_| panic!("no {method} {path} within 5 s"))
+            .expect("the client is gone");
+        assert_eq!((req.method(), req.uri().path()), (&method, path));
+        let query = req.uri().query().unwrap_or_default().to_string();
+        let bytes = req.into_body().collect_bytes().await.unwrap();
+        let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
+        let answer = serde_json::to_vec(if reply.is_null() { &body } else { reply }).unwrap();
+        send.send_response(Response::builder().body(Body::from(answer)).unwrap());
+        (query, body)
+    }
+
+    /// Expects the status patch of `shop/web`, answers it with `svc`, and returns the
+    /// patch's query string and body.
+    async fn expect_status_patch(&mut self, svc: &Service) -> (String, Value) {
+        let reply = serde_json::to_value(svc).unwrap();
+        self.expect(Method::PATCH, STATUS_PATH, &reply).await
+    }
+
+    /// Expects an Event about `shop/web` and returns it.
+    async fn expect_event(&mut self) -> Value {
+        self.expect(Method::POST, EVENTS_PATH, &Value::Null).await.1
+    }
+
+    /// Reconciles `svc` (seen on the watch first), failing on any request it makes.
+    async fn reconcile_silently(&mut self, svc: Service, ctx: &Arc<Ctx>) -> Action {
+        seen(ctx, &svc);
+        tokio::select! {
+            res = reconcile(Arc::new(svc), ctx.clone()) => res.unwrap(),
+            Some((req, _)) = self.0.next_request() => {
+                panic!("unexpected request {} {}", req.method(), req.uri())
+            }
+        }
+    }
+
+    /// Asserts that nothing else was asked: once every client is dropped, the request
+    /// queue must be empty.
+    async fn expect_nothing_more(mut self) {
+        let next = tokio::time::timeout(Duration::from_secs(5), self.0.next_request())
+            .await
+            .expect("a client is still alive");
+        if let Some((req, _)) = next {
+            panic!("unexpected request {} {}", req.method(), req.uri());
+        }
+    }
+}
+
+/// A reconciler over pool `192.0.2.8/29` talking to a mocked API.
+fn setup() -> (Arc<Ctx>, ApiServer) {
+    let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
+    let client = Client::new(service, "default");
+    let spec = serde_json::from_value(json!({"cidrs": ["192.0.2.8/29"]})).unwrap();
+    let pool = IPPool::new("main", spec);
+    let mut ipam = Ipam::new();
+    let (pools, invalid) = pools_from([&pool]);
+    ipam.set_pools(pools, invalid);
+    let (namespaces, _) = kube::runtime::reflector::store();
+    let (ctx, _retry_rx) = Ctx::new(
+        client.clone(),
+        Arc::new(Mutex::new(ipam)),
+        Events::new(client, Some("test".into())),
+        Metrics::register(&mut Registry::default()),
+        true,
+        namespaces,
+        Arc::default(),
+    );
+    (ctx, ApiServer(handle))
+}
+
+/// `shop/web`, type LoadBalancer, with `extra` merged into it.
+fn web(extra: Value) -> Service {
+    let mut v = json!({
+        "apiVersion": "v1", "kind": "Service",
+        "metadata": {"name": "web", "namespace": "shop", "uid": "u1",
+                     "resourceVersion": "7", "generation": 1},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
+    });
+    merge(&mut v, extra);
+    serde_json::from_value(v).unwrap()
+}
+
+fn merge(a: &mut Value, b: Value) {
+    match (a, b) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                merge(a.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (a, b) => *a = b,
+    }
+}
+
+/// Puts `svc` in the controller's Service cache, as the watch would have.
+fn seen(ctx: &Ctx, svc: &Service) {
+    let mut guard = lock(&ctx.services_writer);
+    let writer = guard.as_mut().expect("the controller was not started");
+    writer.apply_watcher_event(&watcher::Event::Apply(svc.clone()));
+}
+
+/// Starts reconciling `svc`, seen on the watch first; the test answers its requests.
+fn start(ctx: &Arc<Ctx>, svc: &Service) -> JoinHandle<Result<Action, Error>> {
+    seen(ctx, svc);
+    tokio::spawn(reconcile(Arc::new(svc.clone()), ctx.clone()))
+}
+
+fn held(ctx: &Ctx) -> Vec<String> {
+    let ipam = lock(&ctx.ipam);
+    ipam.held("shop/web")
+        .iter()
+        .map(ToString::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn a_service_gets_an_address_and_its_status_patched() {
+    let (ctx, mut api) = setup();
+    let svc = web(json!({}));
+    let run = start(&ctx, &svc);
+
+    let (query, patch) = api.expect_status_patch(&svc).await;
+    assert_eq!(query, "&fieldManager=ringlb-controller");
+    assert_eq!(
+        patch["status"]["loadBalancer"]["ingress"],
+        json!([{"ip": "192.0.2.8", "ipMode": "VIP"}])
+    );
+    let cond = &patch["status"]["conditions"][0];
+    assert_eq!(
+        (&cond["type"], &cond["status"], &cond["reason"]),
+        (&json!(CONDITION_TYPE), &json!("True"), &json!("Allocated"))
+    );
+    assert_eq!(
+        patch["metadata"]["resourceVersion"], "7",
+        "the patch is conditional on the version read"
+    );
+
+    let event = api.expect_event().await;
+    assert_eq!(
+        (&event["type"], &event["reason"], &event["note"]),
+        (
+            &json!("Normal"),
+            &json!("IPAllocated"),
+            &json!("allocated 192.0.2.8")
+        )
+    );
+    assert_eq!(event["regarding"]["name"], "web");
+
+    assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
+    assert_eq!(held(&ctx), ["192.0.2.8"]);
+    drop(ctx);
+    api.expect_nothing_more().await;
+}
+
+#[tokio::test]
+async fn an_address_outside_every_pool_is_refused_with_a_warning() {
+    let (ctx, mut api) = setup();
+    let svc = web(json!({"metadata": {"annotations": {
+        "ringlb.io/load-balancer-ips": "198.51.100.7"
+    }}}));
+    let run = start(&ctx, &svc);
+
+    let (_, patch) = api.expect_status_patch(&svc).await;
+    assert!(
+        patch["status"].get("loadBalancer").is_none(),
+        "no ingress written: {patch}"
+    );
+    let cond = &patch["status"]["conditions"][0];
+    assert_eq!(
+        (&cond["status"], &cond["reason"]),
+        (&json!("False"), &json!("IPOutsidePools"))
+    );
+    let event = api.expect_event().await;
+    assert_eq!(
+        (&event["type"], &event["reason"]),
+        (&json!("Warning"), &json!("IPOutsidePools"))
+    );
+    assert!(
+        event["note"].as_str().unwrap().contains("198.51.100.7"),
+        "{event}"
+    );
+    assert_eq!(run.await.unwrap().unwrap(), Action::requeue(REFUSED_RETRY));
+    assert!(held(&ctx).is_empty());
+
+    // Reconciled again with the refusal already in its status: no patch, no Event.
+    let mut refused = svc;
+    refused.status = serde_json::from_value(json!({"conditions": [cond]})).unwrap();
+    let again = api.reconcile_silently(refused, &ctx).await;
+    assert_eq!(again, Action::requeue(REFUSED_RETRY));
+    drop(ctx);
+    api.expect_nothing_more().await;
+}
+
+#[tokio::test]
+async fn a_kept_address_no_pool_covers_warns_without_a_patch() {
+    let (ctx, mut api) = setup();
+    // Allocated before its pool was deleted: the status already says so.
+    let svc = web(json!({"status": {
+        "loadBalancer": {"ingress": [{"ip": "198.51.100.7", "ipMode": "VIP"}]},
+        "conditions": [{"type": CONDITION_TYPE, "status": "True", "reason": "Allocated",
+                        "message": "allocated 198.51.100.7", "observedGeneration": 1,
+                        "lastTransitionTime": "2024-01-01T00:00:00Z"}]
+    }}));
+    let run = start(&ctx, &svc);
+    let event = api.expect_event().await;
+    assert_eq!(
+        (&event["type"], &event["reason"]),
+        (&json!("Warning"), &json!("IPOutsidePools"))
+    );
+    assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
+    assert_eq!(held(&ctx), ["198.51.100.7"], "kept, not renumbered");
+    drop(ctx);
+    api.expect_nothing_more().await;
+}
+
+#[tokio::test]
+async fn deleted_and_foreign_services_are_left_alone() {
+    let (ctx, mut api) = setup();
+    let deleting = web(json!({"metadata": {
+        "deletionTimestamp": "2024-01-01T00:00:00Z", "finalizers": ["other.io/x"]
+    }}));
+    let foreign = web(json!({"spec": {"loadBalancerClass": "other.io/lb"}}));
+    let cluster_ip = web(json!({"spec": {"type": "ClusterIP"}}));
+    for (case, svc) in [
+        ("deleting", deleting),
+        ("foreign class", foreign),
+        ("ClusterIP", cluster_ip),
+    ] {
+        let action = api.reconcile_silently(svc, &ctx).await;
+        assert_eq!(action, Action::await_change(), "{case}");
+    }
+    assert!(held(&ctx).is_empty());
+    drop(ctx);
+    api.expect_nothing_more().await;
+}
+
+#[tokio::test]
+async fn a_service_that_stops_being_ours_is_released_and_cleared() {
+    let (ctx, mut api) = setup();
+    let svc = web(json!({}));
+    let run = start(&ctx, &svc);
+    let (_, patch) = api.expect_status_patch(&svc).await;
+    api.expect_event().await;
+    run.await.unwrap().unwrap();
+
+    // Its type changes away from LoadBalancer; the status still holds our ingress.
+    let mut moved = web(json!({"spec": {"type": "ClusterIP"}}));
+    moved.status = serde_json::from_value(patch["status"].clone()).unwrap();
+    let run = start(&ctx, &moved);
+    let (_, clear) = api.expect_status_patch(&moved).await;
+    assert_eq!(
+        clear["status"]["loadBalancer"],
+        json!({"ingress": null}),
+        "{clear}"
+    );
+    assert_eq!(clear["status"]["conditions"], Value::Null, "{clear}");
+    let event = api.expect_event().await;
+    assert_eq!(
+        (&event["reason"], &event["note"]),
+        (
+            &json!("IPReleased"),
+            &json!("no longer a ringlb Service; released 192.0.2.8")
+        )
+    );
+    assert_eq!(run.await.unwrap().unwrap(), Action::await_change());
+    assert!(held(&ctx).is_empty());
+    drop(ctx);
+    api.expect_nothing_more().await;
+}
