@@ -79,9 +79,8 @@ async fn read_msg(s: &mut TcpStream) -> Option<Message> {
     }
 }
 
-#[tokio::test]
-async fn objects_become_sessions_policy_and_status() {
-    // The BGP peer: a loopback listener, with the MD5 key if the kernel supports it.
+/// The BGP peer: a loopback listener, with the MD5 key if the kernel supports it.
+fn peer_listener() -> (TcpListener, Option<String>) {
     let std_l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let password = match ringlb_bgp::md5::set_md5_key(
         &std_l,
@@ -97,27 +96,12 @@ async fn objects_become_sessions_policy_and_status() {
     };
     std_l.set_nonblocking(true).unwrap();
     let bgp_l = TcpListener::from_std(std_l).unwrap();
-    let bgp_port = bgp_l.local_addr().unwrap().port();
-    let cp = ControlPlane::start(Options::default())
-        .await
-        .expect("the control plane starts");
-    let client = cp.client().await;
-    cp.apply_chart_rbac(RELEASE_NS)
-        .await
-        .expect("the chart's RBAC applies");
-    let edge_kubeconfig = cp
-        .service_account_kubeconfig(RELEASE_NS, "ringlb-edge")
-        .await
-        .expect("a token for ringlb-edge");
-    let edge_client = client_for(&edge_kubeconfig).await.unwrap();
-    // the edge's role reads the Secrets BGPPeers name (get), and nothing more of them
-    match Api::<Secret>::all(edge_client.clone())
-        .list(&Default::default())
-        .await
-    {
-        Err(kube::Error::Api(e)) if e.code == 403 => {}
-        other => panic!("ringlb-edge may list Secrets: {other:?}"),
-    }
+    (bgp_l, password)
+}
+
+/// Two BGPPeers (one per rack), an advertisement with a community, this node in
+/// rack a, and the MD5 Secret when there is a password.
+async fn create_objects(client: &kube::Client, bgp_port: u16, password: Option<&str>) {
     let peers: Api<BGPPeer> = Api::all(client.clone());
     for (name, addr, rack) in [("tor-a", "127.0.0.1", "a"), ("tor-b", "127.0.0.9", "b")] {
         let mut spec = json!({"peerAddress": addr, "peerASN": 65000, "myASN": 65011, "port": bgp_port,
@@ -141,9 +125,37 @@ async fn objects_become_sessions_policy_and_status() {
     .await;
     create(&Api::<Node>::all(client.clone()), json!({
         "apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1", "labels": {"rack": "a"}}})).await;
-    if let Some(pw) = &password {
+    if let Some(pw) = password {
         create_md5_secret(&client, pw).await;
     }
+}
+
+#[tokio::test]
+async fn objects_become_sessions_policy_and_status() {
+    let (bgp_l, password) = peer_listener();
+    let bgp_port = bgp_l.local_addr().unwrap().port();
+    let cp = ControlPlane::start(Options::default())
+        .await
+        .expect("the control plane starts");
+    let client = cp.client().await;
+    cp.apply_chart_rbac(RELEASE_NS)
+        .await
+        .expect("the chart's RBAC applies");
+    let edge_kubeconfig = cp
+        .service_account_kubeconfig(RELEASE_NS, "ringlb-edge")
+        .await
+        .expect("a token for ringlb-edge");
+    let edge_client = client_for(&edge_kubeconfig).await.unwrap();
+    // the edge's role reads the Secrets BGPPeers name (get), and nothing more of them
+    match Api::<Secret>::all(edge_client.clone())
+        .list(&Default::default())
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("ringlb-edge may list Secrets: {other:?}"),
+    }
+    create_objects(&client, bgp_port, password.as_deref()).await;
+    let peers: Api<BGPPeer> = Api::all(client.clone());
 
     let mut reg = Registry::default();
     let speaker = Arc::new(Speaker::start(0, &mut reg).unwrap());
@@ -155,7 +167,7 @@ async fn objects_become_sessions_policy_and_status() {
         node_name: "edge-1".into(),
         router_id: Ipv4Addr::new(10, 0, 0, 11),
     };
-    tokio::spawn(run(edge_client, node, speaker.clone()));
+    tokio::spawn(run(edge_client, node, speaker.clone(), heartbeat()));
 
     let (mut s, _) = timeout(Duration::from_secs(10), bgp_l.accept())
         .await
@@ -192,8 +204,13 @@ async fn objects_become_sessions_policy_and_status() {
         "tor-b is for rack b"
     );
 
-    // Keep the session up (keepalives out, everything in drained) while the status
-    // loop runs.
+    keep_up(s);
+    established_status(&peers).await;
+}
+
+/// Keeps the session up (keepalives out, everything in drained) while the status
+/// loop runs.
+fn keep_up(s: TcpStream) {
     let (mut rd, mut wr) = s.into_split();
     tokio::spawn(async move {
         let mut sink = vec![0u8; 4096];
@@ -205,8 +222,10 @@ async fn objects_become_sessions_policy_and_status() {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
+}
 
-    // Status: this node's entry, eventually Established with 1 prefix.
+/// Status: this node's entry, eventually Established with 1 prefix, on tor-a only.
+async fn established_status(peers: &Api<BGPPeer>) {
     let ok = timeout(Duration::from_secs(15), async {
         loop {
             let p = peers.get_status("tor-a").await.unwrap();
@@ -455,7 +474,7 @@ async fn the_edge_role_without_one_rule_breaks_what_needs_it() {
             node_name: node.clone(),
             router_id: Ipv4Addr::new(10, 0, 0, 11 + i as u8),
         };
-        _speakers.push(tokio::spawn(run(client, ctx, speaker.clone())));
+        _speakers.push(tokio::spawn(run(client, ctx, speaker.clone(), heartbeat())));
         let peers = Api::<BGPPeer>::all(admin.clone());
         checks.push(async move {
             (
@@ -476,4 +495,9 @@ async fn the_edge_role_without_one_rule_breaks_what_needs_it() {
             r.unwrap_err()
         );
     }
+}
+
+/// A heartbeat nobody checks (the tests watch the speaker, not /healthz).
+fn heartbeat() -> ringlb_ops::Heartbeat {
+    ringlb_ops::Health::new().heartbeat("bgp-config", Duration::from_secs(3600))
 }

@@ -215,11 +215,12 @@ fn normalize(b: &mut Vec<Backend>) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod fixtures {
+    //! Services and EndpointSlices as the API serves them, for tests.
     use super::*;
     use serde_json::json;
 
-    fn service(name: &str, vips: &[&str], ports: serde_json::Value) -> Service {
+    pub fn service(name: &str, vips: &[&str], ports: serde_json::Value) -> Service {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "default"},
             "spec": {"type": "LoadBalancer", "ports": ports},
@@ -228,7 +229,7 @@ mod tests {
         .unwrap()
     }
 
-    fn slice(
+    pub fn slice(
         svc: &str,
         name: &str,
         family: &str,
@@ -244,9 +245,16 @@ mod tests {
         .unwrap()
     }
 
-    fn ep(ip: &str, ready: bool, serving: bool, terminating: bool) -> serde_json::Value {
+    pub fn ep(ip: &str, ready: bool, serving: bool, terminating: bool) -> serde_json::Value {
         json!({"addresses": [ip], "conditions": {"ready": ready, "serving": serving, "terminating": terminating}})
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fixtures::{ep, service, slice};
+    use super::*;
+    use serde_json::json;
 
     fn b(ip: &str, port: u16) -> Backend {
         Backend {

@@ -8,6 +8,8 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
+use ringlb_nexthop::{NextHop, Vlan, VlanProtocol};
+
 pub const MAX_VIPS: u32 = 65_536;
 pub const MAX_BACKENDS: u32 = 1_048_576;
 pub const MAX_RING_SIZE: u32 = 65_537;
@@ -261,6 +263,55 @@ impl Stat {
             Stat::CtStale => "ct_stale",
             Stat::FibFallback => "fib_fallback",
         }
+    }
+}
+
+impl BackendValue {
+    /// The entry of backend `addr`, with its next hop when resolved.
+    pub fn new(addr: IpAddr, generation: u32, nh: Option<NextHop>) -> Self {
+        let (raw, family) = RawAddr::from_ip(addr);
+        let mut v = BackendValue {
+            addr: raw,
+            generation,
+            family,
+            ..Default::default()
+        };
+        if let Some(nh) = nh {
+            v.ifindex = nh.ifindex;
+            v.dmac = nh.dmac;
+            v.smac = nh.smac;
+            v.nh_valid = NH_VALID;
+            if let Some(vlan) = nh.vlan {
+                // PCP 0, DEI 0: the VLAN id only
+                v.vlan_tci = Be16::from_host(vlan.id & 0x0fff);
+                if vlan.protocol == VlanProtocol::Dot1Ad {
+                    v.nh_valid |= NH_VLAN_8021AD;
+                }
+            }
+        }
+        v
+    }
+
+    /// The next hop the entry holds; `None` if unresolved.
+    pub fn next_hop(&self) -> Option<NextHop> {
+        if self.nh_valid & NH_VALID == 0 {
+            return None;
+        }
+        let tci = self.vlan_tci.to_host();
+        let vlan = (tci != 0).then_some(Vlan {
+            id: tci & 0x0fff,
+            protocol: if self.nh_valid & NH_VLAN_8021AD != 0 {
+                VlanProtocol::Dot1Ad
+            } else {
+                VlanProtocol::Dot1Q
+            },
+        });
+        Some(NextHop {
+            ifindex: self.ifindex,
+            smac: self.smac,
+            dmac: self.dmac,
+            vlan,
+        })
     }
 }
 

@@ -10,12 +10,16 @@
 //!
 //! `state` turns Maglev tables into the desired state and diffs two states into
 //! map operations without touching the kernel, so the diffing is unit-tested
-//! without root; `xdp` writes the operations into the BPF maps.
+//! without root; `apply` runs plans through a map layer (`maps`: the kernel's
+//! BPF maps, or in memory for tests) and re-reads it after a failed write;
+//! `xdp` loads, pins and attaches the program around it.
 
 pub mod abi;
+pub mod apply;
 pub mod batch;
 pub mod cli;
 pub mod lookup;
+pub mod maps;
 pub mod metrics;
 
 pub mod readback;
@@ -118,10 +122,23 @@ pub struct Counters {
     pub per_vip: Vec<(Vip, u64, u64)>,
 }
 
-/// One datapath implementation (XDP today; an IPVS backend would implement it too).
+/// The seam the edge agent programs a datapath through: XDP (`xdp::XdpDatapath`
+/// over the kernel's maps, or `apply::Applier` over any map layer); an IPVS backend
+/// would implement it too.
 pub trait Datapath {
     /// Make the kernel state equal `desired`, writing only what differs.
     fn apply(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error>;
+    /// Changes one service (`None` removes it) without looking at any other.
+    fn apply_service(
+        &mut self,
+        vip: &Vip,
+        entry: Option<&ServiceEntry>,
+    ) -> Result<ApplyStats, Error>;
+    /// Re-resolves the backends' next hops and rewrites the entries that changed;
+    /// how many. A datapath whose kernel resolves next hops itself does nothing.
+    fn refresh_next_hops(&mut self) -> Result<usize, Error> {
+        Ok(0)
+    }
     /// Current counters.
     fn counters(&self) -> Result<Counters, Error>;
     /// Detach and remove every kernel object this datapath created.

@@ -88,7 +88,7 @@ impl XdpDatapath {
     /// The VIP that owns backend `id` now (`owners`: 1 + vip_id), as the
     /// loader programmed it.
     fn owner_vip(&self, id: u32) -> Result<Option<Vip>, Error> {
-        let Some(owners) = &self.owners else {
+        let Some(owners) = self.maps().owners_map() else {
             return Ok(None);
         };
         let vid = match owners.get(&id, 0) {
@@ -106,7 +106,7 @@ impl XdpDatapath {
 
     /// What the program would do with `flow` now.
     pub fn lookup(&self, flow: &abi::Flow) -> Result<Lookup, Error> {
-        let backends: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+        let backends: Array<_, abi::BackendValue> = self.maps().map(abi::map::BACKENDS)?;
         // an id outside the array: the program's lookup returns NULL
         let backend = |id: u32| -> Result<Option<abi::BackendValue>, Error> {
             match backends.get(&id, 0) {
@@ -115,7 +115,7 @@ impl XdpDatapath {
                 Err(e) => Err(map_err(abi::map::BACKENDS)(e)),
             }
         };
-        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
+        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.maps().map(abi::map::VIPS)?;
         let mut key = abi::VipKey {
             addr: flow.daddr,
             port: flow.dport,
@@ -124,7 +124,7 @@ impl XdpDatapath {
         };
         // 1. conntrack first, as the program does (for any packet but a SYN):
         // an entry whose backend slot is live with the same generation decides
-        let ct: HashMap<_, abi::Flow, abi::CtValue> = self.map(abi::map::CONNTRACK)?;
+        let ct: HashMap<_, abi::Flow, abi::CtValue> = self.maps().map(abi::map::CONNTRACK)?;
         let entry = match ct.get(flow, 0) {
             Ok(c) => Some(c),
             Err(MapError::KeyNotFound) => None,
@@ -177,7 +177,7 @@ impl XdpDatapath {
             id,
             conntrack,
         };
-        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
+        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.maps().map(abi::map::RINGS)?;
         let ring = match rings.get(&info.vip_id, 0) {
             Ok(r) => r,
             Err(MapError::KeyNotFound) => return Ok(no_backend(None, 0)),

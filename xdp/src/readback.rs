@@ -5,12 +5,13 @@
 //! the `owners` map (backend id -> VIP), which the loader keeps and reads back
 //! and the program reads on a conntrack hit.
 
-use std::{os::fd::AsFd, path::Path};
+use std::path::Path;
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, IterableMap, MapData, PerCpuArray};
 
 use super::{
-    Error, Programmed, Vip, abi, batch::read_mmapped_u32, map_err, state::ReadBack,
+    Error, abi, map_err,
+    maps::{Maps, kernel::KernelMaps},
     xdp::XdpDatapath,
 };
 
@@ -49,11 +50,10 @@ impl XdpDatapath {
         &self,
         ids: impl IntoIterator<Item = u32>,
     ) -> Result<std::collections::BTreeMap<u32, abi::BackendValue>, Error> {
-        let m: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
         let mut v = std::collections::BTreeMap::new();
         for id in ids {
-            if id < m.len() {
-                v.insert(id, m.get(&id, 0).map_err(map_err(abi::map::BACKENDS))?);
+            if let Some(b) = self.maps().backend(id)? {
+                v.insert(id, b);
             }
         }
         Ok(v)
@@ -63,16 +63,7 @@ impl XdpDatapath {
     /// ring memory; `None` if there is no ring there, its size is not
     /// `size`, or it cannot be mapped (a ring without `BPF_F_MMAPABLE`).
     pub fn read_ring(&self, vip_id: u32, size: u32) -> Result<Option<Vec<u32>>, Error> {
-        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
-        let ring = match rings.get(&vip_id, 0) {
-            Ok(r) => r,
-            Err(aya::maps::MapError::KeyNotFound) => return Ok(None),
-            Err(e) => return Err(map_err(abi::map::RINGS)(e)),
-        };
-        if ring.len() != size {
-            return Ok(None);
-        }
-        Ok(read_mmapped_u32(ring.map().fd().as_fd(), ring.len(), size).ok())
+        self.maps().ring(vip_id, size)
     }
 
     /// Slots per backend id in one VIP's ring.
@@ -88,79 +79,48 @@ impl XdpDatapath {
         Ok(c)
     }
 
-    /// Reconstructs what the (possibly pinned, pre-existing) maps hold: the
-    /// VIPs, their rings (read from the mapped memory), the `owners` map and
-    /// the backends those name (`Programmed::restore` decides who owns
-    /// what). The generation high-water mark is kept in `backends[0]` (see
-    /// `run_ops`). The 1M-entry `backends` array is never scanned.
-    pub fn read_programmed(&self) -> Result<Programmed, Error> {
-        let mut r = ReadBack::default();
-        if let Some(o) = &self.owners {
-            let v = read_mmapped_u32(o.map().fd().as_fd(), o.len(), o.len())?;
-            r.owners = (0..)
-                .zip(v)
-                .filter(|&(_, owner)| owner != 0)
-                .map(|(id, owner)| (id, owner - 1))
-                .collect();
-        }
-        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
-        let mut entries = Vec::new();
-        for kv in vips.iter() {
-            let (k, v) = kv.map_err(map_err(abi::map::VIPS))?;
-            if let Some(vip) = Vip::from_abi(&k) {
-                entries.push((vip, v));
-            }
-        }
-        entries.sort_by_key(|(vip, _)| *vip);
-        let mut ids: std::collections::BTreeSet<u32> = r.owners.keys().copied().collect();
-        ids.insert(0);
-        for (vip, info) in entries {
-            let ring = self.read_ring(info.vip_id, info.ring_size)?;
-            ids.extend(ring.iter().flatten().copied());
-            r.vips.push((vip, info, ring));
-        }
-        r.backends = self.backend_values(ids)?;
-        r.high_water = r.backends.remove(&0).map_or(0, |b| b.generation);
-        Ok(Programmed::restore(r))
-    }
-
-    /// Opens every map with its Rust key/value types: aya checks the sizes
-    /// against what the compiled object declares (the C side of abi.h).
+    /// See [`check_abi`].
     pub fn check_abi(&self) -> Result<(), Error> {
-        use abi::map::*;
-        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(VIPS)?;
-        let _: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(RINGS)?;
-        let backends: Array<_, abi::BackendValue> = self.map(BACKENDS)?;
-        let ct: HashMap<_, abi::Flow, abi::CtValue> = self.map(CONNTRACK)?;
-        // pinned maps keep the size they were created with
-        for (name, data, want) in [
-            (VIPS, vips.map(), abi::MAX_VIPS),
-            (BACKENDS, backends.map(), abi::MAX_BACKENDS),
-            (CONNTRACK, ct.map(), abi::CT_SIZE),
-        ] {
-            let have = data.info().map_err(map_err(name))?.max_entries();
-            if have != want {
-                return Err(Error::Layout {
-                    name,
-                    reason: format!(
-                        "{have} entries, this build's abi.h says {want}: a pinned map of an older release (run `ringlb-edge datapath uninstall` or use a new --pin-dir)"
-                    ),
-                });
-            }
-        }
-        let _: Array<_, abi::ConfigValue> = self.map(CONFIG)?;
-        let _: PerCpuArray<_, abi::VipStats> = self.map(VIP_STATS)?;
-        let stats: PerCpuArray<_, u64> = self.map(STATS)?;
-        if stats.len() != abi::STAT_MAX {
-            return Err(Error::InvalidService {
-                vip: "stats map".into(),
+        check_abi(self.maps())
+    }
+}
+
+/// Opens every map with its Rust key/value types: aya checks the sizes
+/// against what the compiled object declares (the C side of abi.h).
+pub(crate) fn check_abi(maps: &KernelMaps) -> Result<(), Error> {
+    use abi::map::*;
+    let vips: HashMap<_, abi::VipKey, abi::VipInfo> = maps.map(VIPS)?;
+    let _: ArrayOfMaps<&MapData, Array<MapData, u32>> = maps.map(RINGS)?;
+    let backends: Array<_, abi::BackendValue> = maps.map(BACKENDS)?;
+    let ct: HashMap<_, abi::Flow, abi::CtValue> = maps.map(CONNTRACK)?;
+    // pinned maps keep the size they were created with
+    for (name, data, want) in [
+        (VIPS, vips.map(), abi::MAX_VIPS),
+        (BACKENDS, backends.map(), abi::MAX_BACKENDS),
+        (CONNTRACK, ct.map(), abi::CT_SIZE),
+    ] {
+        let have = data.info().map_err(map_err(name))?.max_entries();
+        if have != want {
+            return Err(Error::Layout {
+                name,
                 reason: format!(
-                    "object has {} counters, Rust knows {}",
-                    stats.len(),
-                    abi::STAT_MAX
+                    "{have} entries, this build's abi.h says {want}: a pinned map of an older release (run `ringlb-edge datapath uninstall` or use a new --pin-dir)"
                 ),
             });
         }
-        Ok(())
     }
+    let _: Array<_, abi::ConfigValue> = maps.map(CONFIG)?;
+    let _: PerCpuArray<_, abi::VipStats> = maps.map(VIP_STATS)?;
+    let stats: PerCpuArray<_, u64> = maps.map(STATS)?;
+    if stats.len() != abi::STAT_MAX {
+        return Err(Error::InvalidService {
+            vip: "stats map".into(),
+            reason: format!(
+                "object has {} counters, Rust knows {}",
+                stats.len(),
+                abi::STAT_MAX
+            ),
+        });
+    }
+    Ok(())
 }

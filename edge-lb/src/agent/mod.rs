@@ -1,5 +1,4 @@
 //! `ringlb-edge run`: the edge agent. It derives everything from the API and its flags.
-//! It lives in the binary: it is the orchestration `main` does, over the library's pieces.
 //!
 //! ```text
 //!  reflectors: Services, EndpointSlices
@@ -7,7 +6,7 @@
 //!        ▼
 //!  nexthop-watch thread: kernel route/neighbour/link changes ──> nh notify (DEBOUNCE
 //!                        in nexthops) ──> XdpDatapath::refresh_next_hops (changed only)
-//!  sync (this task owns the datapath):
+//!  sync (this task owns the datapath, through the `Datapath` seam; sync.rs):
 //!     serving::build ──> tables::datapath_state ──> Datapath::apply (writes only the diff)
 //!                    └─> tables::routes ──────────> Speaker::announce / withdraw
 //!  peers::run task: BGPPeer/BGPAdvertisement/IPPool/Node ──> Speaker::set_peers,
@@ -16,36 +15,31 @@
 //!  The XDP program and its maps stay pinned, so a restart keeps forwarding and conntrack.
 //! ```
 
-use std::collections::BTreeSet;
 use std::net::{Ipv4Addr, Ipv6Addr};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::Context;
-use ipnetwork::IpNetwork;
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::Api;
-use kube::runtime::reflector::Store;
-use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
-use ringlb_crds::{BGPPeer, IPPool};
-use ringlb_ops::{CommonArgs, Health};
-use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::{Mutex, Notify};
-
-use crate::peers::{self, NodeContext, watch_into};
-use crate::{serving, tables};
-use ringlb_bgp::{RouteAttrs, Speaker};
+use ringlb_bgp::Speaker;
 use ringlb_maglev as maglev;
 use ringlb_nexthop::KernelResolver;
+use ringlb_ops::{CommonArgs, Health, Heartbeat};
 use ringlb_xdp::Datapath;
 use ringlb_xdp::abi::MAX_RING_SIZE;
 use ringlb_xdp::metrics::XdpMetrics;
 use ringlb_xdp::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
+use tokio::signal::unix::{SignalKind, signal};
+use tokio::sync::{Mutex, Notify};
 
+use crate::peers::{self, NodeContext};
+
+mod api;
 mod nexthops;
+pub mod sync;
+
+use sync::{Stores, SyncConfig, SyncState};
 
 /// How long the agent waits for more events before it syncs.
 const DEBOUNCE: Duration = Duration::from_millis(50);
@@ -56,6 +50,13 @@ const RESYNC: Duration = Duration::from_secs(30);
 const COUNTERS: Duration = Duration::from_secs(10);
 /// How soon a failed datapath apply is retried.
 const RETRY: Duration = Duration::from_secs(1);
+
+/// How long the agent loop may be silent before /healthz fails. The loop wakes at
+/// least every RESYNC (also while the API is down: it works from its reflectors), so
+/// a silent loop is a stuck one.
+const LOOP_ALLOWANCE: Duration = Duration::from_secs(120);
+/// The same for the BGP configuration loop, which wakes at least every minute.
+const PEERS_ALLOWANCE: Duration = Duration::from_secs(180);
 
 /// Flags of `ringlb-edge run`.
 #[derive(clap::Args, Debug, Clone)]
@@ -99,32 +100,52 @@ pub struct RunArgs {
     pub drain_seconds: u64,
 }
 
-struct Stores {
-    services: Store<Service>,
-    slices: Store<EndpointSlice>,
+impl RunArgs {
+    /// Checks the flags that need no I/O; the BGP router id.
+    fn check(&self) -> anyhow::Result<Ipv4Addr> {
+        maglev::Table::build(
+            &[maglev::Backend {
+                addr: Ipv4Addr::LOCALHOST.into(),
+                port: 1,
+                weight: 1,
+            }],
+            self.ring_size,
+        )
+        .with_context(|| format!("--ring-size {}", self.ring_size))?;
+        anyhow::ensure!(
+            self.ring_size <= MAX_RING_SIZE,
+            "--ring-size {}: the XDP datapath holds rings of at most {MAX_RING_SIZE} slots",
+            self.ring_size
+        );
+        self.router_id
+            .or(self.source_v4)
+            .context("--router-id (or --source-v4) is required for BGP")
+    }
+
+    fn sync_config(&self) -> SyncConfig {
+        SyncConfig {
+            ring_size: self.ring_size,
+            default_class: self.default_class,
+        }
+    }
+}
+
+/// What the agent loop owns.
+struct Agent {
+    stores: Stores,
+    notify: Arc<Notify>,
+    dp: Box<dyn Datapath + Send>,
+    speaker: Arc<Speaker>,
+    xdp_metrics: XdpMetrics,
+    nh_metrics: nexthops::Metrics,
+    nh_watch: nexthops::Watcher,
+    health: Arc<Health>,
+    heartbeat: Heartbeat,
 }
 
 /// Runs the edge agent until SIGTERM/SIGINT.
 pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
-    maglev::Table::build(
-        &[maglev::Backend {
-            addr: Ipv4Addr::LOCALHOST.into(),
-            port: 1,
-            weight: 1,
-        }],
-        args.ring_size,
-    )
-    .with_context(|| format!("--ring-size {}", args.ring_size))?;
-    anyhow::ensure!(
-        args.ring_size <= MAX_RING_SIZE,
-        "--ring-size {}: the XDP datapath holds rings of at most {MAX_RING_SIZE} slots",
-        args.ring_size
-    );
-    let router_id = args
-        .router_id
-        .or(args.source_v4)
-        .context("--router-id (or --source-v4) is required for BGP")?;
-
+    let router_id = args.check()?;
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
     let (speaker, xdp_metrics, nh_metrics) = {
@@ -141,46 +162,14 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
     tracing::info!(%addr, "serving /metrics /healthz /readyz");
 
-    let opts = XdpOptions {
-        pin_dir: Some(args.pin_dir.clone()),
-        src4: args.source_v4,
-        src6: args.source_v6,
-        mtu: args.mtu,
-        ..Default::default()
-    };
     let resolver = KernelResolver::default();
     let nh_watch = nexthops::Watcher::start(&resolver, &nh_metrics);
-    let mut dp =
-        XdpDatapath::load(&opts, Box::new(resolver)).context("loading the XDP datapath")?;
-    let mode = dp
-        .attach(&args.interface, args.xdp_mode)
-        .with_context(|| format!("attaching XDP to {}", args.interface))?;
-    tracing::info!(interface = %args.interface, mode, "XDP attached");
+    let dp = load_datapath(args, resolver)?;
 
     let client = common.kube_client().await?;
-    check_crds(&client).await?;
+    api::check_crds(&client).await?;
     let notify = Arc::new(Notify::new());
-    let all = watcher::Config::default();
-    let stores = Stores {
-        services: watch_into(
-            Api::<Service>::all(client.clone()),
-            all.clone(),
-            notify.clone(),
-        )
-        .0,
-        slices: watch_into(
-            Api::<EndpointSlice>::all(client.clone()),
-            all,
-            notify.clone(),
-        )
-        .0,
-    };
-    for (kind, ready) in [
-        ("Service", stores.services.wait_until_ready().await),
-        ("EndpointSlice", stores.slices.wait_until_ready().await),
-    ] {
-        ready.with_context(|| format!("first list of {kind}s"))?;
-    }
+    let stores = api::watch_stores(&client, &notify).await?;
     // Peers and policy come from BGPPeer / BGPAdvertisement / IPPool for this node.
     let node = NodeContext {
         node_name: args.node_name.clone(),
@@ -188,72 +177,134 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     };
     let bgp_task = tokio::spawn({
         let (client, speaker) = (client.clone(), speaker.clone());
+        let heartbeat = health.heartbeat("bgp-config", PEERS_ALLOWANCE);
         async move {
-            if let Err(e) = peers::run(client, node, speaker).await {
+            if let Err(e) = peers::run(client, node, speaker, heartbeat).await {
                 tracing::error!(error = %e, "BGP configuration from the API stopped");
             }
         }
     });
+    let agent = Agent {
+        stores,
+        notify,
+        dp: Box::new(dp),
+        speaker,
+        xdp_metrics,
+        nh_metrics,
+        nh_watch,
+        heartbeat: health.heartbeat("edge-sync", LOOP_ALLOWANCE),
+        health,
+    };
+    let speaker = agent.run_loop(args).await?;
+    shutdown(args, speaker, bgp_task).await;
+    Ok(())
+}
 
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut state = SyncState::default();
-    let mut counters_tick = tokio::time::interval(COUNTERS);
-    let mut due = true;
-    let mut next_sync = tokio::time::Instant::now();
-    let mut refresh_next_hops = Some("start");
-    let mut last_nh_refresh = tokio::time::Instant::now();
-    loop {
-        // At least every RESYNC, whatever else wakes the loop: API events
-        // push `next_sync` back, and a busy cluster must not starve the
-        // refresh that re-probes STALE neighbours and covers lost notifications.
-        if refresh_next_hops.is_none() && last_nh_refresh.elapsed() >= RESYNC {
-            refresh_next_hops = Some("resync");
-        }
-        if let Some(trigger) = refresh_next_hops.take() {
-            tokio::task::block_in_place(|| {
-                nexthops::refresh(&mut dp, &nh_watch, &nh_metrics, trigger)
-            });
-            last_nh_refresh = tokio::time::Instant::now();
-        }
-        if due {
-            // The sync resolves next hops with blocking calls: keep it off the workers
-            // that run the BGP sessions.
-            tokio::task::block_in_place(|| {
-                sync(&stores, args, &mut dp, &speaker, &xdp_metrics, &mut state)
-            });
-            health.set_ready(state.synced_once && !state.retry);
-            next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
-        }
-        due = true;
-        tokio::select! {
-            _ = notify.notified() => tokio::time::sleep(DEBOUNCE).await,
-            _ = tokio::time::sleep_until(next_sync) => {}
-            _ = tokio::time::sleep_until(last_nh_refresh + RESYNC) => {
+/// Loads the XDP program (reusing pinned maps) and attaches it.
+fn load_datapath(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatapath> {
+    let opts = XdpOptions {
+        pin_dir: Some(args.pin_dir.clone()),
+        src4: args.source_v4,
+        src6: args.source_v6,
+        mtu: args.mtu,
+        ..Default::default()
+    };
+    let mut dp =
+        XdpDatapath::load(&opts, Box::new(resolver)).context("loading the XDP datapath")?;
+    let mode = dp
+        .attach(&args.interface, args.xdp_mode)
+        .with_context(|| format!("attaching XDP to {}", args.interface))?;
+    tracing::info!(interface = %args.interface, mode, "XDP attached");
+    Ok(dp)
+}
+
+impl Agent {
+    /// Syncs on API events (debounced), refreshes next hops on kernel changes, reads
+    /// counters, and resyncs at least every RESYNC, until SIGTERM/SIGINT. Returns the
+    /// speaker for the drain.
+    async fn run_loop(mut self, args: &RunArgs) -> anyhow::Result<Arc<Speaker>> {
+        let cfg = args.sync_config();
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let mut state = SyncState::default();
+        let mut counters_tick = tokio::time::interval(COUNTERS);
+        let mut due = true;
+        let mut next_sync = tokio::time::Instant::now();
+        let mut refresh_next_hops = Some("start");
+        let mut last_nh_refresh = tokio::time::Instant::now();
+        loop {
+            self.heartbeat.beat();
+            // At least every RESYNC, whatever else wakes the loop: API events
+            // push `next_sync` back, and a busy cluster must not starve the
+            // refresh that re-probes STALE neighbours and covers lost notifications.
+            if refresh_next_hops.is_none() && last_nh_refresh.elapsed() >= RESYNC {
                 refresh_next_hops = Some("resync");
-                due = false;
             }
-            _ = nh_watch.notify.notified() => {
-                tokio::time::sleep(nh_watch.delay()).await;
-                refresh_next_hops = Some("netlink");
-                due = false;
+            if let Some(trigger) = refresh_next_hops.take() {
+                tokio::task::block_in_place(|| {
+                    nexthops::refresh(self.dp.as_mut(), &self.nh_watch, &self.nh_metrics, trigger)
+                });
+                last_nh_refresh = tokio::time::Instant::now();
             }
-            _ = counters_tick.tick() => {
-                match dp.counters() {
-                    Ok(c) => xdp_metrics.update(&c),
-                    Err(e) => tracing::warn!(error = %e, "reading XDP counters"),
+            if due {
+                // The sync resolves next hops with blocking calls: keep it off the
+                // workers that run the BGP sessions.
+                tokio::task::block_in_place(|| {
+                    sync::sync(
+                        &self.stores,
+                        &cfg,
+                        self.dp.as_mut(),
+                        &self.speaker,
+                        &self.xdp_metrics,
+                        &mut state,
+                    )
+                });
+                self.health.set_ready(state.synced_once && !state.retry);
+                next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
+            }
+            due = true;
+            tokio::select! {
+                _ = self.notify.notified() => tokio::time::sleep(DEBOUNCE).await,
+                _ = tokio::time::sleep_until(next_sync) => {}
+                _ = tokio::time::sleep_until(last_nh_refresh + RESYNC) => {
+                    refresh_next_hops = Some("resync");
+                    due = false;
                 }
-                due = false;
+                _ = self.nh_watch.notify.notified() => {
+                    tokio::time::sleep(self.nh_watch.delay()).await;
+                    refresh_next_hops = Some("netlink");
+                    due = false;
+                }
+                _ = counters_tick.tick() => {
+                    match self.dp.counters() {
+                        Ok(c) => self.xdp_metrics.update(&c),
+                        Err(e) => tracing::warn!(error = %e, "reading XDP counters"),
+                    }
+                    due = false;
+                }
+                _ = term.recv() => break,
+                _ = int.recv() => break,
             }
-            _ = term.recv() => break,
-            _ = int.recv() => break,
         }
+        self.health.set_ready(false);
+        Ok(self.speaker)
     }
+}
+
+/// GRACEFUL_SHUTDOWN, the drain time, withdraw, Cease; the program and maps stay.
+async fn shutdown(args: &RunArgs, speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()>) {
     tracing::info!(
         drain_seconds = args.drain_seconds,
         "shutting down: draining BGP"
     );
-    health.set_ready(false);
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "no SIGTERM handler for the drain");
+            speaker.drain(Duration::from_secs(args.drain_seconds)).await;
+            return;
+        }
+    };
     tokio::select! {
         _ = speaker.drain(Duration::from_secs(args.drain_seconds)) => {}
         _ = term.recv() => { tracing::warn!("second signal: cutting the drain short"); speaker.withdraw_all(); }
@@ -265,107 +316,4 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         Err(_) => tracing::warn!("speaker still shared at exit; sessions close with the process"),
     }
     tracing::info!("edge agent stopped; XDP program and maps stay pinned for the next start");
-    Ok(())
-}
-
-#[derive(Default)]
-struct SyncState {
-    announced: BTreeSet<IpNetwork>,
-    synced_once: bool,
-    /// The last apply failed: sync again soon without waiting for an event.
-    retry: bool,
-    /// Maglev tables of the last sync, reused while their backends do not change.
-    tables: tables::Tables,
-}
-
-fn sync(
-    stores: &Stores,
-    args: &RunArgs,
-    dp: &mut XdpDatapath,
-    speaker: &Speaker,
-    metrics: &XdpMetrics,
-    st: &mut SyncState,
-) {
-    let start = Instant::now();
-    let services: Vec<Service> = stores
-        .services
-        .state()
-        .iter()
-        .map(|s| (**s).clone())
-        .collect();
-    let slices: Vec<EndpointSlice> = stores
-        .slices
-        .state()
-        .iter()
-        .map(|s| (**s).clone())
-        .collect();
-    let want = serving::build(&services, &slices, args.default_class);
-    for s in &want.skipped {
-        tracing::warn!(service = %s.service, reason = %s.reason, "not served");
-    }
-    let (state, problems) = tables::datapath_state(&want, args.ring_size, &mut st.tables);
-    for p in &problems {
-        tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
-    }
-    let applied = Instant::now();
-    let result = dp.apply(&state);
-    metrics.observe_apply(applied.elapsed().as_secs_f64(), result.as_ref().map(|_| ()));
-    let routes = match result {
-        Ok(stats) => {
-            tracing::debug!(?stats, vips = state.services.len(), "datapath applied");
-            st.retry = false;
-            tables::routes(&want, &state)
-        }
-        Err(e) => {
-            // Announce nothing new and withdraw nothing until the datapath is right.
-            tracing::error!(error = %e, kind = e.metric_label(), "datapath apply failed; retrying");
-            st.retry = true;
-            st.announced.clone()
-        }
-    };
-    for gone in st.announced.difference(&routes) {
-        speaker.withdraw(*gone);
-    }
-    speaker.announce_many(
-        routes
-            .difference(&st.announced)
-            .map(|r| (*r, RouteAttrs::default())),
-    );
-    st.announced = routes;
-    st.synced_once |= !st.retry;
-    tracing::debug!(
-        elapsed_ms = start.elapsed().as_millis() as u64,
-        announced = st.announced.len(),
-        "synced"
-    );
-}
-
-/// Exits with a clear message when ringlb's CRDs are not installed.
-async fn check_crds(client: &kube::Client) -> anyhow::Result<()> {
-    for (kind, res) in [
-        (
-            "BGPPeer",
-            Api::<BGPPeer>::all(client.clone())
-                .list(&Default::default())
-                .await
-                .map(|_| ()),
-        ),
-        (
-            "IPPool",
-            Api::<IPPool>::all(client.clone())
-                .list(&Default::default())
-                .await
-                .map(|_| ()),
-        ),
-    ] {
-        if let Err(kube::Error::Api(e)) = &res
-            && e.code == 404
-        {
-            anyhow::bail!(
-                "the {kind} CRD is not installed: kubectl apply -f crds/ (or install the Helm chart)"
-            );
-        }
-        res.with_context(|| format!("listing {kind}s"))?;
-    }
-    Ok(())
 }

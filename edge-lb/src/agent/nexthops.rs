@@ -9,7 +9,7 @@
 //!        │ changes (the MAC of a neighbour in use, a route, a link, lost events)
 //!        │ ──> pending (bounded) + Notify          link change ──> LinkCache::clear
 //!        ▼
-//!  agent loop: sleep Watcher::delay ──> XdpDatapath::refresh_next_hops ──> log + metrics
+//!  agent loop: sleep Watcher::delay ──> Datapath::refresh_next_hops ──> log + metrics
 //! ```
 
 use std::sync::{Arc, Mutex};
@@ -21,7 +21,7 @@ use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
 use ringlb_nexthop::{Change, KernelResolver, Subscription, Watch};
-use ringlb_xdp::xdp::XdpDatapath;
+use ringlb_xdp::Datapath;
 
 /// How long the loop waits for more notifications before it refreshes.
 const DEBOUNCE: Duration = Duration::from_millis(100);
@@ -155,7 +155,7 @@ impl Watcher {
 
 /// Re-resolves every backend's next hop (blocking netlink calls: run it with
 /// `block_in_place`) and logs what changed.
-pub fn refresh(dp: &mut XdpDatapath, watcher: &Watcher, metrics: &Metrics, trigger: &'static str) {
+pub fn refresh(dp: &mut dyn Datapath, watcher: &Watcher, metrics: &Metrics, trigger: &'static str) {
     let seen = watcher.take();
     let t0 = Instant::now();
     *watcher

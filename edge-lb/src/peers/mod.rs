@@ -124,7 +124,14 @@ async fn passwords(client: &Client, peers: &[Arc<BGPPeer>], previous: &Passwords
 
 /// Run until the API watches end: keep the speaker's peers in line with the objects
 /// selecting this node, and keep this node's entry in each `BGPPeer` status current.
-pub async fn run(client: Client, node: NodeContext, speaker: Arc<Speaker>) -> Result<(), Error> {
+/// Feeds `speaker` from the API until the watches end. `heartbeat` beats once per
+/// round (at least every minute).
+pub async fn run(
+    client: Client,
+    node: NodeContext,
+    speaker: Arc<Speaker>,
+    heartbeat: ringlb_ops::Heartbeat,
+) -> Result<(), Error> {
     let dirty = Arc::new(Notify::new());
     let (peers, t1) = watch_into(
         Api::<BGPPeer>::all(client.clone()),
@@ -157,6 +164,7 @@ pub async fn run(client: Client, node: NodeContext, speaker: Arc<Speaker>) -> Re
     let mut tick = tokio::time::interval(Duration::from_secs(60));
     let mut last_passwords = Passwords::new();
     loop {
+        heartbeat.beat();
         tokio::select! {
             _ = dirty.notified() => {}
             _ = tick.tick() => {}

@@ -1,102 +1,44 @@
 //! The planner against a pure model of the kernel maps: writes that fail at
 //! every point of a change, then re-read, re-planned and re-applied.
-use super::tests::{be, draining, state, svc, vip};
+use super::tests::{draining, state, svc, vip};
 use super::*;
+use crate::maps::{memory::MemoryMaps, read_back, run_ops};
+use ringlb_nexthop::StaticResolver;
 
-/// The kernel maps as a pure model, for the failure test below: `run` applies
-/// map operations the way `XdpDatapath::run_ops` does.
-#[derive(Clone, Default)]
-pub(super) struct Model {
-    pub(super) vips: BTreeMap<Vip, abi::VipInfo>,
-    pub(super) rings: BTreeMap<u32, Vec<u32>>,
-    pub(super) backends: BTreeMap<u32, abi::BackendValue>,
-    pub(super) owners: BTreeMap<u32, u32>,
-    pub(super) high_water: u32,
+/// Runs `ops` through the real map-writing path (`maps::run_ops`) into the
+/// in-memory map layer. The tombstone generation is what the loader passes: the
+/// high-water mark of every generation handed out so far.
+pub(super) fn run(m: &mut MemoryMaps, ops: &[MapOp]) {
+    let high_water = ops
+        .iter()
+        .filter_map(|op| match op {
+            MapOp::PutBackend { generation, .. } => Some(*generation),
+            _ => None,
+        })
+        .chain(m.backends.get(&0).map(|b| b.generation))
+        .max()
+        .unwrap_or(0);
+    run_ops(m, &StaticResolver::default(), ops, high_water).expect("in-memory writes");
 }
 
-impl Model {
-    pub(super) fn run(&mut self, ops: &[MapOp]) {
-        for op in ops {
-            match op {
-                MapOp::PutBackend {
-                    id,
-                    addr,
-                    generation,
-                } => {
-                    self.backends.insert(*id, be(*addr, *generation));
-                    self.high_water = self.high_water.max(*generation);
-                }
-                MapOp::CreateRing { vip_id, size } => {
-                    self.rings.insert(*vip_id, vec![0; *size as usize]);
-                }
-                MapOp::WriteSlots { vip_id, slots } => {
-                    let r = self.rings.get_mut(vip_id).expect("ring exists");
-                    for &(s, id) in slots {
-                        r[s as usize] = id;
-                    }
-                }
-                MapOp::PutVip { vip, info } => {
-                    self.vips.insert(*vip, *info);
-                }
-                MapOp::DelVip { vip } => {
-                    self.vips.remove(vip);
-                }
-                MapOp::DelRing { vip_id } => {
-                    self.rings.insert(*vip_id, vec![0]);
-                }
-                MapOp::Own { vip_id, ids } => {
-                    for id in ids {
-                        self.owners.insert(*id, *vip_id);
-                    }
-                }
-                MapOp::DelBackend { id } => {
-                    self.backends.insert(
-                        *id,
-                        abi::BackendValue {
-                            generation: self.high_water,
-                            ..Default::default()
-                        },
-                    );
-                    self.owners.remove(id);
-                }
-            }
-        }
-    }
+/// What a (restarted) loader reads back from `m` (`maps::read_back`).
+pub(super) fn read(m: &MemoryMaps) -> ReadBack {
+    read_back(m).expect("in-memory reads")
+}
 
-    /// What `read_programmed` would read from these maps.
-    pub(super) fn read_back(&self) -> ReadBack {
-        let vips: Vec<_> = self
-            .vips
-            .iter()
-            .map(|(v, i)| {
-                let ring = self
-                    .rings
-                    .get(&i.vip_id)
-                    .filter(|r| r.len() == i.ring_size as usize)
-                    .cloned();
-                (*v, *i, ring)
-            })
-            .collect();
-        let backends = vips
-            .iter()
-            .flat_map(|(_, _, r)| r.iter().flatten())
-            .chain(self.owners.keys())
-            .filter_map(|id| Some((*id, *self.backends.get(id)?)))
-            .collect();
-        ReadBack {
-            vips,
-            owners: self.owners.clone(),
-            backends,
-            high_water: self.high_water,
-        }
-    }
+/// Invariants of the maps, checked after every step of the failure tests.
+trait Invariants {
+    fn vipless(&self) -> Result<(), String>;
+    fn check(&self, want: &DesiredState, only: Option<&Vip>) -> Result<(), String>;
+}
 
+impl Invariants for MemoryMaps {
     /// The invariant conntrack-first relies on: every live id belongs to a
     /// VIP that exists (its `owners` entry names a VIP entry's vip_id, or a
     /// VIP's ring names it). A conntrack hit on a live id is forwarded
     /// without looking at `vips`, so a live id of a deleted VIP keeps its
     /// flows going.
-    pub(super) fn vipless(&self) -> Result<(), String> {
+    fn vipless(&self) -> Result<(), String> {
         let vids: BTreeSet<u32> = self.vips.values().map(|i| i.vip_id).collect();
         let named: BTreeSet<u32> = self
             .vips
@@ -115,18 +57,9 @@ impl Model {
         Ok(())
     }
 
-    /// The ids whose `backends` entry is live.
-    pub(super) fn live(&self) -> BTreeSet<u32> {
-        self.backends
-            .iter()
-            .filter(|(_, b)| b.family != 0)
-            .map(|(id, _)| *id)
-            .collect()
-    }
-
     /// Every slot of every VIP names a live backend (one of `want`'s addresses
     /// for the VIPs `only` selects), and no id is in two VIPs' rings.
-    pub(super) fn check(&self, want: &DesiredState, only: Option<&Vip>) -> Result<(), String> {
+    fn check(&self, want: &DesiredState, only: Option<&Vip>) -> Result<(), String> {
         let mut owner = BTreeMap::new();
         for (v, i) in &self.vips {
             let ring = &self.rings[&i.vip_id];
@@ -177,13 +110,13 @@ fn apply_service_after_a_failed_write_never_breaks_another_service() {
     assert!(change.contains(&MapOp::DelVip { vip: d }));
     let mut windows = 0;
     for k in 0..=change.len() {
-        let mut m = Model::default();
-        m.run(&first);
-        m.run(&change[..k]); // the write fails at op k
+        let mut m = MemoryMaps::default();
+        run(&mut m, &first);
+        run(&mut m, &change[..k]); // the write fails at op k
         m.check(&after, None)
             .unwrap_or_else(|e| panic!("maps after a failure at op {k}: {e}"));
         windows += usize::from(m.vipless().is_err());
-        let mut p = Programmed::restore(m.read_back());
+        let mut p = Programmed::restore(read(&m));
         // the fast path, one service at a time; the removal last, so the
         // strays of d (if its entry went already) are left to other updates
         let updates = after
@@ -207,7 +140,7 @@ fn apply_service_after_a_failed_write_never_breaks_another_service() {
                     );
                 }
             }
-            m.run(&ops);
+            run(&mut m, &ops);
             let only = e.is_some().then_some(&v);
             m.check(&after, only)
                 .unwrap_or_else(|e| panic!("failure at op {k}, after updating {v}: {e}"));
@@ -233,8 +166,8 @@ fn apply_service_after_a_failed_write_never_breaks_another_service() {
         let claimed: BTreeSet<u32> = p.backends().map(|(_, _, b)| b.id).collect();
         assert_eq!(m.live(), claimed, "failure at op {k}: after apply_service");
         // a full resync afterwards converges and cleans up
-        let (ops, next) = plan(&Programmed::restore(m.read_back()), &after).unwrap();
-        m.run(&ops);
+        let (ops, next) = plan(&Programmed::restore(read(&m)), &after).unwrap();
+        run(&mut m, &ops);
         for v in after.services.keys() {
             m.check(&after, Some(v)).unwrap();
         }
@@ -269,21 +202,21 @@ fn a_restored_vip_without_conntrack_is_regenerated_once() {
     let v = vip(1, 80);
     let off = state(vec![(v, svc(&v, &[1, 2], 5).without_conntrack())]);
     let on = state(vec![(v, svc(&v, &[1, 2], 5))]);
-    let mut m = Model::default();
+    let mut m = MemoryMaps::default();
     let (ops, p) = plan(&Programmed::default(), &on).unwrap();
-    m.run(&ops);
+    run(&mut m, &ops);
     let (ops, _) = plan(&p, &off).unwrap();
     // the write fails right after the VIP entry
     let at = ops
         .iter()
         .position(|op| matches!(op, MapOp::PutVip { .. }))
         .unwrap();
-    m.run(&ops[..=at]);
-    let restored = Programmed::restore(m.read_back());
+    run(&mut m, &ops[..=at]);
+    let restored = Programmed::restore(read(&m));
     assert_eq!(restored.vips[&v].flags, abi::VIP_F_NO_CT);
     let (ops, next) = plan(&restored, &off).unwrap();
     assert_eq!(regenerated_after_the_vip_or_start(&ops, &next, &v), 2);
-    m.run(&ops);
+    run(&mut m, &ops);
     for (a, b) in &next.vips[&v].backends {
         assert_ne!(b.generation, p.vips[&v].backends[a].generation);
         assert_eq!(m.backends[&b.id].generation, b.generation);
@@ -315,9 +248,9 @@ fn regenerated_after_the_vip_or_start(ops: &[MapOp], p: &Programmed, v: &Vip) ->
 fn strays_go_before_their_old_vip_id_is_reused() {
     let (b, d) = (vip(2, 80), vip(4, 80));
     let before = state(vec![(b, svc(&b, &[2, 3], 7)), (d, svc(&d, &[6, 7], 5))]);
-    let mut m = Model::default();
+    let mut m = MemoryMaps::default();
     let (ops, mut p) = plan(&Programmed::default(), &before).unwrap();
-    m.run(&ops);
+    run(&mut m, &ops);
     let d_vid = p.vips[&d].vip_id;
     let d_ids: BTreeSet<u32> = p.vips[&d].backends.values().map(|x| x.id).collect();
     let ops = plan_update(&mut p, &d, None).unwrap();
@@ -325,9 +258,9 @@ fn strays_go_before_their_old_vip_id_is_reused() {
         .iter()
         .position(|op| *op == MapOp::DelVip { vip: d })
         .unwrap();
-    m.run(&ops[..=del_vip]); // fails right after the VIP entry went
+    run(&mut m, &ops[..=del_vip]); // fails right after the VIP entry went
     assert!(m.vipless().is_err(), "the window: d's ids are live");
-    let mut p = Programmed::restore(m.read_back());
+    let mut p = Programmed::restore(read(&m));
     assert_eq!(p.strays, d_ids);
     // b's ring changes size: it gets a new vip_id, d's old one
     let ops = plan_update(&mut p, &b, Some(&svc(&b, &[2, 3], 11))).unwrap();
@@ -350,8 +283,8 @@ fn strays_go_before_their_old_vip_id_is_reused() {
     // to b, and the next update leaves none of them live
     for k in 0..=ops.len() {
         let mut m2 = m.clone();
-        m2.run(&ops[..k]);
-        let mut p2 = Programmed::restore(m2.read_back());
+        run(&mut m2, &ops[..k]);
+        let mut p2 = Programmed::restore(read(&m2));
         let stolen: Vec<u32> = p2
             .backends()
             .map(|(_, _, x)| x.id)
@@ -362,7 +295,7 @@ fn strays_go_before_their_old_vip_id_is_reused() {
             "failure at op {k}: b took d's ids {stolen:?}"
         );
         let again = plan_update(&mut p2, &b, Some(&svc(&b, &[2, 3], 11))).unwrap();
-        m2.run(&again);
+        run(&mut m2, &again);
         m2.vipless()
             .unwrap_or_else(|e| panic!("failure at op {k}: {e}"));
         assert!(m2.live().is_disjoint(&d_ids), "failure at op {k}");

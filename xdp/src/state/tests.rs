@@ -1,6 +1,7 @@
 //! Unit tests of the pure planner (no kernel).
 use super::*;
-use failure_tests::Model;
+use crate::maps::memory::MemoryMaps;
+use failure_tests::{read, run};
 
 pub(super) fn vip(last: u8, port: u16) -> Vip {
     Vip {
@@ -579,10 +580,10 @@ pub(super) fn draining(v: &Vip, ready: &[u8], drain: &[u8], size: usize) -> Serv
 fn a_restart_keeps_the_ids_of_draining_pods() {
     let v = vip(1, 80);
     let d = state(vec![(v, draining(&v, &[1, 2], &[3], 7))]);
-    let mut m = Model::default();
+    let mut m = MemoryMaps::default();
     let (ops, p) = plan(&Programmed::default(), &d).unwrap();
-    m.run(&ops);
-    let restored = Programmed::restore(m.read_back());
+    run(&mut m, &ops);
+    let restored = Programmed::restore(read(&m));
     assert_eq!(
         restored.backends().collect::<Vec<_>>(),
         p.backends().collect::<Vec<_>>()
@@ -600,13 +601,13 @@ fn a_restart_keeps_the_ids_of_draining_pods() {
 #[test]
 fn owners_follow_a_ring_size_change() {
     let v = vip(1, 80);
-    let mut m = Model::default();
+    let mut m = MemoryMaps::default();
     let (ops, p) = plan(
         &Programmed::default(),
         &state(vec![(v, svc(&v, &[1, 2], 5))]),
     )
     .unwrap();
-    m.run(&ops);
+    run(&mut m, &ops);
     let (ops, p2) = plan(&p, &state(vec![(v, svc(&v, &[1, 2, 3], 7))])).unwrap();
     let put_vip = ops
         .iter()
@@ -617,10 +618,10 @@ fn owners_follow_a_ring_size_change() {
         .position(|op| matches!(op, MapOp::Own { ids, .. } if ids.len() == 2))
         .unwrap();
     assert!(own_kept > put_vip, "{ops:?}");
-    m.run(&ops);
+    run(&mut m, &ops);
     let new_vid = p2.vips[&v].vip_id;
     assert!(m.owners.values().all(|o| *o == new_vid), "{:?}", m.owners);
-    let r = Programmed::restore(m.read_back());
+    let r = Programmed::restore(read(&m));
     assert_eq!(
         r.backends().collect::<Vec<_>>(),
         p2.backends().collect::<Vec<_>>()

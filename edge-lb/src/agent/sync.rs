@@ -1,0 +1,297 @@
+//! One sync of the edge agent: API objects -> Maglev tables -> the datapath (through
+//! the `Datapath` seam) -> the routes the speaker announces. Tested here against the
+//! real apply path over in-memory maps and a real speaker; no API server, no kernel.
+
+use std::collections::BTreeSet;
+use std::time::Instant;
+
+use ipnetwork::IpNetwork;
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
+use kube::runtime::reflector::Store;
+use ringlb_bgp::{RouteAttrs, Speaker};
+use ringlb_xdp::Datapath;
+use ringlb_xdp::metrics::XdpMetrics;
+
+use crate::{serving, tables};
+
+/// What one sync leaves for the next.
+#[derive(Default)]
+pub struct SyncState {
+    /// The routes the speaker announces.
+    pub announced: BTreeSet<IpNetwork>,
+    /// A sync has programmed the datapath at least once.
+    pub synced_once: bool,
+    /// The last apply failed: sync again soon without waiting for an event.
+    pub retry: bool,
+    /// Maglev tables of the last sync, reused while their backends do not change.
+    pub tables: tables::Tables,
+}
+
+/// The reflectors the sync reads.
+pub struct Stores {
+    pub services: Store<Service>,
+    pub slices: Store<EndpointSlice>,
+}
+
+/// What a sync needs besides the API objects.
+pub struct SyncConfig {
+    pub ring_size: u32,
+    pub default_class: bool,
+}
+
+/// One reconcile of the edge: the API objects in `stores` become Maglev tables and
+/// the datapath's desired state, which `dp` applies; then the speaker announces the
+/// VIPs that are programmed and withdraws the ones that are gone. After a failed
+/// apply nothing new is announced and nothing withdrawn, and `st.retry` is set.
+pub fn sync(
+    stores: &Stores,
+    cfg: &SyncConfig,
+    dp: &mut dyn Datapath,
+    speaker: &Speaker,
+    metrics: &XdpMetrics,
+    st: &mut SyncState,
+) {
+    let start = Instant::now();
+    let services: Vec<Service> = stores
+        .services
+        .state()
+        .iter()
+        .map(|s| (**s).clone())
+        .collect();
+    let slices: Vec<EndpointSlice> = stores
+        .slices
+        .state()
+        .iter()
+        .map(|s| (**s).clone())
+        .collect();
+    let want = serving::build(&services, &slices, cfg.default_class);
+    for s in &want.skipped {
+        tracing::warn!(service = %s.service, reason = %s.reason, "not served");
+    }
+    let (state, problems) = tables::datapath_state(&want, cfg.ring_size, &mut st.tables);
+    for p in &problems {
+        tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
+    }
+    let applied = Instant::now();
+    let result = dp.apply(&state);
+    metrics.observe_apply(applied.elapsed().as_secs_f64(), result.as_ref().map(|_| ()));
+    let routes = match result {
+        Ok(stats) => {
+            tracing::debug!(?stats, vips = state.services.len(), "datapath applied");
+            st.retry = false;
+            tables::routes(&want, &state)
+        }
+        Err(e) => {
+            // Announce nothing new and withdraw nothing until the datapath is right.
+            tracing::error!(error = %e, kind = e.metric_label(), "datapath apply failed; retrying");
+            st.retry = true;
+            st.announced.clone()
+        }
+    };
+    for gone in st.announced.difference(&routes) {
+        speaker.withdraw(*gone);
+    }
+    speaker.announce_many(
+        routes
+            .difference(&st.announced)
+            .map(|r| (*r, RouteAttrs::default())),
+    );
+    st.announced = routes;
+    st.synced_once |= !st.retry;
+    tracing::debug!(
+        elapsed_ms = start.elapsed().as_millis() as u64,
+        announced = st.announced.len(),
+        "synced"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use kube::runtime::reflector;
+    use kube::runtime::watcher::Event;
+    use prometheus_client::registry::Registry;
+    use ringlb_nexthop::StaticResolver;
+    use ringlb_xdp::apply::Applier;
+    use ringlb_xdp::maps::memory::MemoryMaps;
+    use serde_json::json;
+
+    use super::*;
+    use crate::serving::fixtures::{ep, service, slice};
+
+    /// Reflector stores holding `services` and `slices`, as the watches fill them.
+    fn stores(services: Vec<Service>, slices: Vec<EndpointSlice>) -> Stores {
+        let (svc_reader, mut svc_writer) = reflector::store::<Service>();
+        let (slice_reader, mut slice_writer) = reflector::store::<EndpointSlice>();
+        for s in services {
+            svc_writer.apply_watcher_event(&Event::Apply(s));
+        }
+        for s in slices {
+            slice_writer.apply_watcher_event(&Event::Apply(s));
+        }
+        Stores {
+            services: svc_reader,
+            slices: slice_reader,
+        }
+    }
+
+    fn web(vip: &str) -> Service {
+        service(
+            "web",
+            &[vip],
+            json!([{"port": 80, "protocol": "TCP", "targetPort": 8080}]),
+        )
+    }
+
+    fn web_slice(pods: &[(&str, bool)]) -> EndpointSlice {
+        let eps: Vec<_> = pods
+            .iter()
+            .map(|(ip, ready)| ep(ip, *ready, *ready, false))
+            .collect();
+        slice(
+            "web",
+            "web-1",
+            "IPv4",
+            json!([{"port": 8080, "protocol": "TCP"}]),
+            json!(eps),
+        )
+    }
+
+    struct Edge {
+        dp: Applier<MemoryMaps>,
+        speaker: Speaker,
+        metrics: XdpMetrics,
+        st: SyncState,
+        cfg: SyncConfig,
+    }
+
+    impl Edge {
+        fn new() -> Self {
+            let mut registry = Registry::default();
+            Edge {
+                dp: Applier::new(MemoryMaps::default(), Box::new(StaticResolver::default()))
+                    .unwrap(),
+                // port 0: no listener; announcing only fills the speaker's table
+                speaker: Speaker::start(0, &mut registry).unwrap(),
+                metrics: XdpMetrics::register(&mut registry),
+                st: SyncState::default(),
+                cfg: SyncConfig {
+                    ring_size: 251,
+                    default_class: true,
+                },
+            }
+        }
+
+        fn sync(&mut self, stores: &Stores) {
+            sync(
+                stores,
+                &self.cfg,
+                &mut self.dp,
+                &self.speaker,
+                &self.metrics,
+                &mut self.st,
+            );
+        }
+
+        /// The pod addresses the VIP's ring names, from the maps.
+        fn ring_pods(&self) -> BTreeSet<String> {
+            let m = self.dp.maps();
+            m.vips
+                .values()
+                .flat_map(|i| m.rings[&i.vip_id].iter())
+                .map(|id| {
+                    let b = m.backends[id];
+                    b.addr.to_ip(b.family).unwrap().to_string()
+                })
+                .collect()
+        }
+
+        fn announced(&self) -> Vec<String> {
+            self.speaker
+                .announced()
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        }
+    }
+
+    #[tokio::test]
+    async fn a_service_with_ready_pods_is_programmed_then_announced() {
+        let mut edge = Edge::new();
+        let objs = stores(
+            vec![web("10.100.0.1")],
+            vec![web_slice(&[
+                ("10.1.0.1", true),
+                ("10.1.0.2", true),
+                ("10.1.0.3", false),
+            ])],
+        );
+        edge.sync(&objs);
+        assert!(edge.st.synced_once && !edge.st.retry);
+        assert_eq!(
+            edge.ring_pods(),
+            ["10.1.0.1", "10.1.0.2"].map(String::from).into(),
+            "ready pods only"
+        );
+        let vip = edge.dp.maps().vips.keys().next().copied().unwrap();
+        assert_eq!(
+            (vip.addr.to_string().as_str(), vip.port),
+            ("10.100.0.1", 80)
+        );
+        assert_eq!(edge.announced(), ["10.100.0.1/32"]);
+    }
+
+    #[tokio::test]
+    async fn a_vip_whose_pods_all_go_is_withdrawn_and_removed() {
+        let mut edge = Edge::new();
+        edge.sync(&stores(
+            vec![web("10.100.0.1")],
+            vec![web_slice(&[("10.1.0.1", true)])],
+        ));
+        assert_eq!(edge.announced(), ["10.100.0.1/32"]);
+        edge.sync(&stores(
+            vec![web("10.100.0.1")],
+            vec![web_slice(&[("10.1.0.1", false)])],
+        ));
+        assert!(edge.announced().is_empty(), "no ready backend, no route");
+        assert!(edge.dp.maps().vips.is_empty());
+        assert!(edge.dp.maps().live().is_empty(), "no backend left live");
+    }
+
+    #[tokio::test]
+    async fn a_failed_apply_announces_nothing_new_and_withdraws_nothing() {
+        let mut edge = Edge::new();
+        edge.sync(&stores(
+            vec![web("10.100.0.1")],
+            vec![web_slice(&[("10.1.0.1", true)])],
+        ));
+        let both = stores(
+            vec![web("10.100.0.1"), {
+                let mut s = service(
+                    "api",
+                    &["10.100.0.2"],
+                    json!([{"port": 443, "protocol": "TCP"}]),
+                );
+                s.metadata.name = Some("api".into());
+                s
+            }],
+            vec![web_slice(&[("10.1.0.1", true)]), {
+                slice(
+                    "api",
+                    "api-1",
+                    "IPv4",
+                    json!([{"port": 443, "protocol": "TCP"}]),
+                    json!([ep("10.1.0.9", true, true, false)]),
+                )
+            }],
+        );
+        edge.dp.maps_mut().fail_after = Some(0);
+        edge.sync(&both);
+        assert!(edge.st.retry, "the failed apply is retried");
+        assert_eq!(edge.announced(), ["10.100.0.1/32"], "the new VIP waits");
+        edge.dp.maps_mut().fail_after = None;
+        edge.sync(&both);
+        assert!(!edge.st.retry);
+        assert_eq!(edge.announced(), ["10.100.0.1/32", "10.100.0.2/32"]);
+    }
+}

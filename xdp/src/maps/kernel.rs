@@ -1,0 +1,207 @@
+//! The map layer over the kernel: the loaded object's BPF maps through aya.
+//! Rings are written straight into their mmapped memory; backends and owners in
+//! `BPF_MAP_UPDATE_BATCH` batches (`batch.rs`).
+
+use std::collections::BTreeMap;
+use std::os::fd::AsFd;
+
+use aya::{
+    Ebpf,
+    maps::{Array, ArrayOfMaps, HashMap, IterableMap, MapData, PerCpuArray, PerCpuValues},
+};
+
+use super::Maps;
+use crate::{
+    Counters, Error, Vip, abi,
+    batch::{BPF_F_MMAPABLE, read_mmapped_u32, update_batch, write_mmapped_u32},
+    map_err,
+};
+
+/// `BPF_F_INNER_MAP`: inner maps of different sizes may share the outer map.
+const BPF_F_INNER_MAP: u32 = 0x1000;
+
+/// The loaded object's maps (and its programs, which the loader attaches).
+pub struct KernelMaps {
+    ebpf: Ebpf,
+    /// The `owners` map, taken out of the object (the program reads it on a
+    /// conntrack hit): backend id -> 1 + vip_id of the service that owns the id,
+    /// 0 = none. Pinned next to the program's maps, so a restarted loader
+    /// knows which service each id belongs to, also ids no ring names (a
+    /// draining pod that only keeps its established flows).
+    owners: Option<Array<MapData, u32>>,
+}
+
+impl KernelMaps {
+    pub fn new(ebpf: Ebpf, owners: Option<Array<MapData, u32>>) -> Self {
+        Self { ebpf, owners }
+    }
+
+    pub fn ebpf(&self) -> &Ebpf {
+        &self.ebpf
+    }
+
+    pub fn ebpf_mut(&mut self) -> &mut Ebpf {
+        &mut self.ebpf
+    }
+
+    pub fn owners_map(&self) -> Option<&Array<MapData, u32>> {
+        self.owners.as_ref()
+    }
+
+    /// Map `name` with its Rust key/value types (aya checks their sizes).
+    pub fn map<'a, T>(&'a self, name: &'static str) -> Result<T, Error>
+    where
+        T: TryFrom<&'a aya::maps::Map, Error = aya::maps::MapError>,
+    {
+        let m = self.ebpf.map(name).ok_or(Error::MissingMap { name })?;
+        T::try_from(m).map_err(map_err(name))
+    }
+
+    pub fn map_mut<'a, T>(&'a mut self, name: &'static str) -> Result<T, Error>
+    where
+        T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
+    {
+        let m = self.ebpf.map_mut(name).ok_or(Error::MissingMap { name })?;
+        T::try_from(m).map_err(map_err(name))
+    }
+
+    fn set_ring(&mut self, vip_id: u32, size: u32) -> Result<(), Error> {
+        let ring = Array::<MapData, u32>::create(size, BPF_F_INNER_MAP | BPF_F_MMAPABLE)
+            .map_err(map_err("ring"))?;
+        let mut rings: ArrayOfMaps<&mut MapData, Array<MapData, u32>> =
+            self.map_mut(abi::map::RINGS)?;
+        rings
+            .set(vip_id, &ring, 0)
+            .map_err(map_err(abi::map::RINGS))
+    }
+}
+
+impl Maps for KernelMaps {
+    fn put_backends(&mut self, ids: &[u32], values: &[abi::BackendValue]) -> Result<(), Error> {
+        let m: Array<&MapData, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+        update_batch(m.map().fd().as_fd(), ids, values)
+    }
+
+    fn backend(&self, id: u32) -> Result<Option<abi::BackendValue>, Error> {
+        let m: Array<_, abi::BackendValue> = self.map(abi::map::BACKENDS)?;
+        if id >= m.len() {
+            return Ok(None);
+        }
+        m.get(&id, 0).map(Some).map_err(map_err(abi::map::BACKENDS))
+    }
+
+    fn create_ring(&mut self, vip_id: u32, size: u32) -> Result<(), Error> {
+        self.set_ring(vip_id, size)?;
+        let ncpu = aya::util::nr_cpus().map_err(|(_, e)| Error::Syscall {
+            call: "nr_cpus",
+            source: e,
+        })?;
+        let mut vs: PerCpuArray<_, abi::VipStats> = self.map_mut(abi::map::VIP_STATS)?;
+        let zeros = PerCpuValues::try_from(vec![abi::VipStats::default(); ncpu]).map_err(|e| {
+            Error::Syscall {
+                call: "PerCpuValues",
+                source: e,
+            }
+        })?;
+        vs.set(vip_id, zeros, 0)
+            .map_err(map_err(abi::map::VIP_STATS))
+    }
+
+    fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error> {
+        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
+        let ring = rings.get(&vip_id, 0).map_err(map_err(abi::map::RINGS))?;
+        // straight into the mmapped ring; a ring without BPF_F_MMAPABLE (made by
+        // an older loader) gets one batch
+        let fd = ring.map().fd().as_fd();
+        if write_mmapped_u32(fd, ring.len(), slots).is_err() {
+            let (keys, vals): (Vec<u32>, Vec<u32>) = slots.iter().copied().unzip();
+            update_batch(fd, &keys, &vals)?;
+        }
+        Ok(())
+    }
+
+    fn del_ring(&mut self, vip_id: u32) -> Result<(), Error> {
+        // ARRAY_OF_MAPS has no delete in aya 0.14; an empty 1-slot ring releases
+        // the old inner map's memory.
+        self.set_ring(vip_id, 1)
+    }
+
+    fn ring(&self, vip_id: u32, size: u32) -> Result<Option<Vec<u32>>, Error> {
+        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
+        let ring = match rings.get(&vip_id, 0) {
+            Ok(r) => r,
+            Err(aya::maps::MapError::KeyNotFound) => return Ok(None),
+            Err(e) => return Err(map_err(abi::map::RINGS)(e)),
+        };
+        if ring.len() != size {
+            return Ok(None);
+        }
+        Ok(read_mmapped_u32(ring.map().fd().as_fd(), ring.len(), size).ok())
+    }
+
+    fn put_vip(&mut self, vip: &Vip, info: &abi::VipInfo) -> Result<(), Error> {
+        let mut m: HashMap<_, abi::VipKey, abi::VipInfo> = self.map_mut(abi::map::VIPS)?;
+        m.insert(vip.to_abi(), info, 0)
+            .map_err(map_err(abi::map::VIPS))
+    }
+
+    fn del_vip(&mut self, vip: &Vip) -> Result<(), Error> {
+        let mut m: HashMap<_, abi::VipKey, abi::VipInfo> = self.map_mut(abi::map::VIPS)?;
+        match m.remove(&vip.to_abi()) {
+            Ok(()) | Err(aya::maps::MapError::KeyNotFound) => Ok(()),
+            Err(e) => Err(map_err(abi::map::VIPS)(e)),
+        }
+    }
+
+    fn vips(&self) -> Result<Vec<(Vip, abi::VipInfo)>, Error> {
+        let vips: HashMap<_, abi::VipKey, abi::VipInfo> = self.map(abi::map::VIPS)?;
+        let mut entries = Vec::new();
+        for kv in vips.iter() {
+            let (k, v) = kv.map_err(map_err(abi::map::VIPS))?;
+            if let Some(vip) = Vip::from_abi(&k) {
+                entries.push((vip, v));
+            }
+        }
+        Ok(entries)
+    }
+
+    fn set_owners(&mut self, ids: &[u32], owner: u32) -> Result<(), Error> {
+        match &self.owners {
+            Some(o) => update_batch(o.map().fd().as_fd(), ids, &vec![owner; ids.len()]),
+            None => Ok(()),
+        }
+    }
+
+    fn owners(&self) -> Result<BTreeMap<u32, u32>, Error> {
+        let Some(o) = &self.owners else {
+            return Ok(BTreeMap::new());
+        };
+        let v = read_mmapped_u32(o.map().fd().as_fd(), o.len(), o.len())?;
+        Ok((0..)
+            .zip(v)
+            .filter(|&(_, owner)| owner != 0)
+            .map(|(id, owner)| (id, owner - 1))
+            .collect())
+    }
+
+    fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error> {
+        let stats: PerCpuArray<_, u64> = self.map(abi::map::STATS)?;
+        let mut c = Counters::default();
+        for s in abi::Stat::ALL {
+            let v = stats
+                .get(&(s as u32), 0)
+                .map_err(map_err(abi::map::STATS))?;
+            c.global.push((s.label(), v.iter().sum()));
+        }
+        let vs: PerCpuArray<_, abi::VipStats> = self.map(abi::map::VIP_STATS)?;
+        for (vip, vip_id) in vips {
+            let v = vs.get(vip_id, 0).map_err(map_err(abi::map::VIP_STATS))?;
+            c.per_vip.push((
+                *vip,
+                v.iter().map(|x| x.packets).sum(),
+                v.iter().map(|x| x.bytes).sum(),
+            ));
+        }
+        Ok(c)
+    }
+}

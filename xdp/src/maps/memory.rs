@@ -1,0 +1,151 @@
+//! The map layer in memory, for tests of the real apply path without a kernel
+//! (feature `memory-maps`; never in a program). It holds what the kernel maps
+//! would, and fails a chosen write to model a map write failing halfway.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use super::Maps;
+use crate::{Counters, Error, Vip, abi};
+
+/// The XDP program's maps as plain collections.
+#[derive(Clone, Debug, Default)]
+pub struct MemoryMaps {
+    pub vips: BTreeMap<Vip, abi::VipInfo>,
+    pub rings: BTreeMap<u32, Vec<u32>>,
+    pub backends: BTreeMap<u32, abi::BackendValue>,
+    pub owners: BTreeMap<u32, u32>,
+    /// Writes left before one fails (`None`: never). Each trait call that writes
+    /// counts once; the failing one changes nothing.
+    pub fail_after: Option<usize>,
+    /// Writes made so far.
+    pub writes: usize,
+    /// Every read fails while set (a re-read after a failed write failing too).
+    pub fail_reads: bool,
+}
+
+impl MemoryMaps {
+    /// Counts a write; the error of the one that is set to fail.
+    fn write(&mut self, what: &'static str) -> Result<(), Error> {
+        if let Some(left) = self.fail_after.as_mut() {
+            if *left == 0 {
+                return Err(Error::Syscall {
+                    call: what,
+                    source: std::io::Error::other("injected map write failure"),
+                });
+            }
+            *left -= 1;
+        }
+        self.writes += 1;
+        Ok(())
+    }
+
+    fn read(&self, what: &'static str) -> Result<(), Error> {
+        if self.fail_reads {
+            return Err(Error::Syscall {
+                call: what,
+                source: std::io::Error::other("injected map read failure"),
+            });
+        }
+        Ok(())
+    }
+
+    /// The ids whose `backends` entry is live (family set).
+    pub fn live(&self) -> BTreeSet<u32> {
+        self.backends
+            .iter()
+            .filter(|(_, b)| b.family != 0)
+            .map(|(id, _)| *id)
+            .collect()
+    }
+}
+
+impl Maps for MemoryMaps {
+    fn put_backends(&mut self, ids: &[u32], values: &[abi::BackendValue]) -> Result<(), Error> {
+        self.write("put_backends")?;
+        self.backends
+            .extend(ids.iter().copied().zip(values.iter().copied()));
+        Ok(())
+    }
+
+    fn backend(&self, id: u32) -> Result<Option<abi::BackendValue>, Error> {
+        self.read("backend")?;
+        let in_range = id < abi::MAX_BACKENDS;
+        Ok(in_range.then(|| self.backends.get(&id).copied().unwrap_or_default()))
+    }
+
+    fn create_ring(&mut self, vip_id: u32, size: u32) -> Result<(), Error> {
+        self.write("create_ring")?;
+        self.rings.insert(vip_id, vec![0; size as usize]);
+        Ok(())
+    }
+
+    fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error> {
+        self.write("write_slots")?;
+        let ring = self
+            .rings
+            .get_mut(&vip_id)
+            .ok_or(Error::MissingMap { name: "ring" })?;
+        for &(slot, id) in slots {
+            ring[slot as usize] = id;
+        }
+        Ok(())
+    }
+
+    fn del_ring(&mut self, vip_id: u32) -> Result<(), Error> {
+        self.write("del_ring")?;
+        self.rings.insert(vip_id, vec![0]);
+        Ok(())
+    }
+
+    fn ring(&self, vip_id: u32, size: u32) -> Result<Option<Vec<u32>>, Error> {
+        self.read("ring")?;
+        Ok(self
+            .rings
+            .get(&vip_id)
+            .filter(|r| r.len() == size as usize)
+            .cloned())
+    }
+
+    fn put_vip(&mut self, vip: &Vip, info: &abi::VipInfo) -> Result<(), Error> {
+        self.write("put_vip")?;
+        self.vips.insert(*vip, *info);
+        Ok(())
+    }
+
+    fn del_vip(&mut self, vip: &Vip) -> Result<(), Error> {
+        self.write("del_vip")?;
+        self.vips.remove(vip);
+        Ok(())
+    }
+
+    fn vips(&self) -> Result<Vec<(Vip, abi::VipInfo)>, Error> {
+        self.read("vips")?;
+        Ok(self.vips.iter().map(|(v, i)| (*v, *i)).collect())
+    }
+
+    fn set_owners(&mut self, ids: &[u32], owner: u32) -> Result<(), Error> {
+        self.write("set_owners")?;
+        for id in ids {
+            if owner == 0 {
+                self.owners.remove(id);
+            } else {
+                self.owners.insert(*id, owner - 1);
+            }
+        }
+        Ok(())
+    }
+
+    fn owners(&self) -> Result<BTreeMap<u32, u32>, Error> {
+        self.read("owners")?;
+        Ok(self.owners.clone())
+    }
+
+    /// No packets cross memory: every counter is zero.
+    fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error> {
+        self.read("counters")?;
+        Ok(Counters {
+            global: abi::Stat::ALL.iter().map(|s| (s.label(), 0)).collect(),
+            per_vip: vips.iter().map(|(v, _)| (*v, 0, 0)).collect(),
+        })
+    }
+}

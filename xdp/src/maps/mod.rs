@@ -1,0 +1,164 @@
+//! The map layer: the writes and reads the apply path makes, behind one trait.
+//!
+//! ```text
+//!  Applier (apply.rs) ── plan() ──> Vec<MapOp> ── run_ops ──> dyn Maps
+//!                                                              ├─ KernelMaps: aya, the pinned BPF maps
+//!                                                              └─ MemoryMaps: BTreeMaps (feature `memory-maps`,
+//!                                                                 tests: failures injected at any write)
+//!  a failed write ── read_back(dyn Maps) ──> Programmed::restore ──> View
+//! ```
+//!
+//! `run_ops` and `read_back` are the only code that turns map operations into map
+//! writes and map contents into the loader's view, so the failure tests exercise the
+//! same path the kernel layer runs.
+
+pub mod kernel;
+#[cfg(any(test, feature = "memory-maps"))]
+pub mod memory;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+
+use ringlb_nexthop::{NextHop, Resolver};
+
+use crate::{ApplyStats, Counters, Error, MapOp, Vip, abi, state::ReadBack};
+
+/// The BPF maps of the XDP program, as the loader writes and reads them.
+pub trait Maps {
+    /// `backends[ids[i]] = values[i]`, in one batch.
+    fn put_backends(&mut self, ids: &[u32], values: &[abi::BackendValue]) -> Result<(), Error>;
+    /// `backends[id]`, `None` past the end of the array.
+    fn backend(&self, id: u32) -> Result<Option<abi::BackendValue>, Error>;
+    /// A new, zeroed ring of `size` slots at `rings[vip_id]`, and zeroed counters
+    /// for `vip_id`.
+    fn create_ring(&mut self, vip_id: u32, size: u32) -> Result<(), Error>;
+    /// `(slot, backend id)` pairs into `rings[vip_id]`.
+    fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error>;
+    /// Replaces `rings[vip_id]` with an empty one-slot ring (frees the old memory).
+    fn del_ring(&mut self, vip_id: u32) -> Result<(), Error>;
+    /// Every slot of `rings[vip_id]`; `None` if there is none of `size` slots.
+    fn ring(&self, vip_id: u32, size: u32) -> Result<Option<Vec<u32>>, Error>;
+    fn put_vip(&mut self, vip: &Vip, info: &abi::VipInfo) -> Result<(), Error>;
+    /// Deletes the VIP entry; deleting a missing one is not an error.
+    fn del_vip(&mut self, vip: &Vip) -> Result<(), Error>;
+    /// Every VIP entry.
+    fn vips(&self) -> Result<Vec<(Vip, abi::VipInfo)>, Error>;
+    /// `owners[id] = owner` for each id (1 + vip_id; 0 = none). A layer without an
+    /// owners map (pinned by an old release) ignores it.
+    fn set_owners(&mut self, ids: &[u32], owner: u32) -> Result<(), Error>;
+    /// Every non-zero `owners` entry as id -> vip_id (empty without an owners map).
+    fn owners(&self) -> Result<BTreeMap<u32, u32>, Error>;
+    /// The global counters, and the per-VIP ones of `vips` (VIP, vip_id), summed
+    /// over CPUs.
+    fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error>;
+}
+
+/// Writes `ops`. `tombstone_gen` is the generation high-water mark: every
+/// batch of new backends also writes it into `backends[0]` (id 0 is "no
+/// backend": family 0, never followed by the program), and a deleted
+/// backend slot keeps it too (family 0, so the program treats the slot as
+/// empty). A restarted loader reads it back and never hands out a
+/// generation a conntrack entry may still carry.
+pub fn run_ops(
+    maps: &mut dyn Maps,
+    resolver: &dyn Resolver,
+    ops: &[MapOp],
+    tombstone_gen: u32,
+) -> Result<ApplyStats, Error> {
+    let tombstone = abi::BackendValue {
+        generation: tombstone_gen,
+        ..Default::default()
+    };
+    let mut st = ApplyStats::default();
+    let mut i = 0;
+    while i < ops.len() {
+        match &ops[i] {
+            MapOp::PutBackend { .. } => {
+                // one batch for every consecutive PutBackend
+                // (a pod in several services is resolved once)
+                let (mut ids, mut vals) = (vec![0], vec![tombstone]);
+                let mut nhs = BTreeMap::new();
+                while let Some(MapOp::PutBackend {
+                    id,
+                    addr,
+                    generation,
+                }) = ops.get(i)
+                {
+                    let nh = *nhs.entry(*addr).or_insert_with(|| resolve(resolver, *addr));
+                    ids.push(*id);
+                    vals.push(abi::BackendValue::new(*addr, *generation, nh));
+                    i += 1;
+                }
+                maps.put_backends(&ids, &vals)?;
+                st.backends_written += ids.len() - 1;
+                continue;
+            }
+            MapOp::CreateRing { vip_id, size } => {
+                maps.create_ring(*vip_id, *size)?;
+                st.rings_created += 1;
+            }
+            MapOp::WriteSlots { vip_id, slots } => {
+                maps.write_slots(*vip_id, slots)?;
+                st.slots_written += slots.len();
+            }
+            MapOp::PutVip { vip, info } => {
+                maps.put_vip(vip, info)?;
+                st.vips_written += 1;
+            }
+            MapOp::DelVip { vip } => {
+                maps.del_vip(vip)?;
+                st.vips_deleted += 1;
+            }
+            MapOp::DelRing { vip_id } => {
+                maps.del_ring(*vip_id)?;
+                st.rings_deleted += 1;
+            }
+            MapOp::Own { vip_id, ids } => maps.set_owners(ids, vip_id + 1)?,
+            MapOp::DelBackend { id } => {
+                maps.put_backends(&[*id], &[tombstone])?;
+                // after the tombstone: a live id never loses its owner
+                maps.set_owners(&[*id], 0)?;
+                st.backends_deleted += 1;
+            }
+        }
+        i += 1;
+    }
+    Ok(st)
+}
+
+/// What the maps hold: the VIPs, their rings, the `owners` map and the backends
+/// those name (`Programmed::restore` decides who owns what). The generation
+/// high-water mark is kept in `backends[0]` (see [`run_ops`]). The 1M-entry
+/// `backends` array is never scanned.
+pub fn read_back(maps: &dyn Maps) -> Result<ReadBack, Error> {
+    let mut r = ReadBack {
+        owners: maps.owners()?,
+        ..Default::default()
+    };
+    let mut entries = maps.vips()?;
+    entries.sort_by_key(|(vip, _)| *vip);
+    let mut ids: BTreeSet<u32> = r.owners.keys().copied().collect();
+    ids.insert(0);
+    for (vip, info) in entries {
+        let ring = maps.ring(info.vip_id, info.ring_size)?;
+        ids.extend(ring.iter().flatten().copied());
+        r.vips.push((vip, info, ring));
+    }
+    for id in ids {
+        if let Some(b) = maps.backend(id)? {
+            r.backends.insert(id, b);
+        }
+    }
+    r.high_water = r.backends.remove(&0).map_or(0, |b| b.generation);
+    Ok(r)
+}
+
+/// The next hop of `addr`, `None` (logged) when unresolved.
+fn resolve(resolver: &dyn Resolver, addr: IpAddr) -> Option<NextHop> {
+    resolver
+        .resolve(addr)
+        .inspect_err(|e| {
+            tracing::warn!(backend = %addr, error = %e, "next hop unresolved; the program will use bpf_fib_lookup")
+        })
+        .ok()
+}
