@@ -28,9 +28,9 @@ use aya::{
 
 use crate::{
     Error, abi, map_err,
-    maps::{KernelMaps, NodeMaps, apply},
+    maps::{Applier, KernelMaps},
     objects,
-    state::{NodeState, Proto, plan},
+    state::{NodeState, Proto},
 };
 
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/ringlb-node";
@@ -111,9 +111,8 @@ enum Attached {
 /// The loaded (and maybe attached) node datapath.
 pub struct NodeDatapath {
     ebpf: Ebpf,
-    maps: KernelMaps,
+    maps: Applier<KernelMaps>,
     flows: HashMap<MapData, abi::FlowKey, abi::FlowValue>,
-    programmed: NodeState,
     pin_dir: Option<PathBuf>,
     links: BTreeMap<(String, Hook), Attached>,
 }
@@ -183,9 +182,8 @@ impl NodeDatapath {
         check_size(abi::map::LOCAL_PODS, pods.map(), abi::MAX_PODS)?;
         check_size(abi::map::SERVICES, services.map(), abi::MAX_SERVICES)?;
         check_size(abi::map::FLOWS, flows.map(), abi::FLOWS)?;
-        let maps = KernelMaps { pods, services };
+        let maps = Applier::new(KernelMaps { pods, services })?;
         let mut me = Self {
-            programmed: maps.read()?,
             ebpf,
             maps,
             flows,
@@ -228,28 +226,13 @@ impl NodeDatapath {
 
     /// What the maps hold (as last read or written).
     pub fn programmed(&self) -> &NodeState {
-        &self.programmed
+        self.maps.programmed()
     }
 
-    /// Writes the difference between what the maps hold and `want`. Returns
-    /// the number of map operations. After a failed write the maps are read
-    /// back, so the next call plans from what really is there.
+    /// Writes the difference between what the maps hold and `want`
+    /// ([`Applier::apply`]). Returns the number of map operations.
     pub fn apply(&mut self, want: &NodeState) -> Result<usize, Error> {
-        want.validate()?;
-        let ops = plan(&self.programmed, want);
-        match apply(&mut self.maps, &ops) {
-            Ok(n) => {
-                self.programmed = want.clone();
-                Ok(n)
-            }
-            Err((done, e)) => {
-                tracing::warn!(done, total = ops.len(), error = %e, "node map write failed; re-reading the maps");
-                if let Ok(s) = self.maps.read() {
-                    self.programmed = s;
-                }
-                Err(e)
-            }
-        }
+        self.maps.apply(want)
     }
 
     fn prog_mut(&mut self, hook: Hook) -> Result<&mut SchedClassifier, Error> {

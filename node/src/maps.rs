@@ -9,7 +9,7 @@ use aya::maps::{HashMap, MapData};
 
 use crate::{
     Error, abi, map_err,
-    state::{MapOp, NodeState, entry_from_raw, service_entry, svc_key},
+    state::{MapOp, NodeState, entry_from_raw, plan, service_entry, svc_key},
 };
 
 /// What [`apply`] needs from the maps.
@@ -38,6 +38,59 @@ pub fn apply(maps: &mut dyn NodeMaps, ops: &[MapOp]) -> Result<usize, (usize, Er
         r.map_err(|e| (i, e))?;
     }
     Ok(ops.len())
+}
+
+/// What the maps hold, and the one way to change it: [`Applier::apply`] validates
+/// a desired state, plans the difference and writes it. The loader runs it over
+/// [`KernelMaps`]; the node agent's sync tests run the same path over [`FakeMaps`].
+#[derive(Debug)]
+pub struct Applier<M> {
+    maps: M,
+    programmed: NodeState,
+}
+
+impl<M: NodeMaps> Applier<M> {
+    /// Starts from what `maps` hold (pinned maps after a restart).
+    pub fn new(maps: M) -> Result<Self, Error> {
+        Ok(Self {
+            programmed: maps.read()?,
+            maps,
+        })
+    }
+
+    /// What the maps hold (as last read or written).
+    pub fn programmed(&self) -> &NodeState {
+        &self.programmed
+    }
+
+    pub fn maps(&self) -> &M {
+        &self.maps
+    }
+
+    pub fn maps_mut(&mut self) -> &mut M {
+        &mut self.maps
+    }
+
+    /// Writes the difference between what the maps hold and `want`. Returns
+    /// the number of map operations. After a failed write the maps are read
+    /// back, so the next call plans from what really is there.
+    pub fn apply(&mut self, want: &NodeState) -> Result<usize, Error> {
+        want.validate()?;
+        let ops = plan(&self.programmed, want);
+        match apply(&mut self.maps, &ops) {
+            Ok(n) => {
+                self.programmed = want.clone();
+                Ok(n)
+            }
+            Err((done, e)) => {
+                tracing::warn!(done, total = ops.len(), error = %e, "node map write failed; re-reading the maps");
+                if let Ok(s) = self.maps.read() {
+                    self.programmed = s;
+                }
+                Err(e)
+            }
+        }
+    }
 }
 
 fn pod_ip(k: &abi::PodKey) -> Option<IpAddr> {
@@ -159,7 +212,7 @@ impl NodeMaps for FakeMaps {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::state::{Proto, plan};
+    use crate::state::Proto;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
@@ -207,5 +260,32 @@ mod tests {
         assert_eq!(ops.len(), 3);
         apply(&mut m, &ops).unwrap();
         assert_eq!(m.read().unwrap(), two());
+    }
+
+    #[test]
+    fn the_applier_retries_from_what_the_maps_really_hold() {
+        let mut a = Applier::new(FakeMaps {
+            fail_after: Some(2),
+            ..Default::default()
+        })
+        .unwrap();
+        assert!(a.apply(&two()).is_err());
+        assert_eq!(
+            a.programmed().pods.len(),
+            2,
+            "the two pod writes went through"
+        );
+        a.maps_mut().fail_after = None;
+        assert_eq!(
+            a.apply(&two()).unwrap(),
+            2,
+            "only the two services are left"
+        );
+        assert_eq!(a.programmed(), &two());
+        assert_eq!(a.apply(&two()).unwrap(), 0);
+        let mut bad = two();
+        bad.pods.clear();
+        assert!(a.apply(&bad).is_err(), "validated before any write");
+        assert_eq!(a.maps().read().unwrap(), two());
     }
 }
