@@ -393,6 +393,26 @@ impl KernelResolver {
     }
 }
 
+/// The interface the kernel routes `dst` through, as `ip route get DST` reports
+/// it: (ifindex, name). The route's own output interface (a VLAN device stays
+/// itself). The node agent finds its default uplink this way.
+pub fn route_interface(netns: Option<&str>, dst: IpAddr) -> Result<(u32, String), Error> {
+    let err = |reason: String| Error { addr: dst, reason };
+    let mut conn = Conn::open(netns).map_err(|e| err(e.to_string()))?;
+    let seq = conn.next_seq();
+    let route = match conn
+        .request("route get", &rtnl::route_get(dst, seq), seq)
+        .map_err(|e| err(e.to_string()))?
+    {
+        Reply::Route(r, _) => r.map_err(err)?,
+        other => return Err(err(format!("unexpected answer {other:?}"))),
+    };
+    let link = link_get(&mut conn, route.oif)
+        .map_err(|e| err(e.to_string()))?
+        .ok_or_else(|| err(format!("interface {} not found", route.oif)))?;
+    Ok((route.oif, link.name))
+}
+
 /// One link, or None if the kernel has no such interface (a NACK).
 fn link_get(conn: &mut Conn, ifindex: u32) -> Result<Option<Link>, NetlinkError> {
     let seq = conn.next_seq();
