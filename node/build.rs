@@ -10,6 +10,7 @@ const HEADERS: &[&str] = &[
     "bpf/node_maps.h",
     "bpf/node_mss.h",
     "bpf/node_icmp.h",
+    "bpf/node_bench.h",
 ];
 
 fn main() -> anyhow::Result<()> {

@@ -1,6 +1,7 @@
 //! Compiles the test-only BPF programs (see `ringlb-bpf-build`): the programs in
-//! `bpf/`, and benchmark builds of the production XDP program (never attached;
-//! see the header of `xdp/bpf/xdp_lb.bpf.c`).
+//! `bpf/`, and benchmark builds of the production XDP and node programs (never
+//! attached; see the headers of `xdp/bpf/xdp_lb.bpf.c` and
+//! `node/bpf/node_bench.h`).
 
 use ringlb_bpf_build::{Object, compile};
 
@@ -11,11 +12,27 @@ const XDP_HEADERS: &[&str] = &[
     "../xdp/bpf/flow_hash.h",
 ];
 
+/// The node program's headers: its benchmark build follows them.
+const NODE_HEADERS: &[&str] = &[
+    "../node/bpf/node_abi.h",
+    "../node/bpf/node_parse.h",
+    "../node/bpf/node_nat.h",
+    "../node/bpf/node_maps.h",
+    "../node/bpf/node_mss.h",
+    "../node/bpf/node_icmp.h",
+    "../node/bpf/node_bench.h",
+];
+
 fn main() -> anyhow::Result<()> {
     let objects = [
         Object {
             source: "bpf/xdp_floor.bpf.c",
             name: "xdp_floor.o",
+            defines: &[],
+        },
+        Object {
+            source: "bpf/tc_floor.bpf.c",
+            name: "tc_floor.o",
             defines: &[],
         },
         Object {
@@ -36,5 +53,12 @@ fn main() -> anyhow::Result<()> {
             defines: &["-DRINGLB_BENCH_RESTORE", "-DRINGLB_BENCH_NO_CT_INSERT"],
         },
     ];
-    compile(&objects, XDP_HEADERS, &["../xdp/bpf"])
+    compile(&objects, XDP_HEADERS, &["../xdp/bpf"])?;
+    // restores the frame so repeat > 1 times the decap / reply path
+    let node = [Object {
+        source: "../node/bpf/node.bpf.c",
+        name: "node_bench.o",
+        defines: &["-DRINGLB_BENCH_RESTORE"],
+    }];
+    compile(&node, NODE_HEADERS, &["../node/bpf"])
 }

@@ -7,8 +7,10 @@
 //! - `tables`: those backends -> Maglev tables, datapath entries, VIPs to announce (pure).
 //! - `peers`: `BGPPeer`/`BGPAdvertisement`/`IPPool` -> the speaker's peers; status.
 //! - `agent`: the tasks of `ringlb-edge run` that wire it all together.
+//! - `node`: `ringlb-edge node`, the worker-node agent that feeds `ringlb-node`.
 
 pub mod agent;
+pub mod node;
 pub mod peers;
 pub mod serving;
 pub mod tables;

@@ -27,6 +27,10 @@ enum Command {
     /// Operator commands against the running edge's pinned XDP maps: dump VIPs and
     /// backends, show counters, look up a 5-tuple, uninstall; see docs/datapath.md.
     Datapath(ringlb_xdp::cli::DatapathArgs),
+    /// Run the node agent on a worker node: feed the tc datapath (decap, VIP:port ->
+    /// pod:targetPort, DSR replies) from Services, EndpointSlices and this node's Pods;
+    /// `node uninstall` removes it; see docs/node.md.
+    Node(ringlb_edge::node::NodeArgs),
 }
 
 #[tokio::main]
@@ -39,5 +43,6 @@ async fn main() -> anyhow::Result<()> {
             Ok(ringlb_bgp::standalone::run(&config, args.common.metrics_addr).await?)
         }
         Command::Datapath(dp) => Ok(ringlb_xdp::cli::run(&dp, &mut std::io::stdout())?),
+        Command::Node(node) => ringlb_edge::node::run(&args.common, &node).await,
     }
 }

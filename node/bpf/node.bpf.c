@@ -24,6 +24,12 @@
  *   Anything else: untouched. Pod-to-pod, ClusterIP and pod-originated
  *   traffic has no flow entry, so it is never touched.
  *
+ * Build flag (benchmark-only variant, never attached):
+ *   -DRINGLB_BENCH_RESTORE   give the frame back as it came in after each
+ *                            run, so that BPF_PROG_TEST_RUN with repeat > 1
+ *                            times the decap / reply path every time
+ *                            (node_bench.h)
+ *
  * Why deliver with TC_ACT_OK (not bpf_redirect to the pod's veth) and reply at
  * the uplink egress (not the pod veth's ingress): the host stack then sees a
  * normal connection client:port <-> pod:targetPort in both directions, so its
@@ -49,6 +55,7 @@
 #include "node_maps.h"
 #include "node_mss.h"
 #include "node_icmp.h"
+#include "node_bench.h"
 
 /* uapi flags newer than the build host's headers (Linux 6.3) */
 #ifndef BPF_F_ADJ_ROOM_DECAP_L3_IPV4
@@ -182,8 +189,7 @@ static __always_inline int node_tunnel(struct __sk_buff *skb, const struct node_
 	return TC_ACT_OK;
 }
 
-SEC("classifier")
-int ringlb_node_ingress(struct __sk_buff *skb)
+static __always_inline int node_ingress(struct __sk_buff *skb)
 {
 	node_pull(skb);
 	void *data = (void *)(long)skb->data;
@@ -257,8 +263,7 @@ static __always_inline int node_reply(struct __sk_buff *skb, const struct node_l
 	return RINGLB_NODE_ST_REPLY_SNAT;
 }
 
-SEC("classifier")
-int ringlb_node_egress(struct __sk_buff *skb)
+static __always_inline int node_egress(struct __sk_buff *skb)
 {
 	node_pull(skb);
 	void *data = (void *)(long)skb->data;
@@ -281,5 +286,39 @@ out:
 		node_count(st);
 	return st == RINGLB_NODE_ST_DROP_REWRITE ? TC_ACT_SHOT : TC_ACT_OK;
 }
+
+#ifndef RINGLB_BENCH_RESTORE
+SEC("classifier")
+int ringlb_node_ingress(struct __sk_buff *skb)
+{
+	return node_ingress(skb);
+}
+
+SEC("classifier")
+int ringlb_node_egress(struct __sk_buff *skb)
+{
+	return node_egress(skb);
+}
+#else
+/* benchmark builds: every repetition of a test run gets the original frame
+ * back (see node_bench.h) */
+SEC("classifier")
+int ringlb_node_ingress(struct __sk_buff *skb)
+{
+	struct node_bench_save s;
+	node_bench_save(skb, &s);
+	int verdict = node_ingress(skb);
+	return node_bench_restore(skb, &s) ? TC_ACT_SHOT : verdict;
+}
+
+SEC("classifier")
+int ringlb_node_egress(struct __sk_buff *skb)
+{
+	struct node_bench_save s;
+	node_bench_save(skb, &s);
+	int verdict = node_egress(skb);
+	return node_bench_restore(skb, &s) ? TC_ACT_SHOT : verdict;
+}
+#endif
 
 char _license[] SEC("license") = "GPL";

@@ -150,6 +150,12 @@ impl NodeDatapath {
     /// checks the maps against the Rust ABI, writes the config and reads back
     /// what the maps hold. Attaches nothing.
     pub fn load(opts: &NodeOptions) -> Result<Self, Error> {
+        Self::load_object(opts, objects::NODE)
+    }
+
+    /// [`NodeDatapath::load`] with another build of `bpf/node.bpf.c` (the
+    /// benchmark build in `ringlb-testkit`); the object must have the same ABI.
+    pub fn load_object(opts: &NodeOptions, object: &[u8]) -> Result<Self, Error> {
         let mut loader = EbpfLoader::new();
         if let Some(dir) = &opts.pin_dir {
             std::fs::create_dir_all(dir).map_err(|source| Error::Pin {
@@ -160,9 +166,7 @@ impl NodeDatapath {
                 loader.map_pin_path(name, dir.join(name));
             }
         }
-        let mut ebpf = loader
-            .load(objects::NODE)
-            .map_err(|e| Error::Load(Box::new(e)))?;
+        let mut ebpf = loader.load(object).map_err(|e| Error::Load(Box::new(e)))?;
         for hook in Hook::BOTH {
             let name = hook.program();
             let prog: &mut SchedClassifier = ebpf

@@ -11,6 +11,9 @@ pub mod objects {
     /// MAC swap + XDP_TX (`ringlb_floor`) and XDP_PASS (`ringlb_pass`): the floor
     /// of the XDP benchmark and the pass program veth XDP_TX needs on the peer.
     pub static XDP_FLOOR: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_floor.o"));
+    /// Floors of the node (tc) benchmark: parse Ethernet + IP + ports and
+    /// TC_ACT_OK (`ringlb_tc_floor`), and TC_ACT_OK alone (`ringlb_tc_ok`).
+    pub static TC_FLOOR: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tc_floor.o"));
     /// tc decapsulation for test backends (`ringlb_decap`).
     pub static TC_DECAP: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/tc_decap.o"));
     /// The production XDP program built to restore the packet, so repeat > 1 times
@@ -20,4 +23,8 @@ pub mod objects {
     /// As `XDP_LB_BENCH`, and it never inserts into conntrack.
     pub static XDP_LB_BENCH_MISS: &[u8] =
         include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench_miss.o"));
+    /// The node programs (`ringlb-node`) built to give the frame back after each
+    /// run, so repeat > 1 times the decap and reply paths (benchmarks only).
+    pub static NODE_BENCH: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/node_bench.o"));
 }
