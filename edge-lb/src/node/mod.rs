@@ -37,6 +37,10 @@ use crate::peers::watch_into;
 pub mod desired;
 pub mod sync;
 
+/// The datapath crate the agent feeds; its types (`NodeState`, `maps::Applier`,
+/// `maps::FakeMaps`) are part of this module's API.
+pub use ringlb_node as datapath;
+
 use sync::{NodeMetrics, NodeProgram, Stores, SyncConfig, SyncState};
 
 /// How long the agent waits for more events before it syncs.

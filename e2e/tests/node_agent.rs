@@ -1,0 +1,292 @@
+//! The node agent (`ringlb-edge node`, `edge-lb/src/node/`) against a real
+//! kube-apiserver: its reflectors, its desired state and its sync loop run in-process
+//! as ServiceAccount `ringlb-node` under the chart's RBAC
+//! (`charts/ringlb/templates/node-rbac.yaml`), over the node datapath's real apply
+//! path on in-memory maps (`ringlb_node::maps::Applier<FakeMaps>`: no root, no
+//! kernel). Pods get bound, IPs and Ready from the lab kubelet; the Service's
+//! EndpointSlices come from the real EndpointSlice controller, named targetPorts
+//! resolved per pod by it. The test asserts that the datapath holds exactly
+//! node-1's pods' entries, then follows a pod deletion and a targetPort change.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{Pod, Secret, Service};
+use kube::Api;
+use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
+use prometheus_client::registry::Registry;
+use ringlb_e2e::controlplane::{
+    ControlPlane, KubeletOptions, LabNode, Options, client_for, kubelet::POD_IPS_ANNOTATION,
+};
+use ringlb_edge::node::datapath::maps::{Applier, FakeMaps};
+use ringlb_edge::node::datapath::{NodeState, Proto, ServiceKey, ServiceTarget};
+use ringlb_edge::node::sync::{NodeMetrics, NodeProgram, SyncConfig};
+use ringlb_edge::node::{Agent, watch_stores};
+use ringlb_ops::Health;
+use serde_json::json;
+use tokio::sync::Notify;
+
+/// The chart's release namespace in this test (its ServiceAccounts live there).
+const RELEASE_NS: &str = "ringlb-system";
+const VIP: &str = "192.0.2.10";
+const OTHER_VIP: &str = "192.0.2.20";
+
+/// The datapath the agent loop owns, shared so the test can read the maps.
+#[derive(Clone)]
+struct Shared(Arc<Mutex<Applier<FakeMaps>>>);
+
+impl NodeProgram for Shared {
+    fn apply(&mut self, want: &NodeState) -> Result<usize, ringlb_edge::node::datapath::Error> {
+        self.0.lock().unwrap().apply(want)
+    }
+}
+
+impl Shared {
+    /// What the (fake) kernel maps hold, read back as the loader would after a restart.
+    fn maps(&self) -> NodeState {
+        use ringlb_edge::node::datapath::maps::NodeMaps;
+        self.0.lock().unwrap().maps().read().unwrap()
+    }
+}
+
+fn ip(s: &str) -> IpAddr {
+    s.parse().unwrap()
+}
+
+/// `(pod, VIP port) -> targetPort` entries of VIP over TCP, each tunnelled to the pod.
+fn state(entries: &[(&str, u16, u16)], pods: &[&str]) -> NodeState {
+    let mut s = NodeState {
+        pods: pods.iter().map(|p| ip(p)).collect::<BTreeSet<_>>(),
+        services: BTreeMap::new(),
+    };
+    for (pod, port, target) in entries {
+        s.services.insert(
+            ServiceKey {
+                tunnel_dst: ip(pod),
+                vip: ip(VIP),
+                port: *port,
+                proto: Proto::Tcp,
+            },
+            ServiceTarget {
+                pod: ip(pod),
+                target_port: *target,
+            },
+        );
+    }
+    s
+}
+
+/// Waits up to 30 s until the maps hold `want`.
+async fn maps_become(dp: &Shared, want: &NodeState, what: &str) {
+    let t0 = Instant::now();
+    loop {
+        let have = dp.maps();
+        if &have == want {
+            return;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "{what}: not after 30 s\n want {want:#?}\n have {have:#?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// A pod of `app=web` on `node` with address `addr`; its container names port
+/// `https` `https`.
+fn pod(name: &str, node: &str, addr: &str, https: u16) -> Pod {
+    serde_json::from_value(json!({
+        "metadata": {
+            "name": name,
+            "labels": {"app": "web"},
+            "annotations": {POD_IPS_ANNOTATION: addr},
+        },
+        "spec": {
+            "nodeName": node,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [{
+                "name": "web",
+                "image": "registry.invalid/web",
+                "ports": [{"name": "https", "containerPort": https}],
+            }],
+        },
+    }))
+    .unwrap()
+}
+
+/// A LoadBalancer Service selecting `app=web` with a VIP in its status (written as
+/// the admin, as the controller would).
+async fn create_service(api: &Api<Service>, name: &str, class: Option<&str>, vip: &str) {
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": name},
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": class,
+            "selector": {"app": "web"},
+            "ipFamilies": ["IPv4"],
+            "ports": [
+                {"name": "http", "port": 80, "protocol": "TCP", "targetPort": 8080},
+                {"name": "https", "port": 443, "protocol": "TCP", "targetPort": "https"},
+            ],
+        },
+    }))
+    .unwrap();
+    api.create(&PostParams::default(), &svc).await.unwrap();
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(
+            json!({"status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}}}),
+        ),
+    )
+    .await
+    .unwrap();
+}
+
+#[tokio::test]
+async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
+    let cp = ControlPlane::start(Options::default())
+        .await
+        .expect("the control plane starts");
+    let admin = cp.client().await;
+    cp.apply_chart_rbac(RELEASE_NS)
+        .await
+        .expect("the chart's RBAC applies");
+    let kubeconfig = cp
+        .service_account_kubeconfig(RELEASE_NS, "ringlb-node")
+        .await
+        .expect("a token for ringlb-node");
+    let node_client = client_for(&kubeconfig).await.unwrap();
+    // the node's role only reads Services, EndpointSlices and Pods
+    match Api::<Secret>::all(node_client.clone())
+        .list(&Default::default())
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("ringlb-node may list Secrets: {other:?}"),
+    }
+    let _kubelet = cp
+        .start_kubelet(KubeletOptions {
+            nodes: vec![LabNode::new("node-1"), LabNode::new("node-2")],
+            pod_ips: vec![],
+            pod_cidrs: vec!["10.244.0.0/24".parse().unwrap()],
+        })
+        .await
+        .expect("the lab kubelet registers its nodes");
+
+    let services: Api<Service> = Api::namespaced(admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    create_service(&services, "web", None, VIP).await;
+    // the same pods behind another provider's Service: not ours, no entries
+    create_service(&services, "other", Some("example.com/other"), OTHER_VIP).await;
+    for p in [
+        pod("a", "node-1", "10.244.0.11", 8443),
+        pod("c", "node-1", "10.244.0.13", 9443),
+        pod("b", "node-2", "10.244.0.12", 8443),
+    ] {
+        pods.create(&PostParams::default(), &p).await.unwrap();
+    }
+    match Api::<Service>::namespaced(node_client.clone(), "default")
+        .patch_status(
+            "web",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"loadBalancer": {"ingress": []}}})),
+        )
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 403 => {}
+        other => panic!("ringlb-node may write Service status: {other:?}"),
+    }
+
+    // the agent, as `ringlb-edge node --node-name node-1` runs it, over fake maps
+    let notify = Arc::new(Notify::new());
+    let stores = watch_stores(&node_client, "node-1", &notify)
+        .await
+        .expect("the node's reflectors list under its RBAC");
+    let health = Health::new();
+    let agent = Agent {
+        stores,
+        notify,
+        cfg: SyncConfig {
+            node_name: "node-1".into(),
+            default_class: true,
+        },
+        health: health.clone(),
+        metrics: NodeMetrics::register(&mut Registry::default()),
+    };
+    let dp = Shared(Arc::new(Mutex::new(
+        Applier::new(FakeMaps::default()).unwrap(),
+    )));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn({
+        let mut dp = dp.clone();
+        async move {
+            agent
+                .run_until(&mut dp, async {
+                    let _ = stop_rx.await;
+                })
+                .await
+        }
+    });
+
+    // node-1's two pods, port 80 -> 8080 and the named https port per pod; nothing
+    // of node-2's pod b, nothing of the other provider's VIP
+    maps_become(
+        &dp,
+        &state(
+            &[
+                ("10.244.0.11", 80, 8080),
+                ("10.244.0.11", 443, 8443),
+                ("10.244.0.13", 80, 8080),
+                ("10.244.0.13", 443, 9443),
+            ],
+            &["10.244.0.11", "10.244.0.13"],
+        ),
+        "node-1's pods programmed",
+    )
+    .await;
+    assert!(health.is_ready(), "/readyz after the first apply");
+    assert!(health.is_live(), "the sync loop beats");
+
+    // pod c goes (after its grace period): its entries and its address go
+    pods.delete("c", &DeleteParams::default()).await.unwrap();
+    maps_become(
+        &dp,
+        &state(
+            &[("10.244.0.11", 80, 8080), ("10.244.0.11", 443, 8443)],
+            &["10.244.0.11"],
+        ),
+        "pod c removed",
+    )
+    .await;
+
+    // targetPort 8080 -> 9090: the EndpointSlice follows, then the entry
+    services
+        .patch(
+            "web",
+            &PatchParams::default(),
+            &Patch::Json::<()>(
+                serde_json::from_value(json!([
+                    {"op": "replace", "path": "/spec/ports/0/targetPort", "value": 9090}
+                ]))
+                .unwrap(),
+            ),
+        )
+        .await
+        .unwrap();
+    maps_become(
+        &dp,
+        &state(
+            &[("10.244.0.11", 80, 9090), ("10.244.0.11", 443, 8443)],
+            &["10.244.0.11"],
+        ),
+        "targetPort changed",
+    )
+    .await;
+
+    stop_tx.send(()).unwrap();
+    task.await.unwrap();
+    assert!(!health.is_ready(), "not ready once the loop stopped");
+}
