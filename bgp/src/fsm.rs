@@ -241,23 +241,8 @@ impl Fsm {
     pub fn fsm_event(&mut self, ev: Event) -> Option<State> {
         use State::*;
         let next = match (self.state, ev) {
-            // ---- starting
-            (Idle, Event::ManualStart | Event::ManualStartPassive) => {
-                self.stopped = false;
-                self.connect_retry_counter = 0;
-                Some(self.start())
-            }
-            (Idle, Event::AutomaticStart | Event::IdleHoldTimerExpires) if !self.stopped => {
-                Some(self.start())
-            }
-            (Idle, Event::ManualStop) => {
-                // Stop during the restart backoff: no automatic restart any more.
-                self.stopped = true;
-                self.connect_retry_counter = 0;
-                self.push(Action::StopTimer(Timer::IdleHold));
-                None
-            }
-            (Idle, _) => None, // Idle refuses everything else (incoming connections too)
+            // ---- Idle: starting, or stopping the restart backoff
+            (Idle, ev) => self.idle_event(ev),
 
             // ---- ManualStop in any other state
             (s, Event::ManualStop) => {
@@ -269,6 +254,58 @@ impl Fsm {
                 Some(Idle)
             }
 
+            // ---- errors and NOTIFICATIONs, in any other state
+            (_, Event::BgpMessageErr(n) | Event::UpdateMsgErr(n)) => {
+                self.send_notification(n);
+                Some(self.fail())
+            }
+            (_, Event::NotifMsg(n)) => {
+                self.push(Action::Error {
+                    kind: "notification_received",
+                    message: format!("received NOTIFICATION {n}"),
+                });
+                Some(self.fail())
+            }
+
+            (s @ (Connect | Active), ev) => self.connecting_event(s, ev),
+            (s @ (OpenSent | OpenConfirm | Established), ev) => self.session_event(s, ev),
+        };
+        match next {
+            Some(n) if n != self.state => {
+                self.fsm_state_change(n);
+                Some(n)
+            }
+            _ => None,
+        }
+    }
+
+    /// An event in Idle.
+    fn idle_event(&mut self, ev: Event) -> Option<State> {
+        match ev {
+            // ---- starting
+            Event::ManualStart | Event::ManualStartPassive => {
+                self.stopped = false;
+                self.connect_retry_counter = 0;
+                Some(self.start())
+            }
+            Event::AutomaticStart | Event::IdleHoldTimerExpires if !self.stopped => {
+                Some(self.start())
+            }
+            Event::ManualStop => {
+                // Stop during the restart backoff: no automatic restart any more.
+                self.stopped = true;
+                self.connect_retry_counter = 0;
+                self.push(Action::StopTimer(Timer::IdleHold));
+                None
+            }
+            _ => None, // Idle refuses everything else (incoming connections too)
+        }
+    }
+
+    /// An event in Connect or Active (other than ManualStop and errors).
+    fn connecting_event(&mut self, s: State, ev: Event) -> Option<State> {
+        use State::*;
+        match (s, ev) {
             // ---- Connect: our TCP connect is in flight
             (Connect, Event::ConnectRetryTimerExpires) => {
                 self.push(Action::Disconnect);
@@ -310,7 +347,15 @@ impl Fsm {
                 }
             }
             (Active, Event::TcpConnectionFails) => None,
+            _ => None,
+        }
+    }
 
+    /// An event in OpenSent, OpenConfirm or Established (other than ManualStop and
+    /// errors).
+    fn session_event(&mut self, s: State, ev: Event) -> Option<State> {
+        use State::*;
+        match (s, ev) {
             // ---- OpenSent
             (OpenSent, Event::BgpOpen(open)) => self.on_open(&open),
             (OpenSent, Event::TcpConnectionFails) => {
@@ -364,17 +409,6 @@ impl Fsm {
                 self.send_notification(Notification::new(notif::HOLD_TIMER_EXPIRED, 0));
                 Some(self.fail())
             }
-            (_, Event::BgpMessageErr(n) | Event::UpdateMsgErr(n)) => {
-                self.send_notification(n);
-                Some(self.fail())
-            }
-            (_, Event::NotifMsg(n)) => {
-                self.push(Action::Error {
-                    kind: "notification_received",
-                    message: format!("received NOTIFICATION {n}"),
-                });
-                Some(self.fail())
-            }
             (OpenConfirm | Established, Event::TcpConnectionFails) => {
                 self.push(Action::Error {
                     kind: "connection_lost",
@@ -384,7 +418,7 @@ impl Fsm {
             }
             // Anything else that arrives in a state where it makes no sense is an FSM
             // error (RFC 6608 subcodes 1..3 by state).
-            (s @ (OpenSent | OpenConfirm | Established), e) => {
+            (s, e) => {
                 let sub = match s {
                     OpenSent => 1,
                     OpenConfirm => 2,
@@ -400,14 +434,6 @@ impl Fsm {
                     None // timers of other states firing late: ignore
                 }
             }
-            (Connect | Active, _) => None,
-        };
-        match next {
-            Some(n) if n != self.state => {
-                self.fsm_state_change(n);
-                Some(n)
-            }
-            _ => None,
         }
     }
 

@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use ringlb_e2e::controlplane::{ControlPlane, Options};
+use ringlb_e2e::controlplane::{ControlPlane, Options, daemon::Daemon};
 
 async fn cp() -> ControlPlane {
     ControlPlane::start(Options::default())
@@ -318,11 +318,7 @@ async fn kubectl_expose_gets_an_external_ip_from_the_controller_under_chart_rbac
     )
     .expect("ringlb-controller starts");
 
-    let run = |args: &[&str]| {
-        let (ok, out) = kubectl_stdin(&cp, args, "");
-        assert!(ok, "kubectl {}: {out}", args.join(" "));
-        out
-    };
+    let run = |args: &[&str]| kubectl(&cp, args);
     run(&["create", "deployment", "web", "--image=x", "--replicas=2"]);
     run(&[
         "expose",
@@ -332,30 +328,7 @@ async fn kubectl_expose_gets_an_external_ip_from_the_controller_under_chart_rbac
         "--port=80",
         "--target-port=8080",
     ]);
-    let t0 = Instant::now();
-    let table = loop {
-        let table = run(&["get", "svc", "web"]);
-        // NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE
-        let external = table
-            .lines()
-            .nth(1)
-            .and_then(|l| l.split_whitespace().nth(3))
-            .unwrap_or_default()
-            .to_string();
-        if external.parse::<std::net::Ipv4Addr>().is_ok() {
-            break table;
-        }
-        if let Err(e) = ctrl.check_alive() {
-            panic!("ringlb-controller exited: {e}");
-        }
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "no EXTERNAL-IP after 30 s:\n{table}\ncontroller log:\n{}",
-            ctrl.log_tail(30)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    eprintln!("kubectl get svc web ({:?}):\n{table}", t0.elapsed());
+    let table = external_ip_in_kubectl_get_svc(&cp, &mut ctrl).await;
     let header: Vec<&str> = table
         .lines()
         .next()
@@ -381,31 +354,84 @@ async fn kubectl_expose_gets_an_external_ip_from_the_controller_under_chart_rbac
     // The Deployment's 2 pods (made by the ReplicaSet controller) run Ready with the
     // lab kubelet's IPs, and the EndpointSlice controller of kube-controller-manager
     // (its managed-by label) lists exactly those IPs, ready, on the target port 8080.
+    let (pod_ips, slices) = ready_pods_in_the_endpointslice(&cp).await;
+    eprintln!(
+        "Ready pods {pod_ips:?}; EndpointSlice of web: {}",
+        slices.trim()
+    );
+    ctrl.check_alive().expect("ringlb-controller still runs");
+    cp.check_controller_manager()
+        .expect("kube-controller-manager still runs");
+}
+
+/// `kubectl args`, which must succeed: its output.
+fn kubectl(cp: &ControlPlane, args: &[&str]) -> String {
+    let (ok, out) = kubectl_stdin(cp, args, "");
+    assert!(ok, "kubectl {}: {out}", args.join(" "));
+    out
+}
+
+/// `kubectl get svc web` once it shows an EXTERNAL-IP (30 s at most).
+async fn external_ip_in_kubectl_get_svc(cp: &ControlPlane, ctrl: &mut Daemon) -> String {
     let t0 = Instant::now();
-    let (pod_ips, slices) = loop {
-        let pods = run(&[
-            "get",
-            "pods",
-            "-l",
-            "app=web",
-            "-o",
-            "jsonpath={range .items[*]}{.status.podIP} {.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
-        ]);
+    loop {
+        let table = kubectl(cp, &["get", "svc", "web"]);
+        // NAME TYPE CLUSTER-IP EXTERNAL-IP PORT(S) AGE
+        let external = table
+            .lines()
+            .nth(1)
+            .and_then(|l| l.split_whitespace().nth(3))
+            .unwrap_or_default()
+            .to_string();
+        if external.parse::<std::net::Ipv4Addr>().is_ok() {
+            eprintln!("kubectl get svc web ({:?}):\n{table}", t0.elapsed());
+            return table;
+        }
+        if let Err(e) = ctrl.check_alive() {
+            panic!("ringlb-controller exited: {e}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "no EXTERNAL-IP after 30 s:\n{table}\ncontroller log:\n{}",
+            ctrl.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// The IPs of web's Ready pods, and its one EndpointSlice listing them (30 s at most).
+async fn ready_pods_in_the_endpointslice(cp: &ControlPlane) -> (Vec<String>, String) {
+    let t0 = Instant::now();
+    loop {
+        let pods = kubectl(
+            cp,
+            &[
+                "get",
+                "pods",
+                "-l",
+                "app=web",
+                "-o",
+                "jsonpath={range .items[*]}{.status.podIP} {.status.conditions[?(@.type==\"Ready\")].status}{\"\\n\"}{end}",
+            ],
+        );
         let mut ips: Vec<String> = pods
             .lines()
             .filter(|l| l.ends_with(" True"))
             .map(|l| l.split_whitespace().next().unwrap_or_default().to_string())
             .collect();
         ips.sort();
-        let slices = run(&[
-            "get",
-            "endpointslices",
-            "-l",
-            "kubernetes.io/service-name=web",
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.labels.endpointslice\\.kubernetes\\.io/managed-by} \
+        let slices = kubectl(
+            cp,
+            &[
+                "get",
+                "endpointslices",
+                "-l",
+                "kubernetes.io/service-name=web",
+                "-o",
+                "jsonpath={range .items[*]}{.metadata.labels.endpointslice\\.kubernetes\\.io/managed-by} \
              {.addressType} {.ports[*].port}:{range .endpoints[*]} {.addresses[0]}={.conditions.ready}{end}{\"\\n\"}{end}",
-        ]);
+            ],
+        );
         let want = format!(
             "endpointslice-controller.k8s.io IPv4 8080:{}",
             ips.iter()
@@ -420,21 +446,14 @@ async fn kubectl_expose_gets_an_external_ip_from_the_controller_under_chart_rbac
             format!("{head}: {}", eps.join(" "))
         };
         if ips.len() == 2 && slices.lines().count() == 1 && sorted(slices.trim()) == sorted(&want) {
-            break (ips, slices);
+            return (ips, slices);
         }
         assert!(
             t0.elapsed() < Duration::from_secs(30),
             "after 30 s: Ready pods of web {pods:?}, EndpointSlices of web {slices:?} (want {want:?})"
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    eprintln!(
-        "Ready pods {pod_ips:?}; EndpointSlice of web: {}",
-        slices.trim()
-    );
-    ctrl.check_alive().expect("ringlb-controller still runs");
-    cp.check_controller_manager()
-        .expect("kube-controller-manager still runs");
+    }
 }
 
 /// The lab kubelet (`controlplane::kubelet`) under the real controllers: a Deployment's

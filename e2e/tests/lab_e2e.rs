@@ -69,6 +69,22 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
     let a = topo.addrs.clone();
     let mut cluster = Cluster::new(&topo, bins);
 
+    start_the_cluster_as_the_charts_serviceaccounts(&mut cluster);
+    the_pods_run_ready_with_the_labs_ips(&cluster, &a);
+    let pins: Vec<_> = (1..=a.edges.len()).map(|i| topo.pin_dir(i)).collect();
+    cluster.start_edges(&pins).unwrap();
+    let xdp = cluster.wait_xdp(Duration::from_secs(15)).unwrap();
+    assert!(xdp.iter().all(|l| l.contains("name ringlb_xdp")), "{xdp:?}");
+
+    let vip = a_service_gets_a_vip_from_the_pool(&mut cluster, &topo, &a);
+    let edges = the_tor_learns_the_vip_from_both_edges(&mut cluster, &a, &vip);
+    both_pods_serve_and_replies_bypass_the_edges(&cluster, &topo, &vip);
+    downloads_survive_an_edge_dying(&mut cluster, &topo, &dir, &vip, &edges);
+    eprintln!("lab e2e done in {:?}", start.elapsed());
+}
+
+/// Pods, BIRD, the control plane and the controller, then the lab's manifests.
+fn start_the_cluster_as_the_charts_serviceaccounts(cluster: &mut Cluster) {
     cluster.start_pods().unwrap();
     cluster.start_bird().unwrap();
     let t_cp = Instant::now();
@@ -98,6 +114,10 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
         applied.contains("bgppeer.ringlb.io/tor created"),
         "{applied}"
     );
+}
+
+/// The Deployment's two pods, Running and Ready on the lab's worker Node.
+fn the_pods_run_ready_with_the_labs_ips(cluster: &Cluster, a: &Addrs) {
     // the lab kubelet runs the Deployment's pods with the lab's pod IPs, and the real
     // EndpointSlice controller lists both as ready
     let pods = lab::wait_for(
@@ -125,11 +145,12 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
     )
     .unwrap();
     eprintln!("pods:\n{pods}");
-    let pins: Vec<_> = (1..=a.edges.len()).map(|i| topo.pin_dir(i)).collect();
-    cluster.start_edges(&pins).unwrap();
-    let xdp = cluster.wait_xdp(Duration::from_secs(15)).unwrap();
-    assert!(xdp.iter().all(|l| l.contains("name ringlb_xdp")), "{xdp:?}");
+}
 
+/// `kubectl expose`: the Service gets a VIP from the lab's pool, and
+/// kube-controller-manager's EndpointSlice lists both pods ready. The pods get the VIP
+/// on their loopback. Returns the VIP.
+fn a_service_gets_a_vip_from_the_pool(cluster: &mut Cluster, topo: &Topology, a: &Addrs) -> String {
     // a Service gets a VIP from the pool
     cluster
         .kubectl(&[
@@ -170,10 +191,18 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
     let table = cluster.kubectl(&["get", "svc", "web"]).unwrap();
     assert!(table.contains(&vip), "kubectl get svc shows it: {table}");
     topo.add_vip_to_pods(&vip).unwrap();
+    vip
+}
 
-    // the ToR learns it from both edges: ECMP in BIRD and in the kernel
-    cluster.wait_ecmp(&vip, 2, Duration::from_secs(30)).unwrap();
-    let (_, bird_hops, _, kernel_hops) = cluster.routes(&vip).unwrap();
+/// The ToR learns `vip` from both edges: ECMP in BIRD and in the kernel, and the
+/// BGPPeer's status names both edges. Returns the edges' addresses.
+fn the_tor_learns_the_vip_from_both_edges(
+    cluster: &mut Cluster,
+    a: &Addrs,
+    vip: &str,
+) -> Vec<std::net::IpAddr> {
+    cluster.wait_ecmp(vip, 2, Duration::from_secs(30)).unwrap();
+    let (_, bird_hops, _, kernel_hops) = cluster.routes(vip).unwrap();
     let edges: Vec<std::net::IpAddr> = a.edges.iter().map(|e| e.parse().unwrap()).collect();
     assert_eq!(bird_hops, edges, "BIRD has a path through each edge");
     assert_eq!(kernel_hops, edges, "the kernel route has both next hops");
@@ -184,10 +213,13 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
         status.contains("edge1") && status.contains("edge2"),
         "{status}"
     );
+    edges
+}
 
-    // traffic: both pods serve, both edges encapsulate, replies bypass the edges
+/// Traffic: both pods serve, both edges encapsulate, replies bypass the edges.
+fn both_pods_serve_and_replies_bypass_the_edges(cluster: &Cluster, topo: &Topology, vip: &str) {
     let before = topo.counters().unwrap();
-    let bodies = requests(&cluster, &vip, REQUESTS);
+    let bodies = requests(cluster, vip, REQUESTS);
     let after = topo.counters().unwrap();
     let d = |k: &str| after[k] - before[k];
     let per_pod = config::count_answers(bodies.iter().map(String::as_str));
@@ -220,31 +252,19 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
         "replies went from the pods to the client: {after:?}"
     );
     assert_eq!(d("replies_toward_edges"), 0, "DSR: no reply passed an edge");
+}
 
-    // long downloads in flight (some through edge1), then edge1 dies: the ToR drops it
-    // within the hold time, the flows move to edge2, whose Maglev table is the same,
-    // so they reach the same pods and finish
-    let client = topo.ns("client");
-    let url = format!("http://{vip}:8080/slow");
-    let mut slow: Vec<(Daemon, std::path::PathBuf)> = (0..SLOW_FLOWS)
-        .map(|i| {
-            let out = dir.join(format!("slow{i}.out"));
-            let o = out.display().to_string();
-            let argv = [
-                "curl",
-                "--noproxy",
-                "*",
-                "-sS",
-                "--max-time",
-                "20",
-                "-o",
-                &o,
-                &url,
-            ];
-            let d = Daemon::spawn(&dir, &format!("slow{i}"), Some(&client), &argv, &[]).unwrap();
-            (d, out)
-        })
-        .collect();
+/// Long downloads in flight (some through edge1), then edge1 dies: the ToR drops it
+/// within the hold time, the flows move to edge2, whose Maglev table is the same,
+/// so they reach the same pods and finish. New traffic still reaches both pods.
+fn downloads_survive_an_edge_dying(
+    cluster: &mut Cluster,
+    topo: &Topology,
+    dir: &std::path::Path,
+    vip: &str,
+    edges: &[std::net::IpAddr],
+) {
+    let mut slow = start_slow_downloads(topo, dir, vip);
     std::thread::sleep(Duration::from_millis(700));
     let w0 = topo.counters().unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -255,8 +275,8 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
     );
     let t = Instant::now();
     cluster.kill("edge1").unwrap();
-    cluster.wait_ecmp(&vip, 1, Duration::from_secs(6)).unwrap();
-    let (_, _, kernel, hops) = cluster.routes(&vip).unwrap();
+    cluster.wait_ecmp(vip, 1, Duration::from_secs(6)).unwrap();
+    let (_, _, kernel, hops) = cluster.routes(vip).unwrap();
     assert_eq!(hops, vec![edges[1]], "only edge2 is left: {kernel}");
     eprintln!(
         "edge1 killed: ToR down to 1 next hop after {:?}",
@@ -293,12 +313,40 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
     eprintln!("{SLOW_FLOWS} long downloads completed across the edge failure");
     let before = topo.counters().unwrap();
     // 20: the chance that Maglev sends every new flow to one pod is 2^-19
-    let bodies = requests(&cluster, &vip, 20);
+    let bodies = requests(cluster, vip, 20);
     let after = topo.counters().unwrap();
     let per_pod = config::count_answers(bodies.iter().map(String::as_str));
     assert_eq!(per_pod.len(), 2, "both pods still serve: {per_pod:?}");
     assert_eq!(after["ipip_from_edge1"], before["ipip_from_edge1"]);
     assert!(after["ipip_from_edge2"] > before["ipip_from_edge2"]);
     assert_eq!(after["replies_toward_edges"], 0);
-    eprintln!("lab e2e done in {:?}", start.elapsed());
+}
+
+/// `SLOW_FLOWS` curl downloads of /slow from the client, each with its output file.
+fn start_slow_downloads(
+    topo: &Topology,
+    dir: &std::path::Path,
+    vip: &str,
+) -> Vec<(Daemon, std::path::PathBuf)> {
+    let client = topo.ns("client");
+    let url = format!("http://{vip}:8080/slow");
+    (0..SLOW_FLOWS)
+        .map(|i| {
+            let out = dir.join(format!("slow{i}.out"));
+            let o = out.display().to_string();
+            let argv = [
+                "curl",
+                "--noproxy",
+                "*",
+                "-sS",
+                "--max-time",
+                "20",
+                "-o",
+                &o,
+                &url,
+            ];
+            let d = Daemon::spawn(dir, &format!("slow{i}"), Some(&client), &argv, &[]).unwrap();
+            (d, out)
+        })
+        .collect()
 }

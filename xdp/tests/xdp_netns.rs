@@ -92,7 +92,24 @@ fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
     let [client, tor, edge, pod1, pod2] =
         ["c", "t", "e", "p1", "p2"].map(|n| Netns::new(&format!("rlbx{pid}{n}")));
     let (c, t, e, p1, p2) = (&client.0, &tor.0, &edge.0, &pod1.0, &pod2.0);
+    wire_the_lab([c, t, e, p1, p2]);
 
+    // ringlb_pass on the ToR side (veth XDP_TX needs it), tc decap in the pods
+    let _programs = attach_lab_programs(t, [p1, p2]);
+    serve(p1.clone(), ip(VIP), "pod1");
+    serve(p2.clone(), ip(VIP), "pod2");
+    let mut dp = the_edge(e);
+
+    let mut conns = sixty_connections_spread_over_both_pods(c, &dp);
+    replies_bypass_the_edge(c, e);
+    pod1_leaves_and_the_flows_on_pod2_survive(c, &mut dp, &mut conns);
+    drop(conns);
+    dp.uninstall().unwrap();
+}
+
+/// The namespaces of the picture at the top: links, routes, and the sysctls DSR
+/// needs.
+fn wire_the_lab([c, t, e, p1, p2]: [&str; 5]) {
     veth(c, "eth0", "10.201.1.2/24", t, "ve-cl", "10.201.1.1/24");
     veth(e, "eth0", "10.201.0.11/24", t, "ve-e", "10.201.0.1/24");
     veth(p1, "eth0", "10.201.2.21/24", t, "ve-p1", "10.201.2.1/24");
@@ -174,13 +191,10 @@ fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
     }
     // a veth frame sent with XDP_TX keeps a partial checksum otherwise
     in_netns(c, || tx_checksum_off("eth0"));
+}
 
-    // ringlb_pass on the ToR side (veth XDP_TX needs it), tc decap in the pods
-    let _programs = attach_lab_programs(t, [p1, p2]);
-    serve(p1.clone(), ip(VIP), "pod1");
-    serve(p2.clone(), ip(VIP), "pod2");
-
-    // the edge
+/// The edge: the datapath loaded, both pods applied, attached natively to eth0.
+fn the_edge(e: &str) -> XdpDatapath {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.201.0.11".parse().unwrap()),
@@ -189,14 +203,22 @@ fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
         fib_fallback: true,
         object: objects::XDP_LB,
     };
-    let resolver = KernelResolver::new(Some(e.clone()));
+    let resolver = KernelResolver::new(Some(e.to_string()));
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();
     dp.apply(&desired(&[POD1, POD2])).unwrap();
     let mode = in_netns(e, || dp.attach("eth0", AttachMode::Native).unwrap());
     assert_eq!(mode, "native");
+    dp
+}
 
-    // 60 connections from the client, each asks once
-    let mut conns: Vec<(BufReader<TcpStream>, String)> = in_netns(c, || {
+/// 60 connections from the client, each asks once; both pods get a fair share and
+/// XDP encapsulated every packet. Returns the connections with the pod that
+/// answered each.
+fn sixty_connections_spread_over_both_pods(
+    c: &str,
+    dp: &XdpDatapath,
+) -> Vec<(BufReader<TcpStream>, String)> {
+    let conns: Vec<(BufReader<TcpStream>, String)> = in_netns(c, || {
         (0..60)
             .map(|i| {
                 let s = TcpStream::connect_timeout(&(ip(VIP), 80).into(), Duration::from_secs(3))
@@ -225,8 +247,11 @@ fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
         tx >= 60 * 3,
         "every client packet was encapsulated by XDP ({tx})"
     );
+    conns
+}
 
-    // DSR: the edge never saw a reply (nothing from the VIP ever reached it)
+/// DSR: the edge never saw a reply (nothing from the VIP ever reached it)
+fn replies_bypass_the_edge(c: &str, e: &str) {
     let edge_rx: serde_json::Value =
         serde_json::from_str(&nsx(e, &["ip", "-j", "-s", "link", "show", "dev", "eth0"])).unwrap();
     let rx_packets = edge_rx[0]["stats64"]["rx"]["packets"].as_u64().unwrap();
@@ -242,8 +267,14 @@ fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
         client_rx_packets >= 120,
         "the client got the replies ({client_rx_packets})"
     );
+}
 
-    // pod1 leaves the service: every connection on pod2 stays alive
+/// pod1 leaves the service: every connection on pod2 stays alive
+fn pod1_leaves_and_the_flows_on_pod2_survive(
+    c: &str,
+    dp: &mut XdpDatapath,
+    conns: &mut [(BufReader<TcpStream>, String)],
+) {
     dp.apply(&desired(&[POD2])).unwrap();
     for (i, (r, who)) in conns.iter_mut().enumerate() {
         if who == "pod2" {
@@ -265,6 +296,4 @@ fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
     let c2 = dp.read_counters().unwrap();
     let hits = c2.global.iter().find(|(l, _)| *l == "ct_hit").unwrap().1;
     assert!(hits > 0, "established flows were served from conntrack");
-    drop(conns);
-    dp.uninstall().unwrap();
 }

@@ -10,7 +10,7 @@ use std::net::IpAddr;
 use ringlb_nexthop::{NextHop, StaticResolver};
 use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
-    Datapath, DesiredState, Proto, ServiceEntry, Vip, abi,
+    Datapath, DesiredState, Programmed, Proto, ServiceEntry, Vip, abi,
     lookup::{CtState, Lookup},
     xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
 };
@@ -72,7 +72,20 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
     sh(&["ip", "link", "set", "pa", "up"]);
     sh(&["ip", "link", "set", "pb", "up"]);
 
-    // first process
+    let (programmed_before, first_prog) = first_process_attaches_and_pins(&bpffs);
+    let dp = second_process_reads_back_and_replaces(&bpffs, &programmed_before, first_prog);
+    the_operator_cli_reads_the_pinned_maps(&bpffs);
+    let dp = a_restart_keeps_the_generation_high_water_mark(&bpffs, dp);
+
+    cli(&bpffs, &["uninstall"]);
+    drop(dp); // our own link fd was the last reference
+    assert_eq!(xdp_prog_id("pa"), None, "detached");
+    assert!(!bpffs.path().join("ringlb").exists(), "pins removed");
+}
+
+/// The first process: applies, attaches natively to `pa`, forwards a packet,
+/// exits. Returns what it programmed and the id of its program.
+fn first_process_attaches_and_pins(bpffs: &BpfFs) -> (Programmed, u64) {
     let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
     dp.apply(&desired()).unwrap();
     assert_eq!(dp.attach("pa", AttachMode::Auto).unwrap(), "native");
@@ -92,8 +105,15 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
     for m in abi::map::ALL {
         assert!(bpffs.path().join("ringlb").join(m).exists(), "{m} pinned");
     }
+    (programmed_before, first_prog)
+}
 
-    // second process: state is read back, the link gets the new program
+/// The second process: state is read back, the link gets the new program.
+fn second_process_reads_back_and_replaces(
+    bpffs: &BpfFs,
+    programmed_before: &Programmed,
+    first_prog: u64,
+) -> XdpDatapath {
     let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
     let p = dp.programmed();
     assert_eq!(
@@ -146,15 +166,20 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
         Default::default(),
         "idempotent"
     );
+    dp
+}
 
-    // the operator CLI (`ringlb-edge datapath ...`) reads the same pinned maps
-    let cli = |args: &[&str]| {
-        let pin = bpffs.path().join("ringlb");
-        let mut v = vec!["datapath", "--pin-dir", pin.to_str().unwrap()];
-        v.extend_from_slice(args);
-        run_cli(&v).expect("datapath CLI")
-    };
-    let dump = cli(&["dump", "--slots"]);
+/// The operator CLI (`ringlb-edge datapath ...`) on the pinned maps in `bpffs`.
+fn cli(bpffs: &BpfFs, args: &[&str]) -> String {
+    let pin = bpffs.path().join("ringlb");
+    let mut v = vec!["datapath", "--pin-dir", pin.to_str().unwrap()];
+    v.extend_from_slice(args);
+    run_cli(&v).expect("datapath CLI")
+}
+
+/// The operator CLI reads the same pinned maps.
+fn the_operator_cli_reads_the_pinned_maps(bpffs: &BpfFs) {
+    let dump = cli(bpffs, &["dump", "--slots"]);
     assert!(
         dump.contains("VIP 10.100.0.1:80/tcp") && dump.contains("ring 7"),
         "{dump}"
@@ -163,26 +188,32 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
         dump.contains("10.1.0.1") && dump.contains("10.1.0.2") && dump.contains("slots"),
         "{dump}"
     );
-    let counters = cli(&["counters"]);
+    let counters = cli(bpffs, &["counters"]);
     assert!(
         counters.contains("tx") && counters.contains("10.100.0.1:80/tcp"),
         "{counters}"
     );
-    let lookup = cli(&[
-        "lookup",
-        "--src",
-        "192.0.2.7:40000",
-        "--dst",
-        "10.100.0.1:80",
-    ]);
+    let lookup = cli(
+        bpffs,
+        &[
+            "lookup",
+            "--src",
+            "192.0.2.7:40000",
+            "--dst",
+            "10.100.0.1:80",
+        ],
+    );
     assert!(lookup.contains("from the conntrack entry"), "{lookup}");
-    let lookup = cli(&[
-        "lookup",
-        "--src",
-        "192.0.2.7:40000",
-        "--dst",
-        "10.100.0.9:80",
-    ]);
+    let lookup = cli(
+        bpffs,
+        &[
+            "lookup",
+            "--src",
+            "192.0.2.7:40000",
+            "--dst",
+            "10.100.0.9:80",
+        ],
+    );
     assert!(lookup.contains("not a VIP"), "{lookup}");
     let missing = run_cli(&["datapath", "--pin-dir", "/nonexistent/ringlb", "dump"])
         .expect_err("no pinned maps there");
@@ -190,9 +221,14 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
         missing.to_string().contains("not pinned"),
         "clear error: {missing}"
     );
+}
 
-    // Removing the backend with the newest generation, then restarting, must not let
-    // a new backend reuse that generation (stale conntrack entries carry it).
+/// Removing the backend with the newest generation, then restarting, must not let
+/// a new backend reuse that generation (stale conntrack entries carry it).
+fn a_restart_keeps_the_generation_high_water_mark(
+    bpffs: &BpfFs,
+    mut dp: XdpDatapath,
+) -> XdpDatapath {
     let v = *desired().services.keys().next().unwrap();
     let one = DesiredState {
         services: [(
@@ -213,11 +249,7 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
         dp.programmed().last_generation
     );
     dp.apply(&one).unwrap();
-
-    cli(&["uninstall"]);
-    drop(dp); // our own link fd was the last reference
-    assert_eq!(xdp_prog_id("pa"), None, "detached");
-    assert!(!bpffs.path().join("ringlb").exists(), "pins removed");
+    dp
 }
 
 /// The interface is deleted and re-created under the same name while the

@@ -73,6 +73,31 @@ fn xdp_tx_puts_the_next_hops_vlan_tag_on_the_wire_pushed_or_rewritten() {
         Netns::new(&format!("rlvx{pid}p")),
     );
     let (e, p) = (edge.0.as_str(), peer.0.as_str());
+    link_edge_and_peer(e, p);
+    let _pass = xdp_pass_on_the_peer(p);
+    let nh = NextHop {
+        ifindex: ifindex(e, "ve"),
+        smac: link_mac(e, "ve"),
+        dmac: link_mac(p, "vp"),
+        vlan: Some(Vlan {
+            id: 100,
+            protocol: VlanProtocol::Dot1Q,
+        }),
+    };
+    let dp = the_edge(e, nh);
+
+    let mut wire = Wire::listen(p);
+    an_untagged_datagram_leaves_with_the_tag_pushed(&mut wire, p, &dp, &nh);
+    a_frame_tagged_7_leaves_with_the_tag_rewritten(&mut wire, p, &dp, &nh);
+
+    let c = dp.read_counters().unwrap();
+    let get = |label: &str| c.global.iter().find(|(l, _)| *l == label).unwrap().1;
+    assert!(get("tx") >= 2, "{:?}", c.global);
+    assert_eq!(get("redirect"), 0, "{:?}", c.global);
+}
+
+/// The veth pair `ve` (edge) -- `vp` (peer), and the peer's route to the VIP.
+fn link_edge_and_peer(e: &str, p: &str) {
     sh(&[
         "ip", "-n", e, "link", "add", "ve", "type", "veth", "peer", "name", "vp", "netns", p,
     ]);
@@ -90,8 +115,11 @@ fn xdp_tx_puts_the_next_hops_vlan_tag_on_the_wire_pushed_or_rewritten() {
         "via",
         "10.60.0.1",
     ]);
+}
 
-    // veth XDP_TX frames only arrive when the peer has an XDP program
+/// veth XDP_TX frames only arrive when the peer has an XDP program. Keep the
+/// returned object alive for the test's duration.
+fn xdp_pass_on_the_peer(p: &str) -> aya::Ebpf {
     let mut pass = aya::Ebpf::load(ringlb_testkit::objects::XDP_FLOOR).unwrap();
     let prog: &mut aya::programs::Xdp =
         pass.program_mut("ringlb_pass").unwrap().try_into().unwrap();
@@ -99,16 +127,12 @@ fn xdp_tx_puts_the_next_hops_vlan_tag_on_the_wire_pushed_or_rewritten() {
     in_netns(p, || {
         prog.attach("vp", aya::programs::XdpMode::Driver).unwrap()
     });
+    pass
+}
 
-    let nh = NextHop {
-        ifindex: ifindex(e, "ve"),
-        smac: link_mac(e, "ve"),
-        dmac: link_mac(p, "vp"),
-        vlan: Some(Vlan {
-            id: 100,
-            protocol: VlanProtocol::Dot1Q,
-        }),
-    };
+/// The edge: one UDP VIP whose only backend's next hop is `nh`, attached natively
+/// to `ve`.
+fn the_edge(e: &str, nh: NextHop) -> XdpDatapath {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.60.0.1".parse().unwrap()),
@@ -131,55 +155,86 @@ fn xdp_tx_puts_the_next_hops_vlan_tag_on_the_wire_pushed_or_rewritten() {
     .unwrap();
     let mode = in_netns(e, || dp.attach("ve", AttachMode::Native).unwrap());
     assert_eq!(mode, "native");
+    dp
+}
 
-    // -e: link-level header (the tag); -l: line-buffered; no filter (ARP is fine)
-    let mut child = Command::new("ip")
-        .args(["netns", "exec", p, "tcpdump", "-i", "vp", "-nn", "-e", "-l"])
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("tcpdump");
-    let (tx, rx) = mpsc::channel::<String>();
-    let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
-    let _capture = Capture(child);
-    let ready = {
-        let tx = tx.clone();
-        std::thread::spawn(move || {
-            for l in BufReader::new(err).lines().map_while(Result::ok) {
-                let _ = tx.send(format!("stderr: {l}"));
-            }
-        })
-    };
-    std::thread::spawn(move || {
-        for l in BufReader::new(out).lines().map_while(Result::ok) {
-            let _ = tx.send(l);
+/// tcpdump on `vp`: its lines as they come, the lines seen so far (for failure
+/// messages), and the deadline of the whole test.
+struct Wire {
+    rx: mpsc::Receiver<String>,
+    seen: Vec<String>,
+    deadline: Instant,
+    _capture: Capture,
+}
+
+impl Wire {
+    /// Starts tcpdump in `p` and waits until it listens.
+    fn listen(p: &str) -> Self {
+        // -e: link-level header (the tag); -l: line-buffered; no filter (ARP is fine)
+        let mut child = Command::new("ip")
+            .args(["netns", "exec", p, "tcpdump", "-i", "vp", "-nn", "-e", "-l"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("tcpdump");
+        let (tx, rx) = mpsc::channel::<String>();
+        let (out, err) = (child.stdout.take().unwrap(), child.stderr.take().unwrap());
+        let _capture = Capture(child);
+        {
+            let tx = tx.clone();
+            std::thread::spawn(move || {
+                for l in BufReader::new(err).lines().map_while(Result::ok) {
+                    let _ = tx.send(format!("stderr: {l}"));
+                }
+            });
         }
-    });
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let mut seen = Vec::new();
-    // wait until tcpdump listens
-    while !seen.iter().any(|l: &String| l.contains("listening on")) {
-        let left = deadline.saturating_duration_since(Instant::now());
-        seen.push(
-            rx.recv_timeout(left)
-                .unwrap_or_else(|_| panic!("tcpdump did not start: {seen:?}")),
-        );
+        std::thread::spawn(move || {
+            for l in BufReader::new(out).lines().map_while(Result::ok) {
+                let _ = tx.send(l);
+            }
+        });
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let mut seen = Vec::new();
+        // wait until tcpdump listens
+        while !seen.iter().any(|l: &String| l.contains("listening on")) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            seen.push(
+                rx.recv_timeout(left)
+                    .unwrap_or_else(|_| panic!("tcpdump did not start: {seen:?}")),
+            );
+        }
+        Wire {
+            rx,
+            seen,
+            deadline,
+            _capture,
+        }
     }
+}
+
+/// The peer sends untagged datagrams to the VIP; they come back encapsulated with
+/// VLAN 100 pushed.
+fn an_untagged_datagram_leaves_with_the_tag_pushed(
+    wire: &mut Wire,
+    p: &str,
+    dp: &XdpDatapath,
+    nh: &NextHop,
+) {
     let sock = in_netns(p, || UdpSocket::bind("10.60.0.2:0").unwrap());
     let hit = loop {
         let _ = sock.send_to(b"ringlb vlan", "10.100.0.7:5000");
-        match rx.recv_timeout(Duration::from_millis(100)) {
+        match wire.rx.recv_timeout(Duration::from_millis(100)) {
             Ok(l) if l.contains("vlan 100") && l.contains("10.60.0.1 > 10.1.0.7") => break l,
-            Ok(l) => seen.push(l),
+            Ok(l) => wire.seen.push(l),
             Err(_) => {}
         }
         assert!(
-            Instant::now() < deadline,
-            "no tagged IPIP frame on vp within 10 s; tcpdump saw {seen:#?}; counters {:?}",
+            Instant::now() < wire.deadline,
+            "no tagged IPIP frame on vp within 10 s; tcpdump saw {:#?}; counters {:?}",
+            wire.seen,
             dp.read_counters().map(|c| c.global)
         );
     };
-    drop(ready);
     eprintln!("on the wire: {hit}");
     // our MACs, 802.1Q with VID 100, then the outer IPv4 (IPIP) around the datagram
     let mac = |m: [u8; 6]| {
@@ -194,10 +249,17 @@ fn xdp_tx_puts_the_next_hops_vlan_tag_on_the_wire_pushed_or_rewritten() {
     );
     assert!(hit.contains("ethertype 802.1Q (0x8100)"), "{hit}");
     assert!(hit.contains("10.60.0.2."), "inner source: {hit}");
+}
 
-    // A frame that arrives tagged with another VLAN (7), written raw onto vp
-    // (AF_PACKET; this kernel has no VLAN devices): it leaves with the next
-    // hop's tag (100) written over it.
+/// A frame that arrives tagged with another VLAN (7), written raw onto vp
+/// (AF_PACKET; this kernel has no VLAN devices): it leaves with the next
+/// hop's tag (100) written over it.
+fn a_frame_tagged_7_leaves_with_the_tag_rewritten(
+    wire: &mut Wire,
+    p: &str,
+    dp: &XdpDatapath,
+    nh: &NextHop,
+) {
     let mut f = Frame::udp(ip("10.60.0.99"), ip("10.100.0.7"), 4242, 5000);
     f.vlan = Some(7);
     f.dst_mac = nh.smac;
@@ -210,25 +272,21 @@ fn xdp_tx_puts_the_next_hops_vlan_tag_on_the_wire_pushed_or_rewritten() {
     );
     let rewritten = loop {
         sh(&["ip", "netns", "exec", p, "python3", "-c", &send]);
-        match rx.recv_timeout(Duration::from_millis(200)) {
+        match wire.rx.recv_timeout(Duration::from_millis(200)) {
             Ok(l) if l.contains("10.60.0.99.4242 > 10.100.0.7.5000") && l.contains("10.1.0.7") => {
                 break l;
             }
-            Ok(l) => seen.push(l),
+            Ok(l) => wire.seen.push(l),
             Err(_) => {}
         }
         assert!(
-            Instant::now() < deadline + Duration::from_secs(5),
-            "the tagged frame never came back encapsulated; tcpdump saw {seen:#?}; counters {:?}",
+            Instant::now() < wire.deadline + Duration::from_secs(5),
+            "the tagged frame never came back encapsulated; tcpdump saw {:#?}; counters {:?}",
+            wire.seen,
             dp.read_counters().map(|c| c.global)
         );
     };
     eprintln!("tagged in, on the wire: {rewritten}");
     assert!(rewritten.contains("vlan 100, p 0"), "{rewritten}");
     assert!(!rewritten.contains("vlan 7"), "{rewritten}");
-
-    let c = dp.read_counters().unwrap();
-    let get = |label: &str| c.global.iter().find(|(l, _)| *l == label).unwrap().1;
-    assert!(get("tx") >= 2, "{:?}", c.global);
-    assert_eq!(get("redirect"), 0, "{:?}", c.global);
 }

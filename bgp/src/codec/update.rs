@@ -415,7 +415,44 @@ fn split_mp(v: &[u8], reach: bool) -> Option<(u16, u8, &[u8], &[u8])> {
 
 /// Decode an UPDATE body (after the header) with RFC 7606 error handling.
 pub(super) fn decode_update(body: &[u8], four_octet: bool) -> Result<DecodedUpdate, CodecError> {
-    let malformed = |r| upd_err(notif::MALFORMED_ATTR_LIST, Vec::new(), r);
+    let UpdateFields {
+        withdrawn: wd,
+        attributes: attrs_b,
+        nlri: nlri_b,
+    } = split_update(body)?;
+    let bad_net = || upd_err(notif::INVALID_NETWORK_FIELD, Vec::new(), "malformed prefix");
+    let withdrawn = parse_prefixes(wd, Afi::Ipv4).ok_or_else(bad_net)?;
+    let nlri = parse_prefixes(nlri_b, Afi::Ipv4).ok_or_else(bad_net)?;
+    let mut d = UpdateDecoder {
+        four_octet,
+        has_v4_nlri: !nlri.is_empty(),
+        withdrawn,
+        nlri,
+        out: DecodedUpdate::default(),
+        attrs: PathAttrs::default(),
+        seen: HashSet::new(),
+        taw: None,
+        have_origin: false,
+        have_path: false,
+        have_nh: false,
+        mp_reach_nlri: false,
+    };
+    d.path_attributes(attrs_b)?;
+    Ok(d.finish())
+}
+
+fn malformed(reason: &'static str) -> CodecError {
+    upd_err(notif::MALFORMED_ATTR_LIST, Vec::new(), reason)
+}
+
+/// The three variable-length fields of an UPDATE body.
+struct UpdateFields<'a> {
+    withdrawn: &'a [u8],
+    attributes: &'a [u8],
+    nlri: &'a [u8],
+}
+
+fn split_update(body: &[u8]) -> Result<UpdateFields<'_>, CodecError> {
     let wlen = usize::from(u16::from_be_bytes([body[0], body[1]]));
     let wd = body
         .get(2..2 + wlen)
@@ -429,81 +466,136 @@ pub(super) fn decode_update(body: &[u8], four_octet: bool) -> Result<DecodedUpda
         .get(alen_at + 2..alen_at + 2 + alen)
         .ok_or_else(|| malformed("total path attribute length overruns the message"))?;
     let nlri_b = &body[alen_at + 2 + alen..];
-    let bad_net = || upd_err(notif::INVALID_NETWORK_FIELD, Vec::new(), "malformed prefix");
-    let mut withdrawn = parse_prefixes(wd, Afi::Ipv4).ok_or_else(bad_net)?;
-    let mut nlri = parse_prefixes(nlri_b, Afi::Ipv4).ok_or_else(bad_net)?;
-    let has_v4_nlri = !nlri.is_empty();
+    Ok(UpdateFields {
+        withdrawn: wd,
+        attributes: attrs_b,
+        nlri: nlri_b,
+    })
+}
 
-    let mut out = DecodedUpdate::default();
-    let mut attrs = PathAttrs::default();
-    let mut seen = HashSet::new();
-    let mut taw: Option<&'static str> = None;
-    let (mut have_origin, mut have_path, mut have_nh) = (false, false, false);
-    let mut mp_reach_nlri = false;
-    let mut b = attrs_b;
-    while !b.is_empty() {
-        if b.len() < 3 {
-            taw.get_or_insert("truncated path attribute header");
-            break;
-        }
-        let (flags, c) = (b[0], b[1]);
-        let ext = flags & FLAG_EXTENDED != 0;
-        let hl = if ext { 4 } else { 3 };
-        let Some(len) = (if ext {
-            b.get(2..4)
-                .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
-        } else {
-            b.get(2).map(|&l| usize::from(l))
-        }) else {
-            taw.get_or_insert("truncated path attribute header");
-            break;
-        };
-        let Some(v) = b.get(hl..hl + len) else {
-            // RFC 7606 §4: the last attribute overruns the attribute field.
-            taw.get_or_insert("path attribute overruns the attribute field");
-            break;
-        };
-        let whole = &b[..hl + len];
-        b = &b[hl + len..];
-        if !seen.insert(c) {
-            if c == code::MP_REACH || c == code::MP_UNREACH {
-                return Err(malformed("MP_REACH/MP_UNREACH appears twice"));
+/// One path attribute as it sits in the attribute field.
+struct RawAttr<'a> {
+    flags: u8,
+    code: u8,
+    value: &'a [u8],
+    /// Flags, type, length and value: the data of a NOTIFICATION about it.
+    whole: &'a [u8],
+}
+
+/// The first attribute of `b` and the rest of the field, or why the attribute
+/// field ends there (treat-as-withdraw).
+fn split_attr(b: &[u8]) -> Result<(RawAttr<'_>, &[u8]), &'static str> {
+    if b.len() < 3 {
+        return Err("truncated path attribute header");
+    }
+    let (flags, code) = (b[0], b[1]);
+    let ext = flags & FLAG_EXTENDED != 0;
+    let hl = if ext { 4 } else { 3 };
+    let Some(len) = (if ext {
+        b.get(2..4)
+            .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
+    } else {
+        b.get(2).map(|&l| usize::from(l))
+    }) else {
+        return Err("truncated path attribute header");
+    };
+    let Some(value) = b.get(hl..hl + len) else {
+        // RFC 7606 §4: the last attribute overruns the attribute field.
+        return Err("path attribute overruns the attribute field");
+    };
+    let whole = &b[..hl + len];
+    Ok((
+        RawAttr {
+            flags,
+            code,
+            value,
+            whole,
+        },
+        &b[hl + len..],
+    ))
+}
+
+/// One UPDATE being decoded: its prefixes, the attributes read so far, and the
+/// first reason for "treat-as-withdraw", if any.
+struct UpdateDecoder {
+    four_octet: bool,
+    has_v4_nlri: bool,
+    withdrawn: Vec<IpNetwork>,
+    nlri: Vec<IpNetwork>,
+    out: DecodedUpdate,
+    attrs: PathAttrs,
+    seen: HashSet<u8>,
+    taw: Option<&'static str>,
+    have_origin: bool,
+    have_path: bool,
+    have_nh: bool,
+    mp_reach_nlri: bool,
+}
+
+impl UpdateDecoder {
+    /// Every attribute of the path attribute field, in order.
+    fn path_attributes(&mut self, mut b: &[u8]) -> Result<(), CodecError> {
+        while !b.is_empty() {
+            let a = match split_attr(b) {
+                Ok((a, rest)) => {
+                    b = rest;
+                    a
+                }
+                Err(reason) => {
+                    self.taw.get_or_insert(reason);
+                    break;
+                }
+            };
+            let c = a.code;
+            if !self.seen.insert(c) {
+                if c == code::MP_REACH || c == code::MP_UNREACH {
+                    return Err(malformed("MP_REACH/MP_UNREACH appears twice"));
+                }
+                self.out.discarded.push(c);
+                continue;
             }
-            out.discarded.push(c);
-            continue;
-        }
-        let opt = flags & FLAG_OPTIONAL != 0;
-        let well_known = matches!(
-            c,
-            code::ORIGIN
-                | code::AS_PATH
-                | code::NEXT_HOP
-                | code::LOCAL_PREF
-                | code::ATOMIC_AGGREGATE
-        );
-        if well_known && (opt || flags & FLAG_TRANSITIVE == 0) {
-            // §3c: a flags error is handled like a malformed attribute of that type.
-            if c == code::ATOMIC_AGGREGATE {
-                out.discarded.push(c);
-            } else {
-                taw.get_or_insert("attribute flags error on a well-known attribute");
+            let opt = a.flags & FLAG_OPTIONAL != 0;
+            let well_known = matches!(
+                c,
+                code::ORIGIN
+                    | code::AS_PATH
+                    | code::NEXT_HOP
+                    | code::LOCAL_PREF
+                    | code::ATOMIC_AGGREGATE
+            );
+            if well_known && (opt || a.flags & FLAG_TRANSITIVE == 0) {
+                // §3c: a flags error is handled like a malformed attribute of that type.
+                if c == code::ATOMIC_AGGREGATE {
+                    self.out.discarded.push(c);
+                } else {
+                    self.taw
+                        .get_or_insert("attribute flags error on a well-known attribute");
+                }
+                continue;
             }
-            continue;
+            self.attribute(&a, opt)?;
         }
+        Ok(())
+    }
+
+    /// One attribute, the first of its type, with valid flags.
+    fn attribute(&mut self, a: &RawAttr<'_>, opt: bool) -> Result<(), CodecError> {
+        let (c, v, len) = (a.code, a.value, a.value.len());
+        let (attrs, taw) = (&mut self.attrs, &mut self.taw);
         match c {
             code::ORIGIN => match v {
                 [o] if *o <= 2 => {
                     attrs.origin = *o;
-                    have_origin = true;
+                    self.have_origin = true;
                 }
                 _ => {
                     taw.get_or_insert("malformed ORIGIN");
                 }
             },
-            code::AS_PATH => match parse_as_path(v, four_octet) {
+            code::AS_PATH => match parse_as_path(v, self.four_octet) {
                 Some(p) => {
                     attrs.as_path = p;
-                    have_path = true;
+                    self.have_path = true;
                 }
                 None => {
                     taw.get_or_insert("malformed AS_PATH");
@@ -512,7 +604,7 @@ pub(super) fn decode_update(body: &[u8], four_octet: bool) -> Result<DecodedUpda
             code::NEXT_HOP => {
                 if len == 4 {
                     attrs.next_hop = Some(IpAddr::V4(Ipv4Addr::from(be32(v))));
-                    have_nh = true;
+                    self.have_nh = true;
                 } else {
                     taw.get_or_insert("NEXT_HOP length is not 4");
                 }
@@ -529,8 +621,8 @@ pub(super) fn decode_update(body: &[u8], four_octet: bool) -> Result<DecodedUpda
                     taw.get_or_insert("MED/LOCAL_PREF length is not 4");
                 }
             }
-            code::ATOMIC_AGGREGATE if len != 0 => out.discarded.push(c),
-            code::AGGREGATOR if len != 6 && len != 8 => out.discarded.push(c),
+            code::ATOMIC_AGGREGATE if len != 0 => self.out.discarded.push(c),
+            code::AGGREGATOR if len != 6 && len != 8 => self.out.discarded.push(c),
             code::COMMUNITIES => {
                 if len > 0 && len % 4 == 0 {
                     attrs.communities = v.chunks_exact(4).map(be32).collect();
@@ -548,62 +640,76 @@ pub(super) fn decode_update(body: &[u8], four_octet: bool) -> Result<DecodedUpda
                     taw.get_or_insert("LARGE_COMMUNITY length not a non-zero multiple of 12");
                 }
             }
-            code::MP_REACH | code::MP_UNREACH => {
-                let reach = c == code::MP_REACH;
-                let opt_err = |r| upd_err(notif::OPTIONAL_ATTR_ERROR, whole.to_vec(), r);
-                let (afi, safi, nh, nb) =
-                    split_mp(v, reach).ok_or_else(|| opt_err("MP attribute too short"))?;
-                let Some(fam) = Afi::from_code(afi).filter(|_| safi == SAFI_UNICAST) else {
-                    continue; // a family we did not negotiate: ignore
-                };
-                let prefixes =
-                    parse_prefixes(nb, fam).ok_or_else(|| opt_err("malformed MP NLRI"))?;
-                if reach {
-                    let addr = match (fam, nh.len()) {
-                        (Afi::Ipv4, 4) => IpAddr::V4(Ipv4Addr::from(be32(nh))),
-                        (Afi::Ipv6, 16 | 32) => {
-                            let mut o = [0u8; 16];
-                            o.copy_from_slice(&nh[..16]);
-                            IpAddr::V6(Ipv6Addr::from(o))
-                        }
-                        _ => return Err(opt_err("MP_REACH next hop length")),
-                    };
-                    mp_reach_nlri |= !prefixes.is_empty();
-                    if !has_v4_nlri {
-                        attrs.next_hop = Some(addr);
-                    }
-                    nlri.extend(prefixes);
-                } else {
-                    withdrawn.extend(prefixes);
-                }
-            }
+            code::MP_REACH | code::MP_UNREACH => self.multiprotocol(a)?,
             _ if !opt && !KNOWN.contains(&c) => {
                 return Err(upd_err(
                     notif::UNRECOGNIZED_WELL_KNOWN,
-                    whole.to_vec(),
+                    a.whole.to_vec(),
                     "unrecognized well-known attribute",
                 ));
             }
             _ => {} // recognised-but-unused or unknown optional: ignore
         }
+        Ok(())
     }
-    if !nlri.is_empty() && taw.is_none() {
-        if !have_origin || !have_path {
-            taw = Some("missing well-known mandatory attribute ORIGIN or AS_PATH");
-        } else if has_v4_nlri && !have_nh {
-            taw = Some("missing NEXT_HOP for IPv4 NLRI");
-        } else if mp_reach_nlri && attrs.next_hop.is_none() {
-            taw = Some("missing next hop");
+
+    /// MP_REACH_NLRI / MP_UNREACH_NLRI (RFC 4760): their prefixes join the
+    /// announced / withdrawn ones.
+    fn multiprotocol(&mut self, a: &RawAttr<'_>) -> Result<(), CodecError> {
+        let reach = a.code == code::MP_REACH;
+        let opt_err = |r| upd_err(notif::OPTIONAL_ATTR_ERROR, a.whole.to_vec(), r);
+        let (afi, safi, nh, nb) =
+            split_mp(a.value, reach).ok_or_else(|| opt_err("MP attribute too short"))?;
+        let Some(fam) = Afi::from_code(afi).filter(|_| safi == SAFI_UNICAST) else {
+            return Ok(()); // a family we did not negotiate: ignore
+        };
+        let prefixes = parse_prefixes(nb, fam).ok_or_else(|| opt_err("malformed MP NLRI"))?;
+        if reach {
+            let addr = match (fam, nh.len()) {
+                (Afi::Ipv4, 4) => IpAddr::V4(Ipv4Addr::from(be32(nh))),
+                (Afi::Ipv6, 16 | 32) => {
+                    let mut o = [0u8; 16];
+                    o.copy_from_slice(&nh[..16]);
+                    IpAddr::V6(Ipv6Addr::from(o))
+                }
+                _ => return Err(opt_err("MP_REACH next hop length")),
+            };
+            self.mp_reach_nlri |= !prefixes.is_empty();
+            if !self.has_v4_nlri {
+                self.attrs.next_hop = Some(addr);
+            }
+            self.nlri.extend(prefixes);
+        } else {
+            self.withdrawn.extend(prefixes);
         }
+        Ok(())
     }
-    if let Some(r) = taw {
-        out.treat_as_withdraw = Some(r);
-        withdrawn.append(&mut nlri);
+
+    /// The missing-attribute checks, then "treat-as-withdraw" if anything was wrong.
+    fn finish(mut self) -> DecodedUpdate {
+        let mut taw = self.taw;
+        if !self.nlri.is_empty() && taw.is_none() {
+            if !self.have_origin || !self.have_path {
+                taw = Some("missing well-known mandatory attribute ORIGIN or AS_PATH");
+            } else if self.has_v4_nlri && !self.have_nh {
+                taw = Some("missing NEXT_HOP for IPv4 NLRI");
+            } else if self.mp_reach_nlri && self.attrs.next_hop.is_none() {
+                taw = Some("missing next hop");
+            }
+        }
+        if let Some(r) = taw {
+            self.out.treat_as_withdraw = Some(r);
+            self.withdrawn.append(&mut self.nlri);
+        }
+        self.out.update = Update {
+            withdrawn: self.withdrawn,
+            attrs: if self.nlri.is_empty() {
+                None
+            } else {
+                Some(self.attrs)
+            },
+            nlri: self.nlri,
+        };
+        self.out
     }
-    out.update = Update {
-        withdrawn,
-        attrs: if nlri.is_empty() { None } else { Some(attrs) },
-        nlri,
-    };
-    Ok(out)
 }

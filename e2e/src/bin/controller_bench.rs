@@ -184,6 +184,36 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let controller = controller_binary(&args)?;
+    let (cp, client, kubeconfig) = set_up(&args).await?;
+    let controller_proc = start_controller(&args, &cp, &controller, &kubeconfig).await?;
+    let pid = controller_proc.as_ref().map(|g| g.0.id());
+    let api: Api<Service> = Api::namespaced(client.clone(), "default");
+    let (seen, watch) = watch_allocations(api.clone());
+    if let Some(pid) = pid {
+        warm_up(&api, &seen, pid, &cp).await?;
+    }
+    let before = Baseline::take(pid, &cp);
+
+    let creates = create_services(&api, &args).await?;
+    report_creates(&args, &creates);
+    let Some(pid) = pid else {
+        watch.abort();
+        before.print_control_plane_cpu();
+        return Ok(());
+    };
+
+    wait_for_allocation(&seen, &args).await?;
+    let m = measure(&seen, &creates, pid, &before);
+    watch.abort();
+    report_allocation(&args, &m, &before);
+    Ok(())
+}
+
+type Times = Arc<Mutex<HashMap<String, Instant>>>;
+
+/// The ringlb-controller binary: `--controller`, or the one next to this program.
+fn controller_binary(args: &Args) -> anyhow::Result<PathBuf> {
     let controller = match args.controller.clone() {
         Some(p) => p,
         None => std::env::current_exe()?.with_file_name("ringlb-controller"),
@@ -194,6 +224,12 @@ async fn main() -> anyhow::Result<()> {
             controller.display()
         );
     }
+    Ok(controller)
+}
+
+/// Set-up: the control plane with the chart's RBAC, the controller's ServiceAccount
+/// kubeconfig, and the IPPool the Services draw from.
+async fn set_up(args: &Args) -> anyhow::Result<(ControlPlane, kube::Client, PathBuf)> {
     let t0 = Instant::now();
     let cp = ControlPlane::start(Options {
         controller_manager: !args.no_controller_manager,
@@ -233,44 +269,61 @@ async fn main() -> anyhow::Result<()> {
         )
         .await
         .context("creating the IPPool")?;
+    Ok((cp, client, kubeconfig))
+}
 
-    // The controller as the chart's pod runs it: ServiceAccount token, chart RBAC,
-    // leader election on a Lease in the release namespace. Its log goes to the
-    // control plane's folder (kept with RINGLB_KEEP_CONTROLPLANE=1).
-    let controller_proc = if args.create_only {
+/// The controller under test: none with `--create-only`, MetalLB's when asked, else
+/// ringlb-controller.
+async fn start_controller(
+    args: &Args,
+    cp: &ControlPlane,
+    controller: &std::path::Path,
+    kubeconfig: &std::path::Path,
+) -> anyhow::Result<Option<Guard>> {
+    Ok(if args.create_only {
         None
     } else if let (Some(bin), Some(crds)) = (&args.metallb_controller, &args.metallb_crds) {
-        Some(start_metallb(&cp, bin, crds).await?)
+        Some(start_metallb(cp, bin, crds).await?)
     } else {
-        let log_path = cp.dir().join("ringlb-controller.log");
-        let log = std::fs::File::create(&log_path)
-            .with_context(|| format!("creating {}", log_path.display()))?;
-        let child = Command::new(&controller)
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args([
-                "--metrics-addr",
-                "127.0.0.1:0",
-                "--lease-namespace",
-                RELEASE_NS,
-                "--log-level",
-                "warn",
-            ])
-            .stdin(Stdio::null())
-            .stdout(log.try_clone()?)
-            .stderr(log)
-            .spawn()
-            .with_context(|| format!("starting {}", controller.display()))?;
-        Some(Guard(child))
-    };
-    let pid = controller_proc.as_ref().map(|g| g.0.id());
+        Some(start_ringlb(cp, controller, kubeconfig)?)
+    })
+}
 
-    // Record when each Service is first seen with a VIP.
-    let api: Api<Service> = Api::namespaced(client.clone(), "default");
-    let seen: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+/// The controller as the chart's pod runs it: ServiceAccount token, chart RBAC,
+/// leader election on a Lease in the release namespace. Its log goes to the
+/// control plane's folder (kept with RINGLB_KEEP_CONTROLPLANE=1).
+fn start_ringlb(
+    cp: &ControlPlane,
+    controller: &std::path::Path,
+    kubeconfig: &std::path::Path,
+) -> anyhow::Result<Guard> {
+    let log_path = cp.dir().join("ringlb-controller.log");
+    let log = std::fs::File::create(&log_path)
+        .with_context(|| format!("creating {}", log_path.display()))?;
+    let child = Command::new(controller)
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args([
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--lease-namespace",
+            RELEASE_NS,
+            "--log-level",
+            "warn",
+        ])
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+        .with_context(|| format!("starting {}", controller.display()))?;
+    Ok(Guard(child))
+}
+
+/// Record when each Service is first seen with a VIP.
+fn watch_allocations(api: Api<Service>) -> (Times, tokio::task::JoinHandle<()>) {
+    let seen: Times = Arc::default();
     let watch = {
         let seen = seen.clone();
-        let api = api.clone();
         tokio::spawn(async move {
             let mut s = std::pin::pin!(
                 watcher(api, watcher::Config::default())
@@ -287,43 +340,92 @@ async fn main() -> anyhow::Result<()> {
             }
         })
     };
+    (seen, watch)
+}
 
-    let svc = |name: String| -> anyhow::Result<Service> {
-        Ok(serde_json::from_value(json!({
-            "metadata": {"name": name, "namespace": "default"},
-            "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80, "protocol": "TCP"}], "selector": {"app": "bench"}}
-        }))?)
-    };
-    // Warm-up: the controller is up (leader, rebuilt) once one Service gets a VIP.
-    if let Some(pid) = pid {
-        api.create(&PostParams::default(), &svc("warmup".into())?)
-            .await?;
-        let t = Instant::now();
-        while !seen
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key("warmup")
-        {
-            if t.elapsed() > Duration::from_secs(30) {
-                bail!(
-                    "the controller (pid {pid}) did not allocate the warm-up Service within 30 s; \
-                     its log: {}",
-                    cp.dir().join("ringlb-controller.log").display()
-                );
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+/// The benchmark's LoadBalancer Service `name`.
+fn svc(name: String) -> anyhow::Result<Service> {
+    Ok(serde_json::from_value(json!({
+        "metadata": {"name": name, "namespace": "default"},
+        "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": [{"port": 80, "protocol": "TCP"}], "selector": {"app": "bench"}}
+    }))?)
+}
+
+/// Warm-up: the controller is up (leader, rebuilt) once one Service gets a VIP.
+async fn warm_up(
+    api: &Api<Service>,
+    seen: &Times,
+    pid: u32,
+    cp: &ControlPlane,
+) -> anyhow::Result<()> {
+    api.create(&PostParams::default(), &svc("warmup".into())?)
+        .await?;
+    let t = Instant::now();
+    while !seen
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key("warmup")
+    {
+        if t.elapsed() > Duration::from_secs(30) {
+            bail!(
+                "the controller (pid {pid}) did not allocate the warm-up Service within 30 s; \
+                 its log: {}",
+                cp.dir().join("ringlb-controller.log").display()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    Ok(())
+}
+
+/// The controller's RSS and the CPU time of every process before the run.
+struct Baseline {
+    rss_idle: u64,
+    cpu0: f64,
+    cp_pids: Vec<(u32, String)>,
+    cp_cpu0: Vec<f64>,
+}
+
+impl Baseline {
+    fn take(pid: Option<u32>, cp: &ControlPlane) -> Self {
+        let rss_idle = pid.and_then(|p| proc_status_kb(p, "VmRSS:")).unwrap_or(0);
+        let cpu0 = pid.and_then(cpu_seconds).unwrap_or(0.0);
+        let cp_pids = control_plane_pids(cp);
+        let cp_cpu0: Vec<f64> = cp_pids
+            .iter()
+            .map(|(p, _)| cpu_seconds(*p).unwrap_or(0.0))
+            .collect();
+        Self {
+            rss_idle,
+            cpu0,
+            cp_pids,
+            cp_cpu0,
         }
     }
-    let rss_idle = pid.and_then(|p| proc_status_kb(p, "VmRSS:")).unwrap_or(0);
-    let cpu0 = pid.and_then(cpu_seconds).unwrap_or(0.0);
-    let cp_pids = control_plane_pids(&cp);
-    let cp_cpu0: Vec<f64> = cp_pids
-        .iter()
-        .map(|(p, _)| cpu_seconds(*p).unwrap_or(0.0))
-        .collect();
 
-    let created: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
-    let returned: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    fn print_control_plane_cpu(&self) {
+        for ((p, name), c0) in self.cp_pids.iter().zip(&self.cp_cpu0) {
+            if let Some(c) = cpu_seconds(*p) {
+                println!("  {name:<27} CPU time:  {:>8.2} s", c - c0);
+            }
+        }
+    }
+}
+
+/// The create phase: when each create was sent and when its API call returned.
+struct Creates {
+    created: Times,
+    returned: Times,
+    start: Instant,
+    create_done: Duration,
+    /// Request latencies, sorted.
+    create_lat: Vec<Duration>,
+}
+
+/// Create the `bench-NNNNN` Services, `args.concurrency` requests at a time.
+async fn create_services(api: &Api<Service>, args: &Args) -> anyhow::Result<Creates> {
+    let created: Times = Arc::default();
+    let returned: Times = Arc::default();
     let start = Instant::now();
     let results: Vec<anyhow::Result<Duration>> = futures::stream::iter(0..args.services)
         .map(|i| {
@@ -357,6 +459,17 @@ async fn main() -> anyhow::Result<()> {
         create_lat.push(r.context("creating a Service")?);
     }
     create_lat.sort();
+    Ok(Creates {
+        created,
+        returned,
+        start,
+        create_done,
+        create_lat,
+    })
+}
+
+/// Report: the create phase.
+fn report_creates(args: &Args, c: &Creates) {
     println!(
         "{} benchmark against kube-apiserver {}: {} Services, concurrency {}{}{}",
         if args.metallb_controller.is_some() {
@@ -380,30 +493,21 @@ async fn main() -> anyhow::Result<()> {
     );
     println!(
         "  all created (API calls returned):  {:>10.3} s",
-        create_done.as_secs_f64()
+        c.create_done.as_secs_f64()
     );
     println!(
         "  create rate:                       {:>10.0} Services/s",
-        args.services as f64 / create_done.as_secs_f64()
+        args.services as f64 / c.create_done.as_secs_f64()
     );
     println!(
         "  create request latency p50 / p99:  {:>10.1} / {:.1} ms",
-        percentile(&create_lat, 0.50).as_secs_f64() * 1e3,
-        percentile(&create_lat, 0.99).as_secs_f64() * 1e3
+        percentile(&c.create_lat, 0.50).as_secs_f64() * 1e3,
+        percentile(&c.create_lat, 0.99).as_secs_f64() * 1e3
     );
-    let print_cp_cpu = || {
-        for ((p, name), c0) in cp_pids.iter().zip(&cp_cpu0) {
-            if let Some(c) = cpu_seconds(*p) {
-                println!("  {name:<27} CPU time:  {:>8.2} s", c - c0);
-            }
-        }
-    };
-    let Some(pid) = pid else {
-        watch.abort();
-        print_cp_cpu();
-        return Ok(());
-    };
+}
 
+/// Wait until every `bench-` Service has been seen with a VIP.
+async fn wait_for_allocation(seen: &Times, args: &Args) -> anyhow::Result<()> {
     let deadline = Instant::now() + Duration::from_secs(args.timeout_secs);
     loop {
         let n = seen
@@ -413,7 +517,7 @@ async fn main() -> anyhow::Result<()> {
             .filter(|k| k.starts_with("bench-"))
             .count();
         if n >= args.services {
-            break;
+            return Ok(());
         }
         if Instant::now() > deadline {
             bail!(
@@ -424,65 +528,97 @@ async fn main() -> anyhow::Result<()> {
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
+}
+
+/// What the allocation phase measured.
+struct Measured {
+    all_allocated: Duration,
+    /// create sent -> VIP seen, sorted.
+    lat: Vec<Duration>,
+    /// create answered -> VIP seen, sorted.
+    lat_after: Vec<Duration>,
+    hwm: u64,
+    cpu: f64,
+}
+
+/// Measure: allocation time and latencies from the recorded times, the controller's
+/// peak RSS and CPU time.
+fn measure(seen: &Times, creates: &Creates, pid: u32, before: &Baseline) -> Measured {
     let seen = seen.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    let created = created.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let created = creates
+        .created
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let last = created
         .keys()
         .filter_map(|k| seen.get(k))
         .max()
         .copied()
-        .unwrap_or(start);
-    let all_allocated = last - start;
+        .unwrap_or(creates.start);
+    let all_allocated = last - creates.start;
     let mut lat: Vec<Duration> = created
         .iter()
         .filter_map(|(k, c)| Some(seen.get(k)?.saturating_duration_since(*c)))
         .collect();
     lat.sort();
     // The controller's own part: the create answered -> the VIP seen in status.
-    let returned = returned.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    let returned = creates
+        .returned
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone();
     let mut lat_after: Vec<Duration> = returned
         .iter()
         .filter_map(|(k, r)| Some(seen.get(k)?.saturating_duration_since(*r)))
         .collect();
     lat_after.sort();
     let hwm = proc_status_kb(pid, "VmHWM:").unwrap_or(0);
-    let cpu = cpu_seconds(pid).unwrap_or(0.0) - cpu0;
-    watch.abort();
+    let cpu = cpu_seconds(pid).unwrap_or(0.0) - before.cpu0;
+    Measured {
+        all_allocated,
+        lat,
+        lat_after,
+        hwm,
+        cpu,
+    }
+}
 
+/// Report: the allocation phase and every process's CPU time.
+fn report_allocation(args: &Args, m: &Measured, before: &Baseline) {
     println!(
         "  all allocated (VIP in status):     {:>10.3} s",
-        all_allocated.as_secs_f64()
+        m.all_allocated.as_secs_f64()
     );
     println!(
         "  throughput:                        {:>10.0} Services/s",
-        args.services as f64 / all_allocated.as_secs_f64()
+        args.services as f64 / m.all_allocated.as_secs_f64()
     );
     println!(
         "  create->status latency p50:        {:>10.1} ms",
-        percentile(&lat, 0.50).as_secs_f64() * 1e3
+        percentile(&m.lat, 0.50).as_secs_f64() * 1e3
     );
     println!(
         "  create->status latency p99:        {:>10.1} ms",
-        percentile(&lat, 0.99).as_secs_f64() * 1e3
+        percentile(&m.lat, 0.99).as_secs_f64() * 1e3
     );
     println!(
         "  create->status latency max:        {:>10.1} ms",
-        lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3
+        m.lat.last().copied().unwrap_or_default().as_secs_f64() * 1e3
     );
     println!(
         "  create answered->status p50 / p99: {:>10.1} / {:.1} ms",
-        percentile(&lat_after, 0.50).as_secs_f64() * 1e3,
-        percentile(&lat_after, 0.99).as_secs_f64() * 1e3
+        percentile(&m.lat_after, 0.50).as_secs_f64() * 1e3,
+        percentile(&m.lat_after, 0.99).as_secs_f64() * 1e3
     );
     println!(
         "  controller RSS idle (1 Service):   {:>10.1} MiB",
-        rss_idle as f64 / 1024.0
+        before.rss_idle as f64 / 1024.0
     );
     println!(
         "  controller peak RSS (VmHWM):       {:>10.1} MiB",
-        hwm as f64 / 1024.0
+        m.hwm as f64 / 1024.0
     );
-    println!("  controller CPU time during run:    {:>10.2} s", cpu);
-    print_cp_cpu();
-    Ok(())
+    println!("  controller CPU time during run:    {:>10.2} s", m.cpu);
+    before.print_control_plane_cpu();
 }

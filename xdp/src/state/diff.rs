@@ -1,0 +1,433 @@
+//! The pure diff: desired services against what the maps hold, as the map
+//! operations that make the kernel follow (see the parent module for the id
+//! rules it keeps).
+
+use std::{
+    collections::{BTreeMap, BTreeSet},
+    net::IpAddr,
+};
+
+use super::{DesiredState, MapOp, Programmed, ProgrammedBackend, ProgrammedVip, ServiceEntry, Vip};
+use crate::{Error, abi};
+
+/// Sorted, without duplicates.
+fn distinct(addrs: &[IpAddr]) -> Vec<IpAddr> {
+    let mut v = addrs.to_vec();
+    v.sort_unstable();
+    v.dedup();
+    v
+}
+
+/// Walks the sorted `new` addresses against a service's current ids (also
+/// sorted) in one merge pass, without a map lookup per address: `f` gets
+/// each new address with its current id (if it has one), `gone` the ids of
+/// addresses that are not in `new`.
+fn merge<'a>(
+    new: &[IpAddr],
+    old: impl IntoIterator<Item = (&'a IpAddr, &'a ProgrammedBackend)>,
+    mut f: impl FnMut(IpAddr, Option<ProgrammedBackend>),
+    mut gone: impl FnMut(ProgrammedBackend),
+) {
+    let mut old = old.into_iter().peekable();
+    for a in new {
+        while let Some((oa, ob)) = old.peek()
+            && *oa < a
+        {
+            gone(**ob);
+            old.next();
+        }
+        match old.peek() {
+            Some((oa, ob)) if *oa == a => {
+                f(*a, Some(**ob));
+                old.next();
+            }
+            _ => f(*a, None),
+        }
+    }
+    for (_, ob) in old {
+        gone(*ob);
+    }
+}
+
+/// Changes one service (`None` removes it) in place: returns the map
+/// operations that make the kernel follow. Cost is O(this service's ring),
+/// independent of how many other services exist; it only ever writes or
+/// deletes this service's own backend ids. On error `p` is unchanged.
+pub fn plan_update(
+    p: &mut Programmed,
+    vip: &Vip,
+    new: Option<&ServiceEntry>,
+) -> Result<Vec<MapOp>, Error> {
+    let new_addrs = new.map(|s| distinct(&s.backends)).unwrap_or_default();
+    check_ids_available(p, vip, new, &new_addrs)?;
+    let old = p.vips.remove(vip);
+    let mut ops = PlanOps::default();
+    // the ring (and owner) id: the old one, or a new ring when M changes
+    let ring_id = new.map(|svc| match &old {
+        Some(o) if o.ring_size == svc.ring.len() as u32 => (o.vip_id, false),
+        _ => (p.vip_ids.alloc().expect("checked above"), true),
+    });
+
+    // 1. this service's ids: kept per address, new addresses get a fresh id
+    //    and generation; ids of addresses that left are deleted last
+    let (kept, leaving) = assign_backend_ids(p, &new_addrs, old.as_ref(), &mut ops.puts);
+    own_backend_ids(p, vip, ring_id, old.is_some(), &kept, &mut ops);
+    // sorted input: built in one pass
+    let backends = kept.into_iter().map(|(a, b, _)| (a, b)).collect();
+
+    // 2. the ring and the VIP entry
+    let freed_vip = match (new, &old) {
+        (Some(svc), _) => {
+            let ring_id = ring_id.expect("a new entry has a ring");
+            program_service(p, vip, svc, ring_id, old.as_ref(), backends, &mut ops)
+        }
+        (None, Some(o)) => {
+            ops.del_vips.push(MapOp::DelVip { vip: *vip });
+            ops.dels.push(MapOp::DelRing { vip_id: o.vip_id });
+            Some(o.vip_id)
+        }
+        (None, None) => None,
+    };
+
+    // 3. the ids that leave, the orphans and strays this update frees
+    release_ids(p, vip, &leaving, freed_vip, &mut ops);
+    Ok(ops.in_safe_order())
+}
+
+/// A plan's operations by kind, concatenated in the order [`MapOp`] describes.
+#[derive(Default)]
+struct PlanOps {
+    strays: Vec<MapOp>,
+    puts: Vec<MapOp>,
+    own_new: Vec<MapOp>,
+    rings: Vec<MapOp>,
+    put_vips: Vec<MapOp>,
+    regen: Vec<MapOp>,
+    own_kept: Vec<MapOp>,
+    del_vips: Vec<MapOp>,
+    dels: Vec<MapOp>,
+}
+
+impl PlanOps {
+    fn in_safe_order(self) -> Vec<MapOp> {
+        // removals of the VIP entry come before the ring and backend removals
+        [
+            self.strays,
+            self.puts,
+            self.own_new,
+            self.rings,
+            self.put_vips,
+            self.regen,
+            self.own_kept,
+            self.del_vips,
+            self.dels,
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
+    }
+}
+
+/// Fails before anything changes when the update needs more backend ids (one
+/// per new address) or a VIP id (a new ring) than are free.
+fn check_ids_available(
+    p: &Programmed,
+    vip: &Vip,
+    new: Option<&ServiceEntry>,
+    new_addrs: &[IpAddr],
+) -> Result<(), Error> {
+    let old = p.vips.get(vip);
+    let mut missing = 0u64;
+    merge(
+        new_addrs,
+        old.iter().flat_map(|o| &o.backends),
+        |_, b| missing += u64::from(b.is_none()),
+        |_| {},
+    );
+    if missing > p.backend_ids.available() {
+        return Err(Error::IdsExhausted {
+            what: "backend",
+            max: abi::MAX_BACKENDS - 1,
+        });
+    }
+    let needs_vip_id = new.is_some_and(|s| old.is_none_or(|o| o.ring_size != s.ring.len() as u32));
+    if needs_vip_id && p.vip_ids.available() == 0 {
+        return Err(Error::IdsExhausted {
+            what: "VIP",
+            max: abi::MAX_VIPS,
+        });
+    }
+    Ok(())
+}
+
+/// (address, id, whether the id is new in this plan)
+type Kept = Vec<(IpAddr, ProgrammedBackend, bool)>;
+
+/// Step 1: the id of each new address (its current one, or a fresh id and
+/// generation written to `puts`), and the ids of the addresses that left.
+fn assign_backend_ids(
+    p: &mut Programmed,
+    new_addrs: &[IpAddr],
+    old: Option<&ProgrammedVip>,
+    puts: &mut Vec<MapOp>,
+) -> (Kept, Vec<ProgrammedBackend>) {
+    let mut kept = Vec::with_capacity(new_addrs.len());
+    let mut leaving = Vec::new();
+    merge(
+        new_addrs,
+        old.iter().flat_map(|o| &o.backends),
+        |a, b| {
+            let is_new = b.is_none();
+            let b = b.unwrap_or_else(|| {
+                let id = p.backend_ids.alloc().expect("checked above");
+                p.last_generation = p.last_generation.wrapping_add(1).max(1);
+                puts.push(MapOp::PutBackend {
+                    id,
+                    addr: a,
+                    generation: p.last_generation,
+                });
+                ProgrammedBackend {
+                    id,
+                    generation: p.last_generation,
+                }
+            });
+            kept.push((a, b, is_new));
+        },
+        |b| leaving.push(b),
+    );
+    (kept, leaving)
+}
+
+/// The `owners` writes of step 1: new ids are owned before any ring names
+/// them; kept ids follow their VIP to a new ring once the VIP entry points
+/// there.
+fn own_backend_ids(
+    p: &mut Programmed,
+    vip: &Vip,
+    ring_id: Option<(u32, bool)>,
+    had_old: bool,
+    kept: &Kept,
+    ops: &mut PlanOps,
+) {
+    let Some((vip_id, fresh)) = ring_id else {
+        p.adopted.remove(vip);
+        return;
+    };
+    let new_ids: Vec<u32> = ops
+        .puts
+        .iter()
+        .filter_map(|op| match op {
+            MapOp::PutBackend { id, .. } => Some(*id),
+            _ => None,
+        })
+        .collect();
+    if !new_ids.is_empty() {
+        ops.own_new.push(MapOp::Own {
+            vip_id,
+            ids: new_ids,
+        });
+    }
+    // O(kept): a set for the adopted ids, and the new-id flag from the
+    // merge (a scan of `puts` per id was O(n^2) for a new VIP)
+    let adopted: BTreeSet<u32> = p
+        .adopted
+        .remove(vip)
+        .unwrap_or_default()
+        .into_iter()
+        .collect();
+    let all = fresh && had_old;
+    let moved: Vec<u32> = kept
+        .iter()
+        .filter(|(_, b, is_new)| !is_new && (all || adopted.contains(&b.id)))
+        .map(|(_, b, _)| b.id)
+        .collect();
+    if !moved.is_empty() {
+        ops.own_kept.push(MapOp::Own { vip_id, ids: moved });
+    }
+}
+
+/// Step 2 for a service that stays or arrives: its ring (`(vip_id, fresh)`,
+/// fresh when the ring is new), its VIP entry, and its new state in `p`.
+/// Returns the vip_id of the ring it replaced, if any.
+fn program_service(
+    p: &mut Programmed,
+    vip: &Vip,
+    svc: &ServiceEntry,
+    (vip_id, fresh): (u32, bool),
+    old: Option<&ProgrammedVip>,
+    mut backends: BTreeMap<IpAddr, ProgrammedBackend>,
+    ops: &mut PlanOps,
+) -> Option<u32> {
+    // index -> id once, then the ring: O(M) without a map lookup per slot
+    let id_of: Vec<u32> = svc.backends.iter().map(|a| backends[a].id).collect();
+    let ids: Vec<u32> = svc.ring.iter().map(|&i| id_of[i as usize]).collect();
+    let size = ids.len() as u32;
+    let mut freed_vip = None;
+    if fresh && let Some(o) = old {
+        ops.dels.push(MapOp::DelRing { vip_id: o.vip_id });
+        freed_vip = Some(o.vip_id);
+    }
+    let prev = old
+        .and_then(|o| o.ring.as_ref())
+        .filter(|r| !fresh && r.len() == ids.len());
+    let slots = slots_to_write(prev, &ids);
+    if fresh {
+        ops.rings.push(MapOp::CreateRing { vip_id, size });
+    }
+    if !slots.is_empty() {
+        ops.rings.push(MapOp::WriteSlots { vip_id, slots });
+    }
+    let info = abi::VipInfo {
+        vip_id,
+        ring_size: size,
+        flags: svc.flags(),
+    };
+    if fresh || old.is_none_or(|o| o.flags != info.flags) {
+        ops.put_vips.push(MapOp::PutVip { vip: *vip, info });
+    }
+    // Conntrack turned off: the program looks conntrack up before the
+    // VIP, so the VIP's existing entries would keep pinning their flows.
+    // Every id of the VIP gets a new generation (same id, same pod: the
+    // program never follows an id to something absent), written after
+    // the VIP entry says "no conntrack" (before, a packet could still
+    // insert an entry with the new generation). The old entries turn
+    // stale and their flows follow the ring. A restored VIP (entry
+    // unknown) that is off already gets it too: an apply may have failed,
+    // or the edge stopped, between the VIP write and these.
+    let ct_off = info.flags & abi::VIP_F_NO_CT != 0;
+    let was_on = |o: &ProgrammedVip| o.flags & abi::VIP_F_NO_CT == 0 || o.entry.is_none();
+    if ct_off && old.is_some_and(was_on) {
+        renew_generations(p, &mut backends, &mut ops.regen);
+    }
+    p.vips.insert(
+        *vip,
+        ProgrammedVip {
+            vip_id,
+            ring_size: size,
+            flags: info.flags,
+            ring: Some(ids),
+            backends,
+            entry: Some(svc.clone()),
+        },
+    );
+    freed_vip
+}
+
+/// The (slot, backend id) writes that turn the ring `prev` (`None`: unknown
+/// or replaced) into `ids`: only the slots that differ.
+fn slots_to_write(prev: Option<&Vec<u32>>, ids: &[u32]) -> Vec<(u32, u32)> {
+    let size = ids.len() as u32;
+    match prev {
+        Some(prev) => (0..size)
+            .filter(|&s| prev[s as usize] != ids[s as usize])
+            .map(|s| (s, ids[s as usize]))
+            .collect(),
+        None => (0..size).map(|s| (s, ids[s as usize])).collect(),
+    }
+}
+
+/// A new generation for every id of the VIP, written to `regen`.
+fn renew_generations(
+    p: &mut Programmed,
+    backends: &mut BTreeMap<IpAddr, ProgrammedBackend>,
+    regen: &mut Vec<MapOp>,
+) {
+    for (a, b) in backends.iter_mut() {
+        p.last_generation = p.last_generation.wrapping_add(1).max(1);
+        b.generation = p.last_generation;
+        regen.push(MapOp::PutBackend {
+            id: b.id,
+            addr: *a,
+            generation: b.generation,
+        });
+    }
+}
+
+/// Step 3: this service's ids for addresses that left go last; nobody else
+/// uses them. So do orphans whose last naming ring was this VIP's
+/// (rewritten or removed above, so it names none now). Strays read
+/// back after a failed apply (no ring names them, no VIP owns them:
+/// only conntrack entries of a VIP that is gone still reach them) go
+/// first: before this plan can give their old owner's vip_id to
+/// another VIP, and as early as possible. The freed ids return to the pools.
+fn release_ids(
+    p: &mut Programmed,
+    vip: &Vip,
+    leaving: &[ProgrammedBackend],
+    freed_vip: Option<u32>,
+    ops: &mut PlanOps,
+) {
+    let strays = std::mem::take(&mut p.strays);
+    ops.strays = strays.iter().map(|&id| MapOp::DelBackend { id }).collect();
+    let mut freed: Vec<u32> = leaving.iter().map(|b| b.id).collect();
+    p.orphans.retain(|id, named| {
+        named.remove(vip);
+        let keep = !named.is_empty();
+        if !keep {
+            freed.push(*id);
+        }
+        keep
+    });
+    ops.dels
+        .extend(freed.iter().map(|&id| MapOp::DelBackend { id }));
+    for id in freed.into_iter().chain(strays) {
+        p.backend_ids.release(id);
+    }
+    if let Some(id) = freed_vip {
+        p.vip_ids.release(id);
+    }
+}
+
+/// Diff `current` against a whole `desired` state (start-up, resync): the
+/// map operations to run and the state the maps hold once they ran. Only
+/// services whose entry differs are touched; orphan ids (read back after a
+/// failed apply) are deleted at the end, once no ring names them.
+pub fn plan(
+    current: &Programmed,
+    desired: &DesiredState,
+) -> Result<(Vec<MapOp>, Programmed), Error> {
+    let mut next = current.clone();
+    let mut ops = Vec::new();
+    let gone: Vec<Vip> = current
+        .vips
+        .keys()
+        .filter(|v| !desired.services.contains_key(v))
+        .copied()
+        .collect();
+    for vip in &gone {
+        ops.extend(plan_update(&mut next, vip, None)?);
+    }
+    for (vip, svc) in &desired.services {
+        let same = next.vips.get(vip).and_then(|p| p.entry.as_ref()) == Some(svc);
+        if !same {
+            ops.extend(plan_update(&mut next, vip, Some(svc))?);
+        }
+    }
+    // strays are drained by the first plan_update; with no service at all
+    // to update they go here
+    for id in std::mem::take(&mut next.strays) {
+        ops.push(MapOp::DelBackend { id });
+        next.backend_ids.release(id);
+    }
+    if !next.orphans.is_empty() {
+        let named: BTreeSet<u32> = next
+            .vips
+            .values()
+            .flat_map(|v| v.ring.iter().flatten())
+            .copied()
+            .filter(|id| next.orphans.contains_key(id))
+            .collect();
+        let free: Vec<u32> = next
+            .orphans
+            .keys()
+            .filter(|id| !named.contains(id))
+            .copied()
+            .collect();
+        for id in free {
+            next.orphans.remove(&id);
+            ops.push(MapOp::DelBackend { id });
+            next.backend_ids.release(id);
+        }
+    }
+    Ok((ops, next))
+}
