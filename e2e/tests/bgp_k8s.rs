@@ -126,7 +126,7 @@ async fn create_objects(client: &kube::Client, bgp_port: u16, password: Option<&
     create(&Api::<Node>::all(client.clone()), json!({
         "apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1", "labels": {"rack": "a"}}})).await;
     if let Some(pw) = password {
-        create_md5_secret(&client, pw).await;
+        create_md5_secret(client, pw).await;
     }
 }
 
