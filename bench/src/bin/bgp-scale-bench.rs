@@ -38,15 +38,10 @@ const OURS: &str = "10.92.0.11";
 const GOBGP: &str = "10.92.0.12";
 const API_PORT: &str = "50071";
 
+/// `cmd args...` (see `ringlb_testkit::netns::run`).
 fn sh(cmd: &str, args: &[&str]) -> anyhow::Result<String> {
-    let o = Command::new(cmd)
-        .args(args)
-        .output()
-        .with_context(|| format!("running {cmd}"))?;
-    if !o.status.success() {
-        bail!("{cmd} {args:?}: {}", String::from_utf8_lossy(&o.stderr));
-    }
-    Ok(String::from_utf8_lossy(&o.stdout).into_owned())
+    let argv: Vec<&str> = std::iter::once(cmd).chain(args.iter().copied()).collect();
+    ringlb_testkit::netns::run(&argv)
 }
 
 /// Namespaces, daemons and files of the run; all removed on drop.
