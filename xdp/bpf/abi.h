@@ -115,7 +115,8 @@ enum ringlb_stat {
 	RINGLB_ST_PASS_IPV6_EXT,   /* IPv6 extension headers we do not walk */
 	RINGLB_ST_PASS_OTHER_L4,   /* neither TCP nor UDP */
 	RINGLB_ST_PASS_MALFORMED,  /* truncated or inconsistent headers */
-	RINGLB_ST_PASS_MTU,        /* would exceed config.mtu after encapsulation */
+	RINGLB_ST_PASS_MTU,        /* would exceed config.mtu after encapsulation, IPv4
+				    * without DF (or too short to quote): passed */
 	RINGLB_ST_PASS_NO_SRC,     /* no outer source address for the backend's family */
 	RINGLB_ST_DROP_NO_BACKEND, /* VIP with an empty ring / missing backend */
 	RINGLB_ST_DROP_FIB,        /* no resolved next hop and bpf_fib_lookup failed */
@@ -124,6 +125,8 @@ enum ringlb_stat {
 	RINGLB_ST_CT_MISS,         /* conntrack miss -> Maglev ring (informational) */
 	RINGLB_ST_CT_STALE,        /* conntrack entry pointed at a removed backend */
 	RINGLB_ST_FIB_FALLBACK,    /* next hop came from bpf_fib_lookup */
+	RINGLB_ST_ICMP_TOO_BIG,    /* too big for the tunnel: answered with ICMP Frag Needed
+				    * (IPv4 with DF) or ICMPv6 Packet Too Big, XDP_TX */
 	RINGLB_ST_MAX,
 };
 

@@ -23,6 +23,9 @@
  * conntrack entry of that VIP to that pod turns stale. A SYN skips the
  * conntrack lookup (as Katran does): it opens a new connection, which the ring
  * decides, and the insert below replaces whatever entry the 5-tuple had.
+ * A packet that would not fit config.mtu once encapsulated is answered with
+ * ICMP Fragmentation Needed (IPv4 with DF) or ICMPv6 Packet Too Big from the
+ * VIP, by XDP_TX (ringlb_too_big); IPv4 without DF is passed.
  * Anything else -> XDP_PASS, counted by reason (see enum ringlb_stat in abi.h).
  *
  * Build flags (benchmark-only variants, never attached):
@@ -141,6 +144,111 @@ static __always_inline __u16 ipv4_csum(const struct iphdr *iph)
 	for (int i = 0; i < (int)(sizeof(*iph) / 2); i++)
 		sum += p[i];
 	return csum_fold(sum);
+}
+
+/* ---- too big for the tunnel: ICMP Fragmentation Needed / Packet Too Big ---- */
+
+/* Bytes of the offending packet the answer quotes: IPv4 20 + 8 + 512 = 540
+ * stays under RFC 1812's 576, IPv6 40 + 8 + 512 under 1280 (RFC 4443), and
+ * 512 is the most bpf_csum_diff sums in one call. */
+#define RINGLB_ICMP_QUOTE 512
+#define RINGLB_ICMP_TTL 64
+#define RINGLB_ICMP_TOS 0xc0 /* internetwork control, as Linux sends its errors */
+
+struct ringlb_icmp6_pseudo {
+	__u32 saddr[4];
+	__u32 daddr[4];
+	__u32 len;   /* be */
+	__u8 zero[3];
+	__u8 nexthdr;
+};
+
+/* Turns the frame into an ICMP "Fragmentation Needed" (IPv4, type 3 code 4,
+ * next-hop MTU `room`) or ICMPv6 "Packet Too Big" (type 2, MTU `room`) from
+ * the VIP to the client, quoting the first RINGLB_ICMP_QUOTE bytes of the
+ * packet, with the frame's L2 header (VLAN tag kept) and its MACs swapped:
+ * the caller returns XDP_TX. The source is the VIP so the client's PMTU
+ * cache entry is the one for the VIP. Returns 0, or -1 (the frame may be
+ * changed: drop it). */
+static __always_inline int ringlb_too_big(struct xdp_md *ctx, const struct ringlb_pkt *pkt,
+					  __u32 room)
+{
+	int v6 = pkt->flow.family == RINGLB_AF_INET6;
+	__u32 grow = v6 ? sizeof(struct ipv6hdr) + 8 : sizeof(struct iphdr) + 8;
+	__u32 l2 = pkt->l2_len == 18 ? 18 : 14;
+	__u8 hdr[18];
+
+	if (bpf_xdp_adjust_head(ctx, -(int)grow))
+		return -1;
+	void *data = (void *)(long)ctx->data;
+	void *data_end = (void *)(long)ctx->data_end;
+	/* the old L2 header (its first 18 bytes: enough for a tag) moves to the
+	 * new front, MACs swapped; bytes past its end are overwritten below */
+	if (data + grow + 18 > data_end)
+		return -1;
+	__builtin_memcpy(hdr, data + grow, 18);
+	__builtin_memcpy(data, hdr + 6, 6);
+	__builtin_memcpy(data + 6, hdr, 6);
+	__builtin_memcpy(data + 12, hdr + 12, 6);
+	/* keep L2 + the new headers + the quote */
+	int tail = (int)(l2 + grow + RINGLB_ICMP_QUOTE) - (int)(data_end - data);
+	if (tail < 0 && bpf_xdp_adjust_tail(ctx, tail))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+
+	__u8 icmp[8] = {};
+	if (v6) {
+		icmp[0] = 2; /* ICMPv6 Packet Too Big, code 0, 32-bit MTU */
+		*(__u32 *)(icmp + 4) = bpf_htonl(room);
+	} else {
+		icmp[0] = 3; /* Destination Unreachable */
+		icmp[1] = 4; /* Fragmentation Needed and DF set; 16-bit next-hop MTU */
+		*(__u16 *)(icmp + 6) = bpf_htons(room);
+	}
+	__s64 sum = bpf_csum_diff(0, 0, (__be32 *)icmp, sizeof(icmp), 0);
+	void *l3 = l2 == 18 ? data + 18 : data + 14;
+	if (v6) {
+		struct ipv6hdr *ip6 = l3;
+		if ((void *)(ip6 + 1) + 8 + RINGLB_ICMP_QUOTE > data_end)
+			return -1;
+		struct ringlb_icmp6_pseudo ph = {
+			.len = bpf_htonl(8 + RINGLB_ICMP_QUOTE),
+			.nexthdr = RINGLB_IPPROTO_ICMPV6,
+		};
+		__builtin_memcpy(ph.saddr, pkt->flow.daddr, 16);
+		__builtin_memcpy(ph.daddr, pkt->flow.saddr, 16);
+		sum = bpf_csum_diff(0, 0, (__be32 *)&ph, sizeof(ph), sum);
+		sum = bpf_csum_diff(0, 0, (void *)(ip6 + 1) + 8, RINGLB_ICMP_QUOTE, sum);
+		*(__u32 *)ip6 = bpf_htonl(0x60000000 | (RINGLB_ICMP_TOS << 20));
+		ip6->payload_len = bpf_htons(8 + RINGLB_ICMP_QUOTE);
+		ip6->nexthdr = RINGLB_IPPROTO_ICMPV6;
+		ip6->hop_limit = RINGLB_ICMP_TTL;
+		__builtin_memcpy(&ip6->saddr, ph.saddr, 16);
+		__builtin_memcpy(&ip6->daddr, ph.daddr, 16);
+		*(__u16 *)(icmp + 2) = csum_fold((__u32)sum);
+		__builtin_memcpy(ip6 + 1, icmp, 8);
+	} else {
+		struct iphdr *p4 = l3;
+		if ((void *)(p4 + 1) + 8 + RINGLB_ICMP_QUOTE > data_end)
+			return -1;
+		sum = bpf_csum_diff(0, 0, (void *)(p4 + 1) + 8, RINGLB_ICMP_QUOTE, sum);
+		struct iphdr o4 = {
+			.version = 4,
+			.ihl = 5,
+			.tos = RINGLB_ICMP_TOS,
+			.tot_len = bpf_htons(sizeof(o4) + 8 + RINGLB_ICMP_QUOTE),
+			.ttl = RINGLB_ICMP_TTL,
+			.protocol = IPPROTO_ICMP,
+			.saddr = pkt->flow.daddr[0],
+			.daddr = pkt->flow.saddr[0],
+		};
+		o4.check = ipv4_csum(&o4);
+		__builtin_memcpy(p4, &o4, sizeof(o4));
+		*(__u16 *)(icmp + 2) = csum_fold((__u32)sum);
+		__builtin_memcpy(p4 + 1, icmp, 8);
+	}
+	return 0;
 }
 
 /* Resolve the next hop with the kernel FIB (fallback only: ~125 ns). */
@@ -288,6 +396,19 @@ int ringlb_xdp(struct xdp_md *ctx)
 	}
 	__u32 outer_len = pkt.l3_len + olen;
 	if (outer_len > cfg->mtu) {
+		/* Tell the client the size that fits, as a router would: IPv4
+		 * with DF and every IPv6 packet (IPv6 is never fragmented on
+		 * the way). An IPv4 packet without DF (or too short to quote,
+		 * with a tiny configured MTU) is passed, as before. */
+		if ((pkt.frag_df || pkt.flow.family == RINGLB_AF_INET6) &&
+		    pkt.l3_len >= RINGLB_ICMP_QUOTE && cfg->mtu > olen) {
+			if (ringlb_too_big(ctx, &pkt, cfg->mtu - olen)) {
+				count(RINGLB_ST_DROP_ADJUST);
+				return XDP_DROP;
+			}
+			count(RINGLB_ST_ICMP_TOO_BIG);
+			return XDP_TX;
+		}
 		count(RINGLB_ST_PASS_MTU);
 		return XDP_PASS;
 	}

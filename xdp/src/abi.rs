@@ -215,9 +215,10 @@ pub enum Stat {
     CtMiss,
     CtStale,
     FibFallback,
+    IcmpTooBig,
 }
 
-pub const STAT_MAX: u32 = 18;
+pub const STAT_MAX: u32 = 19;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -239,6 +240,7 @@ impl Stat {
         Stat::CtMiss,
         Stat::CtStale,
         Stat::FibFallback,
+        Stat::IcmpTooBig,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -262,6 +264,7 @@ impl Stat {
             Stat::CtMiss => "ct_miss",
             Stat::CtStale => "ct_stale",
             Stat::FibFallback => "fib_fallback",
+            Stat::IcmpTooBig => "icmp_too_big",
         }
     }
 }

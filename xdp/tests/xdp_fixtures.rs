@@ -311,7 +311,7 @@ fn truncated_and_malformed_headers_pass_without_overreading() {
 }
 
 #[test]
-fn oversize_after_encap_is_counted_and_passed() {
+fn oversize_after_encap_without_df_is_counted_and_passed() {
     let Some(mut dp) = load(1500, true) else {
         return;
     };
@@ -322,8 +322,10 @@ fn oversize_after_encap_is_counted_and_passed() {
     let (verdict, out) = run(&dp, &f.bytes());
     assert_eq!(verdict, XDP_TX);
     assert_eq!(out.len(), 14 + 1500);
-    // inner 1481 + 20 > 1500: passed unchanged, counted
+    // inner 1481 + 20 > 1500 without DF: passed unchanged, counted (with DF,
+    // or IPv6, the program answers with ICMP: xdp_ptb.rs)
     f.payload += 1;
+    f.df = false;
     let (verdict, out) = run(&dp, &f.bytes());
     assert_eq!(verdict, XDP_PASS);
     assert_eq!(out, f.bytes());
@@ -331,8 +333,9 @@ fn oversize_after_encap_is_counted_and_passed() {
     // IPv6 outer adds 40: inner 1461 + 40 > 1500
     let mut f = Frame::tcp(ip("2001:db8:ffff::9"), ip("2001:db8:100::1"), 1, 443);
     f.payload = 1461 - 60;
-    assert_eq!(run(&dp, &f.bytes()).0, XDP_PASS);
-    assert_eq!(counter(&dp, "pass_mtu"), 2);
+    assert_eq!(run(&dp, &f.bytes()).0, XDP_TX);
+    assert_eq!(counter(&dp, "pass_mtu"), 1);
+    assert_eq!(counter(&dp, "icmp_too_big"), 1);
 }
 
 #[test]
