@@ -137,8 +137,15 @@ impl Daemon {
         let _ = self.child.wait();
     }
 
+    /// SIGTERM (an orderly stop, on purpose) and up to `limit` for it to exit.
+    pub fn terminate(&mut self, limit: Duration) -> Result<std::process::ExitStatus> {
+        self.killed = true;
+        signal(self.pid(), "TERM");
+        self.wait_exit(limit)
+    }
+
     /// An error naming the daemon and its log when it has exited (unless it was
-    /// killed on purpose).
+    /// stopped on purpose).
     pub fn check_alive(&mut self) -> Result<()> {
         if self.killed {
             return Ok(());

@@ -60,6 +60,9 @@ pub struct LabNode {
     pub labels: BTreeMap<String, String>,
     /// Whether the kubelet binds pods to it (an edge node, say, runs none).
     pub runs_pods: bool,
+    /// IPs for the pods bound to this node, handed out in order before any other
+    /// (a lab node whose pod namespaces have fixed addresses).
+    pub pod_ips: Vec<IpAddr>,
 }
 
 impl LabNode {
@@ -70,7 +73,14 @@ impl LabNode {
             address: None,
             labels: BTreeMap::new(),
             runs_pods: true,
+            pod_ips: Vec::new(),
         }
+    }
+
+    /// The pods bound to this node get these IPs first.
+    pub fn pod_ips(mut self, ips: Vec<IpAddr>) -> LabNode {
+        self.pod_ips = ips;
+        self
     }
 
     pub fn address(mut self, ip: IpAddr) -> LabNode {
@@ -102,12 +112,15 @@ pub struct KubeletOptions {
 
 impl KubeletOptions {
     /// The families a pod gets an IP of, primary first: in the order they first
-    /// appear in `pod_ips`, then `pod_cidrs` (one IPv4 and one IPv6 IP: dual stack).
+    /// appear in the nodes' and the global `pod_ips`, then `pod_cidrs` (one IPv4 and
+    /// one IPv6 IP: dual stack).
     fn families(&self) -> Vec<bool> {
         let mut v: Vec<bool> = Vec::new();
         let all = self
-            .pod_ips
+            .nodes
             .iter()
+            .flat_map(|n| &n.pod_ips)
+            .chain(&self.pod_ips)
             .map(IpAddr::is_ipv4)
             .chain(self.pod_cidrs.iter().map(IpNetwork::is_ipv4));
         for v4 in all {
@@ -288,6 +301,8 @@ struct State {
     bind: bool,
     /// every node's hostIP, by name
     nodes: HashMap<String, String>,
+    /// the IPs reserved for each node's pods, by node name
+    node_pod_ips: HashMap<String, Vec<IpAddr>>,
     /// the nodes pods are bound to, round robin
     pod_nodes: Vec<String>,
     next_node: usize,
@@ -314,6 +329,11 @@ impl State {
                     let ip = n.address.map(|a| a.to_string());
                     (n.name.clone(), ip.unwrap_or_else(|| "127.0.0.1".into()))
                 })
+                .collect(),
+            node_pod_ips: opts
+                .nodes
+                .iter()
+                .map(|n| (n.name.clone(), n.pod_ips.clone()))
                 .collect(),
             pod_nodes: opts
                 .nodes
@@ -417,7 +437,7 @@ impl State {
             self.assigned.insert(uid, held);
             return;
         }
-        let Some(ips) = self.allocate(&p) else {
+        let Some(ips) = self.allocate(&p, &node) else {
             tracing::debug!(pod = ?key(&p), "lab kubelet: no free pod IP yet");
             self.waiting.insert(key(&p), p);
             return;
@@ -446,8 +466,9 @@ impl State {
         }
     }
 
-    /// One IP per family: the annotation's, or the next free ones.
-    fn allocate(&mut self, p: &Pod) -> Option<Vec<IpAddr>> {
+    /// One IP per family: the annotation's, or the next free ones (the node's own
+    /// first).
+    fn allocate(&mut self, p: &Pod, node: &str) -> Option<Vec<IpAddr>> {
         if let Some(list) = p.annotations().get(POD_IPS_ANNOTATION) {
             let ips: Vec<IpAddr> = list
                 .split(',')
@@ -456,8 +477,18 @@ impl State {
             self.ips.used.extend(ips.iter().copied());
             return (!ips.is_empty()).then_some(ips);
         }
+        let own = self.node_pod_ips.get(node).cloned().unwrap_or_default();
         let mut ips = Vec::new();
         for v4 in self.families.clone() {
+            let mine = own
+                .iter()
+                .copied()
+                .find(|ip| ip.is_ipv4() == v4 && !self.ips.used.contains(ip));
+            if let Some(ip) = mine {
+                self.ips.used.insert(ip);
+                ips.push(ip);
+                continue;
+            }
             match self.ips.allocate(v4) {
                 Some(ip) => ips.push(ip),
                 None => {
@@ -471,13 +502,24 @@ impl State {
         (!ips.is_empty()).then_some(ips)
     }
 
-    /// `POST pods/<name>/binding` to the next node that runs pods.
+    /// `POST pods/<name>/binding` to the next node that runs pods (and has a free IP
+    /// of its own, when it has any).
     async fn bind(&mut self, p: Pod) {
         if self.pod_nodes.is_empty() {
             return;
         }
-        let node = self.pod_nodes[self.next_node % self.pod_nodes.len()].clone();
-        self.next_node += 1;
+        // round robin, past nodes whose own pod IPs are all taken
+        let n = self.pod_nodes.len();
+        let full = |node: &String| {
+            let own = self.node_pod_ips.get(node).map(Vec::as_slice).unwrap_or(&[]);
+            !own.is_empty() && own.iter().all(|ip| self.ips.used.contains(ip))
+        };
+        let pick = (0..n)
+            .map(|k| (self.next_node + k) % n)
+            .find(|&i| !full(&self.pod_nodes[i]))
+            .unwrap_or(self.next_node % n);
+        let node = self.pod_nodes[pick].clone();
+        self.next_node = pick + 1;
         let (ns, name) = key(&p);
         let binding = json!({"apiVersion": "v1", "kind": "Binding",
             "metadata": {"name": name, "namespace": ns},

@@ -126,16 +126,20 @@ struct Running {
 
 fn bring_up(prefix: &str, dir: &std::path::Path, p: &mut Printer) -> anyhow::Result<Running> {
     let bins = Bins::discover()?;
-    p.step("fabric: client, ToR, 2 edges, 2 pods in network namespaces");
+    p.step("fabric: client, ToR, 2 edges, 2 worker nodes with a pod each, in network namespaces");
     let topo = Topology::up(prefix, dir, Addrs::default()).context("building the fabric")?;
     let a = topo.addrs.clone();
     println!(
-        "  namespaces {prefix}-{{tor,client,edge1,edge2,pod1,pod2}}; client {}, edges {}, pods {}",
+        "  namespaces {prefix}-{{tor,client,edge1,edge2,node1,node2,pod1,pod2}}; client {}, edges {}, nodes {}, pods {}",
         a.client,
         a.edges.join(" "),
+        a.nodes.join(" "),
         a.pods.join(" ")
     );
-    println!("  ToR: ringlb_pass XDP on ve-e1/ve-e2; pods: tc ringlb_decap on eth0 ingress");
+    println!(
+        "  ToR: ringlb_pass XDP on ve-e1/ve-e2, routes to the pod CIDRs {} via the nodes",
+        a.pod_cidrs.join(" ")
+    );
     let mut cluster = Cluster::new(&topo, bins);
     match run_steps(&topo, &mut cluster, p) {
         Ok(vip) => Ok(Running { topo, cluster, vip }),
@@ -152,13 +156,11 @@ fn bring_up(prefix: &str, dir: &std::path::Path, p: &mut Printer) -> anyhow::Res
 fn run_steps(topo: &Topology, cluster: &mut Cluster, p: &mut Printer) -> anyhow::Result<String> {
     let a = topo.addrs.clone();
     let prefix = topo.prefix.clone();
-    p.step("pods: `ringlb-lab pod-http` in each pod namespace on :8080");
+    p.step(&format!(
+        "pods: `ringlb-lab pod-http` in each pod namespace on :{}",
+        a.target_port
+    ));
     cluster.start_pods()?;
-    for i in 1..=a.pods.len() {
-        let ns = topo.ns(&format!("pod{i}"));
-        let tc = lab::cmd::run(&["tc", "-n", &ns, "filter", "show", "dev", "eth0", "ingress"])?;
-        p.cmd(&format!("tc -n {ns} filter show dev eth0 ingress"), &tc);
-    }
 
     p.step("ToR: BIRD 2 (AS 65000), eBGP to both edges, ECMP into the kernel");
     cluster.start_bird()?;
@@ -212,19 +214,19 @@ fn run_steps(topo: &Topology, cluster: &mut Cluster, p: &mut Printer) -> anyhow:
         println!("  {line}");
     }
 
+    p.step("worker nodes: `ringlb-edge node` in node1 and node2 (tc on eth0: decap, VIP:80 -> pod:8080, replies back)");
+    let pins: Vec<PathBuf> = (1..=a.nodes.len()).map(|i| topo.node_pin_dir(i)).collect();
+    cluster.start_node_agents(&pins)?;
+    for line in cluster.wait_tc(Duration::from_secs(15))? {
+        println!("  {line}");
+    }
+
     p.step("kubectl expose deployment web --type=LoadBalancer: the controller allocates a VIP");
-    let port = a.port.to_string();
-    let exposed = cluster.kubectl(&[
-        "expose",
-        "deployment",
-        SERVICE,
-        &format!("--port={port}"),
-        &format!("--target-port={port}"),
-        "--type=LoadBalancer",
-    ])?;
+    let (port, target) = (a.port.to_string(), a.target_port.to_string());
+    let exposed = cluster.expose(SERVICE)?;
     p.cmd(
         &format!(
-            "kubectl expose deployment web --port={port} --target-port={port} --type=LoadBalancer"
+            "kubectl expose deployment web --port={port} --target-port={target} --type=LoadBalancer"
         ),
         &exposed,
     );
@@ -244,9 +246,8 @@ fn run_steps(topo: &Topology, cluster: &mut Cluster, p: &mut Printer) -> anyhow:
             "kubernetes.io/service-name=web",
         ])?,
     );
-    // What the node agent will do once it exists: make the pods answer for the VIP.
-    topo.add_vip_to_pods(&vip)?;
-    println!("  (pods: {vip}/32 added to lo — the node agent's job; Service port == targetPort)");
+    cluster.wait_node_services(&vip, Duration::from_secs(15))?;
+    println!("  both node agents map {vip}:{port} to their pod's :{target}");
 
     p.step("BGP: both edges announce the VIP; the ToR installs one route with 2 next hops");
     let t1 = Instant::now();

@@ -31,6 +31,7 @@ pub const READY_FILE: &str = "control-plane.ready";
 /// The ServiceAccounts of the chart's RBAC templates.
 pub const CONTROLLER_SA: &str = "ringlb-controller";
 pub const EDGE_SA: &str = "ringlb-edge";
+pub const NODE_SA: &str = "ringlb-node";
 
 /// The admin kubeconfig (system:masters; for kubectl), via the bridge.
 pub fn admin_kubeconfig(dir: &Path) -> PathBuf {
@@ -67,7 +68,7 @@ impl LabApi {
         let kubelet = cp
             .start_kubelet(KubeletOptions {
                 nodes: config::lab_nodes(a),
-                pod_ips: a.pods.iter().filter_map(|p| p.parse().ok()).collect(),
+                pod_ips: Vec::new(),
                 pod_cidrs: Vec::new(),
             })
             .await?;
@@ -79,7 +80,7 @@ impl LabApi {
             cp,
         };
         api.write_kubeconfig(api.cp.kubeconfig_path(), &admin_kubeconfig(dir), listen)?;
-        for sa in [CONTROLLER_SA, EDGE_SA] {
+        for sa in [CONTROLLER_SA, EDGE_SA, NODE_SA] {
             let direct = api
                 .cp
                 .service_account_kubeconfig(RELEASE_NAMESPACE, sa)

@@ -1,8 +1,8 @@
 //! The programs on the fabric: the real Kubernetes control plane (`ringlb-lab
 //! control-plane`, see [`super::api`]) bridged to the ToR's fabric address, the
 //! controller in the ToR namespace (the edges reach the API over the fabric), BIRD as
-//! the ToR, one `ringlb-edge run` per edge, `ringlb-lab pod-http` per pod, and the
-//! built kubectl. Only real programs run here: the project's, BIRD and Kubernetes'.
+//! the ToR, one `ringlb-edge run` per edge, one `ringlb-edge node` per worker node,
+//! `ringlb-lab pod-http` per pod, and the built kubectl. Only real programs run here: the project's, BIRD and Kubernetes'.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -116,6 +116,11 @@ impl Cluster {
         api::sa_kubeconfig(&self.dir, api::EDGE_SA)
     }
 
+    /// The node agents' kubeconfig: ServiceAccount ringlb-node (chart RBAC).
+    pub fn node_kubeconfig(&self) -> PathBuf {
+        api::sa_kubeconfig(&self.dir, api::NODE_SA)
+    }
+
     fn bird_ctl(&self) -> String {
         self.dir.join("bird.ctl").display().to_string()
     }
@@ -131,11 +136,11 @@ impl Cluster {
         Ok(self.daemons.iter_mut().try_for_each(Daemon::check_alive)?)
     }
 
-    /// `ringlb-lab pod-http` in every pod namespace, on 0.0.0.0:PORT (it answers for
-    /// the VIP once the VIP is on the pod's lo).
+    /// `ringlb-lab pod-http` in every pod namespace, on 0.0.0.0:TARGET_PORT (the node
+    /// agent maps the Service port to it).
     pub fn start_pods(&mut self) -> Result<()> {
         let lab = self.bins.lab.display().to_string();
-        let listen = format!("0.0.0.0:{}", self.addrs.port);
+        let listen = format!("0.0.0.0:{}", self.addrs.target_port);
         for i in 1..=self.addrs.pods.len() {
             let name = format!("pod{i}");
             self.spawn(
@@ -238,14 +243,59 @@ impl Cluster {
     /// One `ringlb-edge run` per edge namespace: native XDP on eth0, maps pinned in the
     /// lab's bpffs, BGP peers from the BGPPeer objects; as ServiceAccount ringlb-edge.
     pub fn start_edges(&mut self, pin_dirs: &[PathBuf]) -> Result<()> {
+        for (i, pin) in pin_dirs.iter().enumerate() {
+            self.start_edge(i + 1, pin)?;
+        }
+        Ok(())
+    }
+
+    /// `ringlb-edge run` in edge `i` (1-based), replacing an earlier one that exited.
+    pub fn start_edge(&mut self, i: usize, pin_dir: &Path) -> Result<()> {
         let edge = self.bins.edge.display().to_string();
         let kubeconfig = self.edge_kubeconfig().display().to_string();
         let mtu = FABRIC_MTU.to_string();
-        for (i, ip) in self.addrs.edges.clone().iter().enumerate() {
-            let name = format!("edge{}", i + 1);
-            let pin = pin_dirs[i].display().to_string();
-            self.spawn(
+        let ip = self.addrs.edges[i - 1];
+        let name = format!("edge{i}");
+        let pin = pin_dir.display().to_string();
+        self.daemons.retain_mut(|d| d.name != name || d.alive());
+        self.spawn(
+            &name,
+            &name,
+            &[
+                &edge,
+                "--kubeconfig",
+                &kubeconfig,
+                "--metrics-addr",
+                "127.0.0.1:9090",
+                "run",
+                "--node-name",
                 &name,
+                "--interface",
+                "eth0",
+                "--source-v4",
+                ip,
+                "--xdp-mode",
+                "native",
+                "--pin-dir",
+                &pin,
+                "--mtu",
+                &mtu,
+                "--drain-seconds",
+                "0",
+            ],
+        )
+    }
+
+    /// One `ringlb-edge node` per worker node namespace: tc programs on eth0 (the
+    /// uplink), maps pinned in the lab's bpffs; as ServiceAccount ringlb-node.
+    pub fn start_node_agents(&mut self, pin_dirs: &[PathBuf]) -> Result<()> {
+        let edge = self.bins.edge.display().to_string();
+        let kubeconfig = self.node_kubeconfig().display().to_string();
+        for i in 1..=self.addrs.nodes.len() {
+            let name = format!("node{i}");
+            let pin = pin_dirs[i - 1].display().to_string();
+            self.spawn(
+                &format!("{name}-agent"),
                 &name,
                 &[
                     &edge,
@@ -253,25 +303,96 @@ impl Cluster {
                     &kubeconfig,
                     "--metrics-addr",
                     "127.0.0.1:9090",
-                    "run",
+                    "node",
                     "--node-name",
                     &name,
                     "--interface",
                     "eth0",
-                    "--source-v4",
-                    ip,
-                    "--xdp-mode",
-                    "native",
                     "--pin-dir",
                     &pin,
-                    "--mtu",
-                    &mtu,
-                    "--drain-seconds",
-                    "0",
                 ],
             )?;
         }
         Ok(())
+    }
+
+    /// Waits until every worker node has the node programs on eth0; returns one
+    /// line per node (`bpftool net` style, from `ip -d link` and `tc filter`).
+    pub fn wait_tc(&mut self, limit: Duration) -> Result<Vec<String>> {
+        let n = self.addrs.nodes.len();
+        wait_for(
+            "the node programs on the worker nodes' eth0",
+            limit,
+            Duration::from_millis(100),
+            || {
+                self.check_daemons()?;
+                let mut lines = Vec::new();
+                for i in 1..=n {
+                    let ns = self.ns(&format!("node{i}"));
+                    let m = self.node_metric(&ns, "ringlb_node_local_pods")?;
+                    match m {
+                        Some(v) if v >= 1.0 => {
+                            lines.push(format!("{ns}: node programs on eth0, {v} local pod(s)"))
+                        }
+                        _ => return Ok(Err(format!("{ns}: no local pod programmed yet"))),
+                    }
+                }
+                Ok(Ok(lines))
+            },
+        )
+    }
+
+    /// Waits until every node agent has programmed at least one Service entry for
+    /// its pod (`ringlb_node_service_entries`).
+    pub fn wait_node_services(&mut self, vip: &str, limit: Duration) -> Result<()> {
+        let n = self.addrs.nodes.len();
+        wait_for(
+            &format!("the node agents to map {vip}"),
+            limit,
+            Duration::from_millis(100),
+            || {
+                self.check_daemons()?;
+                for i in 1..=n {
+                    let ns = self.ns(&format!("node{i}"));
+                    let m = self.node_metric(&ns, "ringlb_node_service_entries")?;
+                    if !m.is_some_and(|v| v >= 1.0) {
+                        return Ok(Err(format!("{ns}: service entries {m:?}")));
+                    }
+                }
+                Ok(Ok(()))
+            },
+        )
+    }
+
+    /// A gauge from the node agent's /metrics in namespace `ns`.
+    fn node_metric(&self, ns: &str, name: &str) -> Result<Option<f64>> {
+        let body = run_in(
+            ns,
+            &[
+                "curl",
+                "--noproxy",
+                "*",
+                "-sS",
+                "--max-time",
+                "2",
+                "http://127.0.0.1:9090/metrics",
+            ],
+        )
+        .unwrap_or_default();
+        Ok(config::metric_value(&body, name))
+    }
+
+    /// `kubectl expose deployment NAME --port=PORT --target-port=TARGET_PORT
+    /// --type=LoadBalancer`.
+    pub fn expose(&self, name: &str) -> Result<String> {
+        self.kubectl(&[
+            "expose",
+            "deployment",
+            name,
+            &format!("--port={}", self.addrs.port),
+            &format!("--target-port={}", self.addrs.target_port),
+            "--type=LoadBalancer",
+        ])
     }
 
     /// Waits until every edge has an XDP program on eth0; returns `ip -d link`'s
@@ -320,12 +441,26 @@ impl Cluster {
     }
 
     /// SIGKILLs the daemon `name` (e.g. `edge1`) and reaps it.
+    /// SIGTERM to daemon `name` (an edge drains: GRACEFUL_SHUTDOWN, withdraw, exit);
+    /// waits up to `limit` for it to exit.
+    pub fn terminate(&mut self, name: &str, limit: Duration) -> Result<()> {
+        let d = self
+            .daemons
+            .iter_mut()
+            .filter(|d| d.name == name)
+            .find_map(|d| d.alive().then_some(d))
+            .ok_or_else(|| Error::Unsupported(format!("no running daemon named {name}")))?;
+        d.terminate(limit)?;
+        Ok(())
+    }
+
     pub fn kill(&mut self, name: &str) -> Result<()> {
         let d = self
             .daemons
             .iter_mut()
-            .find(|d| d.name == name)
-            .ok_or_else(|| Error::Unsupported(format!("no daemon named {name}")))?;
+            .filter(|d| d.name == name)
+            .find_map(|d| d.alive().then_some(d))
+            .ok_or_else(|| Error::Unsupported(format!("no running daemon named {name}")))?;
         d.kill();
         Ok(())
     }

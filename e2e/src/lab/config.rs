@@ -60,7 +60,8 @@ template bgp edge {{
 }
 
 /// The Nodes the lab kubelet registers: the edges (labelled `ringlb.io/edge=true`,
-/// which the BGPPeer selects; no pods) and `lab-worker`, which holds the pods.
+/// which the BGPPeer selects; no pods) and the worker nodes, each holding the pod
+/// whose namespace sits behind it (the kubelet gives it that pod's IP).
 pub fn lab_nodes(a: &Addrs) -> Vec<LabNode> {
     let mut nodes: Vec<LabNode> = a
         .edges
@@ -75,12 +76,23 @@ pub fn lab_nodes(a: &Addrs) -> Vec<LabNode> {
             .without_pods()
         })
         .collect();
-    nodes.push(LabNode::new(WORKER_NODE));
+    for (i, (ip, pod)) in a.nodes.iter().zip(&a.pods).enumerate() {
+        let mut n = LabNode::new(format!("node{}", i + 1));
+        if let Ok(ip) = ip.parse() {
+            n = n.address(ip);
+        }
+        nodes.push(n.pod_ips(pod.parse().into_iter().collect()));
+    }
     nodes
 }
 
-/// The Node the lab's pods are bound to.
-pub const WORKER_NODE: &str = "lab-worker";
+/// The value of metric `name` (no labels) in a Prometheus text exposition.
+pub fn metric_value(body: &str, name: &str) -> Option<f64> {
+    body.lines().filter(|l| !l.starts_with('#')).find_map(|l| {
+        let (n, v) = l.split_once(' ')?;
+        (n == name).then(|| v.trim().parse().ok()).flatten()
+    })
+}
 
 /// The manifests `ringlb-lab` applies with `kubectl apply -f`, as (file name, YAML).
 pub fn manifests(a: &Addrs) -> Vec<(&'static str, String)> {
@@ -108,7 +120,7 @@ pub fn manifests(a: &Addrs) -> Vec<(&'static str, String)> {
             format!(
                 "apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: web\n  labels:\n    app: web\nspec:\n  replicas: {}\n  selector:\n    matchLabels:\n      app: web\n  template:\n    metadata:\n      labels:\n        app: web\n    spec:\n      containers:\n      - name: web\n        image: ringlb-lab/pod-http   # the lab runs `ringlb-lab pod-http` in each pod netns\n        ports:\n        - containerPort: {}\n",
                 a.pods.len(),
-                a.port
+                a.target_port
             ),
         ),
     ]
@@ -217,6 +229,13 @@ pub fn count_answers<'a>(bodies: impl IntoIterator<Item = &'a str>) -> BTreeMap<
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn metric_values_are_read_by_exact_name() {
+        let body = "# HELP x\nringlb_node_local_pods 1\nringlb_node_local_pods_total 9\n";
+        assert_eq!(metric_value(body, "ringlb_node_local_pods"), Some(1.0));
+        assert_eq!(metric_value(body, "ringlb_node_service_entries"), None);
+    }
+
     use super::*;
     use ringlb_crds::{BGPAdvertisement, BGPPeer, IPPool};
 
@@ -233,13 +252,18 @@ mod tests {
     }
 
     #[test]
-    fn lab_nodes_are_the_edges_and_one_worker() {
+    fn lab_nodes_are_the_edges_and_the_workers_with_their_pod_ips() {
         let nodes = lab_nodes(&Addrs::default());
         let names: Vec<&str> = nodes.iter().map(|n| n.name.as_str()).collect();
-        assert_eq!(names, ["edge1", "edge2", WORKER_NODE]);
+        assert_eq!(names, ["edge1", "edge2", "node1", "node2"]);
         assert_eq!(nodes[1].address, Some("10.210.0.12".parse().unwrap()));
         assert_eq!(nodes[0].labels["ringlb.io/edge"], "true");
         assert!(!nodes[0].runs_pods && !nodes[1].runs_pods && nodes[2].runs_pods);
+        assert_eq!(nodes[3].address, Some("10.210.2.12".parse().unwrap()));
+        assert_eq!(
+            nodes[3].pod_ips,
+            ["10.210.4.22".parse::<std::net::IpAddr>().unwrap()]
+        );
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! The lab's fabric: namespaces, links, bridges, sysctls, the ToR-side XDP programs,
-//! the pods' tc decap, the ToR's nftables counters and a private bpffs for the edges.
+//! the worker nodes with their pods behind veths, the ToR's routes to the pod CIDRs,
+//! the ToR's nftables counters and a private bpffs for the edges and nodes.
 //! Everything is removed again when [`Topology`] drops (unless kept for `ringlb-lab up`).
 //!
 //! Settings each one has a reason (see docs/lab.md, "Pitfalls"):
@@ -8,8 +9,12 @@
 //! - the client sends with TX checksum offload off: XDP_TX loses CHECKSUM_PARTIAL;
 //! - loose rp_filter on the ToR: DSR replies arrive from br-pod, the VIP routes to br-lb;
 //! - ECMP hash over the 5-tuple (policy 3, fields 0x37), not the socket's random hash;
-//! - edges forward (bpf_fib_lookup needs it) and run MTU 1600 (encap adds 20 bytes);
-//! - pods hold the VIP on lo with arp_ignore/arp_announce and decapsulate with tc.
+//! - edges forward (bpf_fib_lookup needs it); the fabric's MTU is 1500, so the node
+//!   agent clamps the MSS of the pods' SYN-ACKs to leave room for the 20-byte IPIP
+//!   header;
+//! - the worker nodes run `ringlb-edge node` on their uplink: it removes the IPIP
+//!   header of traffic to their pods, maps VIP:80 to pod:8080, and rewrites the
+//!   replies back to VIP:80 (pods hold no VIP and run no BPF).
 
 use std::path::{Path, PathBuf};
 
@@ -25,14 +30,21 @@ pub struct Addrs {
     pub tor_pod_side: &'static str,
     pub client: &'static str,
     pub edges: Vec<&'static str>,
+    /// The worker nodes' uplink addresses (on br-pod).
+    pub nodes: Vec<&'static str>,
+    /// One pod per node: its IP, in its node's pod CIDR.
     pub pods: Vec<&'static str>,
+    /// Each node's pod CIDR (the ToR routes it to the node).
+    pub pod_cidrs: Vec<&'static str>,
     pub vip_range: &'static str,
     pub vip_first: &'static str,
     pub vip_last: &'static str,
     pub tor_asn: u32,
     pub edge_asn: u32,
-    /// The Service port, equal to the pods' targetPort (no node agent translates yet).
+    /// The Service port; the node agent maps it to `target_port`.
     pub port: u16,
+    /// The pods' port.
+    pub target_port: u16,
     pub api_port: u16,
 }
 
@@ -44,20 +56,24 @@ impl Default for Addrs {
             tor_pod_side: "10.210.2.1",
             client: "10.210.1.2",
             edges: vec!["10.210.0.11", "10.210.0.12"],
-            pods: vec!["10.210.2.21", "10.210.2.22"],
+            nodes: vec!["10.210.2.11", "10.210.2.12"],
+            pods: vec!["10.210.3.21", "10.210.4.22"],
+            pod_cidrs: vec!["10.210.3.0/24", "10.210.4.0/24"],
             vip_range: "10.210.100.0/24",
             vip_first: "10.210.100.10",
             vip_last: "10.210.100.250",
             tor_asn: 65000,
             edge_asn: 65001,
-            port: 8080,
+            port: 80,
+            target_port: 8080,
             api_port: 6443,
         }
     }
 }
 
-/// MTU of the fabric (edges, ToR, pods): room for the 20-byte IPIP header.
-pub const FABRIC_MTU: u32 = 1600;
+/// MTU of the fabric (edges, ToR, nodes, pods), as in most datacenters: the IPIP
+/// header's 20 bytes come out of the MSS, which the node agent clamps.
+pub const FABRIC_MTU: u32 = 1500;
 
 /// A built fabric.
 #[derive(Debug)]
@@ -88,32 +104,34 @@ impl Topology {
         Ok(t)
     }
 
-    /// The namespace name of `role` (tor, client, edge1, edge2, pod1, pod2).
+    /// The namespace name of `role` (tor, client, edge1, edge2, node1, node2, pod1,
+    /// pod2).
     pub fn ns(&self, role: &str) -> String {
         format!("{}-{role}", self.prefix)
     }
 
-    /// The edges' bpffs pin directory of edge `i` (1-based).
+    /// The bpffs pin directory of edge `i` (1-based).
     pub fn pin_dir(&self, i: usize) -> PathBuf {
         self.dir.join("bpffs").join(format!("edge{i}"))
+    }
+
+    /// The bpffs pin directory of worker node `i` (1-based).
+    pub fn node_pin_dir(&self, i: usize) -> PathBuf {
+        self.dir.join("bpffs").join(format!("node{i}"))
     }
 
     fn build(&mut self) -> Result<()> {
         let a = self.addrs.clone();
         let xdp_pass = self.dir.join("xdp_floor.o");
-        let decap = self.dir.join("tc_decap.o");
-        for (path, bytes) in [
-            (&xdp_pass, ringlb_testkit::objects::XDP_FLOOR),
-            (&decap, ringlb_testkit::objects::TC_DECAP),
-        ] {
-            std::fs::write(path, bytes)
-                .map_err(Error::io(format!("writing {}", path.display())))?;
-        }
-        let (xdp_pass, decap) = (xdp_pass.display().to_string(), decap.display().to_string());
+        std::fs::write(&xdp_pass, ringlb_testkit::objects::XDP_FLOOR)
+            .map_err(Error::io(format!("writing {}", xdp_pass.display())))?;
+        let xdp_pass = xdp_pass.display().to_string();
         let edges: Vec<String> = (1..=a.edges.len()).map(|i| format!("edge{i}")).collect();
+        let nodes: Vec<String> = (1..=a.nodes.len()).map(|i| format!("node{i}")).collect();
         let pods: Vec<String> = (1..=a.pods.len()).map(|i| format!("pod{i}")).collect();
         let mut roles = vec!["tor".to_string(), "client".to_string()];
         roles.extend(edges.iter().cloned());
+        roles.extend(nodes.iter().cloned());
         roles.extend(pods.iter().cloned());
         for r in &roles {
             let ns = self.ns(r);
@@ -180,48 +198,7 @@ impl Topology {
             &lb_refs,
         )?;
 
-        // pods on br-pod
-        let mut pod_ports = Vec::new();
-        for (i, (role, ip)) in pods.iter().zip(&a.pods).enumerate() {
-            let ns = self.ns(role);
-            let port = format!("ve-p{}", i + 1);
-            netns::veth(&ns, "eth0", &tor, &port, FABRIC_MTU)?;
-            netns::addr(&ns, "eth0", &format!("{ip}/24"))?;
-            netns::default_route(&ns, a.tor_pod_side)?;
-            netns::sysctls(
-                &ns,
-                &[
-                    "net.ipv4.conf.all.arp_ignore=1",
-                    "net.ipv4.conf.all.arp_announce=2",
-                ],
-            )?;
-            run(&["tc", "-n", &ns, "qdisc", "add", "dev", "eth0", "clsact"])?;
-            run(&[
-                "tc",
-                "-n",
-                &ns,
-                "filter",
-                "add",
-                "dev",
-                "eth0",
-                "ingress",
-                "bpf",
-                "direct-action",
-                "obj",
-                &decap,
-                "sec",
-                "classifier",
-            ])?;
-            pod_ports.push(port);
-        }
-        let pod_refs: Vec<&str> = pod_ports.iter().map(String::as_str).collect();
-        netns::bridge(
-            &tor,
-            "br-pod",
-            &format!("{}/24", a.tor_pod_side),
-            FABRIC_MTU,
-            &pod_refs,
-        )?;
+        self.workers(&nodes, &pods)?;
 
         // evidence: forward-path counters in the ToR
         let rules = self.dir.join("tor.nft");
@@ -239,14 +216,40 @@ impl Topology {
         Ok(())
     }
 
-    /// Puts `vip`/32 on every pod's `lo` (the pods answer for the VIP; DSR).
-    pub fn add_vip_to_pods(&self, vip: &str) -> Result<()> {
-        for i in 1..=self.addrs.pods.len() {
-            let ns = self.ns(&format!("pod{i}"));
-            let have = run(&["ip", "-n", &ns, "-br", "addr", "show", "dev", "lo"])?;
-            if !have.split_whitespace().any(|w| w == format!("{vip}/32")) {
-                netns::addr(&ns, "lo", &format!("{vip}/32"))?;
-            }
+    /// The worker nodes on br-pod, each with its pod behind a veth (the node side is
+    /// the pod's gateway, `.1` of the node's pod CIDR), and the ToR's route to each
+    /// node's pod CIDR.
+    fn workers(&self, nodes: &[String], pods: &[String]) -> Result<()> {
+        let a = &self.addrs;
+        let tor = self.ns("tor");
+        let mut ports = Vec::new();
+        for (i, role) in nodes.iter().enumerate() {
+            let (node, pod) = (self.ns(role), self.ns(&pods[i]));
+            let port = format!("ve-n{}", i + 1);
+            netns::veth(&node, "eth0", &tor, &port, FABRIC_MTU)?;
+            netns::addr(&node, "eth0", &format!("{}/24", a.nodes[i]))?;
+            netns::default_route(&node, a.tor_pod_side)?;
+            netns::sysctls(&node, &["net.ipv4.ip_forward=1"])?;
+            let gw = pod_gateway(a.pod_cidrs[i])?;
+            let prefix = a.pod_cidrs[i].rsplit('/').next().unwrap_or("24");
+            netns::veth(&pod, "eth0", &node, &format!("v{}", pods[i]), FABRIC_MTU)?;
+            netns::addr(&node, &format!("v{}", pods[i]), &format!("{gw}/{prefix}"))?;
+            netns::addr(&pod, "eth0", &format!("{}/{prefix}", a.pods[i]))?;
+            netns::default_route(&pod, &gw)?;
+            ports.push(port);
+        }
+        let refs: Vec<&str> = ports.iter().map(String::as_str).collect();
+        netns::bridge(
+            &tor,
+            "br-pod",
+            &format!("{}/24", a.tor_pod_side),
+            FABRIC_MTU,
+            &refs,
+        )?;
+        for (cidr, node) in a.pod_cidrs.iter().zip(&a.nodes) {
+            // onlink: the new bridge may not have carrier yet
+            let route = ["route", "add", cidr, "via", node, "dev", "br-pod", "onlink"];
+            run(&[&["ip", "-n", tor.as_str()][..], &route[..]].concat())?;
         }
         Ok(())
     }
@@ -295,6 +298,14 @@ impl Drop for Topology {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
     }
+}
+
+/// The first address of a pod CIDR: the node side of its pods' veths.
+fn pod_gateway(cidr: &str) -> Result<String> {
+    let net: ipnetwork::Ipv4Network = cidr
+        .parse()
+        .map_err(|e| Error::Unsupported(format!("pod CIDR {cidr}: {e}")))?;
+    Ok(std::net::Ipv4Addr::from(u32::from(net.network()) + 1).to_string())
 }
 
 /// Removes lab `prefix` completely: the daemons in `<dir>/pids`, every `<prefix>-*`
