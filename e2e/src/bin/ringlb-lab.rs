@@ -494,7 +494,7 @@ fn main() -> anyhow::Result<()> {
             }
             let (p2, d2) = (prefix.clone(), dir.clone());
             with_teardown_on_signal(prefix, dir, move || {
-                let mut p = Printer::new(8);
+                let mut p = Printer::new(9);
                 let result = bring_up(&p2, &d2, &mut p).and_then(|r| {
                     p.step(&format!("bench: {services} Services, one after the other"));
                     let tor = r.topo.ns("tor");
@@ -538,7 +538,7 @@ fn main() -> anyhow::Result<()> {
             }
             let (p2, d2) = (prefix.clone(), dir.clone());
             with_teardown_on_signal(prefix, dir, move || {
-                let mut p = Printer::new(10);
+                let mut p = Printer::new(11);
                 let result = bring_up(&p2, &d2, &mut p).and_then(|mut r| {
                     let res =
                         traffic(&mut r, requests, &mut p).and_then(|()| failover(&mut r, &mut p));
@@ -566,7 +566,7 @@ fn main() -> anyhow::Result<()> {
                 );
                 result?;
                 println!(
-                    "\ndemo OK: Service -> VIP -> BGP ECMP at the ToR -> XDP on both edges -> both pods, replies by DSR; edge failover"
+                    "\ndemo OK: Service -> VIP -> BGP ECMP at the ToR -> XDP on both edges -> node agents (VIP:80 -> pod:8080) -> both pods, replies by DSR; edge failover"
                 );
                 Ok(())
             })
@@ -577,7 +577,7 @@ fn main() -> anyhow::Result<()> {
             }
             let (p2, d2) = (prefix.clone(), dir.clone());
             with_teardown_on_signal(prefix, dir, move || {
-                let mut p = Printer::new(7);
+                let mut p = Printer::new(8);
                 let mut r = match bring_up(&p2, &d2, &mut p) {
                     Ok(r) => r,
                     Err(e) => {
