@@ -12,28 +12,49 @@ use ringlb_testkit::{
     packet::{Segment, TCP_SYN, eth, ipip},
 };
 
-/// Names of the programs in tcx links (type 11), machine-wide: bpftool 7.1
-/// neither shows tcx under `net show` nor a link's ifindex. Only this test
-/// attaches tcx links in this crate.
-fn tcx_progs() -> String {
-    let links = sh(&["bpftool", "link", "show"]);
-    let mut names = Vec::new();
-    for l in links
+/// The program id in every BPF link on the machine (`prog N` of `bpftool link show`).
+/// Other tests attach node programs at the same time, so the assertions below only
+/// look for the ids of this test's own programs.
+fn linked_progs() -> Vec<String> {
+    sh(&["bpftool", "link", "show"])
         .lines()
-        .filter(|l| l.contains("type 11") || l.contains("type tcx"))
-    {
-        let Some(id) = l.split("prog ").nth(1).map(|r| r.trim().to_string()) else {
-            continue;
-        };
-        let p = sh(&["bpftool", "prog", "show", "id", &id]);
-        names.extend(
-            p.split_whitespace()
-                .skip_while(|w| *w != "name")
-                .nth(1)
-                .map(String::from),
-        );
-    }
-    names.join(" ")
+        .filter_map(|l| l.split("prog ").nth(1))
+        .filter_map(|r| r.split_whitespace().next())
+        .map(String::from)
+        .collect()
+}
+
+/// The program id of the pinned link `path`, and that program's name.
+fn pinned_prog(path: &std::path::Path) -> (String, String) {
+    let link = sh(&[
+        "bpftool",
+        "link",
+        "show",
+        "pinned",
+        &path.display().to_string(),
+    ]);
+    let id = link
+        .split("prog ")
+        .nth(1)
+        .and_then(|r| r.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no prog in {link}"))
+        .to_string();
+    let prog = sh(&["bpftool", "prog", "show", "id", &id]);
+    let name = prog
+        .split_whitespace()
+        .skip_while(|w| *w != "name")
+        .nth(1)
+        .unwrap_or_default()
+        .to_string();
+    (id, name)
+}
+
+/// (program id, name) behind each of the uplink's two pinned links.
+fn pinned_progs(dir: &std::path::Path) -> Vec<(String, String)> {
+    Hook::BOTH
+        .iter()
+        .map(|hook| pinned_prog(&dir.join(format!("link_up0_{}", hook.label()))))
+        .collect()
 }
 
 #[test]
@@ -61,12 +82,9 @@ fn attach_restart_and_uninstall_leave_nothing_behind() {
     let mut dp = NodeDatapath::load(&opts).unwrap();
     dp.apply(&services()).unwrap();
     in_netns(&ns.0, || dp.attach_uplink("up0")).unwrap();
-    for hook in Hook::BOTH {
-        assert!(dir.join(format!("link_up0_{}", hook.label())).exists());
-    }
-    let shown = tcx_progs();
-    assert!(shown.contains("ringlb_node_ingress"), "{shown}");
-    assert!(shown.contains("ringlb_node_egress"), "{shown}");
+    let first = pinned_progs(&dir);
+    let names: Vec<&str> = first.iter().map(|(_, n)| n.as_str()).collect();
+    assert_eq!(names, ["ringlb_node_ingress", "ringlb_node_egress"]);
     // a flow, written by the program itself
     let syn = Segment::tcp(sa(CLIENT4), sa("10.100.0.1:80"), TCP_SYN);
     run(
@@ -75,11 +93,13 @@ fn attach_restart_and_uninstall_leave_nothing_behind() {
         &eth(&ipip(ip(EDGE4), ip(POD4), &syn.l3())),
     );
     drop(dp); // the agent exits: pinned links keep the programs attached
-    let shown = tcx_progs();
-    assert!(
-        shown.contains("ringlb_node_ingress"),
-        "still attached: {shown}"
-    );
+    let linked = linked_progs();
+    for (id, name) in &first {
+        assert!(
+            linked.contains(id),
+            "{name} (prog {id}) still attached: {linked:?}"
+        );
+    }
 
     // restart: same maps, same links
     let mut dp = NodeDatapath::load(&opts).unwrap();
@@ -91,15 +111,28 @@ fn attach_restart_and_uninstall_leave_nothing_behind() {
         "flows survive a restart"
     );
     in_netns(&ns.0, || dp.attach_uplink("up0")).unwrap();
-    let shown = tcx_progs();
-    assert_eq!(
-        shown.matches("ringlb_node_ingress").count(),
-        1,
-        "replaced, not stacked: {shown}"
-    );
+    let second = pinned_progs(&dir);
+    let linked = linked_progs();
+    for ((old, name), (new, _)) in first.iter().zip(&second) {
+        assert_ne!(old, new, "{name}: a new program in the pinned link");
+        assert!(
+            !linked.contains(old),
+            "{name}: the old program is replaced, not stacked: {linked:?}"
+        );
+        assert_eq!(
+            linked.iter().filter(|l| *l == new).count(),
+            1,
+            "{name}: one link"
+        );
+    }
 
     dp.uninstall().unwrap();
     assert!(!dir.exists(), "pin dir removed");
-    let shown = tcx_progs();
-    assert!(!shown.contains("ringlb_node"), "detached: {shown}");
+    let linked = linked_progs();
+    for (id, name) in first.iter().chain(&second) {
+        assert!(
+            !linked.contains(id),
+            "{name} (prog {id}) detached: {linked:?}"
+        );
+    }
 }
