@@ -105,7 +105,7 @@ async fn main() -> anyhow::Result<()> {
         .with_context(|| format!("binding --metrics-addr {}", args.common.metrics_addr))?;
     tracing::info!(%addr, identity = %settings.identity, "serving /metrics /healthz /readyz");
 
-    let client = args.common.kube_client().await?;
+    let client = args.common.connect().await?;
     let mut sigterm = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
         .context("installing SIGTERM handler")?;
     let shutdown = async move {
@@ -134,5 +134,53 @@ mod tests {
         assert_eq!(s.leader.unwrap().identity, "r1");
         assert_eq!(s.stall_timeout, Duration::from_secs(60));
         assert!(Args::try_parse_from(["c", "--lease-duration", "fast"]).is_err());
+    }
+
+    /// Every flag of `--help` is in README's "### Flags" section, and every flag the
+    /// section's `ringlb-controller` paragraph names is one the program takes.
+    #[test]
+    fn readme_flags_section_matches_help() {
+        use clap::CommandFactory;
+        let readme = include_str!("../../README.md");
+        let start = readme
+            .find("### Flags")
+            .expect("README has a ### Flags section");
+        let section = &readme[start..];
+        let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+        let help = Args::command().render_long_help().to_string();
+        let helped = flags_in(&help);
+        let documented = flags_in(section);
+        for flag in &helped {
+            if flag != "--help" && flag != "--version" {
+                assert!(
+                    documented.contains(flag),
+                    "ringlb-controller takes {flag}, README's Flags section does not name it"
+                );
+            }
+        }
+        for para in section.split("\n\n") {
+            if para.trim_start().starts_with("`ringlb-controller`") {
+                for flag in flags_in(para) {
+                    assert!(helped.contains(&flag), "README names {flag}:\n{para}");
+                }
+            }
+        }
+    }
+
+    /// The `--flags` in `text`.
+    fn flags_in(text: &str) -> std::collections::BTreeSet<String> {
+        let mut out = std::collections::BTreeSet::new();
+        let mut rest = text;
+        while let Some(i) = rest.find("--") {
+            let tail = &rest[i + 2..];
+            let end = tail
+                .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+                .unwrap_or(tail.len());
+            if tail[..end].starts_with(|c: char| c.is_ascii_lowercase()) {
+                out.insert(format!("--{}", &tail[..end]));
+            }
+            rest = &tail[end..];
+        }
+        out
     }
 }

@@ -46,3 +46,87 @@ async fn main() -> anyhow::Result<()> {
         Command::Node(node) => ringlb_edge::node::run(&args.common, &node).await,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    #[test]
+    fn common_flags_go_before_or_after_the_subcommand() {
+        let tail = ["--node-name", "n", "--interface", "eth0"];
+        for args in [
+            vec![
+                "e",
+                "--kubeconfig",
+                "/k",
+                "--metrics-addr",
+                "127.0.0.1:1",
+                "run",
+            ],
+            vec![
+                "e",
+                "run",
+                "--kubeconfig",
+                "/k",
+                "--metrics-addr",
+                "127.0.0.1:1",
+            ],
+            vec![
+                "e",
+                "--kubeconfig",
+                "/k",
+                "run",
+                "--metrics-addr",
+                "127.0.0.1:1",
+            ],
+        ] {
+            let args: Vec<&str> = args.into_iter().chain(tail).collect();
+            let a = Args::try_parse_from(&args).unwrap();
+            assert_eq!(
+                a.common.kubeconfig.as_deref(),
+                Some("/k".as_ref()),
+                "{args:?}"
+            );
+            assert_eq!(a.common.metrics_addr.port(), 1, "{args:?}");
+            assert!(matches!(a.command, Command::Run(_)), "{args:?}");
+        }
+        for sub in [
+            &["node", "--node-name", "n"][..],
+            &["node", "uninstall"],
+            &["speaker", "--config", "f"],
+            &["datapath", "counters"],
+        ] {
+            let args: Vec<&str> = ["e"]
+                .into_iter()
+                .chain(sub.iter().copied())
+                .chain(["--log-level", "debug"])
+                .collect();
+            let a = Args::try_parse_from(&args).unwrap();
+            assert_eq!(a.common.log_level, "debug", "{args:?}");
+        }
+    }
+
+    #[test]
+    fn durations_and_booleans_are_written_as_in_the_controller() {
+        let run = |extra: &[&str]| {
+            let mut v = vec!["e", "run", "--node-name", "n", "--interface", "eth0"];
+            v.extend_from_slice(extra);
+            match Args::try_parse_from(v).map(|a| a.command) {
+                Ok(Command::Run(r)) => Ok(r),
+                Ok(other) => panic!("{other:?}"),
+                Err(e) => Err(e),
+            }
+        };
+        let r = run(&[]).unwrap();
+        assert_eq!(r.drain, std::time::Duration::from_secs(30));
+        assert!(r.default_class);
+        assert_eq!(run(&["--drain", "1500ms"]).unwrap().drain.as_millis(), 1500);
+        // the old spelling, integer seconds
+        assert_eq!(run(&["--drain-seconds", "5"]).unwrap().drain.as_secs(), 5);
+        assert!(run(&["--drain", "soon"]).is_err());
+        assert!(run(&["--default-class"]).unwrap().default_class);
+        assert!(!run(&["--default-class=false"]).unwrap().default_class);
+    }
+}

@@ -32,7 +32,8 @@ fn help_lists_common_flags_and_subcommands() {
         "--interface",
         "--xdp-mode",
         "--ring-size",
-        "--drain-seconds",
+        "--drain",
+        "--kubeconfig",
     ] {
         assert!(text.contains(want), "run --help lacks {want}:\n{text}");
     }
@@ -41,9 +42,13 @@ fn help_lists_common_flags_and_subcommands() {
 #[test]
 fn bad_input_is_refused_with_the_flag_named() {
     let run_args = ["run", "--node-name", "n", "--interface", "lo"];
-    let cases: [(&[&str], &[&str], &str); 3] = [
+    let cases: [(&[&str], &[&str], &str); 6] = [
         (&["--metrics-addr", "nonsense"], &[], "--metrics-addr"),
         (&["--log-level", "info,["], &[], "--log-level"),
+        // the common flags work after the subcommand too
+        (&[], &["--metrics-addr", "nonsense"], "--metrics-addr"),
+        (&[], &["--log-level", "info,["], "--log-level"),
+        (&[], &["--drain", "soon"], "--drain"),
         (
             &[],
             &["--ring-size", "1000", "--source-v4", "192.0.2.1"],
@@ -63,5 +68,77 @@ fn bad_input_is_refused_with_the_flag_named() {
             text.contains(named),
             "{args:?}: the error does not name {named}:\n{text}"
         );
+    }
+}
+
+/// The `--flags` in `text`.
+fn flags_in(text: &str) -> std::collections::BTreeSet<String> {
+    let mut out = std::collections::BTreeSet::new();
+    let mut rest = text;
+    while let Some(i) = rest.find("--") {
+        let tail = &rest[i + 2..];
+        let end = tail
+            .find(|c: char| !(c.is_ascii_alphanumeric() || c == '-'))
+            .unwrap_or(tail.len());
+        let name = &tail[..end];
+        if name.starts_with(|c: char| c.is_ascii_lowercase()) {
+            out.insert(format!("--{name}"));
+        }
+        rest = &tail[end..];
+    }
+    out
+}
+
+/// README's "### Flags" section and `--help` name the same flags: every flag of every
+/// `ringlb-edge` command is in the section, and every flag the section's `ringlb-edge`
+/// paragraphs name is one the program takes.
+#[test]
+fn readme_flags_section_matches_help() {
+    let readme = include_str!("../../README.md");
+    let start = readme
+        .find("### Flags")
+        .expect("README has a ### Flags section");
+    let section = &readme[start..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    let documented = flags_in(section);
+
+    let mut helped = std::collections::BTreeSet::new();
+    for cmd in [
+        &[][..],
+        &["run"],
+        &["node"],
+        &["node", "uninstall"],
+        &["speaker"],
+        &["datapath"],
+        &["datapath", "dump"],
+        &["datapath", "counters"],
+        &["datapath", "lookup"],
+        &["datapath", "uninstall"],
+    ] {
+        let args: Vec<&str> = cmd.iter().copied().chain(["--help"]).collect();
+        let (ok, text) = run(&args);
+        assert!(ok, "{args:?}: {text}");
+        for flag in flags_in(&text) {
+            if flag != "--help" && flag != "--version" {
+                assert!(
+                    documented.contains(&flag),
+                    "`ringlb-edge {}` takes {flag}, README's Flags section does not name it",
+                    cmd.join(" ")
+                );
+            }
+            helped.insert(flag);
+        }
+    }
+    // hidden aliases still accepted: say so, but they are not in --help
+    helped.insert("--drain-seconds".into());
+    for para in section.split("\n\n") {
+        if para.trim_start().starts_with("`ringlb-edge") {
+            for flag in flags_in(para) {
+                assert!(
+                    helped.contains(&flag),
+                    "README names {flag} for ringlb-edge, which no `--help` of it lists:\n{para}"
+                );
+            }
+        }
     }
 }

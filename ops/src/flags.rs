@@ -5,20 +5,21 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 /// Flags shared by every ringlb program; `#[command(flatten)]` them into a binary's args.
+/// They are global: `prog --kubeconfig X run` and `prog run --kubeconfig X` both work.
 #[derive(clap::Args, Debug, Clone)]
 pub struct CommonArgs {
     /// Path to a kubeconfig. Default: $KUBECONFIG, then ~/.kube/config, then the
     /// in-cluster service account.
-    #[arg(long, env = "KUBECONFIG")]
+    #[arg(long, env = "KUBECONFIG", global = true)]
     pub kubeconfig: Option<PathBuf>,
 
     /// Address for /metrics, /healthz and /readyz.
-    #[arg(long, default_value = "0.0.0.0:9090")]
+    #[arg(long, default_value = "0.0.0.0:9090", global = true)]
     pub metrics_addr: SocketAddr,
 
     /// Log filter: a level (error, warn, info, debug, trace) or a tracing
     /// EnvFilter directive such as `info,ringlb_edge::bgp=debug`.
-    #[arg(long, default_value = "info", env = "RINGLB_LOG")]
+    #[arg(long, default_value = "info", env = "RINGLB_LOG", global = true)]
     pub log_level: String,
 }
 
@@ -56,15 +57,30 @@ pub enum ClientError {
     },
     #[error("building Kubernetes config: {0}")]
     Infer(#[from] kube::config::InferConfigError),
-    #[error("building Kubernetes client: {0}")]
-    Client(#[from] kube::Error),
+    #[error("building Kubernetes client for {url}: {source}")]
+    Client {
+        url: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error(
+        "the Kubernetes API at {url} (from {from}) did not answer: {source}; is the API \
+         server up and reachable from here, and is this the right --kubeconfig?"
+    )]
+    Unreachable {
+        url: String,
+        /// Where the URL came from: the kubeconfig's path, or the inference.
+        from: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 #[cfg(feature = "kube")]
 impl CommonArgs {
-    /// A kube client from `--kubeconfig`, or the usual inference when it is unset.
-    pub async fn kube_client(&self) -> Result<kube::Client, ClientError> {
-        let config = match &self.kubeconfig {
+    /// The kube config from `--kubeconfig`, or the usual inference when it is unset.
+    pub async fn kube_config(&self) -> Result<kube::Config, ClientError> {
+        Ok(match &self.kubeconfig {
             Some(path) => {
                 let kc = kube::config::Kubeconfig::read_from(path).map_err(|source| {
                     ClientError::Kubeconfig {
@@ -80,8 +96,35 @@ impl CommonArgs {
                     })?
             }
             None => kube::Config::infer().await?,
+        })
+    }
+
+    /// A kube client from `--kubeconfig`, or the usual inference when it is unset.
+    /// Makes no request: see [`CommonArgs::connect`].
+    pub async fn kube_client(&self) -> Result<kube::Client, ClientError> {
+        let config = self.kube_config().await?;
+        let url = config.cluster_url.to_string();
+        kube::Client::try_from(config).map_err(|source| ClientError::Client { url, source })
+    }
+
+    /// A kube client that has answered once (`GET /version`): a start-up check whose
+    /// error names the API server's URL and where it came from.
+    pub async fn connect(&self) -> Result<kube::Client, ClientError> {
+        let config = self.kube_config().await?;
+        let url = config.cluster_url.to_string();
+        let from = match &self.kubeconfig {
+            Some(path) => path.display().to_string(),
+            None => "$KUBECONFIG, ~/.kube/config or the in-cluster service account".into(),
         };
-        Ok(kube::Client::try_from(config)?)
+        let client = kube::Client::try_from(config).map_err(|source| ClientError::Client {
+            url: url.clone(),
+            source,
+        })?;
+        client
+            .apiserver_version()
+            .await
+            .map_err(|source| ClientError::Unreachable { url, from, source })?;
+        Ok(client)
     }
 }
 
@@ -97,5 +140,65 @@ mod tests {
         assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
         assert!(parse_duration("soon").is_err());
         assert!(parse_duration("-1s").is_err());
+    }
+
+    #[derive(clap::Parser, Debug)]
+    struct Prog {
+        #[command(flatten)]
+        common: CommonArgs,
+        #[command(subcommand)]
+        cmd: Sub,
+    }
+
+    #[derive(clap::Subcommand, Debug)]
+    enum Sub {
+        Run {
+            #[arg(long)]
+            x: Option<u32>,
+        },
+    }
+
+    #[test]
+    fn common_flags_go_before_or_after_the_subcommand() {
+        use clap::Parser;
+        for args in [
+            &["p", "--kubeconfig", "/k", "--log-level", "debug", "run"][..],
+            &["p", "run", "--kubeconfig", "/k", "--log-level", "debug"],
+            &["p", "--log-level", "debug", "run", "--kubeconfig", "/k"],
+        ] {
+            let p = Prog::try_parse_from(args).unwrap();
+            assert_eq!(
+                p.common.kubeconfig.as_deref(),
+                Some("/k".as_ref()),
+                "{args:?}"
+            );
+            assert_eq!(p.common.log_level, "debug", "{args:?}");
+        }
+    }
+
+    #[cfg(feature = "kube")]
+    #[tokio::test]
+    async fn an_unreachable_api_is_named_by_its_url() {
+        let dir = std::env::temp_dir().join(format!("ringlb-ops-kc-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("kubeconfig");
+        // port 1 on loopback: nothing listens, the connection is refused at once
+        std::fs::write(
+            &path,
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: http://127.0.0.1:1\ncontexts:\n- name: c\n  context:\n    cluster: c\n    user: u\ncurrent-context: c\nusers:\n- name: u\n  user: {}\n",
+        )
+        .unwrap();
+        let common = CommonArgs {
+            kubeconfig: Some(path.clone()),
+            metrics_addr: "127.0.0.1:0".parse().unwrap(),
+            log_level: "info".into(),
+        };
+        let Err(err) = common.connect().await else {
+            panic!("nothing listens on port 1")
+        };
+        let err = err.to_string();
+        std::fs::remove_dir_all(&dir).unwrap();
+        assert!(err.contains("http://127.0.0.1:1"), "{err}");
+        assert!(err.contains(&path.display().to_string()), "{err}");
     }
 }

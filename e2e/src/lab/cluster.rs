@@ -280,8 +280,8 @@ impl Cluster {
                 &pin,
                 "--mtu",
                 &mtu,
-                "--drain-seconds",
-                "0",
+                "--drain",
+                "0s",
             ],
         )
     }

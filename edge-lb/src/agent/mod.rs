@@ -25,6 +25,7 @@ use prometheus_client::registry::Registry;
 use ringlb_bgp::Speaker;
 use ringlb_maglev as maglev;
 use ringlb_nexthop::KernelResolver;
+use ringlb_ops::flags::parse_duration;
 use ringlb_ops::{CommonArgs, Health, Heartbeat};
 use ringlb_xdp::Datapath;
 use ringlb_xdp::abi::MAX_RING_SIZE;
@@ -79,7 +80,8 @@ pub struct RunArgs {
     /// Outer source address of IPv6 encapsulation.
     #[arg(long)]
     pub source_v6: Option<Ipv6Addr>,
-    /// Largest packet after encapsulation; larger ones are counted and passed.
+    /// Largest packet after encapsulation (the fabric MTU). Larger ones are answered
+    /// with ICMP Fragmentation Needed / Packet Too Big; IPv4 without DF is passed.
     #[arg(long, default_value_t = 1500)]
     pub mtu: u32,
     /// BGP router id. Default: --source-v4.
@@ -88,16 +90,18 @@ pub struct RunArgs {
     /// TCP port for passive BGP opens; 0 turns passive open off.
     #[arg(long, default_value_t = 179)]
     pub bgp_listen_port: u16,
-    /// Maglev table size per VIP:port: a prime from 251 to 65537 (the XDP ring's size).
+    /// Maglev table size per VIP:port: a prime from 251 to 65537 (the largest ring
+    /// the XDP datapath holds).
     #[arg(long, default_value_t = maglev::DEFAULT_TABLE_SIZE)]
     pub ring_size: u32,
-    /// Serve LoadBalancer Services that set no loadBalancerClass.
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// Also serve LoadBalancer Services that set no spec.loadBalancerClass.
+    /// `--default-class=false` serves only class ringlb.io/maglev.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub default_class: bool,
     /// On SIGTERM, how long routes stay announced with GRACEFUL_SHUTDOWN before they
-    /// are withdrawn.
-    #[arg(long, default_value_t = 30)]
-    pub drain_seconds: u64,
+    /// are withdrawn (e.g. 30s, 500ms).
+    #[arg(long, alias = "drain-seconds", default_value = "30s", value_parser = parse_duration)]
+    pub drain: Duration,
 }
 
 impl RunArgs {
@@ -293,20 +297,17 @@ impl Agent {
 
 /// GRACEFUL_SHUTDOWN, the drain time, withdraw, Cease; the program and maps stay.
 async fn shutdown(args: &RunArgs, speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()>) {
-    tracing::info!(
-        drain_seconds = args.drain_seconds,
-        "shutting down: draining BGP"
-    );
+    tracing::info!(drain = ?args.drain, "shutting down: draining BGP");
     let mut term = match signal(SignalKind::terminate()) {
         Ok(t) => t,
         Err(e) => {
             tracing::warn!(error = %e, "no SIGTERM handler for the drain");
-            speaker.drain(Duration::from_secs(args.drain_seconds)).await;
+            speaker.drain(args.drain).await;
             return;
         }
     };
     tokio::select! {
-        _ = speaker.drain(Duration::from_secs(args.drain_seconds)) => {}
+        _ = speaker.drain(args.drain) => {}
         _ = term.recv() => { tracing::warn!("second signal: cutting the drain short"); speaker.withdraw_all(); }
     }
     bgp_task.abort();

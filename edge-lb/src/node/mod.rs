@@ -81,8 +81,9 @@ pub struct NodeArgs {
     /// MSS written into IPv6 SYN-ACKs of VIP flows (fabric MTU - 100); 0 turns it off.
     #[arg(long, default_value_t = MSS.1)]
     pub mss_v6: u16,
-    /// Serve LoadBalancer Services that set no loadBalancerClass (as the edges do).
-    #[arg(long, default_value_t = true, action = clap::ArgAction::Set)]
+    /// Also serve LoadBalancer Services that set no spec.loadBalancerClass (as the
+    /// edges do). `--default-class=false` serves only class ringlb.io/maglev.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub default_class: bool,
     #[command(subcommand)]
     pub command: Option<NodeCommand>,
