@@ -1,0 +1,794 @@
+//! The Helm chart (`charts/ringlb`) with the real helm, against the real control plane
+//! (etcd + kube-apiserver + kube-controller-manager, `ringlb_controlplane`):
+//!
+//! - the values table in the chart's README is the one `values.yaml`'s `# --`
+//!   comments give, key for key (`RINGLB_BLESS=1` rewrites it);
+//! - `helm lint` passes with the default and the example values;
+//! - `values.schema.json` and the templates refuse bad values, naming the value;
+//! - the rendered workloads agree with the RBAC files (ServiceAccounts, the Lease),
+//!   carry the capabilities, mounts and grace period the programs need, and pass
+//!   only flags the programs accept (each program parses them, `--help` last);
+//! - kube-apiserver accepts every rendered object (server-side dry run);
+//! - `helm install` creates every object (CRDs included), `helm upgrade` changes what
+//!   the values say, and `helm uninstall` leaves no object behind but the CRDs.
+//!
+//! No pod runs: there is no kubelet, and none is needed to prove what the API server
+//! accepts and stores.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use ringlb_e2e::controlplane::{Assets, ControlPlane, Options, chart_dir};
+use serde_json::Value;
+
+const RELEASE: &str = "ringlb";
+const NS: &str = "ringlb-system";
+const BEGIN: &str = "<!-- BEGIN GENERATED: values table (see e2e/tests/chart.rs) -->";
+const END: &str = "<!-- END GENERATED: values table -->";
+const BLESS: &str = "RINGLB_BLESS=1 cargo nextest run -p ringlb-e2e --test chart";
+
+fn example_values() -> PathBuf {
+    chart_dir().join("examples/values-lab.yaml")
+}
+
+fn helm_path() -> PathBuf {
+    let assets = Assets::find().unwrap_or_else(|e| panic!("{e}"));
+    assets
+        .helm()
+        .unwrap_or_else(|| panic!("no helm in {}: run `make k8s`", assets.dir.display()))
+}
+
+/// helm with its config, cache and data in `home` (never the user's ~/.config/helm).
+fn helm(home: &Path) -> Command {
+    let mut cmd = Command::new(helm_path());
+    for (var, sub) in [
+        ("HELM_CONFIG_HOME", "config"),
+        ("HELM_CACHE_HOME", "cache"),
+        ("HELM_DATA_HOME", "data"),
+    ] {
+        cmd.env(var, home.join("helm").join(sub));
+    }
+    cmd
+}
+
+/// Runs `cmd` with `stdin`: (succeeded, stdout, stderr).
+fn run(mut cmd: Command, stdin: &str) -> (bool, String, String) {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("running {cmd:?}: {e}"));
+    let mut input = child.stdin.take().expect("stdin");
+    input.write_all(stdin.as_bytes()).expect("write stdin");
+    drop(input);
+    let out = child.wait_with_output().expect("the command finishes");
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `helm template ringlb charts/ringlb -n ringlb-system ARGS`: Ok(yaml) or Err(stderr).
+fn template(args: &[&str]) -> Result<String, String> {
+    let home = std::env::temp_dir();
+    let mut cmd = helm(&home);
+    cmd.args(["template", RELEASE])
+        .arg(chart_dir())
+        .args(["--namespace", NS])
+        .args(args);
+    match run(cmd, "") {
+        (true, out, _) => Ok(out),
+        (false, _, err) => Err(err),
+    }
+}
+
+fn template_ok(args: &[&str]) -> String {
+    template(args).unwrap_or_else(|e| panic!("helm template {args:?}: {e}"))
+}
+
+/// The objects of a multi-document YAML stream (empty documents left out).
+fn docs(yaml: &str) -> Vec<Value> {
+    serde_yaml::Deserializer::from_str(yaml)
+        .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML parses"))
+        .filter(|v: &Value| !v.is_null())
+        .collect()
+}
+
+fn find<'a>(objs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+    objs.iter()
+        .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
+        .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
+}
+
+// ---------------------------------------------------------------------------------
+// The values table
+// ---------------------------------------------------------------------------------
+
+/// `values.yaml`'s keys that carry a `# --` description, as dotted paths, with the
+/// description (continuation `#` lines joined). Keys under a described key are its
+/// default's content, not keys of their own.
+fn described_keys(text: &str) -> BTreeMap<String, String> {
+    let mut out = BTreeMap::new();
+    let mut stack: Vec<(usize, String)> = Vec::new();
+    let mut pending: Option<String> = None;
+    for line in text.lines() {
+        let trimmed = line.trim_start();
+        let indent = line.len() - trimmed.len();
+        if let Some(rest) = trimmed.strip_prefix("# --") {
+            pending = Some(rest.trim().to_string());
+            continue;
+        }
+        if let Some(rest) = trimmed.strip_prefix('#') {
+            if let Some(p) = pending.as_mut().filter(|_| !rest.starts_with('#')) {
+                p.push(' ');
+                p.push_str(rest.trim());
+            }
+            continue;
+        }
+        let desc = pending.take();
+        if trimmed.is_empty() || trimmed.starts_with('-') {
+            continue;
+        }
+        let Some((key, _)) = trimmed.split_once(':') else {
+            continue;
+        };
+        stack.retain(|(i, _)| *i < indent);
+        let parent: Vec<&str> = stack.iter().map(|(_, k)| k.as_str()).collect();
+        let path = if parent.is_empty() {
+            key.trim_matches('"').to_string()
+        } else {
+            format!("{}.{}", parent.join("."), key.trim_matches('"'))
+        };
+        stack.push((indent, key.trim_matches('"').to_string()));
+        let under_described = out
+            .keys()
+            .any(|k: &String| path.starts_with(&format!("{k}.")));
+        if let (Some(d), false) = (desc, under_described) {
+            out.insert(path, d);
+        }
+    }
+    out
+}
+
+struct Row {
+    key: String,
+    kind: &'static str,
+    default: String,
+    description: String,
+}
+
+/// Walks the parsed values: a described key is a row (its whole value the default);
+/// an undescribed non-empty map is descended into; anything else is a key without a
+/// description, returned in the second list.
+fn rows(
+    value: &Value,
+    prefix: &str,
+    described: &BTreeMap<String, String>,
+    out: &mut Vec<Row>,
+    undescribed: &mut Vec<String>,
+) {
+    let Value::Object(map) = value else { return };
+    for (k, v) in map {
+        let path = if prefix.is_empty() {
+            k.clone()
+        } else {
+            format!("{prefix}.{k}")
+        };
+        if let Some(d) = described.get(&path) {
+            let kind = match v {
+                Value::Bool(_) => "bool",
+                Value::Number(n) if n.is_i64() || n.is_u64() => "int",
+                Value::Number(_) => "number",
+                Value::String(_) => "string",
+                Value::Array(_) => "list",
+                Value::Object(_) => "object",
+                Value::Null => "null",
+            };
+            out.push(Row {
+                key: path,
+                kind,
+                default: serde_json::to_string(v).expect("JSON"),
+                description: d.clone(),
+            });
+        } else if matches!(v, Value::Object(m) if !m.is_empty()) {
+            rows(v, &path, described, out, undescribed);
+        } else {
+            undescribed.push(path);
+        }
+    }
+}
+
+fn values_text() -> String {
+    std::fs::read_to_string(chart_dir().join("values.yaml")).expect("values.yaml")
+}
+
+/// The README table generated from values.yaml, and its rows' keys.
+fn generated_table() -> (String, Vec<String>) {
+    let text = values_text();
+    let values: Value = serde_yaml::from_str(&text).expect("values.yaml parses");
+    let described = described_keys(&text);
+    let (mut table, mut undescribed) = (Vec::new(), Vec::new());
+    rows(&values, "", &described, &mut table, &mut undescribed);
+    assert!(
+        undescribed.is_empty(),
+        "values.yaml keys without a `# --` description: {undescribed:?}"
+    );
+    let known: BTreeSet<&String> = table.iter().map(|r| &r.key).collect();
+    let stray: Vec<&String> = described.keys().filter(|k| !known.contains(k)).collect();
+    assert!(stray.is_empty(), "descriptions of no value: {stray:?}");
+    let esc = |s: &str| s.replace('|', "\\|");
+    let mut md = String::from("| key | type | default | description |\n|---|---|---|---|\n");
+    for r in &table {
+        md.push_str(&format!(
+            "| `{}` | {} | `{}` | {} |\n",
+            r.key,
+            r.kind,
+            esc(&r.default),
+            esc(&r.description)
+        ));
+    }
+    (md, table.into_iter().map(|r| r.key).collect())
+}
+
+/// Every key of values.yaml (every leaf, or the described map holding it) is a row of
+/// the README's table, every row is a key, and the rows say what the comments say.
+#[test]
+fn readme_values_table_matches_values_yaml() {
+    let (table, keys) = generated_table();
+    let readme_path = chart_dir().join("README.md");
+    let readme = std::fs::read_to_string(&readme_path).expect("chart README");
+    let (Some(b), Some(e)) = (readme.find(BEGIN), readme.find(END)) else {
+        panic!("README.md has no {BEGIN} ... {END} block");
+    };
+    let current = &readme[b + BEGIN.len()..e];
+    let want = format!("\n{table}");
+    if current == want {
+        return;
+    }
+    if std::env::var_os("RINGLB_BLESS").is_some_and(|v| v == "1") {
+        let new = format!("{}{BEGIN}{want}{}", &readme[..b], &readme[e..]);
+        std::fs::write(&readme_path, new).expect("write README");
+        return;
+    }
+    let in_readme: BTreeSet<String> = current
+        .lines()
+        .filter_map(|l| {
+            l.strip_prefix("| `")?
+                .split_once('`')
+                .map(|(k, _)| k.to_string())
+        })
+        .collect();
+    let in_values: BTreeSet<String> = keys.into_iter().collect();
+    let missing: Vec<_> = in_values.difference(&in_readme).collect();
+    let extra: Vec<_> = in_readme.difference(&in_values).collect();
+    panic!(
+        "the README's values table disagrees with values.yaml: keys missing from the \
+         table {missing:?}, rows of no key {extra:?}{}; regenerate: {BLESS}",
+        if missing.is_empty() && extra.is_empty() {
+            " (the keys agree; a type, default or description differs)"
+        } else {
+            ""
+        }
+    );
+}
+
+#[test]
+fn described_keys_follow_nesting_and_skip_default_content() {
+    let text = "# -- top\na: 1\n## section\nb:\n  # -- inner\n  # more\n  c: x\n  \
+                # -- a map\n  d:\n    e: 1\n    # -- not a key of its own\n    f: 2\n";
+    let got = described_keys(text);
+    let want: BTreeMap<String, String> = [("a", "top"), ("b.c", "inner more"), ("b.d", "a map")]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    assert_eq!(got, want);
+}
+
+// ---------------------------------------------------------------------------------
+// helm lint, the schema, the rendered objects
+// ---------------------------------------------------------------------------------
+
+#[test]
+fn helm_lint_passes_with_default_and_example_values() {
+    let example = example_values();
+    for extra in [vec![], vec!["--values", example.to_str().unwrap()]] {
+        let mut cmd = helm(&std::env::temp_dir());
+        cmd.args(["lint", "--strict"]).arg(chart_dir()).args(&extra);
+        let (ok, out, err) = run(cmd, "");
+        assert!(ok, "helm lint --strict {extra:?}:\n{out}{err}");
+        assert!(out.contains("0 chart(s) failed"), "{out}");
+    }
+}
+
+/// A bad value fails `helm template` (so `install` and `upgrade` too) before anything
+/// reaches the cluster, and the message names the value.
+#[test]
+fn bad_values_are_refused_with_a_message_that_names_them() {
+    let cases: &[(&[&str], &str)] = &[
+        (&["--set", "controller.replicas=-1"], "/controller/replicas"),
+        (&["--set", "controller.replicas=two"], "want integer"),
+        (
+            &["--set", "controller.replicaz=3"],
+            "'replicaz' not allowed",
+        ),
+        (&["--set", "edge.xdpMode=fast"], "/edge/xdpMode"),
+        (&["--set", "edge.sourceV4=eth0"], "/edge/sourceV4"),
+        (&["--set", "edge.ringSize=70000"], "/edge/ringSize"),
+        (&["--set", "edge.pinDir=/tmp/x"], "/edge/pinDir"),
+        (
+            &["--set", "controller.leaderElection.leaseDuration=15"],
+            "leaseDuration",
+        ),
+        (&["--set", "pools[0].name=x"], "missing property 'spec'"),
+        (&["--set", "edge.interface="], "edge.interface is required"),
+        (
+            &["--set", "edge.terminationGracePeriodSeconds=20"],
+            "must be longer than edge.drainSeconds (30)",
+        ),
+        (
+            &["--set", "edge.sourceV4=", "--set", "edge.sourceV6="],
+            "edge.sourceV4 or edge.sourceV6 must be set",
+        ),
+        (
+            &["--set", "metrics.serviceMonitor.enabled=true"],
+            "no monitoring.coreos.com/v1 ServiceMonitor API",
+        ),
+        (
+            &["--set", "nodeAgent.affinity.nodeAffinity.x=1"],
+            "set excludeEdgeNodes=false",
+        ),
+    ];
+    for (args, want) in cases {
+        match template(args) {
+            Ok(_) => panic!("helm template {args:?} rendered; it should refuse"),
+            Err(e) => assert!(
+                e.contains(want),
+                "helm template {args:?}: {want:?} not in:\n{e}"
+            ),
+        }
+    }
+    // The same keys with good values render.
+    template_ok(&[
+        "--set",
+        "controller.replicas=3",
+        "--set",
+        "edge.sourceV4=10.0.0.5",
+    ]);
+    let with_monitor = template_ok(&[
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--api-versions",
+        "monitoring.coreos.com/v1/ServiceMonitor",
+    ]);
+    let objs = docs(&with_monitor);
+    find(&objs, "ServiceMonitor", "ringlb");
+    for c in ["controller", "edge", "node"] {
+        find(&objs, "Service", &format!("ringlb-{c}-metrics"));
+    }
+}
+
+/// The names of one kind rendered in `objs`.
+fn names(objs: &[Value], kind: &str) -> BTreeSet<String> {
+    objs.iter()
+        .filter(|o| o["kind"] == kind)
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+        .collect()
+}
+
+fn container(workload: &Value) -> &Value {
+    &workload["spec"]["template"]["spec"]["containers"][0]
+}
+
+fn args(workload: &Value) -> Vec<String> {
+    container(workload)["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| a.as_str().unwrap().to_string())
+        .collect()
+}
+
+fn caps(workload: &Value) -> BTreeSet<String> {
+    let sc = &container(workload)["securityContext"]["capabilities"];
+    assert_eq!(
+        sc["drop"],
+        serde_json::json!(["ALL"]),
+        "drops every capability first"
+    );
+    sc["add"]
+        .as_array()
+        .map(|a| a.iter().map(|c| c.as_str().unwrap().to_string()).collect())
+        .unwrap_or_default()
+}
+
+fn env_field_ref<'a>(workload: &'a Value, name: &str) -> &'a Value {
+    let env = container(workload)["env"].as_array().expect("env");
+    &env.iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("env {name}"))["valueFrom"]["fieldRef"]["fieldPath"]
+}
+
+/// Each workload runs as the ServiceAccount its RBAC file grants, the controller's
+/// Lease is the one its Role may update, and each pod has what its program needs.
+#[test]
+fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
+    let objs = docs(&template_ok(&[]));
+    for o in &objs {
+        assert_eq!(
+            o["metadata"]["labels"]["app.kubernetes.io/name"], "ringlb",
+            "{o}"
+        );
+        let namespaced = !matches!(
+            o["kind"].as_str().unwrap(),
+            "ClusterRole" | "ClusterRoleBinding" | "IPPool" | "BGPPeer" | "BGPAdvertisement"
+        );
+        if namespaced {
+            assert_eq!(o["metadata"]["namespace"], NS, "{o}");
+        }
+    }
+    let sas = names(&objs, "ServiceAccount");
+    let ctrl = find(&objs, "Deployment", "ringlb-controller");
+    let edge = find(&objs, "DaemonSet", "ringlb-edge");
+    let node = find(&objs, "DaemonSet", "ringlb-node");
+    for (w, sa) in [
+        (ctrl, "ringlb-controller"),
+        (edge, "ringlb-edge"),
+        (node, "ringlb-node"),
+    ] {
+        assert_eq!(w["spec"]["template"]["spec"]["serviceAccountName"], sa);
+        assert!(sas.contains(sa), "ServiceAccount {sa} rendered: {sas:?}");
+        let probes = &container(w);
+        assert_eq!(probes["livenessProbe"]["httpGet"]["path"], "/healthz");
+        assert_eq!(probes["readinessProbe"]["httpGet"]["path"], "/readyz");
+        let sel = &w["spec"]["selector"]["matchLabels"];
+        for (k, v) in sel.as_object().unwrap() {
+            assert_eq!(&w["spec"]["template"]["metadata"]["labels"][k], v);
+        }
+    }
+
+    // Controller: 2 replicas, leader election on the Lease its Role names, restricted.
+    assert_eq!(ctrl["spec"]["replicas"], 2);
+    let role = find(&objs, "Role", "ringlb-controller-leader-election");
+    let lease_names = role["rules"][1]["resourceNames"].clone();
+    let a = args(ctrl);
+    assert!(a.contains(&"--leader-elect=true".to_string()), "{a:?}");
+    let lease = a
+        .iter()
+        .find_map(|x| x.strip_prefix("--lease-name="))
+        .expect("--lease-name");
+    assert_eq!(
+        lease_names,
+        serde_json::json!([lease]),
+        "the Role covers the Lease"
+    );
+    assert_eq!(env_field_ref(ctrl, "POD_NAMESPACE"), "metadata.namespace");
+    assert_eq!(env_field_ref(ctrl, "POD_NAME"), "metadata.name");
+    assert_eq!(
+        ctrl["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
+        true
+    );
+    assert!(caps(ctrl).is_empty());
+    assert_eq!(
+        container(ctrl)["securityContext"]["allowPrivilegeEscalation"],
+        false
+    );
+    assert_eq!(
+        container(ctrl)["securityContext"]["readOnlyRootFilesystem"],
+        true
+    );
+    let pdb = find(&objs, "PodDisruptionBudget", "ringlb-controller");
+    assert_eq!(pdb["spec"]["selector"], ctrl["spec"]["selector"]);
+
+    // Edge: edge nodes, host network, its capabilities, bpffs, a grace period longer
+    // than the BGP drain.
+    let pod = &edge["spec"]["template"]["spec"];
+    assert_eq!(pod["nodeSelector"]["ringlb.io/edge"], "true");
+    assert_eq!(pod["hostNetwork"], true);
+    assert_eq!(pod["dnsPolicy"], "ClusterFirstWithHostNet");
+    let want: BTreeSet<String> = ["BPF", "NET_ADMIN", "SYS_ADMIN", "NET_BIND_SERVICE"]
+        .map(String::from)
+        .into();
+    assert_eq!(caps(edge), want, "BGP on port 179 needs NET_BIND_SERVICE");
+    assert_eq!(env_field_ref(edge, "NODE_NAME"), "spec.nodeName");
+    assert_eq!(pod["volumes"][0]["hostPath"]["path"], "/sys/fs/bpf");
+    assert_eq!(
+        container(edge)["volumeMounts"][0]["mountPath"],
+        "/sys/fs/bpf"
+    );
+    let a = args(edge);
+    let drain = a
+        .iter()
+        .find_map(|x| x.strip_prefix("--drain="))
+        .expect("--drain");
+    let drain: u64 = drain.trim_end_matches('s').parse().unwrap();
+    assert!(pod["terminationGracePeriodSeconds"].as_u64().unwrap() > drain);
+    assert!(a.contains(&"--source-v4=$(HOST_IP)".to_string()), "{a:?}");
+    assert_eq!(env_field_ref(edge, "HOST_IP"), "status.hostIP");
+    let no_passive = docs(&template_ok(&["--set", "edge.bgpListenPort=0"]));
+    let e = find(&no_passive, "DaemonSet", "ringlb-edge");
+    assert!(
+        !caps(e).contains("NET_BIND_SERVICE"),
+        "no port below 1024, no bind cap"
+    );
+
+    // Node agent: workers only, every taint tolerated, the same BPF capabilities.
+    let pod = &node["spec"]["template"]["spec"];
+    assert_eq!(pod["hostNetwork"], true);
+    let term = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
+        [0]["matchExpressions"][0];
+    assert_eq!(term["key"], "ringlb.io/edge");
+    assert_eq!(term["operator"], "NotIn");
+    assert_eq!(pod["tolerations"][0]["operator"], "Exists");
+    let want: BTreeSet<String> = ["BPF", "NET_ADMIN", "SYS_ADMIN"].map(String::from).into();
+    assert_eq!(caps(node), want);
+    assert_eq!(env_field_ref(node, "NODE_NAME"), "spec.nodeName");
+    assert_eq!(pod["volumes"][0]["hostPath"]["path"], "/sys/fs/bpf");
+
+    // Turning a component off takes its RBAC with it.
+    let no_node = docs(&template_ok(&["--set", "nodeAgent.enabled=false"]));
+    assert!(!names(&no_node, "ServiceAccount").contains("ringlb-node"));
+    assert!(!names(&no_node, "ClusterRole").contains("ringlb-node"));
+    assert!(names(&no_node, "DaemonSet") == BTreeSet::from(["ringlb-edge".to_string()]));
+}
+
+/// Every flag the chart passes is one the program accepts with a value it parses:
+/// each program parses the rendered args (with `--help` last, so nothing starts).
+/// Needs the binaries: `cargo build -p ringlb-controller -p ringlb-edge --bins`.
+#[test]
+fn rendered_flags_are_accepted_by_the_programs() {
+    let bins = ringlb_e2e::lab::Bins::discover().unwrap_or_else(|e| panic!("{e}"));
+    let example = example_values();
+    for extra in [vec![], vec!["--values", example.to_str().unwrap()]] {
+        let mut set = extra.clone();
+        set.extend([
+            "--set",
+            "edge.sourceV6=2001:db8::1",
+            "--set",
+            "edge.routerId=hostIP",
+        ]);
+        set.extend(["--set", "nodeAgent.interfaces={eth0,eth1}"]);
+        let objs = docs(&template_ok(&set));
+        for (kind, name, bin) in [
+            ("Deployment", "ringlb-controller", &bins.controller),
+            ("DaemonSet", "ringlb-edge", &bins.edge),
+            ("DaemonSet", "ringlb-node", &bins.edge),
+        ] {
+            let a: Vec<String> = args(find(&objs, kind, name))
+                .into_iter()
+                .map(|a| a.replace("$(HOST_IP)", "192.0.2.1"))
+                .collect();
+            let mut cmd = Command::new(bin);
+            cmd.args(&a).arg("--help").env_remove("RINGLB_LOG");
+            let (ok, _, err) = run(cmd, "");
+            assert!(
+                ok,
+                "{} {a:?} --help refuses the chart's flags:\n{err}",
+                bin.display()
+            );
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------
+// Against the API server
+// ---------------------------------------------------------------------------------
+
+async fn control_plane(install_crds: bool) -> ControlPlane {
+    ControlPlane::start(Options {
+        install_crds,
+        ..Options::default()
+    })
+    .await
+    .expect("the control plane starts")
+}
+
+/// kubectl as the cluster admin, with `stdin`: (succeeded, stdout, stderr).
+fn kubectl(cp: &ControlPlane, args: &[&str], stdin: &str) -> (bool, String, String) {
+    let mut cmd = cp.kubectl();
+    cmd.args(args);
+    run(cmd, stdin)
+}
+
+/// helm as the cluster admin against `cp`.
+fn helm_on(cp: &ControlPlane, args: &[&str]) -> String {
+    let mut cmd = helm(cp.dir());
+    cmd.arg("--kubeconfig").arg(cp.kubeconfig_path()).args(args);
+    let (ok, out, err) = run(cmd, "");
+    assert!(ok, "helm {args:?}:\n{out}{err}");
+    out
+}
+
+/// kube-apiserver validates and admits every object the chart renders, with the
+/// default and the example values, and stores none (server-side dry run).
+#[tokio::test]
+async fn the_api_server_accepts_every_rendered_object() {
+    let cp = control_plane(true).await;
+    let (ok, _, err) = kubectl(&cp, &["create", "namespace", NS], "");
+    assert!(ok, "{err}");
+    let example = example_values();
+    for extra in [vec![], vec!["--values", example.to_str().unwrap()]] {
+        let yaml = template_ok(&extra);
+        let n = docs(&yaml).len();
+        let (ok, out, err) = kubectl(&cp, &["apply", "--dry-run=server", "-f", "-"], &yaml);
+        assert!(
+            ok,
+            "server-side dry run of {extra:?} refused:\n{err}\n{out}"
+        );
+        let accepted = out
+            .lines()
+            .filter(|l| l.ends_with("(server dry run)"))
+            .count();
+        assert_eq!(accepted, n, "every object accepted:\n{out}");
+    }
+    let (_, out, _) = kubectl(
+        &cp,
+        &["get", "deployments,daemonsets,ippools", "-A", "-o", "name"],
+        "",
+    );
+    assert_eq!(out.trim(), "", "a dry run stores nothing");
+}
+
+/// What `helm get manifest` says the release holds: "kind/name" (lower-case kind).
+fn release_objects(cp: &ControlPlane) -> BTreeSet<String> {
+    let manifest = helm_on(cp, &["get", "manifest", RELEASE, "-n", NS]);
+    docs(&manifest)
+        .iter()
+        .map(|o| {
+            format!(
+                "{}/{}",
+                o["kind"].as_str().unwrap().to_lowercase(),
+                o["metadata"]["name"].as_str().unwrap()
+            )
+        })
+        .collect()
+}
+
+/// The objects of the release found in the cluster, as "kind/name".
+fn found_in_cluster(cp: &ControlPlane) -> BTreeSet<String> {
+    let manifest = helm_on(cp, &["get", "manifest", RELEASE, "-n", NS]);
+    let (ok, out, err) = kubectl(cp, &["get", "-f", "-", "-o", "name"], &manifest);
+    assert!(ok, "kubectl get of the release's objects: {err}");
+    out.lines()
+        .map(|l| {
+            // "deployment.apps/ringlb-controller" -> "deployment/ringlb-controller"
+            let (kind, name) = l.split_once('/').unwrap();
+            format!("{}/{name}", kind.split('.').next().unwrap())
+        })
+        .collect()
+}
+
+/// The kinds the chart renders, and what kube-controller-manager makes from them.
+const KINDS: &str = "deployments,replicasets,pods,daemonsets,poddisruptionbudgets,\
+    serviceaccounts,roles,rolebindings,clusterroles,clusterrolebindings,services,\
+    ippools,bgppeers,bgpadvertisements";
+
+fn jsonpath(cp: &ControlPlane, what: &[&str], path: &str) -> String {
+    let mut a = vec!["get", "-n", NS];
+    a.extend_from_slice(what);
+    let expr = format!("jsonpath={path}");
+    a.extend(["-o", expr.as_str()]);
+    let (ok, out, err) = kubectl(cp, &a, "");
+    assert!(ok, "kubectl {a:?}: {err}");
+    out
+}
+
+/// `helm install` with the example values into a cluster without ringlb's CRDs:
+/// helm installs the CRDs, then every object (the IPPool, BGPPeer and
+/// BGPAdvertisement from values too). `helm upgrade` with other values changes the
+/// Deployment; `helm uninstall` removes every object and leaves the CRDs (helm never
+/// deletes `crds/`, so pools and peers of other tools' making survive).
+#[tokio::test]
+async fn install_upgrade_uninstall_leave_nothing_behind() {
+    let cp = control_plane(false).await;
+    let chart = chart_dir();
+    let (chart, example) = (chart.to_str().unwrap(), example_values());
+    let values = example.to_str().unwrap();
+    let base = ["-n", NS, "--values", values];
+
+    let out = helm_on(
+        &cp,
+        &[
+            &["install", RELEASE, chart, "--create-namespace"][..],
+            &base,
+        ]
+        .concat(),
+    );
+    assert!(out.contains("STATUS: deployed"), "{out}");
+    assert!(
+        out.contains("1 IPPool(s), 1 BGPPeer(s)"),
+        "NOTES rendered: {out}"
+    );
+    let want = release_objects(&cp);
+    let rendered = docs(&template_ok(&["--values", values])).len();
+    assert_eq!(
+        want.len(),
+        rendered,
+        "the release holds every rendered object: {want:?}"
+    );
+    assert_eq!(
+        found_in_cluster(&cp),
+        want,
+        "every object of the release exists"
+    );
+    let (ok, _, err) = kubectl(
+        &cp,
+        &["get", "crd", "ippools.ringlb.io", "bgppeers.ringlb.io"],
+        "",
+    );
+    assert!(ok, "helm installed the CRDs: {err}");
+    let pool = jsonpath(&cp, &["ippool", "public"], "{.spec.cidrs[0]}");
+    assert_eq!(pool, "192.0.2.0/26");
+    assert_eq!(
+        jsonpath(
+            &cp,
+            &["deployment", "ringlb-controller"],
+            "{.spec.replicas}"
+        ),
+        "2"
+    );
+
+    helm_on(
+        &cp,
+        &[
+            &["upgrade", RELEASE, chart][..],
+            &base,
+            &[
+                "--set",
+                "controller.replicas=3",
+                "--set",
+                "controller.logLevel=debug",
+            ],
+        ]
+        .concat(),
+    );
+    let d = ["deployment", "ringlb-controller"];
+    assert_eq!(jsonpath(&cp, &d, "{.spec.replicas}"), "3");
+    let env = jsonpath(
+        &cp,
+        &d,
+        "{.spec.template.spec.containers[0].env[?(@.name==\"RINGLB_LOG\")].value}",
+    );
+    assert_eq!(env, "debug");
+    let history = helm_on(&cp, &["history", RELEASE, "-n", NS, "-o", "json"]);
+    assert_eq!(
+        serde_json::from_str::<Vec<Value>>(&history).unwrap().len(),
+        2
+    );
+
+    helm_on(
+        &cp,
+        &["uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "60s"],
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let selector = "app.kubernetes.io/name=ringlb";
+    loop {
+        let (ok, out, err) = kubectl(&cp, &["get", KINDS, "-A", "-l", selector, "-o", "name"], "");
+        assert!(ok, "{err}");
+        if out.trim().is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "left behind after uninstall:\n{out}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    for obj in &want {
+        let (_, out, _) = kubectl(
+            &cp,
+            &["get", obj, "-n", NS, "--ignore-not-found", "-o", "name"],
+            "",
+        );
+        assert_eq!(out.trim(), "", "{obj} is left after uninstall");
+    }
+    let (ok, _, err) = kubectl(&cp, &["get", "crd", "ippools.ringlb.io"], "");
+    assert!(
+        ok,
+        "CRDs stay after uninstall (helm never deletes crds/): {err}"
+    );
+}
