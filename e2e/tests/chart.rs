@@ -327,6 +327,10 @@ fn bad_values_are_refused_with_a_message_that_names_them() {
         (&["--set", "pools[0].name=x"], "missing property 'spec'"),
         (&["--set", "edge.interface="], "edge.interface is required"),
         (
+            &["--set", "controller.leaderElection.enabled=false"],
+            "needs controller.leaderElection.enabled",
+        ),
+        (
             &["--set", "edge.terminationGracePeriodSeconds=20"],
             "must be longer than edge.drainSeconds (30)",
         ),
