@@ -1,18 +1,18 @@
 //! Rust mirror of `node/bpf/node_abi.h`, the one definition of the node
 //! datapath's maps. Every struct is `#[repr(C)]` with its padding spelled out
 //! and a compile-time size check; network-order fields use [`Be16`] and
-//! [`Addr`], so a host-order value cannot be written by mistake. The test
+//! [`RawAddr`], so a host-order value cannot be written by mistake. The test
 //! `abi_matches_object` (tests/node_fixtures.rs) checks the compiled object's
 //! maps against these sizes.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
+
+/// The network-order field types and families, shared with `ringlb-xdp`.
+pub use ringlb_bpf_types::{AF_INET, AF_INET6, Be16, RawAddr};
 
 pub const MAX_PODS: u32 = 16_384;
 pub const MAX_SERVICES: u32 = 65_536;
 pub const FLOWS: u32 = 131_072;
-
-pub const AF_INET: u8 = 2;
-pub const AF_INET6: u8 = 10;
 
 /// Program names in the object.
 pub mod prog {
@@ -33,62 +33,18 @@ pub mod map {
     pub const ALL: [&str; 5] = [LOCAL_PODS, SERVICES, FLOWS, CONFIG, STATS];
 }
 
-/// A 16-bit value in network byte order (as it sits in the packet).
-#[repr(transparent)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Be16(u16);
-
-impl Be16 {
-    pub const fn from_host(v: u16) -> Self {
-        Self(v.to_be())
-    }
-    pub const fn to_host(self) -> u16 {
-        u16::from_be(self.0)
-    }
-}
-
-/// An address as 16 bytes in network order: IPv4 in bytes 0..4, the rest zero
-/// (`__u32 addr[4]` in C, word 0 for IPv4). Always stored next to a family.
-#[repr(C, align(4))]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Addr(pub [u8; 16]);
-
-impl Addr {
-    /// The address and its `AF_*` family.
-    pub fn from_ip(ip: IpAddr) -> (Self, u8) {
-        let mut b = [0u8; 16];
-        match ip {
-            IpAddr::V4(a) => {
-                b[..4].copy_from_slice(&a.octets());
-                (Self(b), AF_INET)
-            }
-            IpAddr::V6(a) => (Self(a.octets()), AF_INET6),
-        }
-    }
-    /// Inverse of [`Addr::from_ip`]; `None` for an unknown family.
-    pub fn to_ip(self, family: u8) -> Option<IpAddr> {
-        match family {
-            AF_INET => Some(IpAddr::V4(Ipv4Addr::new(
-                self.0[0], self.0[1], self.0[2], self.0[3],
-            ))),
-            AF_INET6 => Some(IpAddr::V6(Ipv6Addr::from(self.0))),
-            _ => None,
-        }
-    }
-}
-
 /// `struct ringlb_node_addr`: key of `local_pods`.
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct PodKey {
-    pub addr: Addr,
+    pub addr: RawAddr,
     pub family: u8,
     pub pad: [u8; 3],
 }
 
 impl PodKey {
     pub fn new(ip: IpAddr) -> Self {
-        let (addr, family) = Addr::from_ip(ip);
+        let (addr, family) = RawAddr::from_ip(ip);
         Self {
             addr,
             family,
@@ -109,8 +65,8 @@ pub struct PodValue {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct SvcKey {
-    pub tunnel_dst: Addr,
-    pub vip: Addr,
+    pub tunnel_dst: RawAddr,
+    pub vip: RawAddr,
     pub vip_port: Be16,
     pub proto: u8,
     pub family: u8,
@@ -122,7 +78,7 @@ pub struct SvcKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SvcValue {
-    pub pod: Addr,
+    pub pod: RawAddr,
     pub target_port: Be16,
     pub pad: u16,
 }
@@ -131,8 +87,8 @@ pub struct SvcValue {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub struct FlowKey {
-    pub client: Addr,
-    pub pod: Addr,
+    pub client: RawAddr,
+    pub pod: RawAddr,
     pub client_port: Be16,
     pub pod_port: Be16,
     pub proto: u8,
@@ -144,7 +100,7 @@ pub struct FlowKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct FlowValue {
-    pub vip: Addr,
+    pub vip: RawAddr,
     pub vip_port: Be16,
     pub pad: u16,
 }
@@ -160,8 +116,6 @@ pub struct ConfigValue {
     pub flags: u32,
 }
 
-const _: () = assert!(size_of::<Be16>() == 2);
-const _: () = assert!(size_of::<Addr>() == 16);
 const _: () = assert!(size_of::<PodKey>() == 20);
 const _: () = assert!(size_of::<PodValue>() == 4);
 const _: () = assert!(size_of::<SvcKey>() == 40);
@@ -177,8 +131,6 @@ const _: () = assert!(size_of::<ConfigValue>() == 8);
 #[allow(unsafe_code)]
 mod pod {
     use super::*;
-    unsafe impl aya::Pod for Be16 {}
-    unsafe impl aya::Pod for Addr {}
     unsafe impl aya::Pod for PodKey {}
     unsafe impl aya::Pod for PodValue {}
     unsafe impl aya::Pod for SvcKey {}
@@ -296,17 +248,5 @@ mod tests {
         };
         let ours: Vec<String> = ours.iter().map(|s| spelled(s)).collect();
         assert_eq!(ours, theirs);
-    }
-
-    #[test]
-    fn addresses_round_trip() {
-        for ip in ["10.1.2.3", "2001:db8::7"] {
-            let ip: IpAddr = ip.parse().unwrap();
-            let (a, f) = Addr::from_ip(ip);
-            assert_eq!(a.to_ip(f), Some(ip));
-        }
-        let (a, f) = Addr::from_ip("10.1.2.3".parse().unwrap());
-        assert_eq!((a.0[..4].to_vec(), f), (vec![10, 1, 2, 3], AF_INET));
-        assert_eq!(Be16::from_host(0x1f90).0.to_ne_bytes(), [0x1f, 0x90]);
     }
 }

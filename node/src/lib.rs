@@ -22,9 +22,8 @@ pub mod loader;
 pub mod maps;
 pub mod state;
 
-use std::path::PathBuf;
-
 pub use loader::{Hook, NodeDatapath, NodeOptions};
+pub use ringlb_bpf_types::BpfError;
 pub use state::{MapOp, NodeState, Proto, ServiceKey, ServiceTarget, plan};
 
 /// The compiled BPF object (built by build.rs).
@@ -38,32 +37,9 @@ pub mod objects {
 pub enum Error {
     #[error("entry {entry}: {reason}")]
     InvalidEntry { entry: String, reason: String },
-    #[error("loading the BPF object: {0}")]
-    Load(#[source] Box<aya::EbpfError>),
-    #[error("BPF program {name}: {source}")]
-    Program {
-        name: &'static str,
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
-    #[error("BPF map {name}: {source}")]
-    Map {
-        name: &'static str,
-        #[source]
-        source: Box<aya::maps::MapError>,
-    },
-    #[error("BPF map {name}: {reason}")]
-    Layout { name: &'static str, reason: String },
-    #[error("{name} is missing from the object")]
-    Missing { name: &'static str },
-    #[error("pinning under {path}: {source}")]
-    Pin {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("interface {iface}: {reason}")]
-    Interface { iface: String, reason: String },
+    /// Loading, pinning or attaching the programs, or a map operation.
+    #[error(transparent)]
+    Bpf(#[from] BpfError),
 }
 
 impl Error {
@@ -71,20 +47,11 @@ impl Error {
     pub const fn metric_label(&self) -> &'static str {
         match self {
             Error::InvalidEntry { .. } => "invalid_entry",
-            Error::Load(_) => "load",
-            Error::Program { .. } => "program",
-            Error::Map { .. } => "map",
-            Error::Layout { .. } => "layout",
-            Error::Missing { .. } => "missing",
-            Error::Pin { .. } => "pin",
-            Error::Interface { .. } => "interface",
+            Error::Bpf(e) => e.metric_label(),
         }
     }
 }
 
-pub(crate) fn map_err(name: &'static str) -> impl FnOnce(aya::maps::MapError) -> Error {
-    move |e| Error::Map {
-        name,
-        source: Box::new(e),
-    }
+pub(crate) fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
+    ringlb_bpf_types::map_err(name)
 }

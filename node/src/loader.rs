@@ -27,7 +27,7 @@ use aya::{
 };
 
 use crate::{
-    Error, abi, map_err,
+    BpfError, Error, abi, map_err,
     maps::{Applier, KernelMaps},
     objects,
     state::{NodeState, Proto},
@@ -117,32 +117,27 @@ pub struct NodeDatapath {
     links: BTreeMap<(String, Hook), Attached>,
 }
 
-fn prog_err(name: &'static str) -> impl FnOnce(ProgramError) -> Error {
-    move |e| Error::Program {
-        name,
-        source: Box::new(e),
-    }
+fn prog_err(name: &'static str) -> impl Fn(ProgramError) -> Error {
+    ringlb_bpf_types::prog_err(name)
 }
 
 fn take_map<T>(ebpf: &mut Ebpf, name: &'static str) -> Result<T, Error>
 where
     T: TryFrom<aya::maps::Map, Error = aya::maps::MapError>,
 {
-    let m = ebpf.take_map(name).ok_or(Error::Missing { name })?;
+    let m = ebpf.take_map(name).ok_or(BpfError::Missing { name })?;
     T::try_from(m).map_err(map_err(name))
 }
 
 fn check_size(name: &'static str, data: &MapData, want: u32) -> Result<(), Error> {
-    let have = data.info().map_err(map_err(name))?.max_entries();
-    if have != want {
-        return Err(Error::Layout {
-            name,
-            reason: format!(
-                "{have} entries, this build's node_abi.h says {want}: a pinned map of an older release (uninstall, or use a new pin dir)"
-            ),
-        });
-    }
-    Ok(())
+    let fix = "uninstall, or use a new pin dir";
+    Ok(ringlb_bpf_types::check_capacity(
+        name,
+        data,
+        want,
+        "node_abi.h",
+        fix,
+    )?)
 }
 
 impl NodeDatapath {
@@ -158,7 +153,7 @@ impl NodeDatapath {
     pub fn load_object(opts: &NodeOptions, object: &[u8]) -> Result<Self, Error> {
         let mut loader = EbpfLoader::new();
         if let Some(dir) = &opts.pin_dir {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Pin {
+            std::fs::create_dir_all(dir).map_err(|source| BpfError::Pin {
                 path: dir.clone(),
                 source,
             })?;
@@ -166,12 +161,14 @@ impl NodeDatapath {
                 loader.map_pin_path(name, dir.join(name));
             }
         }
-        let mut ebpf = loader.load(object).map_err(|e| Error::Load(Box::new(e)))?;
+        let mut ebpf = loader
+            .load(object)
+            .map_err(|e| BpfError::Load(Box::new(e)))?;
         for hook in Hook::BOTH {
             let name = hook.program();
             let prog: &mut SchedClassifier = ebpf
                 .program_mut(name)
-                .ok_or(Error::Missing { name })?
+                .ok_or(BpfError::Missing { name })?
                 .try_into()
                 .map_err(prog_err(name))?;
             prog.load().map_err(prog_err(name))?;
@@ -201,24 +198,25 @@ impl NodeDatapath {
 
     fn check_stats(&self) -> Result<(), Error> {
         let name = abi::map::STATS;
-        let m = self.ebpf.map(name).ok_or(Error::Missing { name })?;
+        let m = self.ebpf.map(name).ok_or(BpfError::Missing { name })?;
         let stats: PerCpuArray<_, u64> = PerCpuArray::try_from(m).map_err(map_err(name))?;
         if stats.len() != abi::STAT_MAX {
-            return Err(Error::Layout {
+            return Err(BpfError::Layout {
                 name,
                 reason: format!(
                     "object has {} counters, Rust knows {}",
                     stats.len(),
                     abi::STAT_MAX
                 ),
-            });
+            }
+            .into());
         }
         Ok(())
     }
 
     fn write_config(&mut self, opts: &NodeOptions) -> Result<(), Error> {
         let name = abi::map::CONFIG;
-        let m = self.ebpf.map_mut(name).ok_or(Error::Missing { name })?;
+        let m = self.ebpf.map_mut(name).ok_or(BpfError::Missing { name })?;
         let mut cfg: Array<_, abi::ConfigValue> = Array::try_from(m).map_err(map_err(name))?;
         let v = abi::ConfigValue {
             mss4: opts.mss4,
@@ -243,7 +241,7 @@ impl NodeDatapath {
         let name = hook.program();
         self.ebpf
             .program_mut(name)
-            .ok_or(Error::Missing { name })?
+            .ok_or(BpfError::Missing { name })?
             .try_into()
             .map_err(prog_err(name))
     }
@@ -252,7 +250,7 @@ impl NodeDatapath {
         let name = hook.program();
         self.ebpf
             .program(name)
-            .ok_or(Error::Missing { name })?
+            .ok_or(BpfError::Missing { name })?
             .try_into()
             .map_err(prog_err(name))
     }
@@ -274,7 +272,7 @@ impl NodeDatapath {
             .pin_dir
             .as_ref()
             .map(|d| d.join(format!("link_{iface}_{}", hook.label())));
-        let if_err = |reason: String| Error::Interface {
+        let if_err = |reason: String| BpfError::Interface {
             iface: iface.to_string(),
             reason,
         };
@@ -308,7 +306,7 @@ impl NodeDatapath {
                 let fd = FdLink::try_from(link).map_err(|e| if_err(format!("tcx link: {e}")))?;
                 match &pin {
                     Some(p) => {
-                        let pinned = fd.pin(p).map_err(|e| Error::Pin {
+                        let pinned = fd.pin(p).map_err(|e| BpfError::Pin {
                             path: p.clone(),
                             source: std::io::Error::other(e.to_string()),
                         })?;
@@ -392,7 +390,7 @@ impl NodeDatapath {
     /// Every counter, summed over CPUs.
     pub fn counters(&self) -> Result<Vec<(abi::Stat, u64)>, Error> {
         let name = abi::map::STATS;
-        let m = self.ebpf.map(name).ok_or(Error::Missing { name })?;
+        let m = self.ebpf.map(name).ok_or(BpfError::Missing { name })?;
         let stats: PerCpuArray<_, u64> = PerCpuArray::try_from(m).map_err(map_err(name))?;
         abi::Stat::ALL
             .iter()
@@ -419,10 +417,10 @@ impl NodeDatapath {
         pod: SocketAddr,
         proto: Proto,
     ) -> Result<Option<SocketAddr>, Error> {
-        let (c, family) = abi::Addr::from_ip(client.ip());
+        let (c, family) = abi::RawAddr::from_ip(client.ip());
         let key = abi::FlowKey {
             client: c,
-            pod: abi::Addr::from_ip(pod.ip()).0,
+            pod: abi::RawAddr::from_ip(pod.ip()).0,
             client_port: abi::Be16::from_host(client.port()),
             pod_port: abi::Be16::from_host(pod.port()),
             proto: proto.number(),
@@ -444,10 +442,11 @@ fn remove_if_present(p: &Path) -> Result<(), Error> {
     match std::fs::remove_file(p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(Error::Pin {
+        Err(source) => Err(BpfError::Pin {
             path: p.to_path_buf(),
             source,
-        }),
+        }
+        .into()),
     }
 }
 
@@ -467,10 +466,11 @@ pub fn remove_pins(dir: &Path) -> Result<(), Error> {
     match std::fs::remove_dir(dir) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(Error::Pin {
+        Err(source) => Err(BpfError::Pin {
             path: dir.to_path_buf(),
             source,
-        }),
+        }
+        .into()),
     }
 }
 

@@ -11,28 +11,8 @@ use std::{
 
 use crate::{Error, abi};
 
-/// Transport protocol of a Service port.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Proto {
-    Tcp,
-    Udp,
-}
-
-impl Proto {
-    pub const fn number(self) -> u8 {
-        match self {
-            Proto::Tcp => 6,
-            Proto::Udp => 17,
-        }
-    }
-    pub const fn from_number(n: u8) -> Option<Self> {
-        match n {
-            6 => Some(Proto::Tcp),
-            17 => Some(Proto::Udp),
-            _ => None,
-        }
-    }
-}
+/// Transport protocol of a Service port (shared with `ringlb-xdp`).
+pub use ringlb_bpf_types::Proto;
 
 /// One service entry's key: traffic the edge tunnelled to `tunnel_dst` (a
 /// local pod address) for `vip:port/proto`.
@@ -147,8 +127,8 @@ pub fn service_entry(k: &ServiceKey, t: &ServiceTarget) -> (abi::SvcKey, abi::Sv
 }
 
 pub fn svc_key(k: &ServiceKey) -> abi::SvcKey {
-    let (tunnel_dst, tunnel_family) = abi::Addr::from_ip(k.tunnel_dst);
-    let (vip, family) = abi::Addr::from_ip(k.vip);
+    let (tunnel_dst, tunnel_family) = abi::RawAddr::from_ip(k.tunnel_dst);
+    let (vip, family) = abi::RawAddr::from_ip(k.vip);
     abi::SvcKey {
         tunnel_dst,
         vip,
@@ -162,7 +142,7 @@ pub fn svc_key(k: &ServiceKey) -> abi::SvcKey {
 
 fn svc_value(t: &ServiceTarget) -> abi::SvcValue {
     abi::SvcValue {
-        pod: abi::Addr::from_ip(t.pod).0,
+        pod: abi::RawAddr::from_ip(t.pod).0,
         target_port: abi::Be16::from_host(t.target_port),
         pad: 0,
     }
@@ -257,6 +237,7 @@ mod tests {
             s.services.values().next().unwrap(),
         );
         assert_eq!(rk.vip_port.to_host(), 80);
-        assert_eq!(&rv.pod.0[..4], &[10, 2, 0, 5]);
+        // IPv4 in word 0, the packet's bytes in memory order
+        assert_eq!(rv.pod.0, [u32::from_ne_bytes([10, 2, 0, 5]), 0, 0, 0]);
     }
 }

@@ -136,6 +136,7 @@ fn crates_build_only_what_their_job_needs() {
         ("ringlb-bgp", &["kube", "k8s-openapi", "aya"]),
         ("ringlb-maglev", &["kube", "aya", "tokio"]),
         ("ringlb-xdp", &["kube", "k8s-openapi", "bgp-rs"]),
+        ("ringlb-bpf-types", &["kube", "k8s-openapi", "tokio"]),
         ("ringlb-nexthop", &["kube", "k8s-openapi", "aya"]),
         ("ringlb-edge", &["ringlb-testkit", "criterion", "proptest"]),
     ];

@@ -6,17 +6,17 @@
 //! `abi_matches_object` (tests/xdp_fixtures.rs) also checks the key/value sizes
 //! the compiled object declares for every map.
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::net::IpAddr;
 
 use ringlb_nexthop::{NextHop, Vlan, VlanProtocol};
+
+/// The network-order field types and families, shared with `ringlb-node`.
+pub use ringlb_bpf_types::{AF_INET, AF_INET6, Be16, RawAddr};
 
 pub const MAX_VIPS: u32 = 65_536;
 pub const MAX_BACKENDS: u32 = 1_048_576;
 pub const MAX_RING_SIZE: u32 = 65_537;
 pub const CT_SIZE: u32 = 262_144;
-
-pub const AF_INET: u8 = 2;
-pub const AF_INET6: u8 = 10;
 
 pub const VIP_F_NO_CT: u32 = 0x1;
 pub const CFG_F_FIB_FALLBACK: u32 = 0x1;
@@ -40,55 +40,6 @@ pub mod map {
     pub const ALL: [&str; 8] = [
         VIPS, RINGS, BACKENDS, CONNTRACK, OWNERS, CONFIG, VIP_STATS, STATS,
     ];
-}
-
-/// A 16-bit value in network byte order (as it sits in the packet).
-#[repr(transparent)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Be16(u16);
-
-impl Be16 {
-    pub const fn from_host(v: u16) -> Self {
-        Self(v.to_be())
-    }
-    pub const fn to_host(self) -> u16 {
-        u16::from_be(self.0)
-    }
-}
-
-/// An address as four raw network-order words: IPv4 in word 0, words 1..3 zero.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct RawAddr(pub [u32; 4]);
-
-impl RawAddr {
-    pub fn from_ip(ip: IpAddr) -> (Self, u8) {
-        match ip {
-            IpAddr::V4(a) => (Self([u32::from_ne_bytes(a.octets()), 0, 0, 0]), AF_INET),
-            IpAddr::V6(a) => {
-                let o = a.octets();
-                let mut w = [0u32; 4];
-                for (i, c) in o.chunks_exact(4).enumerate() {
-                    w[i] = u32::from_ne_bytes([c[0], c[1], c[2], c[3]]);
-                }
-                (Self(w), AF_INET6)
-            }
-        }
-    }
-    /// Inverse of [`RawAddr::from_ip`]; `None` for an unknown family.
-    pub fn to_ip(self, family: u8) -> Option<IpAddr> {
-        match family {
-            AF_INET => Some(IpAddr::V4(Ipv4Addr::from(self.0[0].to_ne_bytes()))),
-            AF_INET6 => {
-                let mut o = [0u8; 16];
-                for (i, w) in self.0.iter().enumerate() {
-                    o[i * 4..i * 4 + 4].copy_from_slice(&w.to_ne_bytes());
-                }
-                Some(IpAddr::V6(Ipv6Addr::from(o)))
-            }
-            _ => None,
-        }
-    }
 }
 
 /// `struct ringlb_vip_key`
@@ -165,8 +116,6 @@ pub struct VipStats {
     pub bytes: u64,
 }
 
-const _: () = assert!(size_of::<Be16>() == 2);
-const _: () = assert!(size_of::<RawAddr>() == 16);
 const _: () = assert!(size_of::<VipKey>() == 20);
 const _: () = assert!(size_of::<VipInfo>() == 12);
 const _: () = assert!(size_of::<BackendValue>() == 40);
@@ -182,8 +131,6 @@ const _: () = assert!(size_of::<VipStats>() == 16);
 #[allow(unsafe_code)]
 mod pod {
     use super::*;
-    unsafe impl aya::Pod for Be16 {}
-    unsafe impl aya::Pod for RawAddr {}
     unsafe impl aya::Pod for VipKey {}
     unsafe impl aya::Pod for VipInfo {}
     unsafe impl aya::Pod for BackendValue {}
@@ -321,31 +268,6 @@ impl BackendValue {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn raw_addr_roundtrip_and_layout() {
-        let v4: IpAddr = "10.1.2.3".parse().unwrap();
-        let (r, f) = RawAddr::from_ip(v4);
-        assert_eq!(f, AF_INET);
-        // the first word holds the packet bytes 10,1,2,3 in memory order
-        assert_eq!(r.0[0].to_ne_bytes(), [10, 1, 2, 3]);
-        assert_eq!(&r.0[1..], &[0, 0, 0]);
-        assert_eq!(r.to_ip(f), Some(v4));
-        let v6: IpAddr = "2001:db8::1".parse().unwrap();
-        let (r, f) = RawAddr::from_ip(v6);
-        assert_eq!(f, AF_INET6);
-        assert_eq!(r.0[0].to_ne_bytes(), [0x20, 0x01, 0x0d, 0xb8]);
-        assert_eq!(r.to_ip(f), Some(v6));
-        assert_eq!(r.to_ip(7), None);
-    }
-
-    #[test]
-    fn be16_is_network_order() {
-        let p = Be16::from_host(0x1f90);
-        assert_eq!(p.to_host(), 8080);
-        // SAFETY-free check of the in-memory bytes via the raw field
-        assert_eq!(p.0.to_ne_bytes(), [0x1f, 0x90]);
-    }
 
     /// abi.h is the source of truth: its sizes and counter names must match.
     #[test]

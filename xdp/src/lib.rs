@@ -26,8 +26,7 @@ pub mod readback;
 pub mod state;
 pub mod xdp;
 
-use std::path::PathBuf;
-
+pub use ringlb_bpf_types::BpfError;
 pub use state::{DesiredState, MapOp, Programmed, Proto, ServiceEntry, Vip, plan, plan_update};
 
 /// Errors of the datapath layer.
@@ -37,32 +36,9 @@ pub enum Error {
     InvalidService { vip: String, reason: String },
     #[error("out of {what} ids (max {max})")]
     IdsExhausted { what: &'static str, max: u32 },
-    #[error("loading the BPF object: {0}")]
-    Load(#[source] Box<aya::EbpfError>),
-    #[error("BPF program {name}: {source}")]
-    Program {
-        name: &'static str,
-        #[source]
-        source: Box<aya::programs::ProgramError>,
-    },
-    #[error("BPF map {name}: {source}")]
-    Map {
-        name: &'static str,
-        #[source]
-        source: Box<aya::maps::MapError>,
-    },
-    #[error("BPF map {name}: {reason}")]
-    Layout { name: &'static str, reason: String },
-    #[error("map {name} is missing from the object")]
-    MissingMap { name: &'static str },
-    #[error("pinning under {path}: {source}")]
-    Pin {
-        path: PathBuf,
-        #[source]
-        source: std::io::Error,
-    },
-    #[error("interface {iface}: {reason}")]
-    Interface { iface: String, reason: String },
+    /// Loading, pinning or attaching the program, or a map operation.
+    #[error(transparent)]
+    Bpf(#[from] BpfError),
     #[error("{call} failed: {source}")]
     Syscall {
         call: &'static str,
@@ -81,12 +57,9 @@ impl Error {
         match self {
             Error::InvalidService { .. } => "invalid_service",
             Error::IdsExhausted { .. } => "ids_exhausted",
-            Error::Load(_) => "load",
-            Error::Program { .. } => "program",
-            Error::Map { .. } | Error::MissingMap { .. } => "map",
-            Error::Layout { .. } => "layout",
-            Error::Pin { .. } => "pin",
-            Error::Interface { .. } => "interface",
+            // a missing map has always counted as a map error here
+            Error::Bpf(BpfError::Missing { .. }) => "map",
+            Error::Bpf(e) => e.metric_label(),
             Error::Syscall { .. } => "syscall",
             Error::NextHop(_) => "nexthop",
             Error::ViewUnknown { .. } => "view_unknown",
@@ -95,10 +68,7 @@ impl Error {
 }
 
 pub(crate) fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
-    move |source| Error::Map {
-        name,
-        source: Box::new(source),
-    }
+    ringlb_bpf_types::map_err(name)
 }
 
 /// What one `apply` wrote, for logs and the update-latency benchmark.

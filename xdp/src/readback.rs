@@ -8,14 +8,18 @@
 use std::path::Path;
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, IterableMap, MapData, PerCpuArray};
+use ringlb_bpf_types::check_capacity;
 
 use super::{
-    Error, abi, map_err,
+    BpfError, Error, abi, map_err,
     maps::{Maps, kernel::KernelMaps},
     xdp::XdpDatapath,
 };
 
 pub use abi::map::OWNERS;
+
+/// What to do about a pinned map of an older release.
+const FIX: &str = "run `ringlb-edge datapath uninstall` or use a new --pin-dir";
 
 /// Warns when pinned maps of a release without the `owners` map are reused.
 pub(super) fn warn_without_owners(dir: &Path) {
@@ -29,18 +33,9 @@ pub(super) fn warn_without_owners(dir: &Path) {
 pub(super) fn take_owners(ebpf: &mut aya::Ebpf) -> Result<Array<MapData, u32>, Error> {
     let m = ebpf
         .take_map(OWNERS)
-        .ok_or(Error::MissingMap { name: OWNERS })?;
+        .ok_or(BpfError::Missing { name: OWNERS })?;
     let owners: Array<MapData, u32> = Array::try_from(m).map_err(map_err(OWNERS))?;
-    let have = owners.len();
-    if have != abi::MAX_BACKENDS {
-        return Err(Error::Layout {
-            name: OWNERS,
-            reason: format!(
-                "{have} entries, this build's abi.h says {}: run `ringlb-edge datapath uninstall` or use a new --pin-dir",
-                abi::MAX_BACKENDS
-            ),
-        });
-    }
+    check_capacity(OWNERS, owners.map(), abi::MAX_BACKENDS, "abi.h", FIX)?;
     Ok(owners)
 }
 
@@ -99,15 +94,7 @@ pub(crate) fn check_abi(maps: &KernelMaps) -> Result<(), Error> {
         (BACKENDS, backends.map(), abi::MAX_BACKENDS),
         (CONNTRACK, ct.map(), abi::CT_SIZE),
     ] {
-        let have = data.info().map_err(map_err(name))?.max_entries();
-        if have != want {
-            return Err(Error::Layout {
-                name,
-                reason: format!(
-                    "{have} entries, this build's abi.h says {want}: a pinned map of an older release (run `ringlb-edge datapath uninstall` or use a new --pin-dir)"
-                ),
-            });
-        }
+        check_capacity(name, data, want, "abi.h", FIX)?;
     }
     let _: Array<_, abi::ConfigValue> = maps.map(CONFIG)?;
     let _: PerCpuArray<_, abi::VipStats> = maps.map(VIP_STATS)?;

@@ -25,7 +25,8 @@ use aya::{
 use ringlb_nexthop::Resolver;
 
 use super::{
-    ApplyStats, Counters, Datapath, DesiredState, Error, Programmed, ServiceEntry, Vip, abi,
+    ApplyStats, BpfError, Counters, Datapath, DesiredState, Error, Programmed, ServiceEntry, Vip,
+    abi,
     apply::Applier,
     batch::{BPF_LINK_TYPE_XDP, if_index, pinned_link_ifindex},
     map_err,
@@ -92,10 +93,7 @@ pub struct XdpDatapath {
 }
 
 fn prog_err(source: ProgramError) -> Error {
-    Error::Program {
-        name: PROGRAM,
-        source: Box::new(source),
-    }
+    ringlb_bpf_types::prog_err(PROGRAM)(source)
 }
 
 impl XdpDatapath {
@@ -104,7 +102,7 @@ impl XdpDatapath {
     pub fn load(opts: &XdpOptions, resolver: Box<dyn Resolver>) -> Result<Self, Error> {
         let mut loader = EbpfLoader::new();
         if let Some(dir) = &opts.pin_dir {
-            std::fs::create_dir_all(dir).map_err(|source| Error::Pin {
+            std::fs::create_dir_all(dir).map_err(|source| BpfError::Pin {
                 path: dir.clone(),
                 source,
             })?;
@@ -115,10 +113,10 @@ impl XdpDatapath {
         }
         let mut ebpf = loader
             .load(opts.object)
-            .map_err(|e| Error::Load(Box::new(e)))?;
+            .map_err(|e| BpfError::Load(Box::new(e)))?;
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM)
-            .ok_or(Error::MissingMap { name: PROGRAM })?
+            .ok_or(BpfError::Missing { name: PROGRAM })?
             .try_into()
             .map_err(prog_err)?;
         prog.load().map_err(prog_err)?;
@@ -141,13 +139,14 @@ impl XdpDatapath {
         for name in abi::map::ALL {
             let p = dir.join(name);
             if !p.exists() {
-                return Err(Error::Pin {
+                return Err(BpfError::Pin {
                     path: p,
                     source: std::io::Error::new(
                         std::io::ErrorKind::NotFound,
                         "map not pinned: is the edge running with this --pin-dir?",
                     ),
-                });
+                }
+                .into());
             }
         }
         let mut loader = EbpfLoader::new();
@@ -156,7 +155,7 @@ impl XdpDatapath {
         }
         let mut ebpf = loader
             .load(objects::XDP_LB)
-            .map_err(|e| Error::Load(Box::new(e)))?;
+            .map_err(|e| BpfError::Load(Box::new(e)))?;
         let owners = Some(take_owners(&mut ebpf)?);
         let maps = KernelMaps::new(ebpf, owners);
         let resolver = Box::new(ringlb_nexthop::StaticResolver::default());
@@ -220,7 +219,7 @@ impl XdpDatapath {
         self.maps()
             .ebpf()
             .program(PROGRAM)
-            .ok_or(Error::MissingMap { name: PROGRAM })?
+            .ok_or(BpfError::Missing { name: PROGRAM })?
             .try_into()
             .map_err(prog_err)
     }
@@ -248,12 +247,13 @@ impl XdpDatapath {
         if let Some(pin) = link_pin.as_ref().filter(|p| p.exists()) {
             let want = if_index(iface);
             if want == 0 {
-                return Err(Error::Interface {
+                return Err(BpfError::Interface {
                     iface: iface.into(),
                     reason: "no such interface".into(),
-                });
+                }
+                .into());
             }
-            let (link_type, have) = pinned_link_ifindex(pin).map_err(|e| Error::Interface {
+            let (link_type, have) = pinned_link_ifindex(pin).map_err(|e| BpfError::Interface {
                 iface: iface.into(),
                 reason: format!("reading pinned link {}: {e}", pin.display()),
             })?;
@@ -266,26 +266,26 @@ impl XdpDatapath {
                     pin = %pin.display(),
                     "the pinned XDP link does not drive this interface (defunct: the interface was deleted and re-created); unpinning it and attaching afresh"
                 );
-                std::fs::remove_file(pin).map_err(|source| Error::Pin {
+                std::fs::remove_file(pin).map_err(|source| BpfError::Pin {
                     path: pin.clone(),
                     source,
                 })?;
             }
         }
         if let Some(pin) = link_pin.as_ref().filter(|p| p.exists()) {
-            let pinned = PinnedLink::from_pin(pin).map_err(|e| Error::Interface {
+            let pinned = PinnedLink::from_pin(pin).map_err(|e| BpfError::Interface {
                 iface: iface.into(),
                 reason: format!("opening pinned link {}: {e}", pin.display()),
             })?;
             let fd_link: FdLink = pinned.into();
-            let xdp_link = XdpLink::try_from(fd_link).map_err(|e| Error::Interface {
+            let xdp_link = XdpLink::try_from(fd_link).map_err(|e| BpfError::Interface {
                 iface: iface.into(),
                 reason: format!("pinned link is not an XDP link: {e}"),
             })?;
             let prog = self.xdp_mut()?;
             let id = prog.attach_to_link(xdp_link).map_err(prog_err)?;
             let link = prog.take_link(id).map_err(prog_err)?;
-            self.link = Some(FdLink::try_from(link).map_err(|e| Error::Interface {
+            self.link = Some(FdLink::try_from(link).map_err(|e| BpfError::Interface {
                 iface: iface.into(),
                 reason: format!("link: {e}"),
             })?);
@@ -315,12 +315,12 @@ impl XdpDatapath {
             },
         };
         let link = prog.take_link(id).map_err(prog_err)?;
-        let fd_link = FdLink::try_from(link).map_err(|e| Error::Interface {
+        let fd_link = FdLink::try_from(link).map_err(|e| BpfError::Interface {
             iface: iface.into(),
             reason: format!("kernel gave no bpf_link for XDP: {e}"),
         })?;
         if let Some(pin) = &link_pin {
-            let pinned = fd_link.pin(pin).map_err(|e| Error::Pin {
+            let pinned = fd_link.pin(pin).map_err(|e| BpfError::Pin {
                 path: pin.clone(),
                 source: std::io::Error::other(e.to_string()),
             })?;
@@ -338,7 +338,7 @@ impl XdpDatapath {
             .maps_mut()
             .ebpf_mut()
             .program_mut(PROGRAM)
-            .ok_or(Error::MissingMap { name: PROGRAM })?
+            .ok_or(BpfError::Missing { name: PROGRAM })?
             .try_into()
             .map_err(prog_err)
     }
@@ -349,7 +349,7 @@ impl XdpDatapath {
             match std::fs::remove_file(&pin) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(Error::Pin { path: pin, source }),
+                Err(source) => return Err(BpfError::Pin { path: pin, source }.into()),
             }
         }
         self.link = None; // closing the last fd of an unpinned link detaches it
@@ -366,7 +366,7 @@ impl XdpDatapath {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for e in entries.flatten() {
                 if e.file_name().to_string_lossy().starts_with("link_") {
-                    std::fs::remove_file(e.path()).map_err(|source| Error::Pin {
+                    std::fs::remove_file(e.path()).map_err(|source| BpfError::Pin {
                         path: e.path(),
                         source,
                     })?;
@@ -378,7 +378,7 @@ impl XdpDatapath {
             match std::fs::remove_file(&p) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(source) => return Err(Error::Pin { path: p, source }),
+                Err(source) => return Err(BpfError::Pin { path: p, source }.into()),
             }
         }
         let _ = std::fs::remove_dir(dir); // only if empty: other links may remain

@@ -28,7 +28,7 @@ use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::{Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use ringlb_node::{NodeState, Proto, ServiceKey, ServiceTarget};
+use ringlb_node::{NodeState, ServiceKey, ServiceTarget};
 
 use crate::serving::{self, Skipped};
 
@@ -83,13 +83,6 @@ fn local_pods(node: &str, pods: &[Pod]) -> Vec<LocalPod> {
         .collect()
 }
 
-const fn proto(p: ringlb_xdp::Proto) -> Proto {
-    match p {
-        ringlb_xdp::Proto::Tcp => Proto::Tcp,
-        ringlb_xdp::Proto::Udp => Proto::Udp,
-    }
-}
-
 /// Builds this node's desired datapath state from what the agent's reflectors hold.
 /// `pods` may hold pods of other nodes; only `node`'s count.
 pub fn build(
@@ -137,7 +130,7 @@ pub fn build(
                 tunnel_dst: b.addr,
                 vip: vip.addr,
                 port: vip.port,
-                proto: proto(vip.proto),
+                proto: vip.proto,
             };
             let target = ServiceTarget {
                 pod: *translated,
@@ -184,6 +177,7 @@ mod tests {
     use super::fixtures::pod;
     use super::*;
     use crate::serving::fixtures::{ep, service, slice};
+    use ringlb_node::Proto;
     use serde_json::json;
 
     const NODE: &str = "node-1";

@@ -12,7 +12,7 @@ use aya::{
 
 use super::Maps;
 use crate::{
-    Counters, Error, Vip, abi,
+    BpfError, Counters, Error, Vip, abi,
     batch::{BPF_F_MMAPABLE, read_mmapped_u32, update_batch, write_mmapped_u32},
     map_err,
 };
@@ -53,7 +53,7 @@ impl KernelMaps {
     where
         T: TryFrom<&'a aya::maps::Map, Error = aya::maps::MapError>,
     {
-        let m = self.ebpf.map(name).ok_or(Error::MissingMap { name })?;
+        let m = self.ebpf.map(name).ok_or(BpfError::Missing { name })?;
         T::try_from(m).map_err(map_err(name))
     }
 
@@ -61,7 +61,7 @@ impl KernelMaps {
     where
         T: TryFrom<&'a mut aya::maps::Map, Error = aya::maps::MapError>,
     {
-        let m = self.ebpf.map_mut(name).ok_or(Error::MissingMap { name })?;
+        let m = self.ebpf.map_mut(name).ok_or(BpfError::Missing { name })?;
         T::try_from(m).map_err(map_err(name))
     }
 

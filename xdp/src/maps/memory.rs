@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Maps;
-use crate::{Counters, Error, Vip, abi};
+use crate::{BpfError, Counters, Error, Vip, abi};
 
 /// The XDP program's maps as plain collections.
 #[derive(Clone, Debug, Default)]
@@ -84,7 +84,7 @@ impl Maps for MemoryMaps {
         let ring = self
             .rings
             .get_mut(&vip_id)
-            .ok_or(Error::MissingMap { name: "ring" })?;
+            .ok_or(BpfError::Missing { name: "ring" })?;
         for &(slot, id) in slots {
             ring[slot as usize] = id;
         }

@@ -22,39 +22,8 @@ mod view;
 pub use diff::{plan, plan_update};
 pub use view::View;
 
-/// L4 protocol of a VIP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Proto {
-    Tcp,
-    Udp,
-}
-
-impl Proto {
-    pub const fn number(self) -> u8 {
-        match self {
-            Proto::Tcp => 6,
-            Proto::Udp => 17,
-        }
-    }
-    pub fn from_number(n: u8) -> Option<Self> {
-        match n {
-            6 => Some(Proto::Tcp),
-            17 => Some(Proto::Udp),
-            _ => None,
-        }
-    }
-}
-
-impl std::str::FromStr for Proto {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s.to_ascii_lowercase().as_str() {
-            "tcp" | "6" => Ok(Proto::Tcp),
-            "udp" | "17" => Ok(Proto::Udp),
-            other => Err(format!("unknown protocol {other:?} (want tcp or udp)")),
-        }
-    }
-}
+/// L4 protocol of a VIP (shared with `ringlb-node`).
+pub use ringlb_bpf_types::Proto;
 
 /// A VIP:port:protocol. Port 0 is the wildcard: every port of (addr, proto)
 /// that has no exact entry.

@@ -1,0 +1,95 @@
+//! Errors of loading, pinning and attaching a BPF object, common to both
+//! datapaths. Each datapath's `Error` wraps [`BpfError`]
+//! (`#[error(transparent)] Bpf(#[from] BpfError)`) next to its own variants.
+
+use std::path::PathBuf;
+
+use aya::maps::MapError;
+use aya::programs::ProgramError;
+
+/// A BPF object, program, map, pin or interface operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum BpfError {
+    #[error("loading the BPF object: {0}")]
+    Load(#[source] Box<aya::EbpfError>),
+    #[error("BPF program {name}: {source}")]
+    Program {
+        name: &'static str,
+        #[source]
+        source: Box<ProgramError>,
+    },
+    #[error("BPF map {name}: {source}")]
+    Map {
+        name: &'static str,
+        #[source]
+        source: Box<MapError>,
+    },
+    /// A map's key/value size or capacity is not what this build's ABI says.
+    #[error("BPF map {name}: {reason}")]
+    Layout { name: &'static str, reason: String },
+    /// A program or map the object should hold is not in it.
+    #[error("{name} is missing from the object")]
+    Missing { name: &'static str },
+    #[error("pinning under {path}: {source}")]
+    Pin {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("interface {iface}: {reason}")]
+    Interface { iface: String, reason: String },
+}
+
+impl BpfError {
+    /// Label for a `..._errors_total{kind=...}` metric.
+    pub const fn metric_label(&self) -> &'static str {
+        match self {
+            BpfError::Load(_) => "load",
+            BpfError::Program { .. } => "program",
+            BpfError::Map { .. } => "map",
+            BpfError::Layout { .. } => "layout",
+            BpfError::Missing { .. } => "missing",
+            BpfError::Pin { .. } => "pin",
+            BpfError::Interface { .. } => "interface",
+        }
+    }
+}
+
+/// For `.map_err(map_err(name))` on an operation on map `name`, into any error
+/// that wraps [`BpfError`].
+pub fn map_err<E: From<BpfError>>(name: &'static str) -> impl Fn(MapError) -> E {
+    move |source| {
+        BpfError::Map {
+            name,
+            source: Box::new(source),
+        }
+        .into()
+    }
+}
+
+/// For `.map_err(prog_err(name))` on an operation on program `name`, into any
+/// error that wraps [`BpfError`].
+pub fn prog_err<E: From<BpfError>>(name: &'static str) -> impl Fn(ProgramError) -> E {
+    move |source| {
+        BpfError::Program {
+            name,
+            source: Box::new(source),
+        }
+        .into()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn helpers_name_the_map_and_the_program() {
+        let e: BpfError = map_err("vips")(MapError::KeyNotFound);
+        assert_eq!(e.metric_label(), "map");
+        assert!(e.to_string().starts_with("BPF map vips: "), "{e}");
+        let e: BpfError = prog_err("ringlb_xdp")(ProgramError::AlreadyLoaded);
+        assert_eq!(e.metric_label(), "program");
+        assert!(e.to_string().starts_with("BPF program ringlb_xdp: "), "{e}");
+    }
+}
