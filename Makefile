@@ -1,17 +1,37 @@
 # The verbs a person types. `make test` is exactly what CI runs.
-.PHONY: test setup k8s fmt lint unit crds help demo
+.PHONY: test setup setup-demo k8s fmt lint unit crds help demo
 
-CARGO ?= cargo
+# cargo: from PATH, else ~/.cargo/bin. `sudo make demo` runs with sudo's secure_path
+# and HOME=/root, so also look in the invoking user's ~/.cargo/bin and use that
+# user's toolchains (RUSTUP_HOME) and registry cache (CARGO_HOME).
+SUDO_HOME := $(if $(SUDO_USER),$(shell getent passwd $(SUDO_USER) | cut -d: -f6))
+CARGO ?= $(or $(shell command -v cargo 2>/dev/null),$(wildcard $(HOME)/.cargo/bin/cargo),$(if $(SUDO_HOME),$(wildcard $(SUDO_HOME)/.cargo/bin/cargo)),cargo)
+ifneq ($(SUDO_HOME),)
+ifeq ($(CARGO),$(SUDO_HOME)/.cargo/bin/cargo)
+export RUSTUP_HOME ?= $(SUDO_HOME)/.rustup
+export CARGO_HOME ?= $(SUDO_HOME)/.cargo
+endif
+endif
+# scripts/setup.sh runs cargo and rustup: put the cargo found above on their PATH.
+ifneq ($(filter /%,$(CARGO)),)
+export PATH := $(patsubst %/,%,$(dir $(CARGO))):$(PATH)
+endif
+# Where cargo builds; honours CARGO_TARGET_DIR like cargo does.
+CARGO_TARGET_DIR ?= target
 
 help:
 	@echo "make test   - set up (apt) + fmt check + clippy + all tests (what CI runs)"
 	@echo "make crds   - regenerate crds/*.yaml and the chart's copy from the Rust types"
-	@echo "make setup  - install the Debian packages the tests need (idempotent)"
+	@echo "make setup  - install the Debian packages and Rust tools the tests need (idempotent)"
+	@echo "make setup-demo - only what the demo needs (a subset of setup)"
 	@echo "make k8s    - build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl from Go modules (cached)"
 	@echo "make demo   - (root) the end-to-end lab: Service -> VIP -> BGP ECMP -> XDP edges -> pods, DSR"
 
 setup:
-	bash scripts/setup.sh
+	bash scripts/setup.sh test
+
+setup-demo:
+	bash scripts/setup.sh demo
 
 # The real control plane the tests run against (docs/controlplane.md).
 k8s:
@@ -32,6 +52,7 @@ crds:
 	$(CARGO) run -q -p ringlb-crds --bin crdgen
 
 # The end-to-end lab in network namespaces (needs root); docs/lab.md.
-demo: setup k8s
+demo: setup-demo k8s
 	$(CARGO) build -p ringlb-e2e -p ringlb-controller -p ringlb-edge --bins
-	./target/debug/ringlb-lab demo
+	$(CARGO_TARGET_DIR)/debug/ringlb-lab demo
+

@@ -1,18 +1,32 @@
 #!/usr/bin/env bash
-# Idempotent set-up of everything `make test` and `make demo` need on a fresh Debian
-# machine. Installs only what is missing; safe to run again.
+# Idempotent set-up of what `make test` (profile `test`, the default) or `make demo`
+# (profile `demo`) needs on a fresh Debian machine. Installs only what is missing;
+# safe to run again.
+#   scripts/setup.sh [test|demo]
 set -euo pipefail
+PROFILE=${1:-test}
 # Go from the machine image, where a login shell would find it.
 [ -x /usr/local/go/bin/go ] && PATH=$PATH:/usr/local/go/bin
 
-PKGS=(
-  clang llvm libbpf-dev bpftool          # BPF C programs (xdp/bpf, testkit/bpf), object inspection
-  bird2 gobgpd                           # real BGP peers for interop tests
-  iproute2 iptables nftables tcpdump     # network-namespace lab, kube-proxy comparison
-  iputils-ping curl python3 procps       # lab traffic and helpers
-  ethtool                                # lab: TX checksum offload off on the client veth
+# The demo (the namespace lab) builds the programs and runs them with a BIRD ToR.
+DEMO_PKGS=(
+  clang llvm libbpf-dev                  # BPF C programs (xdp/bpf, node/bpf, testkit/bpf)
+  bird2                                  # the lab's ToR
+  iproute2 nftables curl ethtool procps  # namespaces, the ToR's NAT, traffic, checksum offload off
+)
+# The tests need more: interop peers, comparisons, inspection, the Rust tools.
+TEST_PKGS=(
+  bpftool                                # object inspection
+  gobgpd                                 # real BGP peers for interop tests
+  iptables tcpdump                       # kube-proxy comparison, captures
+  iputils-ping python3                   # helpers
   libclang-dev                           # (used by some -sys crates' build scripts)
 )
+case $PROFILE in
+  demo) PKGS=("${DEMO_PKGS[@]}") ;;
+  test) PKGS=("${DEMO_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+  *) echo "setup: unknown profile $PROFILE (test or demo)" >&2; exit 2 ;;
+esac
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -29,7 +43,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# BIRD and gobgpd are only used as test peers: keep the packaged services from
+# BIRD and gobgpd are only used as test and lab peers: keep the packaged services from
 # running on the host.
 for svc in bird gobgpd; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
@@ -45,6 +59,14 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo is not on PATH (install Rust with rustup; under sudo, run make, which finds ~/.cargo/bin)" >&2
+  exit 1
+fi
+if [ "$PROFILE" = demo ]; then
+  echo "setup: ok (demo)"
+  exit 0
+fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest"
   cargo install --locked cargo-nextest

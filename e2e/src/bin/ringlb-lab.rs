@@ -165,7 +165,7 @@ fn run_steps(topo: &Topology, cluster: &mut Cluster, p: &mut Printer) -> anyhow:
     p.step("ToR: BIRD 2 (AS 65000), eBGP to both edges, ECMP into the kernel");
     cluster.start_bird()?;
     p.cmd(
-        "birdc show protocols",
+        &cluster.birdc_shown("show protocols"),
         &cluster.birdc(&["show", "protocols"])?,
     );
 
@@ -182,14 +182,14 @@ fn run_steps(topo: &Topology, cluster: &mut Cluster, p: &mut Printer) -> anyhow:
         a.api_port
     );
     p.cmd(
-        "kubectl get nodes -o wide",
+        &cluster.kubectl_shown("get nodes -o wide"),
         &cluster.kubectl(&["get", "nodes", "-o", "wide"])?,
     );
     cluster.start_controller()?;
     let manifests = cluster.write_manifests()?;
     let applied = cluster.apply(&manifests)?;
     p.cmd(
-        &format!("kubectl apply -f {}", manifests.display()),
+        &cluster.kubectl_shown(&format!("apply -f {}", manifests.display())),
         &applied,
     );
     let pods = lab::wait_for(
@@ -205,7 +205,7 @@ fn run_steps(topo: &Topology, cluster: &mut Cluster, p: &mut Printer) -> anyhow:
             })
         },
     )?;
-    p.cmd("kubectl get pods -o wide", &pods);
+    p.cmd(&cluster.kubectl_shown("get pods -o wide"), &pods);
 
     p.step("edges: `ringlb-edge run` in edge1 and edge2 (native XDP on eth0, BGP from BGPPeer)");
     let pins: Vec<PathBuf> = (1..=a.edges.len()).map(|i| topo.pin_dir(i)).collect();
@@ -225,20 +225,20 @@ fn run_steps(topo: &Topology, cluster: &mut Cluster, p: &mut Printer) -> anyhow:
     let (port, target) = (a.port.to_string(), a.target_port.to_string());
     let exposed = cluster.expose(SERVICE)?;
     p.cmd(
-        &format!(
-            "kubectl expose deployment web --port={port} --target-port={target} --type=LoadBalancer"
-        ),
+        &cluster.kubectl_shown(&format!(
+            "expose deployment web --port={port} --target-port={target} --type=LoadBalancer"
+        )),
         &exposed,
     );
     let t0 = Instant::now();
     let vip = cluster.wait_vip(SERVICE, Duration::from_secs(15))?;
     println!("  EXTERNAL-IP after {} ms", t0.elapsed().as_millis());
     p.cmd(
-        "kubectl get svc web",
+        &cluster.kubectl_shown("get svc web"),
         &cluster.kubectl(&["get", "svc", SERVICE])?,
     );
     p.cmd(
-        "kubectl get endpointslices -l kubernetes.io/service-name=web",
+        &cluster.kubectl_shown("get endpointslices -l kubernetes.io/service-name=web"),
         &cluster.kubectl(&[
             "get",
             "endpointslices",
@@ -257,12 +257,18 @@ fn run_steps(topo: &Topology, cluster: &mut Cluster, p: &mut Printer) -> anyhow:
         t1.elapsed().as_millis()
     );
     let (bird, _, kernel, _) = cluster.routes(&vip)?;
-    p.cmd(&format!("birdc show route for {vip} all"), &bird);
+    p.cmd(
+        &cluster.birdc_shown(&format!("show route for {vip} all")),
+        &bird,
+    );
     p.cmd(&format!("ip -n {prefix}-tor route show {vip}"), &kernel);
     // the edges write their session state into the BGPPeer's status
     match cluster.wait_peer_status("tor", Duration::from_secs(15)) {
         Ok(out) => p.cmd(
-            "kubectl get bgppeers tor -o jsonpath='{.status.nodes...}'",
+            &cluster.kubectl_shown(&format!(
+                "get bgppeers tor -o '{}'",
+                lab::cluster::PEER_STATUS
+            )),
             &out,
         ),
         Err(e) => println!("  (BGPPeer status not complete yet: {e})"),
@@ -285,7 +291,8 @@ fn traffic(r: &mut Running, requests: usize, p: &mut Printer) -> anyhow::Result<
             .with_context(|| format!("request {i}"))?;
         if i < 6 || i + 1 == requests {
             println!(
-                "  curl http://{vip}:{}/  ->  {}",
+                "  ip netns exec {} curl -s http://{vip}:{}/  ->  {}",
+                r.topo.ns("client"),
                 r.topo.addrs.port,
                 body.trim()
             );
@@ -587,21 +594,18 @@ fn main() -> anyhow::Result<()> {
                 };
                 r.cluster.keep();
                 r.topo.keep();
-                let kc = r.cluster.kubeconfig().display().to_string();
                 println!("\nlab {p2} is up (files in {}). Try:", d2.display());
                 println!(
                     "  ip netns exec {p2}-client curl http://{}:{}/",
                     r.vip, r.topo.addrs.port
                 );
+                println!("  {}", r.cluster.kubectl_shown("get svc,pods,bgppeers"));
+                println!("  {}", r.cluster.birdc_shown("show route all"));
                 println!(
-                    "  ip netns exec {p2}-tor {} --kubeconfig {kc} get svc,pods,bgppeers",
-                    r.cluster.bins.kubectl.display()
-                );
-                println!(
-                    "  ip netns exec {p2}-tor birdc -s {}/bird.ctl show route all",
+                    "  {} --prefix {p2} --dir {} down",
+                    r.cluster.bins.lab.display(),
                     d2.display()
                 );
-                println!("  ringlb-lab down");
                 Ok(())
             })
         }

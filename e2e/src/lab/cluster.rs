@@ -12,6 +12,10 @@ use super::daemon::Daemon;
 use super::topology::{Addrs, FABRIC_MTU, Topology};
 use super::{Error, Result, api, config, wait_for};
 
+/// The `-o` of `kubectl get bgppeers`: one line per node, its session state and how
+/// many routes it advertises.
+pub const PEER_STATUS: &str = r#"jsonpath={range .status.nodes[*]}{.node}{"  "}{.state}{"  advertised="}{.advertised}{"\n"}{end}"#;
+
 /// Where the project's binaries and the built kubectl are.
 #[derive(Debug, Clone)]
 pub struct Bins {
@@ -169,6 +173,28 @@ impl Cluster {
             },
         )
         .map(|_| ())
+    }
+
+    /// The command line [`Cluster::birdc`] runs, for a person to paste into a root
+    /// shell: `ip netns exec <tor> /usr/sbin/birdc -s <ctl> ARGS`.
+    pub fn birdc_shown(&self, args: &str) -> String {
+        let birdc = super::cmd::which("birdc").map_or("birdc".into(), |p| p.display().to_string());
+        format!(
+            "ip netns exec {} {birdc} -s {} {args}",
+            self.ns("tor"),
+            self.bird_ctl()
+        )
+    }
+
+    /// The command line [`Cluster::kubectl`] runs, for a person to paste into a root
+    /// shell: `ip netns exec <tor> <kubectl> --kubeconfig <admin> ARGS`.
+    pub fn kubectl_shown(&self, args: &str) -> String {
+        format!(
+            "ip netns exec {} {} --kubeconfig {} {args}",
+            self.ns("tor"),
+            self.bins.kubectl.display(),
+            self.kubeconfig().display()
+        )
     }
 
     /// `birdc -s <ctl> ARGS` in the ToR namespace.
@@ -423,7 +449,7 @@ impl Cluster {
     /// route advertised; returns the `node state advertised` lines.
     pub fn wait_peer_status(&mut self, peer: &str, limit: Duration) -> Result<String> {
         let n = self.addrs.edges.len();
-        let path = r#"jsonpath={range .status.nodes[*]}{.node}{"  "}{.state}{"  advertised="}{.advertised}{"\n"}{end}"#;
+        let path = PEER_STATUS;
         wait_for(
             &format!("BGPPeer {peer} status: {n} nodes Established"),
             limit,
