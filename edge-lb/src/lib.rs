@@ -8,9 +8,11 @@
 //! - `peers`: `BGPPeer`/`BGPAdvertisement`/`IPPool` -> the speaker's peers; status.
 //! - `agent`: the tasks of `ringlb-edge run` that wire it all together.
 //! - `node`: `ringlb-edge node`, the worker-node agent that feeds `ringlb-node`.
+//! - `watch`: the reflectors both agents read, and waiting for their first lists.
 
 pub mod agent;
 pub mod node;
 pub mod peers;
 pub mod serving;
 pub mod tables;
+pub mod watch;

@@ -4,41 +4,20 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Service;
-use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::Api;
-use kube::runtime::watcher;
 use ringlb_crds::{BGPPeer, IPPool};
 use tokio::sync::Notify;
 
 use super::sync::Stores;
-use crate::peers::watch_into;
+use crate::watch::{first_list, watch_services};
 
 /// Watches Services and EndpointSlices (every change pokes `notify`) and waits for
 /// their first lists.
 pub async fn watch_stores(client: &kube::Client, notify: &Arc<Notify>) -> anyhow::Result<Stores> {
-    let all = watcher::Config::default();
-    let stores = Stores {
-        services: watch_into(
-            Api::<Service>::all(client.clone()),
-            all.clone(),
-            notify.clone(),
-        )
-        .0,
-        slices: watch_into(
-            Api::<EndpointSlice>::all(client.clone()),
-            all,
-            notify.clone(),
-        )
-        .0,
-    };
-    for (kind, ready) in [
-        ("Service", stores.services.wait_until_ready().await),
-        ("EndpointSlice", stores.slices.wait_until_ready().await),
-    ] {
-        ready.with_context(|| format!("first list of {kind}s"))?;
-    }
-    Ok(stores)
+    let (services, slices) = watch_services(client, notify);
+    first_list(&services).await?;
+    first_list(&slices).await?;
+    Ok(Stores { services, slices })
 }
 
 /// Exits with a clear message when ringlb's CRDs are not installed.

@@ -21,8 +21,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::{Pod, Service};
-use k8s_openapi::api::discovery::v1::EndpointSlice;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;
 use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
@@ -32,7 +31,7 @@ use ringlb_ops::{CommonArgs, Health};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify};
 
-use crate::peers::watch_into;
+use crate::watch::{first_list, watch_into, watch_services};
 
 pub mod desired;
 pub mod sync;
@@ -232,31 +231,17 @@ pub async fn watch_stores(
     node_name: &str,
     notify: &Arc<Notify>,
 ) -> anyhow::Result<Stores> {
-    let all = watcher::Config::default();
+    let (services, slices) = watch_services(client, notify);
     let local = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
-    let stores = Stores {
-        services: watch_into(
-            Api::<Service>::all(client.clone()),
-            all.clone(),
-            notify.clone(),
-        )
-        .0,
-        slices: watch_into(
-            Api::<EndpointSlice>::all(client.clone()),
-            all,
-            notify.clone(),
-        )
-        .0,
-        pods: watch_into(Api::<Pod>::all(client.clone()), local, notify.clone()).0,
-    };
-    for (kind, ready) in [
-        ("Service", stores.services.wait_until_ready().await),
-        ("EndpointSlice", stores.slices.wait_until_ready().await),
-        ("Pod", stores.pods.wait_until_ready().await),
-    ] {
-        ready.with_context(|| format!("first list of {kind}s"))?;
-    }
-    Ok(stores)
+    let pods = watch_into(Api::<Pod>::all(client.clone()), local, notify.clone()).0;
+    first_list(&services).await?;
+    first_list(&slices).await?;
+    first_list(&pods).await?;
+    Ok(Stores {
+        services,
+        slices,
+        pods,
+    })
 }
 
 /// What the agent loop owns besides the datapath.

@@ -16,19 +16,17 @@ use std::net::{IpAddr, Ipv4Addr};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use futures::StreamExt;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::PostParams;
-use kube::runtime::WatchStreamExt;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::watcher::{self, Event, watcher};
-use kube::{Api, Client, Resource, ResourceExt};
+use kube::runtime::watcher;
+use kube::{Api, Client, ResourceExt};
 use ringlb_crds::{BGPAdvertisement, BGPPeer, IPPool, SecretKeyRef};
 use tokio::sync::Notify;
 
 use ringlb_bgp::Error;
 pub mod select;
 
+use crate::watch::watch_into;
 use ringlb_bgp::Speaker;
 use select::{merge_node_session, node_session, select_for_node};
 
@@ -45,42 +43,6 @@ fn api_err(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
         what: what.to_string(),
         source: std::io::Error::other(e),
     }
-}
-
-/// A reflector for `api` whose every change (and every completed relist) pokes
-/// `dirty`; watch errors are logged and retried with backoff.
-pub fn watch_into<K>(
-    api: Api<K>,
-    cfg: watcher::Config,
-    dirty: Arc<Notify>,
-) -> (Store<K>, tokio::task::JoinHandle<()>)
-where
-    K: Resource + Clone + std::fmt::Debug + serde::de::DeserializeOwned + Send + Sync + 'static,
-    K::DynamicType: Default + Eq + std::hash::Hash + Clone,
-{
-    let (reader, writer) = reflector::store::<K>();
-    let kind = K::kind(&K::DynamicType::default()).to_string();
-    let task = tokio::spawn(
-        watcher(api, cfg)
-            .backoff(ringlb_ops::WatchBackoff::default())
-            .reflect(writer)
-            .for_each(move |ev| {
-                let dirty = dirty.clone();
-                let kind = kind.clone();
-                async move {
-                    match ev {
-                        Ok(Event::Apply(_) | Event::Delete(_) | Event::InitDone) => {
-                            dirty.notify_one()
-                        }
-                        Ok(_) => {}
-                        Err(e) => {
-                            tracing::warn!(%kind, error = %e, "watch error; retrying with backoff")
-                        }
-                    }
-                }
-            }),
-    );
-    (reader, task)
 }
 
 type Passwords = HashMap<(String, String, String), String>;
