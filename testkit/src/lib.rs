@@ -1,7 +1,9 @@
 //! ringlb's test kit, for tests and benchmarks only (never a dependency of a
 //! program): network namespaces and commands (`netns`), packet builders for
-//! BPF_PROG_TEST_RUN fixtures (`packet`), and test-only BPF objects (`objects`).
+//! BPF_PROG_TEST_RUN fixtures (`packet`), test-only BPF objects (`objects`), and
+//! what the benchmark programs share (`bench`).
 
+pub mod bench;
 pub mod netns;
 pub mod packet;
 

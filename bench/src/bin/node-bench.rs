@@ -362,7 +362,7 @@ fn main() -> anyhow::Result<()> {
     if a.rounds == 0 || a.repeat == 0 {
         bail!("--rounds and --repeat must be > 0");
     }
-    let cpu = pin::to_current_cpu().context("sched_setaffinity")?;
+    let cpu = ringlb_testkit::bench::pin_to_current_cpu().context("sched_setaffinity")?;
     println!(
         "# node-bench ({})\n",
         std::env::args().collect::<Vec<_>>().join(" ")
@@ -411,27 +411,4 @@ fn main() -> anyhow::Result<()> {
     );
     println!("load average after: {}", loadavg());
     Ok(())
-}
-
-#[allow(unsafe_code)]
-mod pin {
-    use std::io;
-
-    /// Pins the calling thread to the CPU it runs on now; returns that CPU.
-    pub fn to_current_cpu() -> io::Result<usize> {
-        // SAFETY: sched_getcpu has no arguments; sched_setaffinity gets a
-        // zeroed, then filled, cpu_set_t of the right size for this thread (0).
-        unsafe {
-            let cpu = libc::sched_getcpu();
-            if cpu < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu as usize, &mut set);
-            if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(cpu as usize)
-        }
-    }
 }

@@ -185,7 +185,7 @@ fn method_s(
 fn section_packet(a: &Args) -> anyhow::Result<()> {
     // One CPU for the whole section: the conntrack LRU keeps a free list per
     // CPU, and the "conntrack full" row must know which list it fills.
-    let cpu = raw::pin_to_current_cpu().context("sched_setaffinity")?;
+    let cpu = ringlb_testkit::bench::pin_to_current_cpu().context("sched_setaffinity")?;
     let cpus = u32::try_from(aya::util::nr_cpus().map_err(|(_, e)| e)?)?;
     println!("## packet path (BPF_PROG_TEST_RUN, 64-byte TCP packets)\n");
     println!(
@@ -395,24 +395,6 @@ mod raw {
             } else {
                 Ok(())
             }
-        }
-    }
-
-    /// Pins the calling thread to the CPU it runs on now; returns that CPU.
-    pub fn pin_to_current_cpu() -> io::Result<usize> {
-        // SAFETY: sched_getcpu has no arguments; sched_setaffinity gets a
-        // zeroed, then filled, cpu_set_t of the right size for this thread (0).
-        unsafe {
-            let cpu = libc::sched_getcpu();
-            if cpu < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let mut set: libc::cpu_set_t = std::mem::zeroed();
-            libc::CPU_SET(cpu as usize, &mut set);
-            if libc::sched_setaffinity(0, size_of::<libc::cpu_set_t>(), &set) != 0 {
-                return Err(io::Error::last_os_error());
-            }
-            Ok(cpu as usize)
         }
     }
 }
