@@ -330,10 +330,7 @@ mod tests {
         ap.maps_mut().fail_after = None;
         let e = ap.apply(&want).expect_err("the re-read fails again");
         assert_eq!(ap.maps().writes, writes, "nothing written: {e}");
-        assert!(
-            ap.refresh_next_hops().is_err(),
-            "no refresh either"
-        );
+        assert!(ap.refresh_next_hops().is_err(), "no refresh either");
         ap.maps_mut().fail_reads = false;
         ap.apply(&want).unwrap();
         assert!(ap.view_known());

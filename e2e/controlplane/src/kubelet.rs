@@ -511,7 +511,11 @@ impl State {
         // round robin, past nodes whose own pod IPs are all taken
         let n = self.pod_nodes.len();
         let full = |node: &String| {
-            let own = self.node_pod_ips.get(node).map(Vec::as_slice).unwrap_or(&[]);
+            let own = self
+                .node_pod_ips
+                .get(node)
+                .map(Vec::as_slice)
+                .unwrap_or(&[]);
             !own.is_empty() && own.iter().all(|ip| self.ips.used.contains(ip))
         };
         let pick = (0..n)
