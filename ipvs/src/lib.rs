@@ -1,0 +1,94 @@
+//! The kernel IPVS datapath: the same desired state as the XDP datapath
+//! (VIP:port:protocol -> pod IPs with weights), programmed into IPVS over
+//! generic netlink, with the Maglev scheduler `mh`, and real servers reached by
+//! IPIP tunnel or direct routing.
+//!
+//! ```text
+//!  Desired (pure)        plan() (pure)                  IpvsDatapath (I/O)
+//!  ServiceKey ->  ---->  Vec<Op>, ordered so no   --->  Kernel: genetlink IPVS +
+//!   backends             service is ever without         rtnetlink (VIPs on lo),
+//!   + weights            a real server                   or in memory for tests
+//!                        (diff against `Held`, what
+//!                         the kernel holds)
+//! ```
+//!
+//! - `codec`: the wire format, pure, with byte fixtures and a bounded fuzz.
+//! - `model`: services and real servers as values.
+//! - `plan`: desired + held -> operations, pure.
+//! - `kernel`: the `Kernel` trait; `NetlinkKernel` (sockets) and
+//!   `MemoryKernel` (feature `memory-kernel`, tests).
+//! - `datapath`: `IpvsDatapath`, the planner over a kernel, re-reading the
+//!   kernel after a failed write (the rule of ringlb-xdp's `apply.rs`).
+//!
+//! This crate does not depend on ringlb-xdp (that would pull aya into the IPVS
+//! path): its input is its own small [`plan::Desired`].
+
+pub mod codec;
+pub mod datapath;
+pub mod kernel;
+pub mod model;
+pub mod plan;
+
+pub use datapath::{ApplyStats, IpvsDatapath};
+pub use kernel::Kernel;
+pub use model::{Dest, DestKey, Forward, Proto, Service, ServiceKey};
+pub use plan::{Backend, Config, Desired, DestOrder, Held, Op, plan};
+
+use codec::DecodeError;
+
+/// Errors of the IPVS datapath.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("this kernel has no IPVS (modprobe ip_vs ip_vs_mh)")]
+    NoIpvs,
+    #[error("the IPVS scheduler {name:?} is not available (modprobe ip_vs_{name})")]
+    NoScheduler { name: String },
+    #[error("service {service}: {reason}")]
+    InvalidService { service: String, reason: String },
+    #[error("{op} {target}: the kernel answered {}", std::io::Error::from_raw_os_error(-*errno))]
+    Kernel {
+        op: &'static str,
+        target: String,
+        errno: i32,
+    },
+    #[error("netlink {op}: {source}")]
+    Io {
+        op: &'static str,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("netlink {op}: {source}")]
+    Decode {
+        op: &'static str,
+        #[source]
+        source: DecodeError,
+    },
+    #[error("netlink {op}: no answer in time")]
+    Timeout { op: &'static str },
+    #[error("the view of IPVS is unknown: {reason}; retrying re-reads it first")]
+    ViewUnknown { reason: String },
+}
+
+impl Error {
+    /// Short, stable label for the `ringlb_datapath_errors_total{kind}` metric.
+    pub fn metric_label(&self) -> &'static str {
+        match self {
+            Error::NoIpvs => "no_ipvs",
+            Error::NoScheduler { .. } => "no_scheduler",
+            Error::InvalidService { .. } => "invalid_service",
+            Error::Kernel { .. } => "kernel",
+            Error::Io { .. } => "io",
+            Error::Decode { .. } => "decode",
+            Error::Timeout { .. } => "timeout",
+            Error::ViewUnknown { .. } => "view_unknown",
+        }
+    }
+
+    /// -errno of a kernel refusal.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Kernel { errno, .. } => Some(*errno),
+            _ => None,
+        }
+    }
+}
