@@ -56,3 +56,10 @@ demo: setup-demo k8s
 	$(CARGO) build -p ringlb-e2e -p ringlb-controller -p ringlb-edge --bins
 	$(CARGO_TARGET_DIR)/debug/ringlb-lab demo
 
+# Container images without a registry or engine (root: debootstrap, umoci, skopeo,
+# chroot): images/out/oci/<program> and images/out/<program>-<version>.tar; see
+# docs/images.md. `RINGLB_IMAGES=1 cargo nextest run -p ringlb-testkit --test images`
+# re-checks the result.
+.PHONY: images
+images:
+	CARGO=$(CARGO) bash scripts/build-images.sh
