@@ -10,11 +10,13 @@
 //! (`__be16`, `__u32 addr[4]`).
 
 mod abi;
+pub mod bpffs;
 mod error;
 mod layout;
 mod proto;
 
 pub use abi::{AF_INET, AF_INET6, Be16, RawAddr};
+pub use bpffs::{PinDirError, check_pin_dir};
 pub use error::{BpfError, map_err, prog_err};
 pub use layout::check_capacity;
 pub use proto::Proto;

@@ -23,7 +23,7 @@ use ringlb_e2e::controlplane::{
 use ringlb_edge::node::datapath::maps::{Applier, FakeMaps};
 use ringlb_edge::node::datapath::{NodeState, Proto, ServiceKey, ServiceTarget};
 use ringlb_edge::node::sync::{NodeMetrics, NodeProgram, SyncConfig};
-use ringlb_edge::node::{Agent, watch_stores};
+use ringlb_edge::node::{Agent, sync_heartbeat, watch_stores};
 use ringlb_ops::Health;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -214,6 +214,7 @@ async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
             default_class: true,
         },
         health: health.clone(),
+        heartbeat: sync_heartbeat(&health),
         metrics: NodeMetrics::register(&mut Registry::default()),
     };
     let dp = Shared(Arc::new(Mutex::new(

@@ -42,13 +42,19 @@ fn help_lists_common_flags_and_subcommands() {
 #[test]
 fn bad_input_is_refused_with_the_flag_named() {
     let run_args = ["run", "--node-name", "n", "--interface", "lo"];
-    let cases: [(&[&str], &[&str], &str); 6] = [
+    let cases: [(&[&str], &[&str], &str); 7] = [
         (&["--metrics-addr", "nonsense"], &[], "--metrics-addr"),
         (&["--log-level", "info,["], &[], "--log-level"),
         // the common flags work after the subcommand too
         (&[], &["--metrics-addr", "nonsense"], "--metrics-addr"),
         (&[], &["--log-level", "info,["], "--log-level"),
         (&[], &["--drain", "soon"], "--drain"),
+        // a pin directory off bpffs is refused before anything is created, with the fix
+        (
+            &[],
+            &["--pin-dir", "/proc/ringlb", "--source-v4", "192.0.2.1"],
+            "mount -t bpf bpf /sys/fs/bpf",
+        ),
         (
             &[],
             &["--ring-size", "1000", "--source-v4", "192.0.2.1"],

@@ -42,6 +42,8 @@ pub mod objects {
     pub static XDP_LB: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb.o"));
 }
 
+pub use ringlb_bpf_types::check_pin_dir;
+
 pub const PROGRAM: &str = "ringlb_xdp";
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/ringlb";
 
@@ -102,6 +104,11 @@ impl XdpDatapath {
     pub fn load(opts: &XdpOptions, resolver: Box<dyn Resolver>) -> Result<Self, Error> {
         let mut loader = EbpfLoader::new();
         if let Some(dir) = &opts.pin_dir {
+            // before anything is created: a pin dir off bpffs fails with the fix
+            ringlb_bpf_types::check_pin_dir(dir).map_err(|e| BpfError::Pin {
+                path: dir.clone(),
+                source: std::io::Error::other(e),
+            })?;
             std::fs::create_dir_all(dir).map_err(|source| BpfError::Pin {
                 path: dir.clone(),
                 source,
@@ -361,8 +368,17 @@ impl XdpDatapath {
         self.applier.counters()
     }
 
+    /// True when `dir` holds a pinned map or link of an earlier install.
+    pub fn is_installed(dir: &Path) -> bool {
+        abi::map::ALL.iter().any(|m| dir.join(m).exists())
+            || std::fs::read_dir(dir).is_ok_and(|rd| {
+                rd.flatten()
+                    .any(|e| e.file_name().to_string_lossy().starts_with("link_"))
+            })
+    }
+
     /// Removes the pin directory's files: links (detaching them) and maps.
-    fn remove_pins(dir: &Path) -> Result<(), Error> {
+    pub fn remove_pins(dir: &Path) -> Result<(), Error> {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for e in entries.flatten() {
                 if e.file_name().to_string_lossy().starts_with("link_") {

@@ -105,7 +105,8 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
-    /// Checks the flags that need no I/O; the BGP router id.
+    /// Checks the flags before anything is started: ring size, interface, pin
+    /// directory; returns the BGP router id.
     fn check(&self) -> anyhow::Result<Ipv4Addr> {
         maglev::Table::build(
             &[maglev::Backend {
@@ -121,6 +122,13 @@ impl RunArgs {
             "--ring-size {}: the XDP datapath holds rings of at most {MAX_RING_SIZE} slots",
             self.ring_size
         );
+        anyhow::ensure!(
+            ringlb_xdp::batch::if_index(&self.interface) != 0,
+            "--interface {}: no such interface in this network namespace",
+            self.interface
+        );
+        ringlb_xdp::xdp::check_pin_dir(&self.pin_dir)
+            .with_context(|| format!("--pin-dir {}", self.pin_dir.display()))?;
         self.router_id
             .or(self.source_v4)
             .context("--router-id (or --source-v4) is required for BGP")
@@ -148,8 +156,17 @@ struct Agent {
 }
 
 /// Runs the edge agent until SIGTERM/SIGINT.
+///
+/// Start-up order: everything that can fail without touching the node first (flags,
+/// interface, pin directory, kubeconfig, API reachable, CRDs, ports, first lists),
+/// the XDP program last. A start that fails before the attach leaves the node as it
+/// found it; one that fails in the load or attach of a fresh install removes what it
+/// pinned (see [`load_datapath`]).
 pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let router_id = args.check()?;
+    let client = common.connect().await?;
+    api::check_crds(&client).await?;
+
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
     let (speaker, xdp_metrics, nh_metrics) = {
@@ -165,15 +182,19 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
     tracing::info!(%addr, "serving /metrics /healthz /readyz");
+    let signals = Signals::install()?;
+
+    // Registered before the first lists: an API that never answers them turns
+    // /healthz to 503 after the allowance instead of leaving a healthy-looking
+    // process that never starts.
+    let heartbeat = health.heartbeat("edge-sync", LOOP_ALLOWANCE);
+    let notify = Arc::new(Notify::new());
+    let stores = api::watch_stores(&client, &notify).await?;
 
     let resolver = KernelResolver::default();
     let nh_watch = nexthops::Watcher::start(&resolver, &nh_metrics);
     let dp = load_datapath(args, resolver)?;
 
-    let client = common.kube_client().await?;
-    api::check_crds(&client).await?;
-    let notify = Arc::new(Notify::new());
-    let stores = api::watch_stores(&client, &notify).await?;
     // Peers and policy come from BGPPeer / BGPAdvertisement / IPPool for this node.
     let node = NodeContext {
         node_name: args.node_name.clone(),
@@ -196,15 +217,34 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         xdp_metrics,
         nh_metrics,
         nh_watch,
-        heartbeat: health.heartbeat("edge-sync", LOOP_ALLOWANCE),
+        heartbeat,
         health,
     };
-    let speaker = agent.run_loop(args).await?;
+    let speaker = agent.run_loop(args, signals).await;
     shutdown(args, speaker, bgp_task).await;
     Ok(())
 }
 
-/// Loads the XDP program (reusing pinned maps) and attaches it.
+/// SIGTERM and SIGINT, installed before the datapath is touched.
+struct Signals {
+    term: tokio::signal::unix::Signal,
+    int: tokio::signal::unix::Signal,
+}
+
+impl Signals {
+    fn install() -> anyhow::Result<Self> {
+        Ok(Self {
+            term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+        })
+    }
+}
+
+/// Loads the XDP program (reusing pinned maps) and attaches it. When there was no
+/// earlier install in `--pin-dir` and the load or attach fails, what this start
+/// pinned is removed, so a failed first start leaves no program or pin behind. Over
+/// an earlier install a failure leaves that install as it was: its pinned link keeps
+/// forwarding.
 fn load_datapath(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatapath> {
     let opts = XdpOptions {
         pin_dir: Some(args.pin_dir.clone()),
@@ -213,23 +253,37 @@ fn load_datapath(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<Xdp
         mtu: args.mtu,
         ..Default::default()
     };
-    let mut dp =
-        XdpDatapath::load(&opts, Box::new(resolver)).context("loading the XDP datapath")?;
-    let mode = dp
-        .attach(&args.interface, args.xdp_mode)
-        .with_context(|| format!("attaching XDP to {}", args.interface))?;
-    tracing::info!(interface = %args.interface, mode, "XDP attached");
-    Ok(dp)
+    let fresh = !XdpDatapath::is_installed(&args.pin_dir);
+    let attached = XdpDatapath::load(&opts, Box::new(resolver))
+        .context("loading the XDP datapath")
+        .and_then(|mut dp| {
+            let mode = dp
+                .attach(&args.interface, args.xdp_mode)
+                .with_context(|| format!("attaching XDP to {}", args.interface))?;
+            Ok((dp, mode))
+        });
+    match attached {
+        Ok((dp, mode)) => {
+            tracing::info!(interface = %args.interface, mode, "XDP attached");
+            Ok(dp)
+        }
+        Err(e) if fresh => {
+            if let Err(clean) = XdpDatapath::remove_pins(&args.pin_dir) {
+                tracing::warn!(error = %clean, pin_dir = %args.pin_dir.display(), "removing what the failed start pinned");
+            }
+            Err(e)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 impl Agent {
     /// Syncs on API events (debounced), refreshes next hops on kernel changes, reads
     /// counters, and resyncs at least every RESYNC, until SIGTERM/SIGINT. Returns the
     /// speaker for the drain.
-    async fn run_loop(mut self, args: &RunArgs) -> anyhow::Result<Arc<Speaker>> {
+    async fn run_loop(mut self, args: &RunArgs, signals: Signals) -> Arc<Speaker> {
         let cfg = args.sync_config();
-        let mut term = signal(SignalKind::terminate())?;
-        let mut int = signal(SignalKind::interrupt())?;
+        let Signals { mut term, mut int } = signals;
         let mut state = SyncState::default();
         let mut counters_tick = tokio::time::interval(COUNTERS);
         let mut due = true;
@@ -291,7 +345,7 @@ impl Agent {
             }
         }
         self.health.set_ready(false);
-        Ok(self.speaker)
+        self.speaker
     }
 }
 

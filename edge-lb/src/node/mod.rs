@@ -27,7 +27,7 @@ use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use ringlb_node::loader::{DEFAULT_PIN_DIR, remove_pins};
 use ringlb_node::{NodeDatapath, NodeOptions};
-use ringlb_ops::{CommonArgs, Health};
+use ringlb_ops::{CommonArgs, Health, Heartbeat};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify};
 
@@ -100,6 +100,9 @@ pub enum NodeCommand {
 }
 
 /// Runs `ringlb-edge node` (or its `uninstall`) until SIGTERM/SIGINT.
+///
+/// Start-up order: flags, uplinks, pin directory, kubeconfig and API, the ops port and
+/// the first lists first; the tc programs last (see [`load_datapath`]).
 pub async fn run(common: &CommonArgs, args: &NodeArgs) -> anyhow::Result<()> {
     if let Some(NodeCommand::Uninstall { pin_dir }) = &args.command {
         remove_pins(pin_dir).with_context(|| format!("removing {}", pin_dir.display()))?;
@@ -107,6 +110,21 @@ pub async fn run(common: &CommonArgs, args: &NodeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let node_name = args.node_name.clone().context("--node-name is required")?;
+    let interfaces = if args.interfaces.is_empty() {
+        default_uplinks()?
+    } else {
+        args.interfaces.clone()
+    };
+    for iface in &interfaces {
+        anyhow::ensure!(
+            ringlb_xdp::batch::if_index(iface) != 0,
+            "--interface {iface}: no such interface in this network namespace"
+        );
+    }
+    ringlb_xdp::xdp::check_pin_dir(&args.pin_dir)
+        .with_context(|| format!("--pin-dir {}", args.pin_dir.display()))?;
+    let client = common.connect().await?;
+
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
     let metrics = NodeMetrics::register(&mut *registry.lock().await);
@@ -114,17 +132,15 @@ pub async fn run(common: &CommonArgs, args: &NodeArgs) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
     tracing::info!(%addr, "serving /metrics /healthz /readyz");
+    let mut term = signal(SignalKind::terminate())?;
+    let mut int = signal(SignalKind::interrupt())?;
 
-    let interfaces = if args.interfaces.is_empty() {
-        default_uplinks()?
-    } else {
-        args.interfaces.clone()
-    };
-    let mut dp = load_datapath(args, &interfaces)?;
-
-    let client = common.kube_client().await?;
+    // Registered before the first lists: an API that never answers them turns
+    // /healthz to 503 after the allowance instead of a healthy-looking wait forever.
+    let heartbeat = sync_heartbeat(&health);
     let notify = Arc::new(Notify::new());
     let stores = watch_stores(&client, &node_name, &notify).await?;
+    let mut dp = load_datapath(args, &interfaces)?;
     let agent = Agent {
         stores,
         notify,
@@ -133,10 +149,9 @@ pub async fn run(common: &CommonArgs, args: &NodeArgs) -> anyhow::Result<()> {
             default_class: args.default_class,
         },
         health,
+        heartbeat,
         metrics,
     };
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
     agent
         .run_until(&mut dp, async {
             tokio::select! {
@@ -147,6 +162,12 @@ pub async fn run(common: &CommonArgs, args: &NodeArgs) -> anyhow::Result<()> {
         .await;
     tracing::info!("node agent stopped; programs, links and maps stay pinned for the next start");
     Ok(())
+}
+
+/// The `node-sync` heartbeat of [`Agent::run_until`]; register it before waiting for
+/// the first lists, so that a wait that never ends shows on /healthz.
+pub fn sync_heartbeat(health: &Health) -> Heartbeat {
+    health.heartbeat("node-sync", LOOP_ALLOWANCE)
 }
 
 /// The interfaces of the default IPv4 and IPv6 routes (deduplicated).
@@ -174,8 +195,22 @@ fn default_uplinks() -> anyhow::Result<Vec<String>> {
 }
 
 /// Loads the datapath (reusing pinned maps), detaches uplinks a previous run attached
-/// that are no longer configured, and attaches to `interfaces`.
+/// that are no longer configured, and attaches to `interfaces`. When the pin directory
+/// held nothing and this fails, what it pinned and attached is removed again; over an
+/// earlier install a failure leaves that install's pins as they were.
 fn load_datapath(args: &NodeArgs, interfaces: &[String]) -> anyhow::Result<NodeDatapath> {
+    let fresh = std::fs::read_dir(&args.pin_dir).map_or(true, |mut rd| rd.next().is_none());
+    let loaded = load_and_attach(args, interfaces);
+    if loaded.is_err()
+        && fresh
+        && let Err(e) = remove_pins(&args.pin_dir)
+    {
+        tracing::warn!(error = %e, pin_dir = %args.pin_dir.display(), "removing what the failed start pinned");
+    }
+    loaded
+}
+
+fn load_and_attach(args: &NodeArgs, interfaces: &[String]) -> anyhow::Result<NodeDatapath> {
     let opts = NodeOptions {
         pin_dir: Some(args.pin_dir.clone()),
         mss4: args.mss_v4,
@@ -250,6 +285,8 @@ pub struct Agent {
     pub notify: Arc<Notify>,
     pub cfg: SyncConfig,
     pub health: Arc<Health>,
+    /// The loop's `node-sync` heartbeat ([`sync_heartbeat`]).
+    pub heartbeat: Heartbeat,
     pub metrics: NodeMetrics,
 }
 
@@ -262,7 +299,7 @@ impl Agent {
         dp: &mut (dyn NodeProgram + Send),
         stop: impl Future<Output = ()>,
     ) {
-        let heartbeat = self.health.heartbeat("node-sync", LOOP_ALLOWANCE);
+        let heartbeat = self.heartbeat;
         let mut st = SyncState::default();
         let mut counters_tick = tokio::time::interval(COUNTERS);
         let mut due = true;
