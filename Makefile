@@ -63,3 +63,11 @@ demo: setup-demo k8s
 .PHONY: images
 images:
 	CARGO=$(CARGO) bash scripts/build-images.sh
+
+# A first install from this checkout, timed phase by phase: images, the Go build,
+# the real control plane, `helm install`, the controller pod run from its image as
+# the kubelet would, `kubectl expose --type=LoadBalancer` until the VIP (root;
+# docs/install.md, "How long a first install takes"). Leaves nothing running.
+.PHONY: first-install
+first-install:
+	CARGO=$(CARGO) bash scripts/first-install.sh
