@@ -46,7 +46,7 @@ lint:
 unit:
 	$(CARGO) nextest run --workspace --no-fail-fast
 
-test: setup k8s fmt lint unit
+test: setup k8s fmt lint unit kernels
 
 crds:
 	$(CARGO) run -q -p ringlb-crds --bin crdgen
@@ -71,3 +71,11 @@ images:
 .PHONY: first-install
 first-install:
 	CARGO=$(CARGO) bash scripts/first-install.sh
+
+# The kernel test matrix (root): the XDP and tc BPF tests inside stock Debian
+# kernels 5.10, 6.1, 6.12 and the newest, under qemu; kernels are cached in
+# ~/.cache/ringlb/kernels. docs/kernels.md.
+.PHONY: kernels
+kernels:
+	bash scripts/kernel-setup.sh
+	$(CARGO) run -q -p ringlb-kernels --bin kernel-matrix -- --out $(CARGO_TARGET_DIR)/kernel-matrix

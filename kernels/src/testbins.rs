@@ -1,0 +1,105 @@
+//! The test executables that run inside each guest, built on the host with
+//! `cargo test --no-run` (the BPF objects are embedded in them).
+
+use std::{
+    path::{Path, PathBuf},
+    process::{Command, Stdio},
+};
+
+use anyhow::{Context, Result, bail};
+
+/// (package, test target): the BPF_PROG_TEST_RUN fixtures (exact bytes), then
+/// real traffic in namespaces, then the real-VLAN next-hop resolver.
+pub const TESTS: &[(&str, &str)] = &[
+    ("ringlb-xdp", "xdp_fixtures"),
+    ("ringlb-xdp", "xdp_vlan"),
+    ("ringlb-xdp", "xdp_ptb"),
+    ("ringlb-node", "node_fixtures"),
+    ("ringlb-node", "node_icmp"),
+    ("ringlb-xdp", "xdp_netns"),
+    ("ringlb-node", "node_netns"),
+    ("ringlb-xdp", "nexthop_netlink"),
+];
+
+/// Test executables named by their target, from cargo's JSON messages.
+pub fn executables(json_lines: &str) -> Vec<(String, PathBuf)> {
+    json_lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["reason"] == "compiler-artifact" && v["profile"]["test"] == true)
+        .filter_map(|v| {
+            let exe = v["executable"].as_str()?;
+            Some((
+                v["target"]["name"].as_str()?.to_string(),
+                PathBuf::from(exe),
+            ))
+        })
+        .collect()
+}
+
+/// Builds `wanted` (target names; empty = all of [`TESTS`]) in `workspace`; their
+/// paths, in [`TESTS`] order.
+pub fn build(workspace: &Path, wanted: &[String]) -> Result<Vec<(String, PathBuf)>> {
+    let chosen: Vec<&(&str, &str)> = TESTS
+        .iter()
+        .filter(|(_, t)| wanted.is_empty() || wanted.iter().any(|w| w == t))
+        .collect();
+    if chosen.is_empty() {
+        bail!("no test target among {wanted:?}; known: {TESTS:?}");
+    }
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    let mut cmd = Command::new(cargo);
+    cmd.args([
+        "test",
+        "--no-run",
+        "--message-format=json-render-diagnostics",
+    ])
+    .current_dir(workspace)
+    .stdout(Stdio::piped())
+    .stderr(Stdio::inherit());
+    let mut pkgs: Vec<&str> = chosen.iter().map(|(p, _)| *p).collect();
+    pkgs.sort_unstable();
+    pkgs.dedup();
+    for p in pkgs {
+        cmd.args(["-p", p]);
+    }
+    for (_, t) in &chosen {
+        cmd.args(["--test", t]);
+    }
+    eprintln!("kernel-matrix: building the test executables");
+    let out = cmd.output().context("cargo test --no-run")?;
+    if !out.status.success() {
+        bail!("cargo test --no-run failed");
+    }
+    let built = executables(&String::from_utf8_lossy(&out.stdout));
+    chosen
+        .iter()
+        .map(|(_, t)| {
+            built
+                .iter()
+                .find(|(n, _)| n == t)
+                .cloned()
+                .with_context(|| format!("cargo built no executable for {t}"))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn test_executables_come_from_compiler_artifacts() {
+        let json = r#"{"reason":"compiler-artifact","target":{"name":"ringlb_xdp","kind":["lib"]},"profile":{"test":false},"executable":null}
+{"reason":"compiler-artifact","target":{"name":"xdp_fixtures","kind":["test"]},"profile":{"test":true},"executable":"/t/debug/deps/xdp_fixtures-2e7a"}
+{"reason":"build-finished","success":true}
+not json"#;
+        assert_eq!(
+            executables(json),
+            [(
+                "xdp_fixtures".to_string(),
+                PathBuf::from("/t/debug/deps/xdp_fixtures-2e7a")
+            )]
+        );
+    }
+}
