@@ -21,7 +21,8 @@ command -v qemu-system-x86_64 >/dev/null 2>&1 || need_qemu=1
 [ ${#missing[@]} -eq 0 ] && [ $need_qemu -eq 0 ] && { echo "kernel-setup: ok"; exit 0; }
 
 if [ "$(id -u)" -ne 0 ]; then
-  echo "kernel-setup: need root to apt-get install ${missing[*]} ${need_qemu:+qemu-system-x86}" >&2
+  [ $need_qemu -eq 1 ] && missing+=(qemu-system-x86)
+  echo "kernel-setup: need root to apt-get install ${missing[*]}" >&2
   exit 1
 fi
 export DEBIAN_FRONTEND=noninteractive
@@ -41,7 +42,9 @@ if [ $need_qemu -eq 1 ] && [ "${VERSION_CODENAME:-}" = bookworm ]; then
   qemu_from=(-t bookworm-backports)
 fi
 apt-get update -qq
-[ ${#missing[@]} -gt 0 ] && apt-get install -y -qq --no-install-recommends "${missing[@]}"
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
 if [ $need_qemu -eq 1 ]; then
   apt-get install -y -qq --no-install-recommends "${qemu_from[@]}" qemu-system-x86
 fi
