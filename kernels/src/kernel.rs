@@ -63,13 +63,25 @@ pub fn prepare(apt: &Apt, cache: &Path, label: &str, pkgs: &[String]) -> Result<
         return Ok(k);
     }
     let debs = apt.download(pkgs, &dir.join("debs"))?;
-    let x = dir.join("x");
+    let (x, stage) = (dir.join("x"), dir.join("stage"));
+    let built = unpack_and_build(&k, &debs, &x, &stage);
+    // the unpacked tree is ~0.5 GB: never leave it behind, also on failure
+    let _ = fs::remove_dir_all(&x);
+    let _ = fs::remove_dir_all(&stage);
+    built?;
+    fs::write(&stamp, want)?;
+    Ok(k)
+}
+
+/// Unpacks the packages into `x` and takes `vmlinuz` and the modules archive.
+fn unpack_and_build(k: &Kernel, debs: &[PathBuf], x: &Path, stage: &Path) -> Result<()> {
+    let abi = &k.abi;
     if x.exists() {
-        fs::remove_dir_all(&x)?;
+        fs::remove_dir_all(x)?;
     }
-    fs::create_dir_all(&x)?;
-    for d in &debs {
-        let st = Command::new("dpkg-deb").arg("-x").arg(d).arg(&x).status()?;
+    fs::create_dir_all(x)?;
+    for d in debs {
+        let st = Command::new("dpkg-deb").arg("-x").arg(d).arg(x).status()?;
         if !st.success() {
             bail!("dpkg-deb -x {}", d.display());
         }
@@ -93,16 +105,7 @@ pub fn prepare(apt: &Apt, cache: &Path, label: &str, pkgs: &[String]) -> Result<
     .find(|p| p.exists())
     .with_context(|| format!("{abi}: no vmlinuz"))?;
     fs::copy(&vmlinuz, &k.vmlinuz)?;
-    let held = initramfs::build_modules(
-        &dir.join("stage"),
-        &modbase,
-        &kver,
-        initramfs::MODULES,
-        &k.modules,
-    )?;
+    let held = initramfs::build_modules(stage, &modbase, &kver, initramfs::MODULES, &k.modules)?;
     eprintln!("kernel-matrix: {abi}: modules {}", held.join(" "));
-    fs::write(&stamp, want)?;
-    fs::remove_dir_all(&x)?;
-    fs::remove_dir_all(dir.join("stage"))?;
-    Ok(k)
+    Ok(())
 }
