@@ -77,16 +77,17 @@ pub struct Expected {
 /// both programs.
 pub const EXPECTED: &[Expected] = &[
     Expected {
-        below: (6, 13),
-        needle: "math between pkt pointer and register with unbounded min value",
-        reason: "ringlb_xdp (xdp/bpf/parse.h:77-78): l3 + bpf_ntohs(tot_len); \
-                 this verifier loses the bounds of a byte swap",
+        below: (6, 3),
+        needle: "needs Linux 6.3 to change the family",
+        reason: "ringlb_node_ingress: 4-in-6 decap (bpf_skb_adjust_room changing the \
+                 L3 family, BPF_F_ADJ_ROOM_DECAP_L3_IPV4: Linux 6.3)",
     },
     Expected {
-        below: (6, 13),
-        needle: "R4 min value is negative, either use unsigned",
-        reason: "ringlb_node_egress (node/bpf/node_mss.h:74-78): olen = hlen - 20 \
-                 before the hlen check; this verifier does not link the two",
+        below: (6, 12),
+        needle: "mss_at_an_odd_offset_is_clamped_with_a_right_checksum",
+        reason: "ringlb_node_egress: the TCP checksum after clamping an MSS option at \
+                 an odd offset is wrong on 6.1 (not understood yet; an MSS option at \
+                 an even offset, the usual place, is right)",
     },
     Expected {
         below: (5, 17),
@@ -333,7 +334,7 @@ FAILED
 test mss ... 
 thread 'mss' panicked at node/tests/support/mod.rs:52:44:
 loading node.o: verifier_log: ; if (bpf_skb_load_bytes(skb, l4 + 20, w.opts, w.olen))
-R4 min value is negative, either use unsigned or 'var &= const'
+assertion failed: 4-in-6 decap needs Linux 6.3 to change the family
 FAILED
 test later ... ignored
 
@@ -386,9 +387,14 @@ test edge_to_node ... @@END node_netns 124
                 ),
             ]
         );
-        assert!(g.tests[4].reason.unwrap().starts_with("ringlb_node_egress"));
-        let xfail_only = "@@KERNEL 6.1.0-56-amd64\n@@BEGIN n\ntest mss ... \nR4 min value is negative, \
-                          either use unsigned\nFAILED\ntest result: FAILED.\n@@END n 101\n";
+        assert!(
+            g.tests[4]
+                .reason
+                .unwrap()
+                .starts_with("ringlb_node_ingress")
+        );
+        let xfail_only = "@@KERNEL 6.1.0-56-amd64\n@@BEGIN n\ntest mss ... \n4-in-6 decap \
+                          needs Linux 6.3 to change the family\nFAILED\ntest result: FAILED.\n@@END n 101\n";
         assert_eq!(parse(xfail_only).tests.len(), 1);
         // the same failure on a kernel that should load the program is a failure
         let newer = parse(&PORT.replace("6.1.0-56-amd64", "6.18.1"));

@@ -71,11 +71,19 @@ static long node_mss_step(__u32 n, void *arg)
 static __always_inline int node_clamp_mss(struct __sk_buff *skb, __u32 l4, __u32 hlen, __u16 mss)
 {
 	struct node_mss_walk w = { .at = -1 };
-	w.olen = hlen - 20;
 
-	if (mss == 0 || hlen <= 20 || w.olen > NODE_TCP_MAX_OPTS)
+	/* Check hlen before deriving olen from it, and bound olen with an
+	 * instruction clang keeps: verifiers before 6.13 lose the link between the
+	 * two registers and refuse a possibly negative length (docs/kernels.md). */
+	if (mss == 0 || hlen <= 20 || hlen > 20 + NODE_TCP_MAX_OPTS)
 		return 0;
-	if (bpf_skb_load_bytes(skb, l4 + 20, w.opts, w.olen))
+	__u32 olen = hlen - 21; /* hlen > 20: olen - 1 */
+	asm volatile("%0 &= 0x3f" : "+r"(olen));
+	olen += 1; /* 1..64 by arithmetic, which every verifier follows */
+	if (olen > NODE_TCP_MAX_OPTS)
+		return 0;
+	w.olen = olen;
+	if (bpf_skb_load_bytes(skb, l4 + 20, w.opts, olen))
 		return 0;
 	bpf_loop(NODE_TCP_MAX_OPTS, node_mss_step, &w, 0);
 	if (w.at < 0)
