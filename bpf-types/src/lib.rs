@@ -13,10 +13,10 @@ mod abi;
 pub mod bpffs;
 mod error;
 mod layout;
-mod proto;
 
 pub use abi::{AF_INET, AF_INET6, Be16, RawAddr};
 pub use bpffs::{PinDirError, check_pin_dir};
 pub use error::{BpfError, map_err, prog_err};
 pub use layout::check_capacity;
-pub use proto::Proto;
+/// The L4 protocol, defined with the datapath seam (`ringlb-datapath`).
+pub use ringlb_datapath::Proto;

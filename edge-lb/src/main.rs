@@ -128,5 +128,21 @@ mod tests {
         assert!(run(&["--drain", "soon"]).is_err());
         assert!(run(&["--default-class"]).unwrap().default_class);
         assert!(!run(&["--default-class=false"]).unwrap().default_class);
+        use ringlb_edge::agent::{DatapathKind, Forwarding};
+        let r = run(&[]).unwrap();
+        assert_eq!(r.datapath, DatapathKind::Xdp);
+        assert_eq!(r.forwarding, Forwarding::Tunnel);
+        assert!(r.mh_port && r.mh_fallback);
+        let r = run(&[
+            "--datapath",
+            "ipvs",
+            "--forwarding",
+            "dr",
+            "--mh-port=false",
+        ])
+        .unwrap();
+        assert_eq!(r.datapath, DatapathKind::Ipvs);
+        assert_eq!(r.forwarding, Forwarding::Dr);
+        assert!(!r.mh_port && r.mh_fallback);
     }
 }

@@ -16,8 +16,8 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use ringlb_crds::service::{is_ours, service_key, status_ips};
 
+use ringlb_datapath::{Proto, Vip};
 use ringlb_maglev::Backend;
-use ringlb_xdp::{Proto, Vip};
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";

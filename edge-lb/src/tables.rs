@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use ipnetwork::IpNetwork;
 
 use crate::serving::{Serving, VipBackends};
+use ringlb_datapath::{DesiredState, ServiceEntry, Vip};
 use ringlb_maglev::{Backend, Table};
-use ringlb_xdp::{DesiredState, ServiceEntry, Vip};
 
 /// A VIP:port the agent could not program, with the reason (for a log line).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -116,7 +116,7 @@ pub fn routes(desired: &Serving, programmed: &DesiredState) -> BTreeSet<IpNetwor
 #[cfg(test)]
 mod tests {
     use super::*;
-    use ringlb_xdp::Proto;
+    use ringlb_datapath::Proto;
 
     fn b(ip: &str) -> Backend {
         Backend {

@@ -29,8 +29,12 @@ fn help_lists_common_flags_and_subcommands() {
     assert!(ok, "{text}");
     for want in [
         "--node-name",
+        "--datapath",
         "--interface",
         "--xdp-mode",
+        "--forwarding",
+        "--mh-port",
+        "--mh-fallback",
         "--ring-size",
         "--drain",
         "--kubeconfig",
@@ -75,6 +79,21 @@ fn bad_input_is_refused_with_the_flag_named() {
             "{args:?}: the error does not name {named}:\n{text}"
         );
     }
+}
+
+#[test]
+fn the_datapath_flags_are_checked() {
+    let base = ["run", "--node-name", "n", "--source-v4", "192.0.2.1"];
+    let with = |extra: &[&str]| run(&[&base[..], extra].concat());
+    let (ok, text) = with(&[]);
+    assert!(
+        !ok && text.contains("--interface is required with --datapath xdp"),
+        "{text}"
+    );
+    let (ok, text) = with(&["--datapath", "nft"]);
+    assert!(!ok && text.contains("--datapath"), "{text}");
+    let (ok, text) = with(&["--datapath", "ipvs", "--forwarding", "nat"]);
+    assert!(!ok && text.contains("--forwarding"), "{text}");
 }
 
 /// The `--flags` in `text`.

@@ -20,14 +20,19 @@
 //! - `datapath`: `IpvsDatapath`, the planner over a kernel, re-reading the
 //!   kernel after a failed write (the rule of ringlb-xdp's `apply.rs`).
 //!
+//! - `seam`: `IpvsDatapath` behind the edge agent's `ringlb_datapath::Datapath`
+//!   (the seam's `DesiredState` -> [`plan::Desired`]).
+//!
 //! This crate does not depend on ringlb-xdp (that would pull aya into the IPVS
-//! path): its input is its own small [`plan::Desired`].
+//! path): the seam lives in the light `ringlb-datapath`, and the planner takes its
+//! own small [`plan::Desired`].
 
 pub mod codec;
 pub mod datapath;
 pub mod kernel;
 pub mod model;
 pub mod plan;
+pub mod seam;
 
 pub use datapath::{ApplyStats, IpvsDatapath};
 pub use kernel::Kernel;

@@ -7,6 +7,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
+use ringlb_datapath::Error as SeamError;
 use ringlb_nexthop::{NextHop, Resolver};
 
 use crate::maps::{Maps, read_back, run_ops};
@@ -155,23 +156,23 @@ impl<M: Maps> Applier<M> {
 }
 
 impl<M: Maps> Datapath for Applier<M> {
-    fn apply(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error> {
-        Applier::apply(self, desired)
+    fn apply(&mut self, desired: &DesiredState) -> Result<ApplyStats, SeamError> {
+        Ok(Applier::apply(self, desired)?)
     }
     fn apply_service(
         &mut self,
         vip: &Vip,
         entry: Option<&ServiceEntry>,
-    ) -> Result<ApplyStats, Error> {
-        Applier::apply_service(self, vip, entry)
+    ) -> Result<ApplyStats, SeamError> {
+        Ok(Applier::apply_service(self, vip, entry)?)
     }
-    fn refresh_next_hops(&mut self) -> Result<usize, Error> {
-        Applier::refresh_next_hops(self)
+    fn refresh_next_hops(&mut self) -> Result<usize, SeamError> {
+        Ok(Applier::refresh_next_hops(self)?)
     }
-    fn counters(&self) -> Result<Counters, Error> {
-        Applier::counters(self)
+    fn counters(&mut self) -> Result<Counters, SeamError> {
+        Ok(Applier::counters(self)?)
     }
-    fn uninstall(self) -> Result<(), Error> {
+    fn uninstall(self) -> Result<(), SeamError> {
         Ok(()) // nothing outside the map layer, which goes with `self`
     }
 }

@@ -12,7 +12,7 @@
 use std::{collections::BTreeMap, fmt::Write as _, io::Write, net::SocketAddr, path::PathBuf};
 
 use super::{
-    Counters, Datapath, Error, Proto, abi,
+    Counters, Error, Proto, abi,
     lookup::{CtState, Lookup},
     xdp::XdpDatapath,
 };
@@ -83,7 +83,7 @@ pub fn run(args: &DatapathArgs, out: &mut dyn Write) -> Result<(), Error> {
             s = format_lookup(&format!("{src} -> {dst}/{proto:?}"), &dp.lookup(&f)?);
         }
         DatapathCommand::Uninstall => {
-            dp.uninstall()?;
+            dp.remove()?;
             writeln!(s, "datapath removed from {}", args.pin_dir.display()).ok();
         }
     }

@@ -1,5 +1,6 @@
-//! The packet datapath behind one trait: XDP (aya). A kernel IPVS backend would implement
-//! the same trait; it is not built (this kernel has no IPVS).
+//! The XDP datapath (aya) behind the seam of `ringlb-datapath`, whose types
+//! (`Datapath`, `DesiredState`, `Vip`, ...) are re-exported here. Kernel IPVS
+//! (`ringlb-ipvs`) implements the same seam.
 //!
 //! ```text
 //!  desired state (pure)          plan() (pure)            apply (I/O)
@@ -20,14 +21,16 @@ pub mod batch;
 pub mod cli;
 pub mod lookup;
 pub mod maps;
-pub mod metrics;
 
 pub mod readback;
 pub mod state;
 pub mod xdp;
 
 pub use ringlb_bpf_types::BpfError;
-pub use state::{DesiredState, MapOp, Programmed, Proto, ServiceEntry, Vip, plan, plan_update};
+pub use ringlb_datapath::{ApplyStats, Counters, Datapath};
+pub use state::{
+    DesiredState, MapOp, Programmed, Proto, ServiceEntry, Vip, VipAbi, plan, plan_update,
+};
 
 /// Errors of the datapath layer.
 #[derive(Debug, thiserror::Error)]
@@ -67,52 +70,13 @@ impl Error {
     }
 }
 
+impl From<Error> for ringlb_datapath::Error {
+    /// Behind the seam, under the same `metric_label()`.
+    fn from(e: Error) -> Self {
+        ringlb_datapath::Error::new(e.metric_label(), e)
+    }
+}
+
 pub(crate) fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
     ringlb_bpf_types::map_err(name)
-}
-
-/// What one `apply` wrote, for logs and the update-latency benchmark.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct ApplyStats {
-    pub backends_written: usize,
-    pub backends_deleted: usize,
-    pub rings_created: usize,
-    pub rings_deleted: usize,
-    pub slots_written: usize,
-    pub vips_written: usize,
-    pub vips_deleted: usize,
-}
-
-/// Global and per-VIP packet counters, summed over CPUs.
-#[derive(Clone, Debug, Default)]
-pub struct Counters {
-    /// (label, value) in `abi::Stat` order.
-    pub global: Vec<(&'static str, u64)>,
-    /// (vip, packets, bytes)
-    pub per_vip: Vec<(Vip, u64, u64)>,
-}
-
-/// The seam the edge agent programs a datapath through: XDP (`xdp::XdpDatapath`
-/// over the kernel's maps, or `apply::Applier` over any map layer); an IPVS backend
-/// would implement it too.
-pub trait Datapath {
-    /// Make the kernel state equal `desired`, writing only what differs.
-    fn apply(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error>;
-    /// Changes one service (`None` removes it) without looking at any other.
-    fn apply_service(
-        &mut self,
-        vip: &Vip,
-        entry: Option<&ServiceEntry>,
-    ) -> Result<ApplyStats, Error>;
-    /// Re-resolves the backends' next hops and rewrites the entries that changed;
-    /// how many. A datapath whose kernel resolves next hops itself does nothing.
-    fn refresh_next_hops(&mut self) -> Result<usize, Error> {
-        Ok(0)
-    }
-    /// Current counters.
-    fn counters(&self) -> Result<Counters, Error>;
-    /// Detach and remove every kernel object this datapath created.
-    fn uninstall(self) -> Result<(), Error>
-    where
-        Self: Sized;
 }

@@ -10,7 +10,7 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
 
-use super::{Error, Vip, abi, map_err, xdp::XdpDatapath};
+use super::{Error, Vip, VipAbi, abi, map_err, xdp::XdpDatapath};
 
 /// The conntrack step of a [`Lookup`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -22,6 +22,7 @@ use aya::{
     },
 };
 
+use ringlb_datapath::Error as SeamError;
 use ringlb_nexthop::Resolver;
 
 use super::{
@@ -419,23 +420,30 @@ pub fn test_run(
 }
 
 impl Datapath for XdpDatapath {
-    fn apply(&mut self, desired: &DesiredState) -> Result<ApplyStats, Error> {
-        self.applier.apply(desired)
+    fn apply(&mut self, desired: &DesiredState) -> Result<ApplyStats, SeamError> {
+        Ok(self.applier.apply(desired)?)
     }
     fn apply_service(
         &mut self,
         vip: &Vip,
         entry: Option<&ServiceEntry>,
-    ) -> Result<ApplyStats, Error> {
-        self.applier.apply_service(vip, entry)
+    ) -> Result<ApplyStats, SeamError> {
+        Ok(self.applier.apply_service(vip, entry)?)
     }
-    fn refresh_next_hops(&mut self) -> Result<usize, Error> {
-        self.applier.refresh_next_hops()
+    fn refresh_next_hops(&mut self) -> Result<usize, SeamError> {
+        Ok(self.applier.refresh_next_hops()?)
     }
-    fn counters(&self) -> Result<Counters, Error> {
-        self.read_counters()
+    fn counters(&mut self) -> Result<Counters, SeamError> {
+        Ok(self.read_counters()?)
     }
-    fn uninstall(mut self) -> Result<(), Error> {
+    fn uninstall(self) -> Result<(), SeamError> {
+        Ok(self.remove()?)
+    }
+}
+
+impl XdpDatapath {
+    /// Detaches the program and removes its pins ([`Datapath::uninstall`]).
+    pub fn remove(mut self) -> Result<(), Error> {
         self.detach()?;
         let dir = self.pin_dir.take();
         drop(self);

@@ -5,14 +5,17 @@
 //!        │ any event ──> notify (coalesced for DEBOUNCE)
 //!        ▼
 //!  nexthop-watch thread: kernel route/neighbour/link changes ──> nh notify (DEBOUNCE
-//!                        in nexthops) ──> XdpDatapath::refresh_next_hops (changed only)
-//!  sync (this task owns the datapath, through the `Datapath` seam; sync.rs):
+//!                        in nexthops) ──> Datapath::refresh_next_hops (XDP: changed
+//!                        only; IPVS: nothing, the kernel routes to real servers)
+//!  sync (this task owns the datapath, through the `ringlb_datapath::Datapath` seam:
+//!        XdpDatapath or IpvsDatapath, chosen by --datapath; sync.rs):
 //!     serving::build ──> tables::datapath_state ──> Datapath::apply (writes only the diff)
 //!                    └─> tables::routes ──────────> Speaker::announce / withdraw
 //!  peers::run task: BGPPeer/BGPAdvertisement/IPPool/Node ──> Speaker::set_peers,
 //!                      BGPPeer status per node
 //!  SIGTERM ──> Speaker::drain (GRACEFUL_SHUTDOWN, drain time, withdraw, Cease) ──> exit.
-//!  The XDP program and its maps stay pinned, so a restart keeps forwarding and conntrack.
+//!  The XDP program and its maps stay pinned, so a restart keeps forwarding and conntrack;
+//!  IPVS services and the VIPs bound on `lo` are removed once the routes are withdrawn.
 //! ```
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -23,13 +26,14 @@ use std::time::Duration;
 use anyhow::Context;
 use prometheus_client::registry::Registry;
 use ringlb_bgp::Speaker;
+use ringlb_datapath::{Datapath, DesiredState};
+use ringlb_ipvs::kernel::netlink::NetlinkKernel;
+use ringlb_ipvs::{Forward, IpvsDatapath};
 use ringlb_maglev as maglev;
 use ringlb_nexthop::KernelResolver;
 use ringlb_ops::flags::parse_duration;
 use ringlb_ops::{CommonArgs, Health, Heartbeat};
-use ringlb_xdp::Datapath;
 use ringlb_xdp::abi::MAX_RING_SIZE;
-use ringlb_xdp::metrics::XdpMetrics;
 use ringlb_xdp::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify};
@@ -37,8 +41,11 @@ use tokio::sync::{Mutex, Notify};
 use crate::peers::{self, NodeContext};
 
 mod api;
+pub mod metrics;
 mod nexthops;
 pub mod sync;
+
+use metrics::DatapathMetrics;
 
 use sync::{Stores, SyncConfig, SyncState};
 
@@ -47,7 +54,7 @@ const DEBOUNCE: Duration = Duration::from_millis(50);
 /// A full resync even without events; it also re-resolves every next hop, in case a
 /// kernel notification was missed.
 const RESYNC: Duration = Duration::from_secs(30);
-/// How often the XDP counters are read into /metrics.
+/// How often the datapath's counters are read into /metrics.
 const COUNTERS: Duration = Duration::from_secs(10);
 /// How soon a failed datapath apply is retried.
 const RETRY: Duration = Duration::from_secs(1);
@@ -59,28 +66,73 @@ const LOOP_ALLOWANCE: Duration = Duration::from_secs(120);
 /// The same for the BGP configuration loop, which wakes at least every minute.
 const PEERS_ALLOWANCE: Duration = Duration::from_secs(180);
 
+/// Which datapath forwards VIP traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DatapathKind {
+    /// The XDP program on --interface (BPF maps, our Maglev table).
+    Xdp,
+    /// Kernel IPVS with the `mh` scheduler (docs/ipvs.md).
+    Ipvs,
+}
+
+impl DatapathKind {
+    /// The name in metrics (`ringlb_xdp_*`, `ringlb_ipvs_*`) and logs.
+    pub fn name(self) -> &'static str {
+        match self {
+            DatapathKind::Xdp => "xdp",
+            DatapathKind::Ipvs => "ipvs",
+        }
+    }
+}
+
+/// How IPVS reaches a real server.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum Forwarding {
+    /// IPIP (or IPv6) encapsulation to the pod.
+    Tunnel,
+    /// Direct routing: the MAC rewritten, for pods on the edge's L2 only.
+    Dr,
+}
+
 /// Flags of `ringlb-edge run`.
 #[derive(clap::Args, Debug, Clone)]
 pub struct RunArgs {
     /// This node's name (its labels select BGPPeers).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
+    /// The datapath: xdp, or ipvs where XDP cannot run (docs/ipvs.md). The flags
+    /// marked "XDP only" are ignored with ipvs, the "IPVS only" ones with xdp.
+    #[arg(long, value_enum, default_value = "xdp")]
+    pub datapath: DatapathKind,
     /// Interface that receives VIP traffic from the ToR; the XDP program attaches here.
+    /// Required with --datapath xdp; ignored (with a warning) with ipvs.
     #[arg(long)]
-    pub interface: String,
-    /// XDP attach mode: auto tries native and falls back to generic with a warning.
+    pub interface: Option<String>,
+    /// IPVS only: how real servers are reached.
+    #[arg(long, value_enum, default_value = "tunnel")]
+    pub forwarding: Forwarding,
+    /// IPVS only: the `mh` scheduler hashes the client's source port too, not only
+    /// its address (flows of one client spread over the pods, as with XDP).
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub mh_port: bool,
+    /// IPVS only: a new connection whose slot names a draining pod (weight 0) goes
+    /// to another pod instead of being refused.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub mh_fallback: bool,
+    /// XDP only. XDP attach mode: auto tries native and falls back to generic with a warning.
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: AttachMode,
-    /// Where the XDP maps and link are pinned (a bpffs).
+    /// XDP only. Where the XDP maps and link are pinned (a bpffs).
     #[arg(long, default_value = DEFAULT_PIN_DIR)]
     pub pin_dir: PathBuf,
-    /// Outer source address of IPv4 encapsulation (this edge's address toward the pods).
+    /// Outer source address of IPv4 encapsulation (this edge's address toward the pods;
+    /// with ipvs the kernel chooses it, and this is only the default --router-id).
     #[arg(long)]
     pub source_v4: Option<Ipv4Addr>,
     /// Outer source address of IPv6 encapsulation.
     #[arg(long)]
     pub source_v6: Option<Ipv6Addr>,
-    /// Largest packet after encapsulation (the fabric MTU). Larger ones are answered
+    /// XDP only. Largest packet after encapsulation (the fabric MTU). Larger ones are answered
     /// with ICMP Fragmentation Needed / Packet Too Big; IPv4 without DF is passed.
     #[arg(long, default_value_t = 1500)]
     pub mtu: u32,
@@ -106,8 +158,12 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// Checks the flags before anything is started: ring size, interface, pin
-    /// directory; returns the BGP router id.
+    /// directory (XDP); returns the BGP router id.
     fn check(&self) -> anyhow::Result<Ipv4Addr> {
+        let router_id = self
+            .router_id
+            .or(self.source_v4)
+            .context("--router-id (or --source-v4) is required for BGP");
         maglev::Table::build(
             &[maglev::Backend {
                 addr: Ipv4Addr::LOCALHOST.into(),
@@ -117,21 +173,43 @@ impl RunArgs {
             self.ring_size,
         )
         .with_context(|| format!("--ring-size {}", self.ring_size))?;
+        if self.datapath == DatapathKind::Ipvs {
+            if let Some(i) = &self.interface {
+                tracing::warn!(interface = %i, "--interface is ignored with --datapath ipvs (IPVS serves every interface)");
+            }
+            return router_id;
+        }
         anyhow::ensure!(
             self.ring_size <= MAX_RING_SIZE,
             "--ring-size {}: the XDP datapath holds rings of at most {MAX_RING_SIZE} slots",
             self.ring_size
         );
+        let interface = self.xdp_interface()?;
         anyhow::ensure!(
-            ringlb_xdp::batch::if_index(&self.interface) != 0,
-            "--interface {}: no such interface in this network namespace",
-            self.interface
+            ringlb_xdp::batch::if_index(interface) != 0,
+            "--interface {interface}: no such interface in this network namespace",
         );
         ringlb_xdp::xdp::check_pin_dir(&self.pin_dir)
             .with_context(|| format!("--pin-dir {}", self.pin_dir.display()))?;
-        self.router_id
-            .or(self.source_v4)
-            .context("--router-id (or --source-v4) is required for BGP")
+        router_id
+    }
+
+    fn xdp_interface(&self) -> anyhow::Result<&str> {
+        self.interface
+            .as_deref()
+            .context("--interface is required with --datapath xdp (the XDP program attaches there)")
+    }
+
+    fn ipvs_config(&self) -> ringlb_ipvs::Config {
+        ringlb_ipvs::Config {
+            forward: match self.forwarding {
+                Forwarding::Tunnel => Forward::Tunnel,
+                Forwarding::Dr => Forward::DirectRoute,
+            },
+            mh_port: self.mh_port,
+            mh_fallback: self.mh_fallback,
+            ..Default::default()
+        }
     }
 
     fn sync_config(&self) -> SyncConfig {
@@ -148,7 +226,7 @@ struct Agent {
     notify: Arc<Notify>,
     dp: Box<dyn Datapath + Send>,
     speaker: Arc<Speaker>,
-    xdp_metrics: XdpMetrics,
+    dp_metrics: DatapathMetrics,
     nh_metrics: nexthops::Metrics,
     nh_watch: nexthops::Watcher,
     health: Arc<Health>,
@@ -159,9 +237,10 @@ struct Agent {
 ///
 /// Start-up order: everything that can fail without touching the node first (flags,
 /// interface, pin directory, kubeconfig, API reachable, CRDs, ports, first lists),
-/// the XDP program last. A start that fails before the attach leaves the node as it
+/// the datapath last. A start that fails before the attach leaves the node as it
 /// found it; one that fails in the load or attach of a fresh install removes what it
-/// pinned (see [`load_datapath`]).
+/// pinned (see [`load_xdp`]). With `--datapath ipvs` a kernel without IPVS stops the
+/// start there, before anything is changed.
 pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let router_id = args.check()?;
     let client = common.connect().await?;
@@ -169,12 +248,12 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
 
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
-    let (speaker, xdp_metrics, nh_metrics) = {
+    let (speaker, dp_metrics, nh_metrics) = {
         let mut r = registry.lock().await;
         let speaker = Arc::new(Speaker::start(args.bgp_listen_port, &mut r)?);
         (
             speaker,
-            XdpMetrics::register(&mut r),
+            DatapathMetrics::register(&mut r, args.datapath.name()),
             nexthops::Metrics::register(&mut r),
         )
     };
@@ -194,6 +273,7 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let resolver = KernelResolver::default();
     let nh_watch = nexthops::Watcher::start(&resolver, &nh_metrics);
     let dp = load_datapath(args, resolver)?;
+    tracing::info!(datapath = args.datapath.name(), "datapath ready");
 
     // Peers and policy come from BGPPeer / BGPAdvertisement / IPPool for this node.
     let node = NodeContext {
@@ -212,16 +292,19 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let agent = Agent {
         stores,
         notify,
-        dp: Box::new(dp),
+        dp,
         speaker,
-        xdp_metrics,
+        dp_metrics,
         nh_metrics,
         nh_watch,
         heartbeat,
         health,
     };
-    let speaker = agent.run_loop(args, signals).await;
+    let (speaker, dp) = agent.run_loop(args, signals).await;
     shutdown(args, speaker, bgp_task).await;
+    if args.datapath == DatapathKind::Ipvs {
+        remove_ipvs(dp);
+    }
     Ok(())
 }
 
@@ -240,12 +323,43 @@ impl Signals {
     }
 }
 
+/// The datapath `--datapath` names, behind the seam.
+fn load_datapath(
+    args: &RunArgs,
+    resolver: KernelResolver,
+) -> anyhow::Result<Box<dyn Datapath + Send>> {
+    Ok(match args.datapath {
+        DatapathKind::Xdp => Box::new(load_xdp(args, resolver)?),
+        DatapathKind::Ipvs => {
+            // The kernel resolves the real servers' next hops itself.
+            drop(resolver);
+            let kernel = NetlinkKernel::open().context("starting the IPVS datapath")?;
+            let dp =
+                IpvsDatapath::new(kernel, args.ipvs_config()).context("reading what IPVS holds")?;
+            Box::new(dp)
+        }
+    })
+}
+
+/// On exit, once the routes are withdrawn: IPVS services and the VIPs bound on `lo`
+/// go (an empty desired state), so the node does not keep answering for VIPs it no
+/// longer announces.
+fn remove_ipvs(mut dp: Box<dyn Datapath + Send>) {
+    match dp.apply(&DesiredState::default()) {
+        Ok(st) => tracing::info!(services = st.vips_deleted, "IPVS services and VIPs removed"),
+        Err(e) => {
+            tracing::warn!(error = %e, kind = e.metric_label(), "removing the IPVS services on exit")
+        }
+    }
+}
+
 /// Loads the XDP program (reusing pinned maps) and attaches it. When there was no
 /// earlier install in `--pin-dir` and the load or attach fails, what this start
 /// pinned is removed, so a failed first start leaves no program or pin behind. Over
 /// an earlier install a failure leaves that install as it was: its pinned link keeps
 /// forwarding.
-fn load_datapath(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatapath> {
+fn load_xdp(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatapath> {
+    let interface = args.xdp_interface()?;
     let opts = XdpOptions {
         pin_dir: Some(args.pin_dir.clone()),
         src4: args.source_v4,
@@ -258,13 +372,13 @@ fn load_datapath(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<Xdp
         .context("loading the XDP datapath")
         .and_then(|mut dp| {
             let mode = dp
-                .attach(&args.interface, args.xdp_mode)
-                .with_context(|| format!("attaching XDP to {}", args.interface))?;
+                .attach(interface, args.xdp_mode)
+                .with_context(|| format!("attaching XDP to {interface}"))?;
             Ok((dp, mode))
         });
     match attached {
         Ok((dp, mode)) => {
-            tracing::info!(interface = %args.interface, mode, "XDP attached");
+            tracing::info!(interface, mode, "XDP attached");
             Ok(dp)
         }
         Err(e) if fresh => {
@@ -280,8 +394,12 @@ fn load_datapath(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<Xdp
 impl Agent {
     /// Syncs on API events (debounced), refreshes next hops on kernel changes, reads
     /// counters, and resyncs at least every RESYNC, until SIGTERM/SIGINT. Returns the
-    /// speaker for the drain.
-    async fn run_loop(mut self, args: &RunArgs, signals: Signals) -> Arc<Speaker> {
+    /// speaker for the drain and the datapath.
+    async fn run_loop(
+        mut self,
+        args: &RunArgs,
+        signals: Signals,
+    ) -> (Arc<Speaker>, Box<dyn Datapath + Send>) {
         let cfg = args.sync_config();
         let Signals { mut term, mut int } = signals;
         let mut state = SyncState::default();
@@ -313,7 +431,7 @@ impl Agent {
                         &cfg,
                         self.dp.as_mut(),
                         &self.speaker,
-                        &self.xdp_metrics,
+                        &self.dp_metrics,
                         &mut state,
                     )
                 });
@@ -335,8 +453,8 @@ impl Agent {
                 }
                 _ = counters_tick.tick() => {
                     match self.dp.counters() {
-                        Ok(c) => self.xdp_metrics.update(&c),
-                        Err(e) => tracing::warn!(error = %e, "reading XDP counters"),
+                        Ok(c) => self.dp_metrics.update(&c),
+                        Err(e) => tracing::warn!(error = %e, kind = e.metric_label(), "reading the datapath's counters"),
                     }
                     due = false;
                 }
@@ -345,11 +463,11 @@ impl Agent {
             }
         }
         self.health.set_ready(false);
-        self.speaker
+        (self.speaker, self.dp)
     }
 }
 
-/// GRACEFUL_SHUTDOWN, the drain time, withdraw, Cease; the program and maps stay.
+/// GRACEFUL_SHUTDOWN, the drain time, withdraw, Cease; XDP's program and maps stay.
 async fn shutdown(args: &RunArgs, speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()>) {
     tracing::info!(drain = ?args.drain, "shutting down: draining BGP");
     let mut term = match signal(SignalKind::terminate()) {
@@ -370,5 +488,12 @@ async fn shutdown(args: &RunArgs, speaker: Arc<Speaker>, bgp_task: tokio::task::
         Ok(speaker) => speaker.shutdown().await,
         Err(_) => tracing::warn!("speaker still shared at exit; sessions close with the process"),
     }
-    tracing::info!("edge agent stopped; XDP program and maps stay pinned for the next start");
+    match args.datapath {
+        DatapathKind::Xdp => {
+            tracing::info!(
+                "edge agent stopped; XDP program and maps stay pinned for the next start"
+            )
+        }
+        DatapathKind::Ipvs => tracing::info!("edge agent stopped; removing its IPVS services"),
+    }
 }

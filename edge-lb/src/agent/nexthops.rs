@@ -20,8 +20,8 @@ use prometheus_client::metrics::{counter::Counter, family::Family};
 use prometheus_client::registry::Registry;
 use tokio::sync::Notify;
 
+use ringlb_datapath::Datapath;
 use ringlb_nexthop::{Change, KernelResolver, Subscription, Watch};
-use ringlb_xdp::Datapath;
 
 /// How long the loop waits for more notifications before it refreshes.
 const DEBOUNCE: Duration = Duration::from_millis(100);

@@ -1,6 +1,7 @@
 //! One sync of the edge agent: API objects -> Maglev tables -> the datapath (through
-//! the `Datapath` seam) -> the routes the speaker announces. Tested here against the
-//! real apply path over in-memory maps and a real speaker; no API server, no kernel.
+//! the `ringlb_datapath::Datapath` seam) -> the routes the speaker announces. Tested
+//! here against the real apply paths of both datapaths, XDP over in-memory maps and
+//! IPVS over an in-memory kernel, and a real speaker; no API server, no kernel.
 
 use std::collections::BTreeSet;
 use std::time::Instant;
@@ -10,9 +11,9 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::Store;
 use ringlb_bgp::{RouteAttrs, Speaker};
-use ringlb_xdp::Datapath;
-use ringlb_xdp::metrics::XdpMetrics;
+use ringlb_datapath::Datapath;
 
+use super::metrics::DatapathMetrics;
 use crate::{serving, tables};
 
 /// What one sync leaves for the next.
@@ -49,7 +50,7 @@ pub fn sync(
     cfg: &SyncConfig,
     dp: &mut dyn Datapath,
     speaker: &Speaker,
-    metrics: &XdpMetrics,
+    metrics: &DatapathMetrics,
     st: &mut SyncState,
 ) {
     let start = Instant::now();
@@ -111,6 +112,8 @@ mod tests {
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
     use prometheus_client::registry::Registry;
+    use ringlb_ipvs::kernel::memory::MemoryKernel;
+    use ringlb_ipvs::{Forward, IpvsDatapath};
     use ringlb_nexthop::StaticResolver;
     use ringlb_xdp::apply::Applier;
     use ringlb_xdp::maps::memory::MemoryMaps;
@@ -157,23 +160,31 @@ mod tests {
         )
     }
 
-    struct Edge {
-        dp: Applier<MemoryMaps>,
+    struct Edge<D> {
+        dp: D,
         speaker: Speaker,
-        metrics: XdpMetrics,
+        metrics: DatapathMetrics,
         st: SyncState,
         cfg: SyncConfig,
     }
 
-    impl Edge {
+    impl Edge<Applier<MemoryMaps>> {
         fn new() -> Self {
+            Edge::with(
+                Applier::new(MemoryMaps::default(), Box::new(StaticResolver::default())).unwrap(),
+                "xdp",
+            )
+        }
+    }
+
+    impl<D: Datapath> Edge<D> {
+        fn with(dp: D, name: &str) -> Self {
             let mut registry = Registry::default();
             Edge {
-                dp: Applier::new(MemoryMaps::default(), Box::new(StaticResolver::default()))
-                    .unwrap(),
+                dp,
                 // port 0: no listener; announcing only fills the speaker's table
                 speaker: Speaker::start(0, &mut registry).unwrap(),
-                metrics: XdpMetrics::register(&mut registry),
+                metrics: DatapathMetrics::register(&mut registry, name),
                 st: SyncState::default(),
                 cfg: SyncConfig {
                     ring_size: 251,
@@ -193,6 +204,16 @@ mod tests {
             );
         }
 
+        fn announced(&self) -> Vec<String> {
+            self.speaker
+                .announced()
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        }
+    }
+
+    impl Edge<Applier<MemoryMaps>> {
         /// The pod addresses the VIP's ring names, from the maps.
         fn ring_pods(&self) -> BTreeSet<String> {
             let m = self.dp.maps();
@@ -203,14 +224,6 @@ mod tests {
                     let b = m.backends[id];
                     b.addr.to_ip(b.family).unwrap().to_string()
                 })
-                .collect()
-        }
-
-        fn announced(&self) -> Vec<String> {
-            self.speaker
-                .announced()
-                .iter()
-                .map(ToString::to_string)
                 .collect()
         }
     }
@@ -258,14 +271,9 @@ mod tests {
         assert!(edge.dp.maps().live().is_empty(), "no backend left live");
     }
 
-    #[tokio::test]
-    async fn a_failed_apply_announces_nothing_new_and_withdraws_nothing() {
-        let mut edge = Edge::new();
-        edge.sync(&stores(
-            vec![web("10.100.0.1")],
-            vec![web_slice(&[("10.1.0.1", true)])],
-        ));
-        let both = stores(
+    /// `web` on 10.100.0.1 and `api` (one pod, 10.1.0.9) on 10.100.0.2.
+    fn web_and_api() -> Stores {
+        stores(
             vec![web("10.100.0.1"), {
                 let mut s = service(
                     "api",
@@ -284,7 +292,17 @@ mod tests {
                     json!([ep("10.1.0.9", true, true, false)]),
                 )
             }],
-        );
+        )
+    }
+
+    #[tokio::test]
+    async fn a_failed_apply_announces_nothing_new_and_withdraws_nothing() {
+        let mut edge = Edge::new();
+        edge.sync(&stores(
+            vec![web("10.100.0.1")],
+            vec![web_slice(&[("10.1.0.1", true)])],
+        ));
+        let both = web_and_api();
         edge.dp.maps_mut().fail_after = Some(0);
         edge.sync(&both);
         assert!(edge.st.retry, "the failed apply is retried");
@@ -293,5 +311,116 @@ mod tests {
         edge.sync(&both);
         assert!(!edge.st.retry);
         assert_eq!(edge.announced(), ["10.100.0.1/32", "10.100.0.2/32"]);
+    }
+
+    // The same sync over the IPVS datapath and its in-memory kernel.
+
+    /// (address, port, weight, forwarding)
+    type RealServer = (String, u16, u32, Forward);
+
+    fn ipvs_edge() -> Edge<IpvsDatapath<MemoryKernel>> {
+        let dp = IpvsDatapath::new(MemoryKernel::default(), ringlb_ipvs::Config::default());
+        Edge::with(dp.unwrap(), "ipvs")
+    }
+
+    impl Edge<IpvsDatapath<MemoryKernel>> {
+        /// Every virtual service in the kernel with its real servers (address,
+        /// port, weight, forwarding) in the kernel's list order.
+        fn ipvs(&self) -> Vec<(String, Vec<RealServer>)> {
+            let k = &self.dp.kernel().state;
+            k.services
+                .iter()
+                .map(|(key, h)| {
+                    let dests = h.dests.iter().map(|d| {
+                        let a = d.key.addr.to_string();
+                        (a, d.key.port, d.weight, d.forward)
+                    });
+                    (key.to_string(), dests.collect())
+                })
+                .collect()
+        }
+
+        fn bound(&self) -> Vec<String> {
+            let k = &self.dp.kernel().state;
+            k.vips.iter().map(ToString::to_string).collect()
+        }
+    }
+
+    fn rs(addr: &str, weight: u32) -> RealServer {
+        // DR and tunnel keep the VIP's port: the node agent maps it to targetPort
+        (addr.to_string(), 80, weight, Forward::Tunnel)
+    }
+
+    #[tokio::test]
+    async fn ipvs_a_service_with_ready_pods_becomes_a_virtual_service_then_announced() {
+        let mut edge = ipvs_edge();
+        edge.sync(&stores(
+            vec![web("10.100.0.1")],
+            vec![web_slice(&[
+                ("10.1.0.1", true),
+                ("10.1.0.2", true),
+                ("10.1.0.3", false),
+            ])],
+        ));
+        assert!(edge.st.synced_once && !edge.st.retry);
+        assert_eq!(
+            edge.ipvs(),
+            [(
+                "10.100.0.1:80/tcp".to_string(),
+                vec![rs("10.1.0.2", 1), rs("10.1.0.1", 1)]
+            )],
+            "ready pods only, tunnel, canonical order"
+        );
+        assert_eq!(edge.bound(), ["10.100.0.1"], "the VIP is bound on lo");
+        assert_eq!(edge.announced(), ["10.100.0.1/32"]);
+    }
+
+    #[tokio::test]
+    async fn ipvs_a_terminating_pod_drains_at_weight_zero() {
+        let mut edge = ipvs_edge();
+        let eps = json!([
+            ep("10.1.0.1", true, true, false),
+            ep("10.1.0.2", false, true, true),
+        ]);
+        let ports = json!([{"port": 8080, "protocol": "TCP"}]);
+        let s = slice("web", "web-1", "IPv4", ports, eps);
+        edge.sync(&stores(vec![web("10.100.0.1")], vec![s]));
+        assert_eq!(
+            edge.ipvs()[0].1,
+            [rs("10.1.0.2", 0), rs("10.1.0.1", 1)],
+            "not in the ring: its connections stay, new ones go to the ready pod"
+        );
+    }
+
+    #[tokio::test]
+    async fn ipvs_a_vip_whose_pods_all_go_is_withdrawn_and_removed() {
+        let mut edge = ipvs_edge();
+        let svc = vec![web("10.100.0.1")];
+        edge.sync(&stores(svc.clone(), vec![web_slice(&[("10.1.0.1", true)])]));
+        assert_eq!(edge.announced(), ["10.100.0.1/32"]);
+        edge.sync(&stores(svc, vec![web_slice(&[("10.1.0.1", false)])]));
+        assert!(edge.announced().is_empty(), "no ready backend, no route");
+        assert!(edge.ipvs().is_empty(), "the virtual service is deleted");
+        assert!(edge.bound().is_empty(), "the VIP is unbound");
+    }
+
+    #[tokio::test]
+    async fn ipvs_a_failed_write_announces_nothing_new_and_withdraws_nothing() {
+        let mut edge = ipvs_edge();
+        edge.sync(&stores(
+            vec![web("10.100.0.1")],
+            vec![web_slice(&[("10.1.0.1", true)])],
+        ));
+        let both = web_and_api();
+        edge.dp.kernel_mut().fail_after = Some(0);
+        edge.sync(&both);
+        assert!(edge.st.retry, "the failed apply is retried");
+        assert_eq!(edge.announced(), ["10.100.0.1/32"], "the new VIP waits");
+        assert_eq!(edge.ipvs().len(), 1, "the failed write changed nothing");
+        edge.dp.kernel_mut().fail_after = None;
+        edge.sync(&both);
+        assert!(!edge.st.retry);
+        assert_eq!(edge.announced(), ["10.100.0.1/32", "10.100.0.2/32"]);
+        assert_eq!(edge.ipvs().len(), 2);
     }
 }

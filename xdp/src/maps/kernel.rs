@@ -12,7 +12,7 @@ use aya::{
 
 use super::Maps;
 use crate::{
-    BpfError, Counters, Error, Vip, abi,
+    BpfError, Counters, Error, Vip, VipAbi, abi,
     batch::{BPF_F_MMAPABLE, read_mmapped_u32, update_batch, write_mmapped_u32},
     map_err,
 };

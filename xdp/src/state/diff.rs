@@ -7,7 +7,9 @@ use std::{
     net::IpAddr,
 };
 
-use super::{DesiredState, MapOp, Programmed, ProgrammedBackend, ProgrammedVip, ServiceEntry, Vip};
+use super::{
+    DesiredState, MapOp, Programmed, ProgrammedBackend, ProgrammedVip, ServiceEntry, Vip, vip_flags,
+};
 use crate::{Error, abi};
 
 /// Sorted, without duplicates.
@@ -58,13 +60,23 @@ pub fn plan_update(
     vip: &Vip,
     new: Option<&ServiceEntry>,
 ) -> Result<Vec<MapOp>, Error> {
-    let new_addrs = new.map(|s| distinct(&s.backends)).unwrap_or_default();
+    if let Some(svc) = new.filter(|s| s.ring().len() > abi::MAX_RING_SIZE as usize) {
+        return Err(Error::InvalidService {
+            vip: vip.to_string(),
+            reason: format!(
+                "ring size {} outside 1..={}",
+                svc.ring().len(),
+                abi::MAX_RING_SIZE
+            ),
+        });
+    }
+    let new_addrs = new.map(|s| distinct(s.backends())).unwrap_or_default();
     check_ids_available(p, vip, new, &new_addrs)?;
     let old = p.vips.remove(vip);
     let mut ops = PlanOps::default();
     // the ring (and owner) id: the old one, or a new ring when M changes
     let ring_id = new.map(|svc| match &old {
-        Some(o) if o.ring_size == svc.ring.len() as u32 => (o.vip_id, false),
+        Some(o) if o.ring_size == svc.ring().len() as u32 => (o.vip_id, false),
         _ => (p.vip_ids.alloc().expect("checked above"), true),
     });
 
@@ -150,7 +162,8 @@ fn check_ids_available(
             max: abi::MAX_BACKENDS - 1,
         });
     }
-    let needs_vip_id = new.is_some_and(|s| old.is_none_or(|o| o.ring_size != s.ring.len() as u32));
+    let needs_vip_id =
+        new.is_some_and(|s| old.is_none_or(|o| o.ring_size != s.ring().len() as u32));
     if needs_vip_id && p.vip_ids.available() == 0 {
         return Err(Error::IdsExhausted {
             what: "VIP",
@@ -259,8 +272,8 @@ fn program_service(
     ops: &mut PlanOps,
 ) -> Option<u32> {
     // index -> id once, then the ring: O(M) without a map lookup per slot
-    let id_of: Vec<u32> = svc.backends.iter().map(|a| backends[a].id).collect();
-    let ids: Vec<u32> = svc.ring.iter().map(|&i| id_of[i as usize]).collect();
+    let id_of: Vec<u32> = svc.backends().iter().map(|a| backends[a].id).collect();
+    let ids: Vec<u32> = svc.ring().iter().map(|&i| id_of[i as usize]).collect();
     let size = ids.len() as u32;
     let mut freed_vip = None;
     if fresh && let Some(o) = old {
@@ -280,7 +293,7 @@ fn program_service(
     let info = abi::VipInfo {
         vip_id,
         ring_size: size,
-        flags: svc.flags(),
+        flags: vip_flags(svc),
     };
     if fresh || old.is_none_or(|o| o.flags != info.flags) {
         ops.put_vips.push(MapOp::PutVip { vip: *vip, info });

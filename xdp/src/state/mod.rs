@@ -11,44 +11,27 @@
 
 use std::{
     collections::{BTreeMap, BTreeSet},
-    fmt,
     net::IpAddr,
 };
 
-use super::{Error, abi};
+use super::abi;
 
 mod diff;
 mod view;
 pub use diff::{plan, plan_update};
 pub use view::View;
 
-/// L4 protocol of a VIP (shared with `ringlb-node`).
-pub use ringlb_bpf_types::Proto;
+/// The seam's types (`ringlb-datapath`), where the planner finds them.
+pub use ringlb_datapath::{DesiredState, Proto, ServiceEntry, Vip};
 
-/// A VIP:port:protocol. Port 0 is the wildcard: every port of (addr, proto)
-/// that has no exact entry.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Vip {
-    pub addr: IpAddr,
-    pub port: u16,
-    pub proto: Proto,
+/// A [`Vip`] as the `vips` map keys it.
+pub trait VipAbi: Sized {
+    fn to_abi(self) -> abi::VipKey;
+    fn from_abi(k: &abi::VipKey) -> Option<Self>;
 }
 
-impl fmt::Display for Vip {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let p = match self.proto {
-            Proto::Tcp => "tcp",
-            Proto::Udp => "udp",
-        };
-        match self.addr {
-            IpAddr::V4(a) => write!(f, "{a}:{}/{p}", self.port),
-            IpAddr::V6(a) => write!(f, "[{a}]:{}/{p}", self.port),
-        }
-    }
-}
-
-impl Vip {
-    pub fn to_abi(self) -> abi::VipKey {
+impl VipAbi for Vip {
+    fn to_abi(self) -> abi::VipKey {
         let (addr, family) = abi::RawAddr::from_ip(self.addr);
         abi::VipKey {
             addr,
@@ -57,7 +40,7 @@ impl Vip {
             family,
         }
     }
-    pub fn from_abi(k: &abi::VipKey) -> Option<Self> {
+    fn from_abi(k: &abi::VipKey) -> Option<Self> {
         Some(Vip {
             addr: k.addr.to_ip(k.family)?,
             port: k.port.to_host(),
@@ -66,71 +49,9 @@ impl Vip {
     }
 }
 
-/// One service as the datapath needs it: the backend pod IPs and the Maglev
-/// ring (slot -> index into `backends`).
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ServiceEntry {
-    backends: Vec<IpAddr>,
-    ring: Vec<u32>,
-    conntrack: bool,
-}
-
-impl ServiceEntry {
-    /// Validates that every ring slot names a backend and the ring fits the map.
-    pub fn new(vip: &Vip, backends: Vec<IpAddr>, ring: Vec<u32>) -> Result<Self, Error> {
-        let bad = |reason: String| Error::InvalidService {
-            vip: vip.to_string(),
-            reason,
-        };
-        if ring.is_empty() || ring.len() > abi::MAX_RING_SIZE as usize {
-            return Err(bad(format!(
-                "ring size {} outside 1..={}",
-                ring.len(),
-                abi::MAX_RING_SIZE
-            )));
-        }
-        if backends.is_empty() {
-            return Err(bad("no backends (withdraw the VIP instead)".into()));
-        }
-        if let Some(s) = ring.iter().find(|&&i| i as usize >= backends.len()) {
-            return Err(bad(format!(
-                "ring names backend index {s}, only {} backends",
-                backends.len()
-            )));
-        }
-        Ok(Self {
-            backends,
-            ring,
-            conntrack: true,
-        })
-    }
-
-    /// From a Maglev table: backends in the table's canonical order.
-    pub fn from_table(vip: &Vip, table: &ringlb_maglev::Table) -> Result<Self, Error> {
-        let backends = table.backends().iter().map(|b| b.addr).collect();
-        Self::new(vip, backends, table.slots().to_vec())
-    }
-
-    /// Turn conntrack off (pure hashing) for this service.
-    pub fn without_conntrack(mut self) -> Self {
-        self.conntrack = false;
-        self
-    }
-    pub fn backends(&self) -> &[IpAddr] {
-        &self.backends
-    }
-    pub fn ring(&self) -> &[u32] {
-        &self.ring
-    }
-    fn flags(&self) -> u32 {
-        if self.conntrack { 0 } else { abi::VIP_F_NO_CT }
-    }
-}
-
-/// Everything the datapath should forward.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct DesiredState {
-    pub services: BTreeMap<Vip, ServiceEntry>,
+/// The `VipInfo::flags` of a service.
+fn vip_flags(svc: &ServiceEntry) -> u32 {
+    if svc.conntrack() { 0 } else { abi::VIP_F_NO_CT }
 }
 
 /// A backend id as it sits in the `backends` map. An id belongs to exactly

@@ -10,7 +10,8 @@
 
 use std::ops::Deref;
 
-use super::{Error, Programmed};
+use super::Programmed;
+use crate::Error;
 
 /// The loader's view of the maps, known or not.
 #[derive(Clone, Debug, Default)]

@@ -1,12 +1,13 @@
-//! Prometheus metrics of the XDP datapath, fed from the per-CPU BPF counters
-//! (summed over CPUs by `XdpDatapath::read_counters`). Registered under the
-//! program's `ringlb_` prefix:
+//! Prometheus metrics of the datapath, fed from `Datapath::counters` (XDP: the
+//! per-CPU BPF counters summed over CPUs; IPVS: its per-service counters).
+//! Registered under the program's `ringlb_` prefix and the datapath's name
+//! (`xdp`, `ipvs`):
 //!
 //! - `ringlb_xdp_packets_total{reason}`: every verdict/reason of `abi::Stat`
-//!   (`tx`, `pass_not_vip`, `pass_mtu`, `drop_fib`, `ct_hit`, ...)
-//! - `ringlb_xdp_vip_packets_total{vip}`, `ringlb_xdp_vip_bytes_total{vip}`
-//! - `ringlb_xdp_apply_seconds`: time of one apply (plan + map writes)
-//! - `ringlb_xdp_apply_errors_total{kind}`
+//!   (`tx`, `pass_not_vip`, `pass_mtu`, `drop_fib`, `ct_hit`, ...); IPVS has none
+//! - `ringlb_<dp>_vip_packets_total{vip}`, `ringlb_<dp>_vip_bytes_total{vip}`
+//! - `ringlb_<dp>_apply_seconds`: time of one apply (plan + kernel writes)
+//! - `ringlb_<dp>_apply_errors_total{kind}`
 //!
 //! The kernel counters are absolute; `update` adds the difference since the
 //! last call (a counter that went down, e.g. a VIP re-created, starts over).
@@ -20,12 +21,12 @@ use prometheus_client::{
     registry::Registry,
 };
 
-use super::{Counters, Error};
+use ringlb_datapath::{Counters, Error};
 
 pub type Labels = Vec<(String, String)>;
 
 #[derive(Clone)]
-pub struct XdpMetrics {
+pub struct DatapathMetrics {
     pub packets: Family<Labels, Counter>,
     pub vip_packets: Family<Labels, Counter>,
     pub vip_bytes: Family<Labels, Counter>,
@@ -34,8 +35,9 @@ pub struct XdpMetrics {
     last: std::sync::Arc<std::sync::Mutex<BTreeMap<(String, String), u64>>>,
 }
 
-impl XdpMetrics {
-    pub fn register(registry: &mut Registry) -> Self {
+impl DatapathMetrics {
+    /// Registers the metrics of the datapath `name` (`xdp`, `ipvs`).
+    pub fn register(registry: &mut Registry, name: &str) -> Self {
         let m = Self {
             packets: Family::default(),
             vip_packets: Family::default(),
@@ -44,17 +46,26 @@ impl XdpMetrics {
             apply_errors: Family::default(),
             last: Default::default(),
         };
-        let sub = registry.sub_registry_with_prefix("xdp");
+        let sub = registry.sub_registry_with_prefix(name);
+        let what = name.to_uppercase();
         sub.register(
             "packets",
-            "XDP packets by verdict/reason",
+            format!("{what} packets by verdict/reason"),
             m.packets.clone(),
         );
-        sub.register("vip_packets", "XDP packets per VIP", m.vip_packets.clone());
-        sub.register("vip_bytes", "XDP bytes per VIP", m.vip_bytes.clone());
+        sub.register(
+            "vip_packets",
+            format!("{what} packets per VIP"),
+            m.vip_packets.clone(),
+        );
+        sub.register(
+            "vip_bytes",
+            format!("{what} bytes per VIP"),
+            m.vip_bytes.clone(),
+        );
         sub.register(
             "apply_seconds",
-            "Time to apply a desired-state change to the maps",
+            "Time to apply a desired-state change to the datapath",
             m.apply_seconds.clone(),
         );
         sub.register(
@@ -118,7 +129,7 @@ impl XdpMetrics {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Proto, Vip};
+    use ringlb_datapath::{Proto, Vip};
 
     fn text(r: &Registry) -> String {
         let mut s = String::new();
@@ -129,7 +140,7 @@ mod tests {
     #[test]
     fn counters_become_monotonic_metrics() {
         let mut r = Registry::with_prefix("ringlb");
-        let m = XdpMetrics::register(&mut r);
+        let m = DatapathMetrics::register(&mut r, "xdp");
         let vip = Vip {
             addr: "10.0.0.1".parse().unwrap(),
             port: 80,
@@ -158,10 +169,11 @@ mod tests {
         );
         m.observe_apply(
             0.0002,
-            Err(&Error::IdsExhausted {
+            Err(&ringlb_xdp::Error::IdsExhausted {
                 what: "VIP",
                 max: 1,
-            }),
+            }
+            .into()),
         );
         let t = text(&r);
         assert!(
@@ -174,7 +186,7 @@ mod tests {
     #[test]
     fn a_deleted_vip_loses_its_series() {
         let mut r = Registry::with_prefix("ringlb");
-        let m = XdpMetrics::register(&mut r);
+        let m = DatapathMetrics::register(&mut r, "xdp");
         let vip = |last: u8| Vip {
             addr: std::net::IpAddr::from([10, 0, 0, last]),
             port: 80,

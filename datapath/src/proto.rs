@@ -1,4 +1,5 @@
-//! The L4 protocol of a service port, as both datapaths key their maps.
+//! The L4 protocol of a service port, as every datapath keys its services (the BPF
+//! maps by number; `ringlb-bpf-types` re-exports it for the BPF ABI mirrors).
 
 /// Transport protocol of a VIP or Service port.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]

@@ -1,0 +1,149 @@
+//! The desired state every datapath programs: VIP:port:protocol -> the backend pod
+//! addresses and the Maglev ring over them.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::net::IpAddr;
+
+use crate::{Error, Proto};
+
+/// A VIP:port:protocol. Port 0 is the wildcard: every port of (addr, proto)
+/// that has no exact entry (XDP only; IPVS refuses it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Vip {
+    pub addr: IpAddr,
+    pub port: u16,
+    pub proto: Proto,
+}
+
+impl fmt::Display for Vip {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let p = match self.proto {
+            Proto::Tcp => "tcp",
+            Proto::Udp => "udp",
+        };
+        match self.addr {
+            IpAddr::V4(a) => write!(f, "{a}:{}/{p}", self.port),
+            IpAddr::V6(a) => write!(f, "[{a}]:{}/{p}", self.port),
+        }
+    }
+}
+
+/// One service as the datapath needs it: the backend pod IPs and the Maglev
+/// ring (slot -> index into `backends`). A backend the ring does not name is
+/// draining: its established flows stay, new ones go elsewhere.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ServiceEntry {
+    backends: Vec<IpAddr>,
+    ring: Vec<u32>,
+    conntrack: bool,
+}
+
+impl ServiceEntry {
+    /// Validates that every ring slot names a backend and the ring is a Maglev
+    /// table's size at most. A datapath may hold smaller rings only (XDP: its
+    /// `abi::MAX_RING_SIZE`) and refuses larger ones when it plans.
+    pub fn new(vip: &Vip, backends: Vec<IpAddr>, ring: Vec<u32>) -> Result<Self, Error> {
+        let max = ringlb_maglev::MAX_TABLE_SIZE;
+        if ring.is_empty() || ring.len() > max as usize {
+            return Err(Error::invalid_service(
+                vip,
+                format!("ring size {} outside 1..={max}", ring.len()),
+            ));
+        }
+        if backends.is_empty() {
+            return Err(Error::invalid_service(
+                vip,
+                "no backends (withdraw the VIP instead)",
+            ));
+        }
+        if let Some(s) = ring.iter().find(|&&i| i as usize >= backends.len()) {
+            return Err(Error::invalid_service(
+                vip,
+                format!(
+                    "ring names backend index {s}, only {} backends",
+                    backends.len()
+                ),
+            ));
+        }
+        Ok(Self {
+            backends,
+            ring,
+            conntrack: true,
+        })
+    }
+
+    /// From a Maglev table: backends in the table's canonical order.
+    pub fn from_table(vip: &Vip, table: &ringlb_maglev::Table) -> Result<Self, Error> {
+        let backends = table.backends().iter().map(|b| b.addr).collect();
+        Self::new(vip, backends, table.slots().to_vec())
+    }
+
+    /// Turn conntrack off (pure hashing) for this service.
+    pub fn without_conntrack(mut self) -> Self {
+        self.conntrack = false;
+        self
+    }
+    pub fn backends(&self) -> &[IpAddr] {
+        &self.backends
+    }
+    pub fn ring(&self) -> &[u32] {
+        &self.ring
+    }
+    /// Whether the datapath keeps per-flow state for this service (XDP's
+    /// conntrack; on by default).
+    pub fn conntrack(&self) -> bool {
+        self.conntrack
+    }
+    /// Every backend with whether the ring names it (false: draining).
+    pub fn backends_in_ring(&self) -> Vec<(IpAddr, bool)> {
+        let mut named = vec![false; self.backends.len()];
+        for &i in &self.ring {
+            named[i as usize] = true;
+        }
+        self.backends.iter().copied().zip(named).collect()
+    }
+}
+
+/// Everything the datapath should forward.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DesiredState {
+    pub services: BTreeMap<Vip, ServiceEntry>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vip() -> Vip {
+        Vip {
+            addr: "2001:db8::5".parse().unwrap(),
+            port: 443,
+            proto: Proto::Udp,
+        }
+    }
+
+    #[test]
+    fn bad_services_are_rejected_with_a_reason() {
+        let v = vip();
+        let ip: IpAddr = "10.1.0.1".parse().unwrap();
+        let e = ServiceEntry::new(&v, vec![ip], vec![0, 1]).unwrap_err();
+        assert!(e.to_string().contains("backend index 1"), "{e}");
+        assert_eq!(e.metric_label(), "invalid_service");
+        assert!(ServiceEntry::new(&v, vec![], vec![0]).is_err());
+        assert!(ServiceEntry::new(&v, vec![ip], vec![]).is_err());
+        assert_eq!(v.to_string(), "[2001:db8::5]:443/udp");
+    }
+
+    #[test]
+    fn backends_the_ring_does_not_name_are_draining() {
+        let a: Vec<IpAddr> = ["10.1.0.1", "10.1.0.2", "10.1.0.3"]
+            .map(|s| s.parse().unwrap())
+            .into();
+        let e = ServiceEntry::new(&vip(), a.clone(), vec![0, 2, 0, 2, 2]).unwrap();
+        assert_eq!(
+            e.backends_in_ring(),
+            vec![(a[0], true), (a[1], false), (a[2], true)]
+        );
+    }
+}

@@ -1,0 +1,196 @@
+//! `IpvsDatapath` behind the edge agent's seam (`ringlb_datapath::Datapath`): the
+//! seam's `DesiredState` becomes the planner's [`Desired`]. One virtual service per
+//! VIP:port:protocol; its real servers are the entry's backends, weight 1 for those
+//! the Maglev ring names and 0 for the draining ones (not in the ring: their
+//! connections stay, new ones go elsewhere, `mh-fallback`). The ring itself is not
+//! programmed: the kernel's `mh` builds its own table (docs/ipvs.md). Port 0 (the
+//! XDP wildcard) is refused by the planner.
+
+use ringlb_datapath as seam;
+
+use crate::kernel::Kernel;
+use crate::model::{Proto, ServiceKey};
+use crate::plan::{Backend, Desired};
+use crate::{ApplyStats, Error, IpvsDatapath};
+
+impl From<Error> for seam::Error {
+    /// Behind the seam, under the same `metric_label()`.
+    fn from(e: Error) -> Self {
+        seam::Error::new(e.metric_label(), e)
+    }
+}
+
+/// The virtual service of a seam VIP.
+pub fn service_key(vip: &seam::Vip) -> ServiceKey {
+    ServiceKey {
+        addr: vip.addr,
+        port: vip.port,
+        proto: match vip.proto {
+            seam::Proto::Tcp => Proto::Tcp,
+            seam::Proto::Udp => Proto::Udp,
+        },
+    }
+}
+
+/// The real servers of a seam service: weight 1 where the ring names the backend,
+/// 0 (draining) where it does not.
+pub fn backends(entry: &seam::ServiceEntry) -> Vec<Backend> {
+    entry
+        .backends_in_ring()
+        .into_iter()
+        .map(|(addr, in_ring)| Backend {
+            addr,
+            weight: u32::from(in_ring),
+        })
+        .collect()
+}
+
+/// The planner's input for the seam's desired state.
+pub fn desired(state: &seam::DesiredState) -> Desired {
+    Desired {
+        services: state
+            .services
+            .iter()
+            .map(|(vip, e)| (service_key(vip), backends(e)))
+            .collect(),
+    }
+}
+
+/// The seam's stats of an IPVS apply: a virtual service counts as a VIP, a real
+/// server as a backend; no ring or slot is written (the kernel builds the table).
+fn stats(st: ApplyStats) -> seam::ApplyStats {
+    seam::ApplyStats {
+        backends_written: st.dests_added + st.dests_updated,
+        backends_deleted: st.dests_deleted,
+        vips_written: st.services_created + st.services_updated,
+        vips_deleted: st.services_deleted,
+        ..Default::default()
+    }
+}
+
+impl<K: Kernel> seam::Datapath for IpvsDatapath<K> {
+    fn apply(&mut self, state: &seam::DesiredState) -> Result<seam::ApplyStats, seam::Error> {
+        Ok(stats(IpvsDatapath::apply(self, &desired(state))?))
+    }
+
+    fn apply_service(
+        &mut self,
+        vip: &seam::Vip,
+        entry: Option<&seam::ServiceEntry>,
+    ) -> Result<seam::ApplyStats, seam::Error> {
+        let b = entry.map(backends);
+        let st = IpvsDatapath::apply_service(self, &service_key(vip), b.as_deref())?;
+        Ok(stats(st))
+    }
+
+    /// Per VIP:port:protocol, packets and bytes in (the direction IPVS sees; with
+    /// tunnel and DR forwarding replies bypass the edge). No global counters.
+    fn counters(&mut self) -> Result<seam::Counters, seam::Error> {
+        let per_vip = IpvsDatapath::counters(self)?
+            .into_iter()
+            .filter_map(|(k, st)| {
+                let proto = match k.proto {
+                    Proto::Tcp => seam::Proto::Tcp,
+                    Proto::Udp => seam::Proto::Udp,
+                    Proto::Other(_) => return None,
+                };
+                let vip = seam::Vip {
+                    addr: k.addr,
+                    port: k.port,
+                    proto,
+                };
+                Some((vip, st.inpkts, st.inbytes))
+            })
+            .collect();
+        Ok(seam::Counters {
+            global: Vec::new(),
+            per_vip,
+        })
+    }
+
+    /// Deletes ringlb's services and unbinds its VIPs.
+    fn uninstall(self) -> Result<(), seam::Error> {
+        IpvsDatapath::uninstall(self)?;
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use ringlb_datapath::{Datapath, DesiredState, ServiceEntry, Vip};
+
+    use super::*;
+    use crate::kernel::memory::MemoryKernel;
+    use crate::model::Forward;
+    use crate::plan::Config;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn vip(port: u16) -> Vip {
+        Vip {
+            addr: ip("10.100.0.1"),
+            port,
+            proto: seam::Proto::Tcp,
+        }
+    }
+
+    fn state(port: u16) -> DesiredState {
+        let v = vip(port);
+        // 10.1.0.3 is draining: in the backends, not in the ring
+        let e = ServiceEntry::new(
+            &v,
+            vec![ip("10.1.0.1"), ip("10.1.0.2"), ip("10.1.0.3")],
+            vec![0, 1, 1, 0, 1],
+        )
+        .unwrap();
+        DesiredState {
+            services: [(v, e)].into(),
+        }
+    }
+
+    fn dp() -> IpvsDatapath<MemoryKernel> {
+        IpvsDatapath::new(MemoryKernel::default(), Config::default()).unwrap()
+    }
+
+    #[test]
+    fn a_seam_service_becomes_a_virtual_service_with_weights() {
+        let mut dp = dp();
+        let st = Datapath::apply(&mut dp, &state(80)).unwrap();
+        assert_eq!((st.vips_written, st.backends_written), (1, 3));
+        let held = &dp.held().services[&service_key(&vip(80))];
+        assert_eq!(held.service.sched_name, "mh");
+        let dests: Vec<(IpAddr, u32, Forward)> = held
+            .dests
+            .iter()
+            .map(|d| (d.key.addr, d.weight, d.forward))
+            .collect();
+        assert_eq!(
+            dests,
+            [
+                (ip("10.1.0.3"), 0, Forward::Tunnel),
+                (ip("10.1.0.2"), 1, Forward::Tunnel),
+                (ip("10.1.0.1"), 1, Forward::Tunnel),
+            ],
+            "canonical order, the draining backend at weight 0"
+        );
+        assert!(dp.held().vips.contains(&ip("10.100.0.1")));
+        let c = Datapath::counters(&mut dp).unwrap();
+        assert_eq!(c.per_vip, [(vip(80), 0, 0)]);
+        let st = Datapath::apply_service(&mut dp, &vip(80), None).unwrap();
+        assert_eq!(st.vips_deleted, 1);
+        assert!(dp.held().services.is_empty() && dp.held().vips.is_empty());
+    }
+
+    #[test]
+    fn the_port_wildcard_is_refused_with_a_reason() {
+        let mut dp = dp();
+        let e = Datapath::apply(&mut dp, &state(0)).unwrap_err();
+        assert_eq!(e.metric_label(), "invalid_service");
+        assert!(e.to_string().contains("port 0"), "{e}");
+        assert!(dp.kernel().log.is_empty(), "nothing written");
+    }
+}
