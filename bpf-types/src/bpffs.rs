@@ -48,6 +48,19 @@ pub fn check_pin_dir(dir: &Path) -> Result<(), PinDirError> {
     })
 }
 
+/// The pin directory made ready for a loader: checked to be on a bpffs before
+/// anything is created (so a wrong `--pin-dir` fails with the fix), then created.
+pub fn prepare_pin_dir(dir: &Path) -> Result<(), crate::BpfError> {
+    check_pin_dir(dir).map_err(|e| crate::BpfError::Pin {
+        path: dir.to_path_buf(),
+        source: std::io::Error::other(e),
+    })?;
+    std::fs::create_dir_all(dir).map_err(|source| crate::BpfError::Pin {
+        path: dir.to_path_buf(),
+        source,
+    })
+}
+
 /// `dir` itself, or the closest ancestor that exists (`.` for a relative path
 /// with none).
 fn existing_ancestor(dir: &Path) -> PathBuf {

@@ -153,15 +153,7 @@ impl NodeDatapath {
     pub fn load_object(opts: &NodeOptions, object: &[u8]) -> Result<Self, Error> {
         let mut loader = EbpfLoader::new();
         if let Some(dir) = &opts.pin_dir {
-            // before anything is created: a pin dir off bpffs fails with the fix
-            ringlb_bpf_types::check_pin_dir(dir).map_err(|e| BpfError::Pin {
-                path: dir.clone(),
-                source: std::io::Error::other(e),
-            })?;
-            std::fs::create_dir_all(dir).map_err(|source| BpfError::Pin {
-                path: dir.clone(),
-                source,
-            })?;
+            ringlb_bpf_types::prepare_pin_dir(dir)?;
             for name in abi::map::ALL {
                 loader.map_pin_path(name, dir.join(name));
             }

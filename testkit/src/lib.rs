@@ -4,6 +4,8 @@
 //! what the benchmark programs share (`bench`).
 
 pub mod bench;
+pub mod cargo;
+pub mod fuzz;
 pub mod netns;
 pub mod packet;
 

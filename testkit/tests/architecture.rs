@@ -17,27 +17,11 @@ const MAX_FILE_LINES: usize = 800;
 const MAX_FN_LINES: usize = 150;
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    ringlb_testkit::cargo::workspace_root()
 }
 
 fn metadata() -> Value {
-    let out = Command::new(env!("CARGO"))
-        .args([
-            "metadata",
-            "--format-version",
-            "1",
-            "--offline",
-            "--no-deps",
-        ])
-        .current_dir(root())
-        .output()
-        .expect("cargo metadata");
-    assert!(
-        out.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("metadata JSON")
+    ringlb_testkit::cargo::metadata(&["--no-deps"])
 }
 
 /// Workspace crates: name -> (description, workspace crates it depends on, normal

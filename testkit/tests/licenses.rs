@@ -13,8 +13,7 @@
 //! MPL, not that the work linking them does. Why GPL and where: README, "Licence".
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 
 use serde_json::Value;
 
@@ -68,21 +67,11 @@ const PROGRAMS: &[(&str, &str)] = &[
 ];
 
 fn root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+    ringlb_testkit::cargo::workspace_root()
 }
 
 fn metadata() -> Value {
-    let out = Command::new(env!("CARGO"))
-        .args(["metadata", "--format-version", "1", "--offline"])
-        .current_dir(root())
-        .output()
-        .expect("cargo metadata");
-    assert!(
-        out.status.success(),
-        "cargo metadata: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&out.stdout).expect("metadata JSON")
+    ringlb_testkit::cargo::metadata(&[])
 }
 
 // ---- SPDX expressions: OR, AND, WITH, parentheses, and the old `/` for OR ----

@@ -10,19 +10,7 @@ use ipnetwork::IpNetwork;
 
 use super::*;
 
-/// xorshift64*: small, seeded, reproducible.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
+use ringlb_testkit::fuzz::{Mutations, Rng};
 
 fn corpus() -> Vec<Vec<u8>> {
     let mut c = Vec::new();
@@ -67,55 +55,33 @@ fn corpus() -> Vec<Vec<u8>> {
 }
 
 fn mutate(r: &mut Rng, seed: &[u8], corpus: &[Vec<u8>]) -> Vec<u8> {
-    let mut m = seed.to_vec();
-    for _ in 0..=r.below(4) {
-        match r.below(8) {
-            0 => {
-                let i = r.below(m.len());
-                m[i] ^= 1 << r.below(8);
-            }
-            1 => {
-                let i = r.below(m.len());
-                m[i] = [0, 1, 0x7f, 0x80, 0xff, 32, 33, 128, 129][r.below(9)];
-            }
-            2 => {
-                let n = r.below(m.len() + 1);
-                m.truncate(n);
-            }
-            3 => {
-                for _ in 0..r.below(40) {
-                    m.push(r.next() as u8);
-                }
-            }
-            4 if m.len() >= 19 => {
-                // Keep the header consistent with the new length half of the time,
-                // so the mutation reaches the body decoders.
-                let l = m.len() as u16;
-                m[16..18].copy_from_slice(&l.to_be_bytes());
-            }
-            5 if m.len() > 23 => {
-                // Tamper with an inner length field (withdrawn / attribute lengths).
-                let i = 19 + r.below(m.len() - 19);
-                m[i] = m[i].wrapping_add([1, 255, 2, 254][r.below(4)]);
-            }
-            6 => {
-                let other = &corpus[r.below(corpus.len())];
-                let at = r.below(m.len() + 1);
-                let from = r.below(other.len());
-                m.truncate(at);
-                m.extend_from_slice(&other[from..]);
-            }
-            _ => {
-                let i = r.below(m.len());
-                let j = r.below(m.len());
-                m.swap(i, j);
-            }
+    // Keep the header consistent with the new length half of the time, so the
+    // mutation reaches the body decoders.
+    let fix_length = |m: &mut Vec<u8>| {
+        let fits = m.len() >= 19;
+        if fits {
+            let l = m.len() as u16;
+            m[16..18].copy_from_slice(&l.to_be_bytes());
         }
-        if m.is_empty() {
-            m.push(0xff);
+        fits
+    };
+    // Tamper with an inner length field (withdrawn / attribute lengths).
+    let tamper_length = |r: &mut Rng, m: &mut Vec<u8>| {
+        let fits = m.len() > 23;
+        if fits {
+            let i = 19 + r.below(m.len() - 19);
+            m[i] = m[i].wrapping_add([1, 255, 2, 254][r.below(4)]);
         }
-    }
-    m
+        fits
+    };
+    let how = Mutations {
+        interesting: &[0, 1, 0x7f, 0x80, 0xff, 32, 33, 128, 129],
+        max_append: 40,
+        fill: 0xff,
+        fix_length: &fix_length,
+        tamper_length: &tamper_length,
+    };
+    ringlb_testkit::fuzz::mutate(r, seed, corpus, &how)
 }
 
 fn check_error(e: &CodecError, input: &[u8]) {
@@ -173,7 +139,7 @@ fn random_bytes_never_panic() {
     let mut r = Rng(42);
     for _ in 0..50_000 {
         let len = r.below(80);
-        let mut m: Vec<u8> = (0..len).map(|_| r.next() as u8).collect();
+        let mut m: Vec<u8> = (0..len).map(|_| r.next_u64() as u8).collect();
         if r.below(2) == 0 && m.len() >= 19 {
             m[..16].fill(0xff);
             let l = m.len() as u16;

@@ -11,22 +11,9 @@ use super::consts::*;
 use super::ipvs::Message;
 use super::*;
 use crate::model::{Dest, Forward, Proto, Service, ServiceKey, Stats};
+use ringlb_testkit::fuzz::{Mutations, Rng};
 
 const FAMILY: u16 = 0x25;
-
-/// xorshift64*: small, seeded, reproducible.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n.max(1) as u64) as usize
-    }
-}
 
 fn corpus() -> Vec<Vec<u8>> {
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
@@ -92,55 +79,33 @@ fn corpus() -> Vec<Vec<u8>> {
 }
 
 fn mutate(r: &mut Rng, seed: &[u8], corpus: &[Vec<u8>]) -> Vec<u8> {
-    let mut m = seed.to_vec();
-    for _ in 0..=r.below(4) {
-        match r.below(8) {
-            0 => {
-                let i = r.below(m.len());
-                m[i] ^= 1 << r.below(8);
-            }
-            1 => {
-                let i = r.below(m.len());
-                m[i] = [0, 1, 2, 3, 4, 5, 8, 0x7f, 0x80, 0xff][r.below(10)];
-            }
-            2 => {
-                let n = r.below(m.len() + 1);
-                m.truncate(n);
-            }
-            3 => {
-                for _ in 0..r.below(24) {
-                    m.push(r.next() as u8);
-                }
-            }
-            4 if m.len() >= 16 => {
-                // Keep the nlmsghdr's length consistent half of the time, so
-                // the mutation reaches the attribute decoders.
-                let l = m.len() as u32;
-                m[..4].copy_from_slice(&l.to_ne_bytes());
-            }
-            5 if m.len() > 24 => {
-                // Tamper with an attribute length (at a 4-byte boundary).
-                let i = 20 + 4 * r.below((m.len() - 20) / 4);
-                m[i] = m[i].wrapping_add([1, 255, 4, 252][r.below(4)]);
-            }
-            6 => {
-                let other = &corpus[r.below(corpus.len())];
-                let at = r.below(m.len() + 1);
-                let from = r.below(other.len());
-                m.truncate(at);
-                m.extend_from_slice(&other[from..]);
-            }
-            _ => {
-                let i = r.below(m.len());
-                let j = r.below(m.len());
-                m.swap(i, j);
-            }
+    // Keep the nlmsghdr's length consistent half of the time, so the mutation
+    // reaches the attribute decoders.
+    let fix_length = |m: &mut Vec<u8>| {
+        let fits = m.len() >= 16;
+        if fits {
+            let l = m.len() as u32;
+            m[..4].copy_from_slice(&l.to_ne_bytes());
         }
-        if m.is_empty() {
-            m.push(0);
+        fits
+    };
+    // Tamper with an attribute length (at a 4-byte boundary).
+    let tamper_length = |r: &mut Rng, m: &mut Vec<u8>| {
+        let fits = m.len() > 24;
+        if fits {
+            let i = 20 + 4 * r.below((m.len() - 20) / 4);
+            m[i] = m[i].wrapping_add([1, 255, 4, 252][r.below(4)]);
         }
-    }
-    m
+        fits
+    };
+    let how = Mutations {
+        interesting: &[0, 1, 2, 3, 4, 5, 8, 0x7f, 0x80, 0xff],
+        max_append: 24,
+        fill: 0,
+        fix_length: &fix_length,
+        tamper_length: &tamper_length,
+    };
+    ringlb_testkit::fuzz::mutate(r, seed, corpus, &how)
 }
 
 /// Decodes everything in `buf`; counts (decoded, refused).
@@ -199,7 +164,7 @@ fn random_bytes_never_panic() {
     let mut r = Rng(42);
     for _ in 0..50_000 {
         let len = r.below(96);
-        let mut m: Vec<u8> = (0..len).map(|_| r.next() as u8).collect();
+        let mut m: Vec<u8> = (0..len).map(|_| r.next_u64() as u8).collect();
         if m.len() >= 20 && r.below(2) == 0 {
             let l = m.len() as u32;
             m[..4].copy_from_slice(&l.to_ne_bytes());
