@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 /*
  * node.bpf.c - the ringlb node datapath: two tc (clsact / tcx) programs on a
  * worker node's uplink(s).

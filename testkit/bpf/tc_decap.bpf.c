@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 /*
  * tc_decap.bpf.c - tc clsact ingress on a backend: strip the outer header the
  * edge pushed (IPv4 proto 4 = IPv4-in-IPv4, IPv6 nexthdr 41 = IPv6-in-IPv6),

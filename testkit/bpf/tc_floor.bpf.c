@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 /*
  * tc_floor.bpf.c - benchmark floors of the node datapath (tc programs).
  *

@@ -1,4 +1,4 @@
-// SPDX-License-Identifier: GPL-2.0
+// SPDX-License-Identifier: GPL-2.0 OR Apache-2.0
 /*
  * xdp_floor.bpf.c - benchmark floor: swap the Ethernet addresses and XDP_TX.
  * The least any XDP_TX load balancer can do per packet; xdp-bench measures
