@@ -342,70 +342,54 @@ impl Cluster {
         Ok(())
     }
 
-    /// Waits until every worker node has the node programs on eth0; returns one
-    /// line per node (`bpftool net` style, from `ip -d link` and `tc filter`).
+    /// Waits until every worker node's agent has attached and programmed its local
+    /// pod (`ringlb_node_local_pods` on its /metrics); one line per node.
     pub fn wait_tc(&mut self, limit: Duration) -> Result<Vec<String>> {
-        let n = self.addrs.nodes.len();
-        wait_for(
-            "the node programs on the worker nodes' eth0",
+        self.wait_node_gauge(
+            "the node agents to program their pods",
+            "ringlb_node_local_pods",
             limit,
-            Duration::from_millis(100),
-            || {
-                self.check_daemons()?;
-                let mut lines = Vec::new();
-                for i in 1..=n {
-                    let ns = self.ns(&format!("node{i}"));
-                    let m = self.node_metric(&ns, "ringlb_node_local_pods")?;
-                    match m {
-                        Some(v) if v >= 1.0 => {
-                            lines.push(format!("{ns}: node programs on eth0, {v} local pod(s)"))
-                        }
-                        _ => return Ok(Err(format!("{ns}: no local pod programmed yet"))),
-                    }
-                }
-                Ok(Ok(lines))
-            },
         )
     }
 
     /// Waits until every node agent has programmed at least one Service entry for
     /// its pod (`ringlb_node_service_entries`).
     pub fn wait_node_services(&mut self, vip: &str, limit: Duration) -> Result<()> {
-        let n = self.addrs.nodes.len();
-        wait_for(
-            &format!("the node agents to map {vip}"),
-            limit,
-            Duration::from_millis(100),
-            || {
-                self.check_daemons()?;
-                for i in 1..=n {
-                    let ns = self.ns(&format!("node{i}"));
-                    let m = self.node_metric(&ns, "ringlb_node_service_entries")?;
-                    if !m.is_some_and(|v| v >= 1.0) {
-                        return Ok(Err(format!("{ns}: service entries {m:?}")));
-                    }
-                }
-                Ok(Ok(()))
-            },
-        )
+        let what = format!("the node agents to map {vip}");
+        self.wait_node_gauge(&what, "ringlb_node_service_entries", limit)
+            .map(|_| ())
     }
 
-    /// A gauge from the node agent's /metrics in namespace `ns`.
-    fn node_metric(&self, ns: &str, name: &str) -> Result<Option<f64>> {
-        let body = run_in(
-            ns,
-            &[
-                "curl",
-                "--noproxy",
-                "*",
-                "-sS",
-                "--max-time",
-                "2",
-                "http://127.0.0.1:9090/metrics",
-            ],
-        )
-        .unwrap_or_default();
-        Ok(config::metric_value(&body, name))
+    /// Waits until gauge `metric` is at least 1 on every node agent's /metrics;
+    /// one `NS: metric = V` line per node.
+    fn wait_node_gauge(
+        &mut self,
+        what: &str,
+        metric: &str,
+        limit: Duration,
+    ) -> Result<Vec<String>> {
+        let n = self.addrs.nodes.len();
+        wait_for(what, limit, Duration::from_millis(100), || {
+            self.check_daemons()?;
+            let mut lines = Vec::new();
+            for i in 1..=n {
+                let ns = self.ns(&format!("node{i}"));
+                match self.node_metric(&ns, metric) {
+                    Some(v) if v >= 1.0 => lines.push(format!("{ns}: {metric} = {v}")),
+                    m => return Ok(Err(format!("{ns}: {metric} = {m:?}"))),
+                }
+            }
+            Ok(Ok(lines))
+        })
+    }
+
+    /// A gauge from the node agent's /metrics in namespace `ns` (`None` while the
+    /// agent does not answer or has not set it).
+    fn node_metric(&self, ns: &str, name: &str) -> Option<f64> {
+        let url = "http://127.0.0.1:9090/metrics";
+        let args = ["curl", "--noproxy", "*", "-sS", "--max-time", "2", url];
+        let body = run_in(ns, &args).ok()?;
+        config::metric_value(&body, name)
     }
 
     /// `kubectl expose deployment NAME --port=PORT --target-port=TARGET_PORT
