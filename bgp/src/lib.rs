@@ -11,16 +11,20 @@
 //!
 //! No Kubernetes type appears here: the edge agent's `peers` module holds the glue.
 //! - `md5`: TCP MD5 signatures; `metrics`: Prometheus metrics per peer.
+//! - `gr`: the graceful restart capability (RFC 4724); `ttl`: TTL / hop limit and
+//!   GTSM (RFC 5082) of a session's sockets.
 
 pub mod codec;
 pub mod config;
 pub mod fsm;
+pub mod gr;
 pub mod md5;
 pub mod metrics;
 pub mod rib;
 pub mod session;
 pub mod speaker;
 pub mod standalone;
+pub mod ttl;
 
 use std::net::IpAddr;
 

@@ -21,6 +21,7 @@ use tracing::Instrument;
 
 use super::Error;
 use super::config::{PeerConfig, RouteAttrs};
+use super::gr::RestartState;
 use super::md5;
 use super::metrics::BgpMetrics;
 use super::rib::RouteTable;
@@ -43,6 +44,7 @@ pub struct Speaker {
     listeners: Vec<Arc<TcpListener>>,
     accept_tasks: Vec<JoinHandle<()>>,
     metrics: BgpMetrics,
+    restart: Mutex<RestartState>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -116,7 +118,14 @@ impl Speaker {
             listeners,
             accept_tasks,
             metrics,
+            restart: Mutex::new(RestartState::default()),
         })
+    }
+
+    /// Graceful restart (RFC 4724): what the OPENs of the sessions started from now
+    /// on say about this start (R and F bits). Set it before the first `add_peer`.
+    pub fn set_restart_state(&self, state: RestartState) {
+        *lock(&self.restart) = state;
     }
 
     /// Start a session with a new peer.
@@ -144,6 +153,7 @@ impl Speaker {
             in_rx,
             st_tx,
             self.metrics.clone(),
+            *lock(&self.restart),
         );
         let handle = tokio::spawn(task.run().instrument(span));
         lock(&self.inbound).insert(cfg.address, in_tx);
@@ -270,6 +280,15 @@ impl Speaker {
         tokio::time::sleep(drain).await;
         tracing::info!("drain time over: withdrawing every prefix");
         self.withdraw_all();
+    }
+
+    /// For a hitless restart (graceful restart, RFC 4724): close every session's TCP
+    /// connection without a NOTIFICATION and without withdrawing anything, so peers
+    /// that negotiated graceful restart keep our routes as stale for the restart
+    /// time, while the datapath forwards on. Peers without it drop the routes.
+    pub fn abandon(self) {
+        tracing::info!("closing BGP sessions without NOTIFICATION (graceful restart)");
+        drop(self);
     }
 
     /// Step 2: send the withdrawals, NOTIFICATION Cease to every peer, close.

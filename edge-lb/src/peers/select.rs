@@ -214,6 +214,8 @@ pub fn peer_spec(spec: &BGPPeerSpec) -> PeerSpec {
         keepalive_time: spec.keepalive_time,
         ebgp_multihop: spec.ebgp_multihop,
         source_address: spec.source_address.clone(),
+        ttl_security: spec.ttl_security.unwrap_or(false),
+        graceful_restart_time: spec.restart_time(),
     }
 }
 
