@@ -20,7 +20,12 @@
 //!   (SIGTERM: GRACEFUL_SHUTDOWN, withdraw), then, with edge1 back, 100 more and edge2
 //!   killed with `-9`: the ToR drops the edge, every download completes from the one
 //!   pod that started it (both edges hold the same Maglev table), no connection
-//!   breaks, and new traffic keeps reaching both pods through the other edge.
+//!   breaks, and new traffic keeps reaching both pods through the other edge;
+//! - the upgrade this design exists for: the BGPPeer gets `gracefulRestart`, edge1
+//!   (`--on-sigterm restart`) is restarted while 100 long downloads run: BIRD's route
+//!   and the ToR's kernel route keep edge1's next hop in every sample (polled every
+//!   ~50 ms), the new agent re-reads the pinned maps, re-announces and sends
+//!   End-of-RIB, and no download breaks.
 //!
 //! Needs root, BIRD, nftables, ethtool; skips loudly otherwise. Needs the
 //! ringlb-controller and ringlb-edge binaries next to this package's (`make test`
@@ -91,11 +96,25 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
     let broken =
         downloads_survive_losing_an_edge(&mut cluster, &topo, &dir, &vip, &edges, Loss::Drain);
     assert_eq!(broken, 0, "connections broken by draining edge1");
-    cluster.start_edge(1, &topo.pin_dir(1)).unwrap();
+    cluster
+        .start_edge_with(1, &topo.pin_dir(1), RESTART)
+        .unwrap();
     cluster.wait_ecmp(&vip, 2, Duration::from_secs(30)).unwrap();
     let broken =
         downloads_survive_losing_an_edge(&mut cluster, &topo, &dir, &vip, &edges, Loss::Kill);
     assert_eq!(broken, 0, "connections broken by kill -9 of edge2");
+    cluster.start_edge(2, &topo.pin_dir(2)).unwrap();
+    cluster.wait_ecmp(&vip, 2, Duration::from_secs(30)).unwrap();
+    let (broken, missing) =
+        downloads_survive_a_hitless_restart(&mut cluster, &topo, &dir, &vip, &edges);
+    assert_eq!(
+        broken, 0,
+        "connections broken by the hitless restart of edge1"
+    );
+    assert!(
+        missing.is_empty(),
+        "the ToR dropped edge1's next hop during its restart: {missing:?}"
+    );
     eprintln!("lab e2e done in {:?}", start.elapsed());
 }
 
@@ -276,6 +295,136 @@ fn both_pods_serve_and_replies_bypass_the_edges(
     assert_eq!(d("replies_toward_edges"), 0, "DSR: no reply passed an edge");
 }
 
+/// `run` flags of an edge that restarts hitlessly on SIGTERM.
+const RESTART: &[&str] = &["--on-sigterm", "restart"];
+
+/// Graceful restart on the BGPPeer, then edge1 restarted (SIGTERM with
+/// `--on-sigterm restart`, a new agent on the same pins) while `SLOW_FLOWS`
+/// downloads run. A thread polls BIRD's and the kernel's routes to the VIP the whole
+/// time. Returns the broken downloads and the samples that lacked edge1.
+fn downloads_survive_a_hitless_restart(
+    cluster: &mut Cluster,
+    topo: &Topology,
+    dir: &std::path::Path,
+    vip: &str,
+    edges: &[std::net::IpAddr],
+) -> (usize, Vec<String>) {
+    let patch = r#"{"spec":{"gracefulRestart":{"restartTime":60}}}"#;
+    cluster
+        .kubectl(&["patch", "bgppeer", "tor", "--type", "merge", "-p", patch])
+        .unwrap();
+    // The sessions restart with the capability; wait until BIRD has it from both.
+    lab::wait_for(
+        "BIRD sees graceful restart from both edges",
+        Duration::from_secs(60),
+        Duration::from_millis(250),
+        || {
+            let n = (1..=2)
+                .filter(|i| {
+                    cluster
+                        .birdc(&["show", "protocols", "all", &format!("edge{i}")])
+                        .is_ok_and(|s| s.contains("Established") && s.contains("Restart time: 60"))
+                })
+                .count();
+            Ok(if n == 2 {
+                Ok(())
+            } else {
+                Err(format!("{n} of 2"))
+            })
+        },
+    )
+    .unwrap();
+    cluster.wait_ecmp(vip, 2, Duration::from_secs(30)).unwrap();
+
+    let mut slow = start_slow_downloads(topo, dir, vip, "Restart");
+    std::thread::sleep(Duration::from_millis(700));
+    let probe = cluster.route_probe();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let poller = {
+        let (stop, vip, edge1) = (stop.clone(), vip.to_string(), edges[0]);
+        std::thread::spawn(move || {
+            let (mut samples, mut missing) = (0usize, Vec::new());
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                match probe.sample(&vip) {
+                    Ok((bird, kernel)) => {
+                        samples += 1;
+                        if !bird.contains(&edge1) || !kernel.contains(&edge1) {
+                            missing.push(format!("BIRD via {bird:?}, kernel via {kernel:?}"));
+                        }
+                    }
+                    Err(e) => missing.push(format!("probe failed: {e}")),
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            (samples, missing)
+        })
+    };
+    let t = Instant::now();
+    cluster.terminate("edge1", Duration::from_secs(10)).unwrap();
+    let down = t.elapsed();
+    cluster
+        .start_edge_with(1, &topo.pin_dir(1), RESTART)
+        .unwrap();
+    lab::wait_for(
+        "edge1 Established again",
+        Duration::from_secs(60),
+        Duration::from_millis(50),
+        || {
+            let s = cluster.birdc(&["show", "protocols", "edge1"])?;
+            Ok(if s.contains("Established") {
+                Ok(())
+            } else {
+                Err(s)
+            })
+        },
+    )
+    .unwrap();
+    let up = t.elapsed();
+    let status = cluster
+        .wait_peer_status("tor", Duration::from_secs(30))
+        .unwrap();
+    let announced = t.elapsed();
+    std::thread::sleep(Duration::from_secs(1));
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (samples, missing) = poller.join().unwrap();
+    eprintln!(
+        "hitless restart of edge1: old agent gone after {down:?}, session Established again \
+         after {up:?}, VIP re-announced (BGPPeer status) after {announced:?}; edge1's next hop \
+         in BIRD and the kernel in {} of {samples} samples\n{status}",
+        samples - missing.len()
+    );
+    assert!(
+        samples > 20,
+        "the ToR was polled too rarely: {samples} samples"
+    );
+    let broken = finish_downloads(&mut slow, "Restart");
+    (broken.len(), missing)
+}
+
+/// Waits for the downloads; returns a line per broken one.
+fn finish_downloads(slow: &mut [(Daemon, std::path::PathBuf)], what: &str) -> Vec<String> {
+    let mut broken = Vec::new();
+    for (d, out) in slow.iter_mut() {
+        let st = d.wait_exit(Duration::from_secs(30)).unwrap();
+        let body = std::fs::read_to_string(&*out).unwrap_or_default();
+        let pods = config::count_answers(body.lines());
+        let whole = pods.values().sum::<usize>() == SLOW_LINES && pods.len() == 1;
+        if !st.success() || !whole {
+            broken.push(format!("{}: {st}, {pods:?}: {}", d.name, d.log_tail(2)));
+        }
+    }
+    eprintln!(
+        "{what}: {} of {SLOW_FLOWS} long downloads broke{}",
+        broken.len(),
+        if broken.is_empty() {
+            String::new()
+        } else {
+            format!(": {broken:#?}")
+        }
+    );
+    broken
+}
+
 /// How the test takes an edge away.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Loss {
@@ -305,7 +454,7 @@ fn downloads_survive_losing_an_edge(
         format!("ipip_from_edge{victim}"),
         format!("ipip_from_edge{other}"),
     );
-    let mut slow = start_slow_downloads(topo, dir, vip, loss);
+    let mut slow = start_slow_downloads(topo, dir, vip, &format!("{loss:?}"));
     std::thread::sleep(Duration::from_millis(700));
     let w0 = topo.counters().unwrap();
     std::thread::sleep(Duration::from_millis(500));
@@ -331,25 +480,7 @@ fn downloads_survive_losing_an_edge(
         "{loss:?} of {name}: ToR down to 1 next hop after {:?}",
         t.elapsed()
     );
-    let mut broken = Vec::new();
-    for (d, out) in &mut slow {
-        let st = d.wait_exit(Duration::from_secs(30)).unwrap();
-        let body = std::fs::read_to_string(&*out).unwrap_or_default();
-        let pods = config::count_answers(body.lines());
-        let whole = pods.values().sum::<usize>() == SLOW_LINES && pods.len() == 1;
-        if !st.success() || !whole {
-            broken.push(format!("{}: {st}, {pods:?}: {}", d.name, d.log_tail(2)));
-        }
-    }
-    eprintln!(
-        "{loss:?}: {} of {SLOW_FLOWS} long downloads broke{}",
-        broken.len(),
-        if broken.is_empty() {
-            String::new()
-        } else {
-            format!(": {broken:#?}")
-        }
-    );
+    let broken = finish_downloads(&mut slow, &format!("{loss:?}"));
     let w2 = topo.counters().unwrap();
     assert!(
         w2[&via_other] > w1[&via_other],
@@ -372,13 +503,13 @@ fn start_slow_downloads(
     topo: &Topology,
     dir: &std::path::Path,
     vip: &str,
-    loss: Loss,
+    tag: &str,
 ) -> Vec<(Daemon, std::path::PathBuf)> {
     let client = topo.ns("client");
     let url = format!("http://{vip}:{}/slow", topo.addrs.port);
     (0..SLOW_FLOWS)
         .map(|i| {
-            let out = dir.join(format!("slow-{loss:?}-{i}.out"));
+            let out = dir.join(format!("slow-{tag}-{i}.out"));
             let o = out.display().to_string();
             let argv = [
                 "curl",
@@ -391,14 +522,8 @@ fn start_slow_downloads(
                 &o,
                 &url,
             ];
-            let d = Daemon::spawn(
-                dir,
-                &format!("slow-{loss:?}-{i}"),
-                Some(&client),
-                &argv,
-                &[],
-            )
-            .unwrap();
+            let d =
+                Daemon::spawn(dir, &format!("slow-{tag}-{i}"), Some(&client), &argv, &[]).unwrap();
             (d, out)
         })
         .collect()

@@ -277,6 +277,11 @@ impl Cluster {
 
     /// `ringlb-edge run` in edge `i` (1-based), replacing an earlier one that exited.
     pub fn start_edge(&mut self, i: usize, pin_dir: &Path) -> Result<()> {
+        self.start_edge_with(i, pin_dir, &[])
+    }
+
+    /// [`Cluster::start_edge`] with more `run` flags (e.g. `--on-sigterm restart`).
+    pub fn start_edge_with(&mut self, i: usize, pin_dir: &Path, extra: &[&str]) -> Result<()> {
         let edge = self.bins.edge.display().to_string();
         let kubeconfig = self.edge_kubeconfig().display().to_string();
         let mtu = FABRIC_MTU.to_string();
@@ -284,32 +289,39 @@ impl Cluster {
         let name = format!("edge{i}");
         let pin = pin_dir.display().to_string();
         self.daemons.retain_mut(|d| d.name != name || d.alive());
-        self.spawn(
+        let mut argv: Vec<&str> = vec![
+            &edge,
+            "--kubeconfig",
+            &kubeconfig,
+            "--metrics-addr",
+            "127.0.0.1:9090",
+            "run",
+            "--node-name",
             &name,
-            &name,
-            &[
-                &edge,
-                "--kubeconfig",
-                &kubeconfig,
-                "--metrics-addr",
-                "127.0.0.1:9090",
-                "run",
-                "--node-name",
-                &name,
-                "--interface",
-                "eth0",
-                "--source-v4",
-                ip,
-                "--xdp-mode",
-                "native",
-                "--pin-dir",
-                &pin,
-                "--mtu",
-                &mtu,
-                "--drain",
-                "0s",
-            ],
-        )
+            "--interface",
+            "eth0",
+            "--source-v4",
+            ip,
+            "--xdp-mode",
+            "native",
+            "--pin-dir",
+            &pin,
+            "--mtu",
+            &mtu,
+            "--drain",
+            "0s",
+        ];
+        argv.extend_from_slice(extra);
+        self.spawn(&name, &name, &argv)
+    }
+
+    /// Something a thread can poll the ToR's routes with while the test drives the
+    /// cluster (see [`RouteProbe::sample`]).
+    pub fn route_probe(&self) -> RouteProbe {
+        RouteProbe {
+            tor: self.ns("tor"),
+            bird_ctl: self.bird_ctl(),
+        }
     }
 
     /// One `ringlb-edge node` per worker node namespace: tc programs on eth0 (the
@@ -532,7 +544,8 @@ impl Cluster {
         )
     }
 
-    /// BIRD's paths to `vip` and the ToR kernel's next hops for it.
+    /// BIRD's paths to `vip` and the ToR kernel's next hops for it (as
+    /// [`RouteProbe::sample`], with the texts).
     pub fn routes(
         &self,
         vip: &str,
@@ -608,5 +621,37 @@ impl Drop for Cluster {
         for d in self.daemons.iter_mut().rev() {
             d.stop(Duration::from_secs(3));
         }
+    }
+}
+
+/// The ToR's routes, for a polling thread.
+#[derive(Clone, Debug)]
+pub struct RouteProbe {
+    tor: String,
+    bird_ctl: String,
+}
+
+impl RouteProbe {
+    /// BIRD's next hops for `vip` (`birdc show route for`) and the ToR kernel's.
+    pub fn sample(&self, vip: &str) -> Result<(Vec<std::net::IpAddr>, Vec<std::net::IpAddr>)> {
+        let bird = run_in(
+            &self.tor,
+            &[
+                "birdc",
+                "-s",
+                &self.bird_ctl,
+                "show",
+                "route",
+                "for",
+                vip,
+                "all",
+            ],
+        )?;
+        let kernel_json = run_in(&self.tor, &["ip", "-j", "route", "show", vip])?;
+        let khops = config::kernel_next_hops(&kernel_json).map_err(|detail| Error::Parse {
+            what: "ip -j route".into(),
+            detail,
+        })?;
+        Ok((config::bird_next_hops(&bird), khops))
     }
 }

@@ -34,6 +34,7 @@ protocol kernel kernel4 {{
 template bgp edge {{
 	local {tor} as {tor_asn};
 	direct;
+	graceful restart on;   # helper for edges whose BGPPeer sets gracefulRestart
 	hold time 3;
 	keepalive time 1;
 	connect delay time 1;
