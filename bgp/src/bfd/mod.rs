@@ -23,7 +23,11 @@
 //! Not implemented: authentication (packets with the A bit are dropped), demand mode,
 //! the echo function, multihop (RFC 5883).
 
+pub mod fsm;
+pub mod metrics;
 pub mod packet;
+pub mod socket;
+pub mod task;
 
 use std::time::Duration;
 
@@ -34,6 +38,8 @@ use super::config::invalid;
 
 /// The UDP port of single-hop BFD Control packets (RFC 5881 §4).
 pub const CONTROL_PORT: u16 = 3784;
+/// NOTIFICATION Cease subcode "BFD Down" (RFC 9384), sent when BFD resets a session.
+pub const CEASE_BFD_DOWN: u8 = 10;
 /// Default timers: 300 ms x 3 (detection in about 0.9 s), as FRR.
 pub const DEFAULT_INTERVAL_MS: u32 = 300;
 pub const DEFAULT_MULTIPLIER: u8 = 3;
