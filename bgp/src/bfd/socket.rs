@@ -138,6 +138,8 @@ fn bind_rx(addr: SocketAddr) -> io::Result<UdpSocket> {
         setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
     }
     s.set_reuse_address(true)?;
+    // Room for bursts (many sessions, or garbage) without kernel drops we cannot count.
+    let _ = s.set_recv_buffer_size(1 << 20);
     s.set_nonblocking(true)?;
     s.bind(&addr.into())?;
     UdpSocket::from_std(s.into())

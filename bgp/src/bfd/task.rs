@@ -192,7 +192,12 @@ impl SessionTask {
                         self.schedule_tx();
                     }
                 }
-                Action::DetectTimer(d) => self.detect_at = d.map(|d| Instant::now() + d),
+                Action::DetectTimer(d) => {
+                    self.detect_at = d.map(|d| Instant::now() + d);
+                    if d.is_some() && self.status.borrow().detection_time != d {
+                        self.publish_detection(d);
+                    }
+                }
                 Action::Changed(t) => self.changed(t),
             }
         }
@@ -226,6 +231,16 @@ impl SessionTask {
         }
     }
 
+    /// The detection time changes with the peer's timers (e.g. when its poll after
+    /// Up lowers its interval), not only on transitions.
+    fn publish_detection(&mut self, d: Option<Duration>) {
+        self.metrics
+            .detection_time_ms
+            .get_or_create(&self.label)
+            .set(d.map(|d| d.as_millis() as i64).unwrap_or(0));
+        self.status.send_modify(|s| s.detection_time = d);
+    }
+
     fn changed(&mut self, t: Transition) {
         let detection = self.session.detection_time();
         tracing::info!(
@@ -240,16 +255,12 @@ impl SessionTask {
             .get_or_create(&self.label)
             .set(t.to as i64);
         self.metrics.transition(&self.name, t.to.as_str());
-        self.metrics
-            .detection_time_ms
-            .get_or_create(&self.label)
-            .set(detection.map(|d| d.as_millis() as i64).unwrap_or(0));
+        self.publish_detection(detection);
         let remote = self.session.remote_disc();
         self.status.send_modify(|s| {
             s.state = t.to;
             s.diag = t.diag;
             s.remote_disc = remote;
-            s.detection_time = detection;
             s.transitions += 1;
         });
         if t.from == State::Up && t.to == State::Down && t.failure {
