@@ -15,6 +15,7 @@ use serde::Deserialize;
 use super::Error;
 use super::bfd::{BfdConfig, BfdSpec};
 use super::codec::Afi;
+use super::gr::{OnSigterm, RestartState};
 
 /// GRACEFUL_SHUTDOWN well-known community (RFC 8326).
 pub const GRACEFUL_SHUTDOWN: u32 = 0xffff_0000;
@@ -65,6 +66,10 @@ pub struct PeerConfig {
     pub password: Option<String>,
     pub source_address: Option<IpAddr>,
     pub ebgp_multihop: Option<u8>,
+    /// GTSM (RFC 5082): send TTL 255, require at least 256 - hops (see [`crate::ttl`]).
+    pub ttl_security: bool,
+    /// Graceful restart time advertised to the peer (RFC 4724); `None`: no GR.
+    pub graceful_restart_time: Option<u16>,
     /// Next hop for IPv4 routes; default: the session's local address (next-hop self).
     pub next_hop_v4: Option<Ipv4Addr>,
     /// Next hop for IPv6 routes; default: the session's local address if it is IPv6.
@@ -105,6 +110,8 @@ pub struct PeerSpec {
     pub ebgp_multihop: Option<u8>,
     pub source_address: Option<String>,
     pub bfd: Option<BfdSpec>,
+    pub ttl_security: bool,
+    pub graceful_restart_time: Option<u16>,
 }
 
 /// A configuration error naming the field.
@@ -150,6 +157,11 @@ pub fn peer_from_spec(
     {
         return Err(invalid("sourceAddress", "family differs from peerAddress"));
     }
+    if let Some(t) = spec.graceful_restart_time
+        && !(1..=4095).contains(&t)
+    {
+        return Err(invalid("gracefulRestartTime", "must be 1..4095 seconds"));
+    }
     if let Some(p) = &extras.password
         && (p.is_empty() || p.len() > 80)
     {
@@ -168,6 +180,8 @@ pub fn peer_from_spec(
         password: extras.password,
         source_address,
         ebgp_multihop: spec.ebgp_multihop,
+        ttl_security: spec.ttl_security,
+        graceful_restart_time: spec.graceful_restart_time,
         next_hop_v4: extras.next_hop_v4,
         next_hop_v6: extras.next_hop_v6,
         families: extras
@@ -228,6 +242,13 @@ pub struct SpeakerFile {
     /// Seconds between the GRACEFUL_SHUTDOWN re-announce and the withdrawal on SIGTERM.
     #[serde(default = "default_drain")]
     pub drain_seconds: u64,
+    /// `drain` (default) or `restart` (hitless: no NOTIFICATION, nothing withdrawn).
+    #[serde(default)]
+    pub on_sigterm: OnSigterm,
+    /// This start replaces a speaker that left with `onSigterm: restart` while the
+    /// forwarding plane kept forwarding: graceful restart R and F bits set.
+    #[serde(default)]
+    pub forwarding_preserved: bool,
     pub peers: Vec<FilePeer>,
     #[serde(default)]
     pub prefixes: Vec<FilePrefix>,
@@ -259,6 +280,13 @@ pub struct FilePeer {
     pub ebgp_multihop: Option<u8>,
     #[serde(default)]
     pub source_address: Option<String>,
+    /// GTSM (RFC 5082), as `ttlSecurity` of BGPPeer.
+    #[serde(default)]
+    pub ttl_security: bool,
+    /// Graceful restart time (RFC 4724), as `gracefulRestart.restartTime` of
+    /// BGPPeer; unset: no graceful restart.
+    #[serde(default)]
+    pub graceful_restart_time: Option<u16>,
     /// TCP MD5 password, inline (prefer `passwordFile`).
     #[serde(default)]
     pub password: Option<String>,
@@ -324,6 +352,8 @@ pub struct FilePrefix {
 pub struct Standalone {
     pub listen_port: u16,
     pub drain: Duration,
+    pub on_sigterm: OnSigterm,
+    pub restart: RestartState,
     pub peers: Vec<PeerConfig>,
     pub prefixes: Vec<(IpNetwork, RouteAttrs)>,
 }
@@ -428,6 +458,8 @@ impl SpeakerFile {
                 ebgp_multihop: p.ebgp_multihop,
                 source_address: p.source_address.clone(),
                 bfd: p.bfd.clone(),
+                ttl_security: p.ttl_security,
+                graceful_restart_time: p.graceful_restart_time,
             };
             let policy = ExportPolicy {
                 rules: p
@@ -485,6 +517,11 @@ impl SpeakerFile {
         Ok(Standalone {
             listen_port: self.listen_port,
             drain: Duration::from_secs(self.drain_seconds),
+            on_sigterm: self.on_sigterm,
+            restart: RestartState {
+                restarted: self.forwarding_preserved,
+                forwarding: self.forwarding_preserved,
+            },
             peers,
             prefixes,
         })

@@ -16,7 +16,7 @@
 use std::net::Ipv4Addr;
 use std::time::Duration;
 
-use super::codec::{Afi, Message, Notification, Open, notif};
+use super::codec::{Afi, Capability, Message, Notification, Open, notif};
 
 /// RFC 4271 §8.2.2 states.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -151,6 +151,8 @@ pub struct FsmConfig {
     pub families: Vec<Afi>,
     /// Cap of the restart backoff.
     pub max_backoff: Duration,
+    /// Capabilities added to our OPEN (graceful restart, see `gr.rs`).
+    pub extra_capabilities: Vec<Capability>,
 }
 
 /// Hold time used in OpenSent before the peer's OPEN arrives (RFC 4271 §8.2.2: "large").
@@ -217,12 +219,15 @@ impl Fsm {
     }
 
     fn open(&self) -> Open {
-        Open::new(
+        let mut o = Open::new(
             self.cfg.local_asn,
             self.cfg.hold_time,
             self.cfg.bgp_id,
             &self.cfg.families,
-        )
+        );
+        o.capabilities
+            .extend(self.cfg.extra_capabilities.iter().cloned());
+        o
     }
 
     fn push(&mut self, a: Action) {

@@ -32,9 +32,10 @@ use tokio::time::Instant;
 use super::codec::{self, Afi, CodecError, Decoded, HEADER_LEN, Message, Notification, notif};
 use super::config::{ExportPolicy, PeerConfig};
 use super::fsm::{self, Action, CollisionWinner, Event, Fsm, FsmConfig, Negotiated, State, Timer};
-use super::md5;
+use super::gr::{self, RestartState};
 use super::metrics::{BgpMetrics, Labels};
 use super::rib::{self, AdjRibOut, RouteTable, SessionView};
+use super::{md5, ttl};
 
 /// What callers can see of a peer (a `tokio::sync::watch` value).
 #[derive(Debug, Clone, PartialEq)]
@@ -182,6 +183,7 @@ async fn connect(cfg: PeerConfig) -> std::io::Result<TcpStream> {
     if let Some(pw) = &cfg.password {
         md5::set_md5_key(&sock, v6, cfg.address, pw.as_bytes()).map_err(std::io::Error::other)?;
     }
+    ttl::apply(&sock, v6, ttl::policy(&cfg))?;
     if let Some(src) = cfg.source_address {
         sock.bind(SocketAddr::new(src, 0))?;
     }
@@ -194,10 +196,9 @@ async fn connect(cfg: PeerConfig) -> std::io::Result<TcpStream> {
 
 fn prepare(s: &TcpStream, cfg: &PeerConfig) {
     let _ = s.set_nodelay(true);
-    if let Some(ttl) = cfg.ebgp_multihop
-        && cfg.address.is_ipv4()
-    {
-        let _ = s.set_ttl(u32::from(ttl));
+    let v6 = s.local_addr().is_ok_and(|a| a.is_ipv6());
+    if let Err(e) = ttl::apply(s, v6, ttl::policy(cfg)) {
+        tracing::warn!(error = %e, "cannot set the session's TTL / GTSM");
     }
 }
 
@@ -225,6 +226,7 @@ pub(crate) struct PeerTask {
     metrics: BgpMetrics,
     next_id: u64,
     rng: u64,
+    restart: RestartState,
 }
 
 impl PeerTask {
@@ -235,6 +237,7 @@ impl PeerTask {
         inbound: mpsc::Receiver<TcpStream>,
         status: watch::Sender<PeerStatus>,
         metrics: BgpMetrics,
+        restart: RestartState,
     ) -> PeerTask {
         let fsm = Fsm::new(FsmConfig {
             local_asn: cfg.local_asn,
@@ -246,6 +249,7 @@ impl PeerTask {
             passive: cfg.passive,
             families: cfg.families.clone(),
             max_backoff: Duration::from_secs(30),
+            extra_capabilities: gr::capabilities(&cfg, restart),
         });
         let (ev_tx, ev_rx) = mpsc::channel(256);
         let (conn_tx, conn_rx) = mpsc::channel(4);
@@ -274,6 +278,7 @@ impl PeerTask {
             rng,
             metrics,
             next_id: 0,
+            restart,
         }
     }
 
@@ -496,6 +501,11 @@ impl PeerTask {
             "session established"
         );
         self.session = Some(view);
+        if self.restart.restarted {
+            // RFC 4724: the R bit is for the first session after the restart only.
+            self.restart.restarted = false;
+            self.fsm.cfg.extra_capabilities = gr::capabilities(&self.cfg, self.restart);
+        }
         self.sent.clear();
         self.sync_routes();
         // End-of-RIB per family (RFC 4724), so the peer knows the initial dump is done.

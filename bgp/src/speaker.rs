@@ -24,6 +24,7 @@ use super::bfd::metrics::BfdMetrics;
 use super::bfd::socket::Hub;
 use super::bfd::task::{BfdHandle, BfdStatus};
 use super::config::{PeerConfig, RouteAttrs};
+use super::gr::RestartState;
 use super::md5;
 use super::metrics::BgpMetrics;
 use super::rib::RouteTable;
@@ -47,6 +48,7 @@ pub struct Speaker {
     listeners: Vec<Arc<TcpListener>>,
     accept_tasks: Vec<JoinHandle<()>>,
     metrics: BgpMetrics,
+    restart: Mutex<RestartState>,
     bfd: BfdHub,
 }
 
@@ -142,6 +144,7 @@ impl Speaker {
             listeners,
             accept_tasks,
             metrics,
+            restart: Mutex::new(RestartState::default()),
             bfd,
         })
     }
@@ -202,6 +205,12 @@ impl Speaker {
         lock(&self.bfd.hub).as_ref().map(|h| h.port())
     }
 
+    /// Graceful restart (RFC 4724): what the OPENs of the sessions started from now
+    /// on say about this start (R and F bits). Set it before the first `add_peer`.
+    pub fn set_restart_state(&self, state: RestartState) {
+        *lock(&self.restart) = state;
+    }
+
     /// Start a session with a new peer.
     pub fn add_peer(&self, cfg: PeerConfig) -> Result<(), Error> {
         let mut peers = lock(&self.peers);
@@ -228,6 +237,7 @@ impl Speaker {
             in_rx,
             st_tx,
             self.metrics.clone(),
+            *lock(&self.restart),
         );
         let handle = tokio::spawn(task.run().instrument(span));
         lock(&self.inbound).insert(cfg.address, in_tx);
@@ -355,6 +365,15 @@ impl Speaker {
         tokio::time::sleep(drain).await;
         tracing::info!("drain time over: withdrawing every prefix");
         self.withdraw_all();
+    }
+
+    /// For a hitless restart (graceful restart, RFC 4724): close every session's TCP
+    /// connection without a NOTIFICATION and without withdrawing anything, so peers
+    /// that negotiated graceful restart keep our routes as stale for the restart
+    /// time, while the datapath forwards on. Peers without it drop the routes.
+    pub fn abandon(self) {
+        tracing::info!("closing BGP sessions without NOTIFICATION (graceful restart)");
+        drop(self);
     }
 
     /// Step 2: send the withdrawals, NOTIFICATION Cease to every peer, close.

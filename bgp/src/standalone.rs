@@ -4,6 +4,8 @@
 //!
 //! SIGTERM or SIGINT: graceful shutdown (GRACEFUL_SHUTDOWN re-announce, `drainSeconds`,
 //! withdraw, Cease). A second signal during the drain skips the rest of the wait.
+//! With `onSigterm: restart`, SIGTERM closes the sessions without NOTIFICATION and
+//! withdraws nothing (graceful restart, `gr.rs`); SIGINT still drains.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -15,6 +17,7 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use super::Error;
 use super::config::SpeakerFile;
+use super::gr::OnSigterm;
 use super::speaker::Speaker;
 
 fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -37,6 +40,7 @@ pub async fn run(config: &Path, metrics_addr: SocketAddr) -> Result<(), Error> {
         .map_err(io("binding --metrics-addr"))?;
     let mut term = signal(SignalKind::terminate()).map_err(io("installing SIGTERM handler"))?;
     let mut int = signal(SignalKind::interrupt()).map_err(io("installing SIGINT handler"))?;
+    speaker.set_restart_state(cfg.restart);
     for p in cfg.peers {
         speaker.add_peer(p)?;
     }
@@ -44,11 +48,17 @@ pub async fn run(config: &Path, metrics_addr: SocketAddr) -> Result<(), Error> {
     speaker.announce_many(cfg.prefixes);
     health.set_ready(true);
     tracing::info!(%addr, prefixes = n, peers = ?speaker.peers(), "speaker running");
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: graceful shutdown"),
-        _ = int.recv() => tracing::info!("SIGINT: graceful shutdown"),
-    }
+    let restart = tokio::select! {
+        _ = term.recv() => cfg.on_sigterm == OnSigterm::Restart,
+        _ = int.recv() => false,
+    };
     health.set_ready(false);
+    if restart {
+        speaker.abandon();
+        tracing::info!("SIGTERM: stopped for a restart; routes left to graceful restart");
+        return Ok(());
+    }
+    tracing::info!("graceful shutdown");
     tokio::select! {
         _ = speaker.drain(cfg.drain) => {}
         _ = term.recv() => { tracing::warn!("second signal: cutting the drain short"); speaker.withdraw_all(); }

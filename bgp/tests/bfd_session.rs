@@ -49,6 +49,8 @@ fn peer_cfg(bgp_port: u16, bfd_port: u16) -> PeerConfig {
         next_hop_v6: None,
         families: vec![Afi::Ipv4],
         policy: ExportPolicy::default(),
+        ttl_security: false,
+        graceful_restart_time: None,
         bfd: Some(bfd_cfg(bfd_port)),
     }
 }

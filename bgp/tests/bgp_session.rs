@@ -40,6 +40,8 @@ fn peer_cfg(port: u16, passive: bool) -> PeerConfig {
         password: None,
         source_address: None,
         ebgp_multihop: None,
+        ttl_security: false,
+        graceful_restart_time: None,
         next_hop_v4: None,
         next_hop_v6: Some("fd00::11".parse().unwrap()),
         families: vec![Afi::Ipv4, Afi::Ipv6],

@@ -56,10 +56,22 @@ pub struct BGPPeerSpec {
     /// Secret key holding the TCP MD5 password.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password_secret_ref: Option<SecretKeyRef>,
-    /// Allow an eBGP peer this many hops away (1..255).
+    /// Allow an eBGP peer this many hops away (1..255): the TTL (IPv4) or hop
+    /// limit (IPv6) of the session's packets. Unset, an eBGP session sends TTL 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 255))]
     pub ebgp_multihop: Option<u8>,
+    /// GTSM (RFC 5082): send TTL / hop limit 255 and drop the peer's packets that
+    /// arrive with less than 256 - hops (hops = ebgpMultihop, default 1). The peer
+    /// must do the same (BIRD: `ttl security on`). Default false.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ttl_security: Option<bool>,
+    /// Graceful restart (RFC 4724), restarting-speaker side: advertise the
+    /// capability, so that when the edge agent restarts without a drain the peer
+    /// keeps the edge's routes for `restartTime` while the datapath forwards on.
+    /// Unset: no graceful restart.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub graceful_restart: Option<GracefulRestart>,
     /// Local address to open the session from.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = 45))]
@@ -92,6 +104,21 @@ pub struct BfdSpec {
     #[schemars(range(min = 1, max = 255))]
     pub multiplier: Option<u8>,
 }
+
+/// Graceful restart settings of a `BGPPeer`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GracefulRestart {
+    /// Seconds the peer keeps our routes after the session drops, waiting for the
+    /// restarted edge (1..4095). Default 120.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 4095))]
+    pub restart_time: Option<u16>,
+}
+
+/// Default graceful restart time in seconds (RFC 4724 suggests at most the hold time;
+/// 120 covers a slow image pull of the agent).
+pub const DEFAULT_RESTART_TIME: u16 = 120;
 
 /// Observed state of a `BGPPeer`, one entry per edge node.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -163,6 +190,14 @@ impl BGPPeerSpec {
         if self.ebgp_multihop == Some(0) {
             e.push("spec.ebgpMultihop", "must be 1..255");
         }
+        if let Some(t) = self.graceful_restart.as_ref().and_then(|g| g.restart_time)
+            && !(1..=4095).contains(&t)
+        {
+            e.push(
+                "spec.gracefulRestart.restartTime",
+                "must be 1..4095 seconds",
+            );
+        }
         if let Some(src) = &self.source_address
             && src.parse::<IpAddr>().is_err()
         {
@@ -194,6 +229,13 @@ impl BGPPeerSpec {
         self.keepalive_time.unwrap_or(self.hold_time() / 3)
     }
 
+    /// The graceful restart time, if graceful restart is on.
+    pub fn restart_time(&self) -> Option<u16> {
+        self.graceful_restart
+            .as_ref()
+            .map(|g| g.restart_time.unwrap_or(DEFAULT_RESTART_TIME))
+    }
+
     /// The TCP port, with the default applied.
     pub fn port(&self) -> u16 {
         self.port.unwrap_or(DEFAULT_PORT)
@@ -214,6 +256,8 @@ mod tests {
             keepalive_time: Some(1),
             password_secret_ref: None,
             ebgp_multihop: None,
+            ttl_security: None,
+            graceful_restart: None,
             source_address: None,
             node_selector: None,
             bfd: None,
@@ -231,6 +275,12 @@ mod tests {
             ..peer()
         };
         assert_eq!((p.hold_time(), p.keepalive_time()), (90, 30));
+        assert_eq!(p.restart_time(), None);
+        let p = BGPPeerSpec {
+            graceful_restart: Some(GracefulRestart::default()),
+            ..peer()
+        };
+        assert_eq!(p.restart_time(), Some(120));
     }
 
     #[test]
@@ -278,6 +328,15 @@ mod tests {
                     ..peer()
                 },
                 "spec.sourceAddress",
+            ),
+            (
+                BGPPeerSpec {
+                    graceful_restart: Some(GracefulRestart {
+                        restart_time: Some(4096),
+                    }),
+                    ..peer()
+                },
+                "spec.gracefulRestart.restartTime",
             ),
             (
                 BGPPeerSpec {

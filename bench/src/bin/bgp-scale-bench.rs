@@ -376,6 +376,8 @@ fn measure_ours(
                 password: None,
                 source_address: None,
                 ebgp_multihop: None,
+                ttl_security: false,
+                graceful_restart_time: None,
                 next_hop_v4: None,
                 next_hop_v6: None,
                 families: vec![Afi::Ipv4],

@@ -14,6 +14,7 @@ fn cfg(passive: bool) -> FsmConfig {
         passive,
         families: vec![Afi::Ipv4, Afi::Ipv6],
         max_backoff: Duration::from_secs(60),
+        extra_capabilities: Vec::new(),
     }
 }
 

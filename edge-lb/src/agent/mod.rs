@@ -13,9 +13,14 @@
 //!                    └─> tables::routes ──────────> Speaker::announce / withdraw
 //!  peers::run task: BGPPeer/BGPAdvertisement/IPPool/Node ──> Speaker::set_peers,
 //!                      BGPPeer status per node
-//!  SIGTERM ──> Speaker::drain (GRACEFUL_SHUTDOWN, drain time, withdraw, Cease) ──> exit.
+//!  The BGP sessions start after the first sync, so a restarted agent's End-of-RIB
+//!  follows the complete table (graceful restart).
+//!  SIGTERM ──> stop.rs: drain (GRACEFUL_SHUTDOWN, drain time, withdraw, Cease) or, with
+//!  --on-sigterm restart on a schedulable Node, restart (close BGP without NOTIFICATION;
+//!  the ToR's graceful restart keeps the routes) ──> exit.
 //!  The XDP program and its maps stay pinned, so a restart keeps forwarding and conntrack;
-//!  IPVS services and the VIPs bound on `lo` are removed once the routes are withdrawn.
+//!  after a drain, IPVS services and the VIPs bound on `lo` are removed once the routes
+//!  are withdrawn.
 //! ```
 
 use std::net::{Ipv4Addr, Ipv6Addr};
@@ -26,6 +31,7 @@ use std::time::Duration;
 use anyhow::Context;
 use prometheus_client::registry::Registry;
 use ringlb_bgp::Speaker;
+use ringlb_bgp::gr::RestartState;
 use ringlb_datapath::{Datapath, DesiredState};
 use ringlb_ipvs::kernel::netlink::NetlinkKernel;
 use ringlb_ipvs::{Forward, IpvsDatapath};
@@ -36,16 +42,19 @@ use ringlb_ops::{CommonArgs, Health, Heartbeat};
 use ringlb_xdp::abi::MAX_RING_SIZE;
 use ringlb_xdp::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
 use tokio::signal::unix::{SignalKind, signal};
-use tokio::sync::{Mutex, Notify};
+use tokio::sync::{Mutex, Notify, oneshot};
 
 use crate::peers::{self, NodeContext};
 
 mod api;
 pub mod metrics;
 mod nexthops;
+pub mod stop;
 pub mod sync;
 
 use metrics::DatapathMetrics;
+pub use stop::OnSigterm;
+use stop::{Exit, Stop};
 
 use sync::{Stores, SyncConfig, SyncState};
 
@@ -154,6 +163,13 @@ pub struct RunArgs {
     /// are withdrawn (e.g. 30s, 500ms).
     #[arg(long, alias = "drain-seconds", default_value = "30s", value_parser = parse_duration)]
     pub drain: Duration,
+    /// What SIGTERM does: `drain` takes the edge out of service (GRACEFUL_SHUTDOWN,
+    /// --drain, withdraw); `restart` is for upgrades: BGP closes without NOTIFICATION,
+    /// nothing is withdrawn, the datapath forwards on, and peers with graceful restart
+    /// keep the routes until the next agent re-announces them. With `restart`, a
+    /// cordoned Node (`kubectl cordon`) still drains. SIGINT always drains.
+    #[arg(long, env = "RINGLB_ON_SIGTERM", value_enum, default_value = "drain")]
+    pub on_sigterm: OnSigterm,
 }
 
 impl RunArgs {
@@ -231,6 +247,8 @@ struct Agent {
     nh_watch: nexthops::Watcher,
     health: Arc<Health>,
     heartbeat: Heartbeat,
+    /// Fired after the first complete sync: the BGP sessions start then.
+    first_sync: Option<oneshot::Sender<()>>,
 }
 
 /// Runs the edge agent until SIGTERM/SIGINT.
@@ -272,8 +290,19 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
 
     let resolver = KernelResolver::default();
     let nh_watch = nexthops::Watcher::start(&resolver, &nh_metrics);
-    let dp = load_datapath(args, resolver)?;
-    tracing::info!(datapath = args.datapath.name(), "datapath ready");
+    let (dp, kept) = load_datapath(args, resolver)?;
+    tracing::info!(
+        datapath = args.datapath.name(),
+        kept_forwarding = kept,
+        "datapath ready"
+    );
+    // Graceful restart: an earlier agent's datapath found and reused means this is a
+    // restart with the forwarding state kept (R and F bits of our OPENs).
+    speaker.set_restart_state(RestartState {
+        restarted: kept,
+        forwarding: kept,
+    });
+    let (first_sync, synced) = oneshot::channel();
 
     // Peers and policy come from BGPPeer / BGPAdvertisement / IPPool for this node.
     let node = NodeContext {
@@ -284,6 +313,9 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         let (client, speaker) = (client.clone(), speaker.clone());
         let heartbeat = health.heartbeat("bgp-config", PEERS_ALLOWANCE);
         async move {
+            if synced.await.is_err() {
+                return; // stopped before the first sync
+            }
             if let Err(e) = peers::run(client, node, speaker, heartbeat).await {
                 tracing::error!(error = %e, "BGP configuration from the API stopped");
             }
@@ -299,11 +331,23 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         nh_watch,
         heartbeat,
         health,
+        first_sync: Some(first_sync),
     };
-    let (speaker, dp) = agent.run_loop(args, signals).await;
-    shutdown(args, speaker, bgp_task).await;
-    if args.datapath == DatapathKind::Ipvs {
-        remove_ipvs(dp);
+    let (speaker, dp, sig) = agent.run_loop(args, signals).await;
+    let cordoned = match (sig, args.on_sigterm) {
+        (Stop::Term, OnSigterm::Restart) => stop::node_cordoned(&client, &args.node_name).await,
+        _ => None,
+    };
+    let (exit, why) = stop::decide(args.on_sigterm, sig, cordoned);
+    tracing::info!(?exit, reason = why, "stopping");
+    match exit {
+        Exit::Restart => stop::restart(speaker, bgp_task).await,
+        Exit::Drain => {
+            stop::drain(args, speaker, bgp_task).await;
+            if args.datapath == DatapathKind::Ipvs {
+                remove_ipvs(dp);
+            }
+        }
     }
     Ok(())
 }
@@ -323,20 +367,25 @@ impl Signals {
     }
 }
 
-/// The datapath `--datapath` names, behind the seam.
+/// The datapath `--datapath` names, behind the seam, and whether it was kept from
+/// an earlier agent (pinned XDP install, IPVS services) and so forwarded on.
 fn load_datapath(
     args: &RunArgs,
     resolver: KernelResolver,
-) -> anyhow::Result<Box<dyn Datapath + Send>> {
+) -> anyhow::Result<(Box<dyn Datapath + Send>, bool)> {
     Ok(match args.datapath {
-        DatapathKind::Xdp => Box::new(load_xdp(args, resolver)?),
+        DatapathKind::Xdp => {
+            let kept = XdpDatapath::is_installed(&args.pin_dir);
+            (Box::new(load_xdp(args, resolver)?), kept)
+        }
         DatapathKind::Ipvs => {
             // The kernel resolves the real servers' next hops itself.
             drop(resolver);
             let kernel = NetlinkKernel::open().context("starting the IPVS datapath")?;
             let dp =
                 IpvsDatapath::new(kernel, args.ipvs_config()).context("reading what IPVS holds")?;
-            Box::new(dp)
+            let kept = !dp.held().services.is_empty();
+            (Box::new(dp), kept)
         }
     })
 }
@@ -399,7 +448,7 @@ impl Agent {
         mut self,
         args: &RunArgs,
         signals: Signals,
-    ) -> (Arc<Speaker>, Box<dyn Datapath + Send>) {
+    ) -> (Arc<Speaker>, Box<dyn Datapath + Send>, Stop) {
         let cfg = args.sync_config();
         let Signals { mut term, mut int } = signals;
         let mut state = SyncState::default();
@@ -408,7 +457,7 @@ impl Agent {
         let mut next_sync = tokio::time::Instant::now();
         let mut refresh_next_hops = Some("start");
         let mut last_nh_refresh = tokio::time::Instant::now();
-        loop {
+        let sig = loop {
             self.heartbeat.beat();
             // At least every RESYNC, whatever else wakes the loop: API events
             // push `next_sync` back, and a busy cluster must not starve the
@@ -436,6 +485,11 @@ impl Agent {
                     )
                 });
                 self.health.set_ready(state.synced_once && !state.retry);
+                if state.synced_once
+                    && let Some(tx) = self.first_sync.take()
+                {
+                    let _ = tx.send(());
+                }
                 next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
             }
             due = true;
@@ -458,42 +512,11 @@ impl Agent {
                     }
                     due = false;
                 }
-                _ = term.recv() => break,
-                _ = int.recv() => break,
+                _ = term.recv() => break Stop::Term,
+                _ = int.recv() => break Stop::Int,
             }
-        }
+        };
         self.health.set_ready(false);
-        (self.speaker, self.dp)
-    }
-}
-
-/// GRACEFUL_SHUTDOWN, the drain time, withdraw, Cease; XDP's program and maps stay.
-async fn shutdown(args: &RunArgs, speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()>) {
-    tracing::info!(drain = ?args.drain, "shutting down: draining BGP");
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(t) => t,
-        Err(e) => {
-            tracing::warn!(error = %e, "no SIGTERM handler for the drain");
-            speaker.drain(args.drain).await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = speaker.drain(args.drain) => {}
-        _ = term.recv() => { tracing::warn!("second signal: cutting the drain short"); speaker.withdraw_all(); }
-    }
-    bgp_task.abort();
-    let _ = bgp_task.await;
-    match Arc::try_unwrap(speaker) {
-        Ok(speaker) => speaker.shutdown().await,
-        Err(_) => tracing::warn!("speaker still shared at exit; sessions close with the process"),
-    }
-    match args.datapath {
-        DatapathKind::Xdp => {
-            tracing::info!(
-                "edge agent stopped; XDP program and maps stay pinned for the next start"
-            )
-        }
-        DatapathKind::Ipvs => tracing::info!("edge agent stopped; removing its IPVS services"),
+        (self.speaker, self.dp, sig)
     }
 }

@@ -220,6 +220,8 @@ pub fn peer_spec(spec: &BGPPeerSpec) -> PeerSpec {
             min_tx_ms: b.min_tx_ms,
             multiplier: b.multiplier,
         }),
+        ttl_security: spec.ttl_security.unwrap_or(false),
+        graceful_restart_time: spec.restart_time(),
     }
 }
 

@@ -1,0 +1,150 @@
+//! How the edge agent stops: a **drain** takes the edge out of service (RFC 8326
+//! GRACEFUL_SHUTDOWN, the drain time, withdraw, Cease), a **restart** keeps it in
+//! service across a new agent (an upgrade): the BGP sessions close without a
+//! NOTIFICATION and nothing is withdrawn, so a ToR with graceful restart (RFC 4724)
+//! keeps the edge's routes for the BGPPeer's `gracefulRestart.restartTime` while
+//! the pinned XDP program and maps (or the IPVS services) forward on; the next agent
+//! re-reads the maps, re-announces and sends End-of-RIB.
+//!
+//! ```text
+//!  SIGINT ─────────────────────────────────────────────> drain
+//!  SIGTERM, --on-sigterm drain ────────────────────────> drain
+//!  SIGTERM, --on-sigterm restart, Node cordoned ───────> drain
+//!  SIGTERM, --on-sigterm restart, Node schedulable ────> restart
+//!            (or the Node cannot be read within 3 s)
+//! ```
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Node;
+use kube::{Api, Client};
+use ringlb_bgp::Speaker;
+use tokio::signal::unix::{SignalKind, signal};
+
+use super::{DatapathKind, RunArgs};
+
+/// What SIGTERM means (`--on-sigterm`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum OnSigterm {
+    /// Take the edge out of service: GRACEFUL_SHUTDOWN, --drain, withdraw, Cease.
+    #[default]
+    Drain,
+    /// Hitless restart for an upgrade: close BGP without NOTIFICATION, withdraw
+    /// nothing, leave the datapath forwarding; a cordoned Node still drains.
+    Restart,
+}
+
+/// The signal that stopped the agent loop.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stop {
+    Term,
+    Int,
+}
+
+/// What the agent does on its way out.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    Drain,
+    Restart,
+}
+
+/// The decision, pure. `cordoned`: the Node's `spec.unschedulable`, `None` when
+/// it could not be read. Returns the exit and why, for the log.
+pub fn decide(flag: OnSigterm, sig: Stop, cordoned: Option<bool>) -> (Exit, &'static str) {
+    match (sig, flag, cordoned) {
+        (Stop::Int, _, _) => (Exit::Drain, "SIGINT always drains"),
+        (Stop::Term, OnSigterm::Drain, _) => (Exit::Drain, "--on-sigterm drain"),
+        (Stop::Term, OnSigterm::Restart, Some(true)) => (
+            Exit::Drain,
+            "the Node is cordoned: taking the edge out of service",
+        ),
+        (Stop::Term, OnSigterm::Restart, Some(false)) => (
+            Exit::Restart,
+            "--on-sigterm restart and the Node is schedulable",
+        ),
+        (Stop::Term, OnSigterm::Restart, None) => (
+            Exit::Restart,
+            "--on-sigterm restart (the Node could not be read)",
+        ),
+    }
+}
+
+/// The Node's `spec.unschedulable` (cordon), read once with a short deadline.
+pub async fn node_cordoned(client: &Client, name: &str) -> Option<bool> {
+    let nodes = Api::<Node>::all(client.clone());
+    match tokio::time::timeout(Duration::from_secs(3), nodes.get(name)).await {
+        Ok(Ok(n)) => Some(n.spec.and_then(|s| s.unschedulable).unwrap_or(false)),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, node = name, "reading the Node at SIGTERM");
+            None
+        }
+        Err(_) => {
+            tracing::warn!(node = name, "reading the Node at SIGTERM timed out");
+            None
+        }
+    }
+}
+
+/// The restart exit: BGP sessions closed without NOTIFICATION, nothing withdrawn,
+/// the datapath left as it is.
+pub async fn restart(speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()>) {
+    bgp_task.abort();
+    let _ = bgp_task.await;
+    match Arc::try_unwrap(speaker) {
+        Ok(speaker) => speaker.abandon(),
+        Err(_) => tracing::warn!("speaker still shared at exit; sessions close with the process"),
+    }
+    tracing::info!(
+        "edge agent stopped for a restart: routes left to the peers' graceful restart, datapath forwarding"
+    );
+}
+
+/// The drain exit: GRACEFUL_SHUTDOWN, the drain time, withdraw, Cease; XDP's
+/// program and maps stay (the caller removes IPVS services afterwards).
+pub async fn drain(args: &RunArgs, speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()>) {
+    tracing::info!(drain = ?args.drain, "shutting down: draining BGP");
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(error = %e, "no SIGTERM handler for the drain");
+            speaker.drain(args.drain).await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = speaker.drain(args.drain) => {}
+        _ = term.recv() => { tracing::warn!("second signal: cutting the drain short"); speaker.withdraw_all(); }
+    }
+    bgp_task.abort();
+    let _ = bgp_task.await;
+    match Arc::try_unwrap(speaker) {
+        Ok(speaker) => speaker.shutdown().await,
+        Err(_) => tracing::warn!("speaker still shared at exit; sessions close with the process"),
+    }
+    match args.datapath {
+        DatapathKind::Xdp => {
+            tracing::info!(
+                "edge agent stopped; XDP program and maps stay pinned for the next start"
+            )
+        }
+        DatapathKind::Ipvs => tracing::info!("edge agent stopped; removing its IPVS services"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sigterm_restarts_only_when_asked_and_the_node_is_not_cordoned() {
+        use Exit::*;
+        let d = |f, s, c| decide(f, s, c).0;
+        assert_eq!(d(OnSigterm::Drain, Stop::Term, Some(false)), Drain);
+        assert_eq!(d(OnSigterm::Drain, Stop::Term, None), Drain);
+        assert_eq!(d(OnSigterm::Restart, Stop::Term, Some(false)), Restart);
+        assert_eq!(d(OnSigterm::Restart, Stop::Term, None), Restart);
+        assert_eq!(d(OnSigterm::Restart, Stop::Term, Some(true)), Drain);
+        assert_eq!(d(OnSigterm::Restart, Stop::Int, Some(false)), Drain);
+    }
+}
