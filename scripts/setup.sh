@@ -18,6 +18,7 @@ DEMO_PKGS=(
 TEST_PKGS=(
   bpftool                                # object inspection
   gobgpd                                 # real BGP peers for interop tests
+  frr                                    # FRR bgpd + bfdd: BFD interop (edge-lb/tests/bgp_bfd_frr.rs)
   iptables tcpdump                       # kube-proxy comparison, captures
   iputils-ping python3                   # helpers
   libclang-dev                           # (used by some -sys crates' build scripts)
@@ -43,9 +44,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# BIRD and gobgpd are only used as test and lab peers: keep the packaged services from
-# running on the host.
-for svc in bird gobgpd; do
+# BIRD, gobgpd and FRR are only used as test and lab peers: keep the packaged services
+# from running on the host.
+for svc in bird gobgpd frr; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
     systemctl stop "$svc" || true
   fi

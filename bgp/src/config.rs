@@ -13,6 +13,7 @@ use ipnetwork::IpNetwork;
 use serde::Deserialize;
 
 use super::Error;
+use super::bfd::{BfdConfig, BfdSpec};
 use super::codec::Afi;
 use super::gr::{OnSigterm, RestartState};
 
@@ -75,6 +76,8 @@ pub struct PeerConfig {
     pub next_hop_v6: Option<Ipv6Addr>,
     pub families: Vec<Afi>,
     pub policy: ExportPolicy,
+    /// BFD with this peer (None: off).
+    pub bfd: Option<BfdConfig>,
 }
 
 impl PeerConfig {
@@ -106,6 +109,7 @@ pub struct PeerSpec {
     pub keepalive_time: Option<u16>,
     pub ebgp_multihop: Option<u8>,
     pub source_address: Option<String>,
+    pub bfd: Option<BfdSpec>,
     pub ttl_security: bool,
     pub graceful_restart_time: Option<u16>,
 }
@@ -184,6 +188,7 @@ pub fn peer_from_spec(
             .families
             .unwrap_or_else(|| vec![Afi::Ipv4, Afi::Ipv6]),
         policy,
+        bfd: spec.bfd.as_ref().map(BfdConfig::from_spec).transpose()?,
     })
 }
 
@@ -302,6 +307,9 @@ pub struct FilePeer {
     /// Export rules; empty exports every prefix with its own attributes.
     #[serde(default)]
     pub advertisements: Vec<FileAdvertisement>,
+    /// BFD timers (`minRxMs`, `minTxMs`, `multiplier`); absent: no BFD.
+    #[serde(default)]
+    pub bfd: Option<BfdSpec>,
 }
 
 /// `BGPAdvertisement` attributes, plus an optional prefix filter.
@@ -449,6 +457,7 @@ impl SpeakerFile {
                 keepalive_time: p.keepalive_time,
                 ebgp_multihop: p.ebgp_multihop,
                 source_address: p.source_address.clone(),
+                bfd: p.bfd.clone(),
                 ttl_security: p.ttl_security,
                 graceful_restart_time: p.graceful_restart_time,
             };

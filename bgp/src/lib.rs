@@ -10,10 +10,13 @@
 //!   `standalone`: `ringlb-edge speaker --config FILE`.
 //!
 //! No Kubernetes type appears here: the edge agent's `peers` module holds the glue.
+//! - `bfd`: BFD (RFC 5880/5881) sessions that reset a peer's BGP session when the
+//!   peer stops forwarding.
 //! - `md5`: TCP MD5 signatures; `metrics`: Prometheus metrics per peer.
 //! - `gr`: the graceful restart capability (RFC 4724); `ttl`: TTL / hop limit and
 //!   GTSM (RFC 5082) of a session's sockets.
 
+pub mod bfd;
 pub mod codec;
 pub mod config;
 pub mod fsm;

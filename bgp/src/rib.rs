@@ -201,6 +201,7 @@ mod tests {
             next_hop_v6: Some("fd00::11".parse().unwrap()),
             families: vec![Afi::Ipv4, Afi::Ipv6],
             policy: ExportPolicy { rules },
+            bfd: None,
         }
     }
 

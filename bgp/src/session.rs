@@ -71,6 +71,8 @@ pub(crate) enum PeerCmd {
     Stop { done: oneshot::Sender<()> },
     /// A new export policy: re-diff the Adj-RIB-Out, no session reset.
     SetPolicy(ExportPolicy),
+    /// The peer's BFD session failed (the diagnostic): reset the session now.
+    BfdDown(&'static str),
 }
 
 enum ConnEvent {
@@ -296,6 +298,7 @@ impl PeerTask {
                         self.cfg.policy = p;
                         self.sync_routes();
                     }
+                    Some(PeerCmd::BfdDown(diag)) => self.bfd_down(diag),
                     Some(PeerCmd::Stop { done }) => {
                         self.stop().await;
                         let _ = done.send(());
@@ -333,6 +336,20 @@ impl PeerTask {
             {
                 h.abort();
             }
+        }
+    }
+
+    /// RFC 5882 §4.3: BFD Down resets the session at once, with Cease / BFD Down
+    /// (RFC 9384), which a peer that stopped forwarding will most likely never read.
+    fn bfd_down(&mut self, diag: &'static str) {
+        if matches!(
+            self.fsm.state(),
+            State::OpenSent | State::OpenConfirm | State::Established
+        ) {
+            tracing::warn!(diag, "BFD down: resetting the session");
+            self.metrics.error(&self.name, "bfd_down");
+            let n = Notification::new(notif::CEASE, super::bfd::CEASE_BFD_DOWN);
+            self.event(Event::BgpMessageErr(n));
         }
     }
 

@@ -20,6 +20,9 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::Error;
+use super::bfd::metrics::BfdMetrics;
+use super::bfd::socket::Hub;
+use super::bfd::task::{BfdHandle, BfdStatus};
 use super::config::{PeerConfig, RouteAttrs};
 use super::gr::RestartState;
 use super::md5;
@@ -32,6 +35,7 @@ struct PeerHandle {
     cmd: mpsc::Sender<PeerCmd>,
     status: watch::Receiver<PeerStatus>,
     task: JoinHandle<()>,
+    bfd: Option<BfdHandle>,
 }
 
 type InboundMap = Arc<Mutex<HashMap<IpAddr, mpsc::Sender<TcpStream>>>>;
@@ -45,6 +49,14 @@ pub struct Speaker {
     accept_tasks: Vec<JoinHandle<()>>,
     metrics: BgpMetrics,
     restart: Mutex<RestartState>,
+    bfd: BfdHub,
+}
+
+/// BFD receive sockets, bound when the first peer with BFD is added.
+struct BfdHub {
+    port: u16,
+    hub: Mutex<Option<Arc<Hub>>>,
+    metrics: BfdMetrics,
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -89,6 +101,20 @@ impl Speaker {
     /// Start the speaker: listen on `listen_port` (0: no passive open) on every IPv4
     /// and IPv6 address, and register the metrics.
     pub fn start(listen_port: u16, registry: &mut Registry) -> Result<Speaker, Error> {
+        Self::start_with_bfd_port(listen_port, super::bfd::CONTROL_PORT, registry)
+    }
+
+    /// [`Speaker::start`] receiving BFD on another UDP port than 3784 (0: any; tests).
+    pub fn start_with_bfd_port(
+        listen_port: u16,
+        bfd_port: u16,
+        registry: &mut Registry,
+    ) -> Result<Speaker, Error> {
+        let bfd = BfdHub {
+            port: bfd_port,
+            hub: Mutex::new(None),
+            metrics: BfdMetrics::register(registry),
+        };
         let metrics = BgpMetrics::register(registry);
         let (routes, _) = watch::channel(RouteTable::default());
         let inbound: InboundMap = Arc::default();
@@ -119,7 +145,64 @@ impl Speaker {
             accept_tasks,
             metrics,
             restart: Mutex::new(RestartState::default()),
+            bfd,
         })
+    }
+
+    /// Start the BFD session of a new peer; its failures reach the peer task as
+    /// [`PeerCmd::BfdDown`].
+    fn start_bfd(
+        &self,
+        cfg: &PeerConfig,
+        cmd: mpsc::Sender<PeerCmd>,
+    ) -> Result<Option<BfdHandle>, Error> {
+        let Some(b) = cfg.bfd else { return Ok(None) };
+        let io = |e| Error::Io {
+            what: format!("BFD with {}", cfg.address),
+            source: e,
+        };
+        let hub = {
+            let mut h = lock(&self.bfd.hub);
+            match &*h {
+                Some(hub) => hub.clone(),
+                None => {
+                    let hub =
+                        Arc::new(Hub::start(self.bfd.port, self.bfd.metrics.clone()).map_err(io)?);
+                    *h = Some(hub.clone());
+                    hub
+                }
+            }
+        };
+        let (tx, mut rx) = mpsc::channel(4);
+        let handle = super::bfd::task::spawn(
+            hub,
+            b,
+            cfg.address,
+            cfg.source_address,
+            tx,
+            self.bfd.metrics.clone(),
+        )
+        .map_err(io)?;
+        tokio::spawn(async move {
+            while let Some(d) = rx.recv().await {
+                if cmd.send(PeerCmd::BfdDown(d.diag.as_str())).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Some(handle))
+    }
+
+    /// The peer's BFD session, as a watchable value (None: no BFD with that peer).
+    pub fn bfd_status(&self, addr: IpAddr) -> Option<watch::Receiver<BfdStatus>> {
+        lock(&self.peers)
+            .get(&addr)
+            .and_then(|h| h.bfd.as_ref().map(|b| b.status.clone()))
+    }
+
+    /// The UDP port BFD is received on, once a peer with BFD was added.
+    pub fn bfd_port(&self) -> Option<u16> {
+        lock(&self.bfd.hub).as_ref().map(|h| h.port())
     }
 
     /// Graceful restart (RFC 4724): what the OPENs of the sessions started from now
@@ -143,6 +226,7 @@ impl Speaker {
             }
         }
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
+        let bfd = self.start_bfd(&cfg, cmd_tx.clone())?;
         let (in_tx, in_rx) = mpsc::channel(4);
         let (st_tx, st_rx) = watch::channel(PeerStatus::default());
         let span = tracing::info_span!("bgp_peer", peer = %cfg.address);
@@ -164,6 +248,7 @@ impl Speaker {
                 cmd: cmd_tx,
                 status: st_rx,
                 task: handle,
+                bfd,
             },
         );
         Ok(())
@@ -309,6 +394,9 @@ async fn stop_peer(h: PeerHandle) {
         let _ = tokio::time::timeout(Duration::from_secs(5), done_rx).await;
     }
     h.task.abort();
+    if let Some(b) = h.bfd {
+        b.stop().await;
+    }
 }
 
 impl Drop for Speaker {

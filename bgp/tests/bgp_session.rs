@@ -46,6 +46,7 @@ fn peer_cfg(port: u16, passive: bool) -> PeerConfig {
         next_hop_v6: Some("fd00::11".parse().unwrap()),
         families: vec![Afi::Ipv4, Afi::Ipv6],
         policy: ExportPolicy::default(),
+        bfd: None,
     }
 }
 

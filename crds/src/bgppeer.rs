@@ -80,6 +80,29 @@ pub struct BGPPeerSpec {
     /// Which nodes peer with this router. Empty selects every edge node.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub node_selector: Option<LabelSelector>,
+    /// Run BFD (RFC 5880/5881, single hop) with the peer; BFD Down resets the BGP
+    /// session at once. Absent: no BFD.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bfd: Option<BfdSpec>,
+}
+
+/// BFD timers of a `BGPPeer`. Detection time = the peer's multiplier x the slower of
+/// our `minRxMs` and the peer's transmit interval.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BfdSpec {
+    /// Fastest rate, in milliseconds, at which we accept BFD packets. Default 300.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 60000))]
+    pub min_rx_ms: Option<u32>,
+    /// Interval, in milliseconds, at which we would like to send. Default 300.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 10, max = 60000))]
+    pub min_tx_ms: Option<u32>,
+    /// Packets missed in a row before the session is declared down. Default 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 255))]
+    pub multiplier: Option<u8>,
 }
 
 /// Graceful restart settings of a `BGPPeer`.
@@ -183,6 +206,16 @@ impl BGPPeerSpec {
                 format!("{src:?} is not an IPv4 or IPv6 address"),
             );
         }
+        if let Some(b) = &self.bfd {
+            for (f, v) in [("minRxMs", b.min_rx_ms), ("minTxMs", b.min_tx_ms)] {
+                if v.is_some_and(|v| !(10..=60_000).contains(&v)) {
+                    e.push(format!("spec.bfd.{f}"), "must be 10..60000 milliseconds");
+                }
+            }
+            if b.multiplier == Some(0) {
+                e.push("spec.bfd.multiplier", "must be 1..255");
+            }
+        }
         e.finish()
     }
 
@@ -227,6 +260,7 @@ mod tests {
             graceful_restart: None,
             source_address: None,
             node_selector: None,
+            bfd: None,
         }
     }
 
@@ -310,6 +344,26 @@ mod tests {
                     ..peer()
                 },
                 "spec.port",
+            ),
+            (
+                BGPPeerSpec {
+                    bfd: Some(BfdSpec {
+                        min_rx_ms: Some(5),
+                        ..Default::default()
+                    }),
+                    ..peer()
+                },
+                "spec.bfd.minRxMs",
+            ),
+            (
+                BGPPeerSpec {
+                    bfd: Some(BfdSpec {
+                        multiplier: Some(0),
+                        ..Default::default()
+                    }),
+                    ..peer()
+                },
+                "spec.bfd.multiplier",
             ),
         ];
         for (p, field) in bad {

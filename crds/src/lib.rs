@@ -20,7 +20,7 @@ pub use bgpadvertisement::{
     AggregationLength, BGPAdvertisement, BGPAdvertisementSpec, BGPAdvertisementStatus, Community,
     LargeCommunity,
 };
-pub use bgppeer::{BGPPeer, BGPPeerSpec, BGPPeerStatus, NodeSession};
+pub use bgppeer::{BGPPeer, BGPPeerSpec, BGPPeerStatus, BfdSpec, NodeSession};
 pub use common::{Condition, LabelSelector, SecretKeyRef, ValidationError, ValidationErrors};
 pub use ippool::{Block, FamilyUsage, IPPool, IPPoolSpec, IPPoolStatus, IPRange};
 

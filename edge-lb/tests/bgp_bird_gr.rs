@@ -349,3 +349,85 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {e2} as 65012; tt
     );
     eprintln!("GTSM: v4 and v6 Established; the TTL-1 speaker refused");
 }
+
+/// Graceful restart and BFD together: BIRD keeps a GR peer's routes when its TCP
+/// session closes, but its BFD session (`bfd on`, not `bfd graceful`) failing stops
+/// the protocol and flushes them. Two edges with graceful restart (restart time 60 s)
+/// and BFD 100 ms x 3, hold time 9 s; edge1 is killed: its next hop must leave the
+/// ToR's route within the BFD time (asserted under 1.5 s, far below the 60 s restart
+/// time and the 9 s hold time), edge2's stays.
+#[test]
+fn bird_removes_a_killed_gr_edge_within_the_bfd_time() {
+    require_lab!("bird", "birdc");
+    let mut lab = Lab::new("grbfd", 2);
+    let mut protocols = String::from(
+        "protocol bfd {\n  interface \"*\" { min rx interval 100 ms; min tx interval 100 ms; \
+         multiplier 3; };\n}\n",
+    );
+    for i in 1..=2u8 {
+        protocols.push_str(&format!(
+            "protocol bgp e{i} from edge {{ local {TOR_V4} as 65000; neighbor {} as {}; \
+             hold time 9; keepalive time 3; graceful restart on; bfd on; \
+             ipv4 {{ import all; export none; }}; }}\n",
+            edge_v4(i),
+            65010 + u32::from(i)
+        ));
+    }
+    lab.start_bird(&protocols);
+    let speaker = |i: u8| {
+        format!(
+            "routerId: {}\npeers:\n  - peerAddress: {TOR_V4}\n    peerASN: 65000\n    myASN: {}\n    \
+             holdTime: 9\n    keepaliveTime: 3\n    connectRetrySeconds: 1\n    families: [ipv4]\n    \
+             gracefulRestartTime: 60\n    bfd:\n      minRxMs: 100\n      minTxMs: 100\n      \
+             multiplier: 3\nprefixes:\n  - prefix: {VIP}/32\n",
+            edge_v4(i),
+            65010 + u32::from(i)
+        )
+    };
+    let e1 = lab.start_speaker("edge1", "e1", &speaker(1));
+    lab.start_speaker("edge2", "e2", &speaker(2));
+    let (via1, via2) = (format!("via {}", edge_v4(1)), format!("via {}", edge_v4(2)));
+    let bfd_up = |lab: &Lab| {
+        lab.birdc(&["show", "bfd", "sessions"])
+            .lines()
+            .filter(|l| l.contains(" Up "))
+            .count()
+            == 2
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || {
+            let r = kernel_route(&lab, VIP);
+            r.contains(&via1) && r.contains(&via2) && bfd_up(&lab)
+        }),
+        "no ECMP route with BFD up on both: {}\n{}\n{}",
+        kernel_route(&lab, VIP),
+        lab.birdc(&["show", "bfd", "sessions"]),
+        lab.logs()
+    );
+    let caps = lab.birdc(&["show", "protocols", "all", "e1"]);
+    assert!(
+        caps.contains("Restart time: 60"),
+        "graceful restart not negotiated:\n{caps}"
+    );
+    let t0 = Instant::now();
+    lab.signal(e1, "KILL");
+    let gone = wait_until(Duration::from_secs(5), || {
+        let r = kernel_route(&lab, VIP);
+        !r.contains(&via1) && r.contains(&via2)
+    });
+    let after = t0.elapsed();
+    assert!(
+        gone,
+        "the ToR kept the killed GR edge past 5 s: {}\n{}",
+        kernel_route(&lab, VIP),
+        lab.birdc(&["show", "protocols", "all", "e1"])
+    );
+    eprintln!(
+        "kill -9 with graceful restart 60 s and BFD 100 ms x 3: next hop removed after {after:?}"
+    );
+    assert!(
+        after < Duration::from_millis(1500),
+        "removed after {after:?}: not the BFD time"
+    );
+    assert!(established(&lab, "e2"), "edge2's session was disturbed");
+}

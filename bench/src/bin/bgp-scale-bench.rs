@@ -382,6 +382,7 @@ fn measure_ours(
                 next_hop_v6: None,
                 families: vec![Afi::Ipv4],
                 policy: ExportPolicy::default(),
+                bfd: None,
             })?;
             if preload {
                 let _ = up_tx.send(Ok(sp));

@@ -12,6 +12,7 @@ use ringlb_crds::{
 };
 
 use ringlb_bgp::Error;
+use ringlb_bgp::bfd::BfdSpec;
 use ringlb_bgp::config::{
     ExportPolicy, ExportRule, PeerConfig, PeerExtras, PeerSpec, parse_community,
     parse_large_community, peer_from_spec,
@@ -214,6 +215,11 @@ pub fn peer_spec(spec: &BGPPeerSpec) -> PeerSpec {
         keepalive_time: spec.keepalive_time,
         ebgp_multihop: spec.ebgp_multihop,
         source_address: spec.source_address.clone(),
+        bfd: spec.bfd.as_ref().map(|b| BfdSpec {
+            min_rx_ms: b.min_rx_ms,
+            min_tx_ms: b.min_tx_ms,
+            multiplier: b.multiplier,
+        }),
         ttl_security: spec.ttl_security.unwrap_or(false),
         graceful_restart_time: spec.restart_time(),
     }

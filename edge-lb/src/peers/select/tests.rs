@@ -261,3 +261,40 @@ fn merge_node_session_replaces_only_this_node() {
         .collect();
     assert_eq!(nodes, vec![("a", "Established"), ("b", "Established")]);
 }
+
+#[test]
+fn bfd_block_reaches_the_peer_config_with_defaults_and_checks() {
+    let peers = vec![
+        peer(
+            "bfd",
+            json!({}),
+            json!({
+                "peerAddress": "10.0.0.1", "peerASN": 1, "myASN": 2,
+                "bfd": {"minRxMs": 100, "multiplier": 5}
+            }),
+        ),
+        peer(
+            "no-bfd",
+            json!({}),
+            json!({"peerAddress": "10.0.0.2", "peerASN": 1, "myASN": 2}),
+        ),
+        peer(
+            "bad-bfd",
+            json!({}),
+            json!({"peerAddress": "10.0.0.3", "peerASN": 1, "myASN": 2, "bfd": {"minTxMs": 5}}),
+        ),
+    ];
+    let sel = select_for_node(&node(&[]), Ipv4Addr::LOCALHOST, &peers, &[], &[], &|_| None);
+    let b = sel.peers[0].bfd.expect("bfd configured");
+    assert_eq!(b.min_rx, Duration::from_millis(100));
+    assert_eq!(b.min_tx, Duration::from_millis(300));
+    assert_eq!((b.multiplier, b.port), (5, 3784));
+    assert_eq!(sel.peers[1].bfd, None);
+    assert_eq!(sel.errors.len(), 1);
+    assert_eq!(sel.errors[0].0, "bad-bfd");
+    assert!(
+        sel.errors[0].1.to_string().contains("bfd.minTxMs"),
+        "{}",
+        sel.errors[0].1
+    );
+}

@@ -1,0 +1,187 @@
+//! BFD between our speaker and FRR 8 (zebra + bgpd + bfdd) as the ToR, in network
+//! namespaces: an edge frozen with SIGSTOP leaves the ToR's ECMP route (installed by
+//! zebra) within the BFD detection time (100 ms x 3), far inside the 9 s hold time.
+//! Needs root and FRR (`frr`, installed by scripts/setup.sh); skips loudly otherwise.
+
+mod bgp_support;
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use bgp_support::{Lab, TOR_V4, edge_v4, wait_until};
+
+const VIP4: &str = "10.91.100.1";
+const FRR: &str = "/usr/lib/frr";
+
+fn speaker_yaml(i: u8) -> String {
+    format!(
+        "routerId: {}\ndrainSeconds: 1\npeers:\n  - peerAddress: {TOR_V4}\n    peerASN: 65000\n    \
+         myASN: {}\n    holdTime: 9\n    keepaliveTime: 3\n    connectRetrySeconds: 1\n    \
+         families: [ipv4]\n    bfd:\n      minRxMs: 100\n      minTxMs: 100\n      multiplier: 3\n\
+         prefixes:\n  - prefix: {VIP4}/32\n",
+        edge_v4(i),
+        65010 + u32::from(i)
+    )
+}
+
+/// zebra, bfdd and bgpd in the ToR namespace, their sockets and logs in DIR/frr
+/// (writable by the `frr` user the daemons switch to).
+fn start_frr(lab: &mut Lab) -> PathBuf {
+    let dir = lab.path("frr");
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    let mut bgp = format!(
+        "router bgp 65000\n bgp router-id {TOR_V4}\n no bgp ebgp-requires-policy\n \
+         bgp bestpath as-path multipath-relax\n"
+    );
+    for i in 1..=2u8 {
+        let n = edge_v4(i);
+        bgp.push_str(&format!(
+            " neighbor {n} remote-as {}\n neighbor {n} timers 3 9\n neighbor {n} timers connect 1\n \
+             neighbor {n} bfd profile fast\n",
+            65010 + u32::from(i)
+        ));
+    }
+    bgp.push_str(" address-family ipv4 unicast\n  maximum-paths 16\n exit-address-family\n!\n");
+    let confs = [
+        ("zebra", "hostname tor\n".to_string()),
+        (
+            "bfdd",
+            "bfd\n profile fast\n  receive-interval 100\n  transmit-interval 100\n  \
+             detect-multiplier 3\n !\n!\n"
+                .to_string(),
+        ),
+        ("bgpd", bgp),
+    ];
+    let d = dir.display().to_string();
+    for (daemon, conf) in confs {
+        let f = dir.join(format!("{daemon}.conf"));
+        std::fs::write(&f, conf).unwrap();
+        let (f, pid, log, zs) = (
+            f.display().to_string(),
+            format!("{d}/{daemon}.pid"),
+            format!("file:{d}/{daemon}.log"),
+            format!("{d}/zserv.api"),
+        );
+        let mut args = vec![
+            "-f",
+            &f,
+            "-i",
+            &pid,
+            "--vty_socket",
+            &d,
+            "-z",
+            &zs,
+            "-P",
+            "0",
+            "--log",
+            &log,
+        ];
+        let ctl = format!("{d}/bfdd.sock");
+        if daemon == "bfdd" {
+            args.extend(["--bfdctl", ctl.as_str()]);
+        }
+        lab.spawn(daemon, "tor", &Path::new(FRR).join(daemon), &args);
+        // zebra first: the others connect to its socket at start.
+        let sock = if daemon == "zebra" {
+            dir.join("zserv.api")
+        } else {
+            dir.join(format!("{daemon}.vty"))
+        };
+        assert!(
+            wait_until(Duration::from_secs(10), || sock.exists()),
+            "{daemon} did not start:\n{}",
+            lab.logs()
+        );
+    }
+    dir
+}
+
+fn vtysh(lab: &Lab, dir: &Path, cmd: &str) -> String {
+    let d = dir.display().to_string();
+    lab.exec("tor", "vtysh", &["--vty_socket", &d, "-c", cmd])
+        .unwrap_or_else(|e| e)
+}
+
+fn route(lab: &Lab) -> String {
+    lab.exec("tor", "ip", &["-4", "route", "show", VIP4])
+        .unwrap_or_default()
+}
+
+fn spawn_edge(lab: &mut Lab, i: u8) -> usize {
+    let cfg = lab.write(&format!("edge{i}.yaml"), &speaker_yaml(i));
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_ringlb-edge"));
+    let c = cfg.display().to_string();
+    lab.spawn(
+        &format!("edge{i}"),
+        &format!("e{i}"),
+        &bin,
+        &["--metrics-addr", "127.0.0.1:0", "speaker", "--config", &c],
+    )
+}
+
+#[test]
+fn frr_bfd_removes_a_frozen_edge_within_the_detection_time() {
+    require_lab!("vtysh");
+    for d in ["zebra", "bgpd", "bfdd"] {
+        if !Path::new(FRR).join(d).is_file() {
+            eprintln!("SKIPPED frr_bfd: {FRR}/{d} missing (scripts/setup.sh installs frr)");
+            return;
+        }
+    }
+    let mut lab = Lab::new("frrbfd", 2);
+    let dir = start_frr(&mut lab);
+    let e1 = spawn_edge(&mut lab, 1);
+    spawn_edge(&mut lab, 2);
+    let (via1, via2) = (format!("via {}", edge_v4(1)), format!("via {}", edge_v4(2)));
+    let ok = wait_until(Duration::from_secs(30), || {
+        let r = route(&lab);
+        let bfd = vtysh(&lab, &dir, "show bfd peers brief");
+        r.contains(&via1) && r.contains(&via2) && bfd.matches(" up ").count() >= 2
+    });
+    assert!(
+        ok,
+        "no ECMP with BFD up at FRR: {}\n{}\n{}\n{}",
+        route(&lab),
+        vtysh(&lab, &dir, "show bfd peers"),
+        vtysh(&lab, &dir, "show bgp summary"),
+        lab.logs()
+    );
+
+    lab.signal(e1, "STOP");
+    let t0 = Instant::now();
+    let end = t0 + Duration::from_secs(8);
+    let mut r = route(&lab);
+    while r.contains(&via1) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+        r = route(&lab);
+    }
+    let took = t0.elapsed();
+    let neighbor = vtysh(&lab, &dir, &format!("show bgp neighbors {}", edge_v4(1)));
+    lab.signal(e1, "CONT");
+    eprintln!("FRR, BFD 100 ms x 3: frozen edge removed from the ToR's ECMP route after {took:?}");
+    assert!(
+        !r.contains(&via1) && r.contains(&via2),
+        "edge1 still routed {took:?} after SIGSTOP: {r}"
+    );
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    let reset = neighbor
+        .lines()
+        .find(|l| l.contains("Last reset"))
+        .unwrap_or_default();
+    eprintln!("FRR: {}", reset.trim());
+    assert!(
+        reset.contains("BFD"),
+        "FRR's session did not end by BFD:\n{neighbor}"
+    );
+    let back = wait_until(Duration::from_secs(30), || {
+        let r = route(&lab);
+        r.contains(&via1) && r.contains(&via2)
+    });
+    assert!(
+        back,
+        "edge1 did not come back: {}\n{}",
+        route(&lab),
+        lab.logs()
+    );
+}
