@@ -431,3 +431,85 @@ fn bird_removes_a_killed_gr_edge_within_the_bfd_time() {
     );
     assert!(established(&lab, "e2"), "edge2's session was disturbed");
 }
+
+/// The price of BFD for a hitless restart: our BFD stops with the agent. Edge1's
+/// BGP protocol at BIRD has `bfd graceful` (BFD Down starts a graceful restart),
+/// edge2's plain `bfd on` (BFD Down stops the protocol). Both edges restart
+/// hitlessly: edge1's next hop stays in every sample, edge2's goes, and both are
+/// back after the new speakers' End-of-RIB.
+#[test]
+fn bird_bfd_graceful_keeps_a_hitless_restart_bfd_on_does_not() {
+    require_lab!("bird", "birdc");
+    let mut lab = Lab::new("grbfdr", 2);
+    let mut protocols = String::from(
+        "protocol bfd {\n  interface \"*\" { min rx interval 100 ms; min tx interval 100 ms; \
+         multiplier 3; };\n}\n",
+    );
+    for (i, bfd) in [(1u8, "bfd graceful"), (2, "bfd on")] {
+        protocols.push_str(&format!(
+            "protocol bgp e{i} from edge {{ local {TOR_V4} as 65000; neighbor {} as {}; \
+             hold time 9; keepalive time 3; graceful restart on; {bfd}; \
+             ipv4 {{ import all; export none; }}; }}\n",
+            edge_v4(i),
+            65010 + u32::from(i)
+        ));
+    }
+    lab.start_bird(&protocols);
+    let speaker = |i: u8, preserved: bool| {
+        format!(
+            "routerId: {}\nonSigterm: restart\nforwardingPreserved: {preserved}\npeers:\n  - peerAddress: {TOR_V4}\n    \
+             peerASN: 65000\n    myASN: {}\n    holdTime: 9\n    keepaliveTime: 3\n    connectRetrySeconds: 1\n    \
+             families: [ipv4]\n    gracefulRestartTime: 30\n    bfd:\n      minRxMs: 100\n      minTxMs: 100\n      \
+             multiplier: 3\nprefixes:\n  - prefix: {VIP}/32\n",
+            edge_v4(i),
+            65010 + u32::from(i)
+        )
+    };
+    let old: Vec<usize> = (1..=2u8)
+        .map(|i| lab.start_speaker(&format!("edge{i}"), &format!("e{i}"), &speaker(i, false)))
+        .collect();
+    let (via1, via2) = (format!("via {}", edge_v4(1)), format!("via {}", edge_v4(2)));
+    let bfd_up = |lab: &Lab| {
+        lab.birdc(&["show", "bfd", "sessions"])
+            .lines()
+            .filter(|l| l.contains(" Up "))
+            .count()
+            == 2
+    };
+    let both = |lab: &Lab| {
+        let r = kernel_route(lab, VIP);
+        r.contains(&via1) && r.contains(&via2)
+    };
+    assert!(
+        wait_until(Duration::from_secs(30), || both(&lab) && bfd_up(&lab)),
+        "no ECMP route with BFD up on both\n{}",
+        lab.logs()
+    );
+    let p1 = Poller::start(lab.ns("tor"), VIP, via1.clone());
+    let p2 = Poller::start(lab.ns("tor"), VIP, via2.clone());
+    for &e in &old {
+        lab.signal(e, "TERM");
+    }
+    for &e in &old {
+        assert!(
+            lab.wait_exit(e, Duration::from_secs(10)),
+            "no exit on SIGTERM"
+        );
+    }
+    // longer than BFD's 300 ms detection time
+    std::thread::sleep(Duration::from_millis(1500));
+    for i in 1..=2u8 {
+        lab.start_speaker(&format!("edge{i}-new"), &format!("e{i}"), &speaker(i, true));
+    }
+    let back = wait_until(Duration::from_secs(30), || both(&lab));
+    std::thread::sleep(Duration::from_millis(300));
+    let (s1, m1, _) = p1.finish();
+    let (s2, m2, _) = p2.finish();
+    eprintln!(
+        "hitless restart with BFD: `bfd graceful` next hop missing in {m1} of {s1} samples, \
+         `bfd on` in {m2} of {s2}"
+    );
+    assert!(back, "edges not back after the restart\n{}", lab.logs());
+    assert_eq!(m1, 0, "bfd graceful dropped the restarting edge");
+    assert!(m2 > 0, "bfd on kept the restarting edge");
+}
