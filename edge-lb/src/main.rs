@@ -128,6 +128,11 @@ mod tests {
         assert!(run(&["--drain", "soon"]).is_err());
         assert!(run(&["--default-class"]).unwrap().default_class);
         assert!(!run(&["--default-class=false"]).unwrap().default_class);
+        use ringlb_edge::agent::OnSigterm;
+        assert_eq!(run(&[]).unwrap().on_sigterm, OnSigterm::Drain);
+        let r = run(&["--on-sigterm", "restart"]).unwrap();
+        assert_eq!(r.on_sigterm, OnSigterm::Restart);
+        assert!(run(&["--on-sigterm", "reboot"]).is_err());
         use ringlb_edge::agent::{DatapathKind, Forwarding};
         let r = run(&[]).unwrap();
         assert_eq!(r.datapath, DatapathKind::Xdp);

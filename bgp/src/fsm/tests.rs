@@ -315,3 +315,22 @@ fn manual_stop_during_backoff_cancels_the_restart() {
     assert_eq!(f.take_actions(), vec![Action::StopTimer(Timer::IdleHold)]);
     assert_eq!(f.fsm_event(Event::IdleHoldTimerExpires), None, "stays Idle");
 }
+
+#[test]
+fn extra_capabilities_go_into_our_open() {
+    let gr = Capability::Unknown {
+        code: 64,
+        value: vec![0x80, 0x78, 0, 1, 1, 0x80],
+    };
+    let mut f = Fsm::new(FsmConfig {
+        extra_capabilities: vec![gr.clone()],
+        ..cfg(false)
+    });
+    f.fsm_event(Event::ManualStart);
+    f.take_actions();
+    f.fsm_event(Event::TcpCrAcked);
+    match sent(&f.take_actions()).as_slice() {
+        [Message::Open(o)] => assert_eq!(o.capabilities.last(), Some(&gr)),
+        other => panic!("expected one OPEN, got {other:?}"),
+    }
+}
