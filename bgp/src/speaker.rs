@@ -350,6 +350,16 @@ impl Speaker {
         lock(&self.peers).get(&addr).map(|h| h.status.clone())
     }
 
+    /// True when there are peers and every one has graceful restart configured:
+    /// only then can a restart without a drain keep the routes everywhere.
+    pub fn all_peers_graceful_restart(&self) -> bool {
+        let peers = lock(&self.peers);
+        !peers.is_empty()
+            && peers
+                .values()
+                .all(|h| h.cfg.graceful_restart_time.is_some())
+    }
+
     pub fn peers(&self) -> Vec<IpAddr> {
         lock(&self.peers).keys().copied().collect()
     }

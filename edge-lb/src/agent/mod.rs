@@ -16,8 +16,8 @@
 //!  The BGP sessions start after the first sync, so a restarted agent's End-of-RIB
 //!  follows the complete table (graceful restart).
 //!  SIGTERM ──> stop.rs: drain (GRACEFUL_SHUTDOWN, drain time, withdraw, Cease) or, with
-//!  --on-sigterm restart on a schedulable Node, restart (close BGP without NOTIFICATION;
-//!  the ToR's graceful restart keeps the routes) ──> exit.
+//!  --on-sigterm restart on a schedulable Node whose peers all have graceful restart,
+//!  restart (close BGP without NOTIFICATION; the ToR keeps the routes) ──> exit.
 //!  The XDP program and its maps stay pinned, so a restart keeps forwarding and conntrack;
 //!  after a drain, IPVS services and the VIPs bound on `lo` are removed once the routes
 //!  are withdrawn.
@@ -167,7 +167,8 @@ pub struct RunArgs {
     /// --drain, withdraw); `restart` is for upgrades: BGP closes without NOTIFICATION,
     /// nothing is withdrawn, the datapath forwards on, and peers with graceful restart
     /// keep the routes until the next agent re-announces them. With `restart`, a
-    /// cordoned Node (`kubectl cordon`) still drains. SIGINT always drains.
+    /// cordoned Node (`kubectl cordon`), or a BGPPeer without `gracefulRestart`,
+    /// still drains. SIGINT always drains.
     #[arg(long, env = "RINGLB_ON_SIGTERM", value_enum, default_value = "drain")]
     pub on_sigterm: OnSigterm,
 }
@@ -338,7 +339,8 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         (Stop::Term, OnSigterm::Restart) => stop::node_cordoned(&client, &args.node_name).await,
         _ => None,
     };
-    let (exit, why) = stop::decide(args.on_sigterm, sig, cordoned);
+    let all_gr = speaker.all_peers_graceful_restart();
+    let (exit, why) = stop::decide(args.on_sigterm, sig, cordoned, all_gr);
     tracing::info!(?exit, reason = why, "stopping");
     match exit {
         Exit::Restart => stop::restart(speaker, bgp_task).await,

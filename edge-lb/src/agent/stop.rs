@@ -10,6 +10,8 @@
 //!  SIGINT ─────────────────────────────────────────────> drain
 //!  SIGTERM, --on-sigterm drain ────────────────────────> drain
 //!  SIGTERM, --on-sigterm restart, Node cordoned ───────> drain
+//!  SIGTERM, --on-sigterm restart, a peer without
+//!           gracefulRestart (or no peer at all) ───────> drain
 //!  SIGTERM, --on-sigterm restart, Node schedulable ────> restart
 //!            (or the Node cannot be read within 3 s)
 //! ```
@@ -50,11 +52,22 @@ pub enum Exit {
 }
 
 /// The decision, pure. `cordoned`: the Node's `spec.unschedulable`, `None` when
-/// it could not be read. Returns the exit and why, for the log.
-pub fn decide(flag: OnSigterm, sig: Stop, cordoned: Option<bool>) -> (Exit, &'static str) {
+/// it could not be read; `all_gr`: every BGP peer has graceful restart (without it
+/// a peer would drop the routes at once, and a drain is the gentler way out).
+/// Returns the exit and why, for the log.
+pub fn decide(
+    flag: OnSigterm,
+    sig: Stop,
+    cordoned: Option<bool>,
+    all_gr: bool,
+) -> (Exit, &'static str) {
     match (sig, flag, cordoned) {
         (Stop::Int, _, _) => (Exit::Drain, "SIGINT always drains"),
         (Stop::Term, OnSigterm::Drain, _) => (Exit::Drain, "--on-sigterm drain"),
+        (Stop::Term, OnSigterm::Restart, _) if !all_gr => (
+            Exit::Drain,
+            "a BGPPeer of this node has no gracefulRestart: draining instead of restarting",
+        ),
         (Stop::Term, OnSigterm::Restart, Some(true)) => (
             Exit::Drain,
             "the Node is cordoned: taking the edge out of service",
@@ -139,12 +152,14 @@ mod tests {
     #[test]
     fn sigterm_restarts_only_when_asked_and_the_node_is_not_cordoned() {
         use Exit::*;
-        let d = |f, s, c| decide(f, s, c).0;
+        let d = |f, s, c| decide(f, s, c, true).0;
         assert_eq!(d(OnSigterm::Drain, Stop::Term, Some(false)), Drain);
         assert_eq!(d(OnSigterm::Drain, Stop::Term, None), Drain);
         assert_eq!(d(OnSigterm::Restart, Stop::Term, Some(false)), Restart);
         assert_eq!(d(OnSigterm::Restart, Stop::Term, None), Restart);
         assert_eq!(d(OnSigterm::Restart, Stop::Term, Some(true)), Drain);
         assert_eq!(d(OnSigterm::Restart, Stop::Int, Some(false)), Drain);
+        let no_gr = decide(OnSigterm::Restart, Stop::Term, Some(false), false);
+        assert_eq!(no_gr.0, Drain, "{}", no_gr.1);
     }
 }
