@@ -7,6 +7,9 @@
 //!   the edge comes back;
 //! - an edge killed with graceful restart on (BIRD would keep its routes stale for the
 //!   30 s restart time) and BFD on leaves within the detection time too;
+//! - a hitless restart (`onSigterm: restart`, graceful restart) with BFD: the edge
+//!   sends AdminDown before it goes, and with BIRD's `bfd graceful` the route stays
+//!   through the gap (BIRD stops the session on AdminDown under plain `bfd on`);
 //! - garbage sent to the edge's BFD port is dropped and counted, and neither session
 //!   notices.
 //!
@@ -328,4 +331,56 @@ fn bird_bfd_removes_a_killed_graceful_restart_edge_within_the_detection_time() {
             .contains("Established"),
         "edge2's session was disturbed"
     );
+}
+
+#[test]
+fn bird_bfd_graceful_keeps_the_route_through_a_hitless_restart() {
+    require_lab!("bird", "birdc", "curl");
+    let mut lab = Lab::new("bfdhr", 1);
+    // BIRD 2.0.12 stops the BGP session on a peer's BFD AdminDown too (RFC 5882 §3.2
+    // says it should not), so `bfd on` would flush the routes of an edge restarting
+    // hitlessly; `bfd graceful` turns BFD down into a graceful restart instead.
+    lab.start_bird(&bird_conf("graceful restart on; bfd graceful;"));
+    let gr = "    gracefulRestartTime: 30\n";
+    let y = |top: &str| {
+        speaker_yaml(1, 65011, gr).replace("drainSeconds: 1\n", &format!("drainSeconds: 1\n{top}"))
+    };
+    let cfg = lab.write("edge1.yaml", &y("onSigterm: restart\n"));
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_ringlb-edge"));
+    let c = cfg.display().to_string();
+    let args = ["--metrics-addr", METRICS, "speaker", "--config", c.as_str()];
+    let old = lab.spawn("edge1", "e1", &bin, &args);
+    let via1 = format!("via {}", edge_v4(1));
+    let up = wait_until(Duration::from_secs(20), || {
+        route(&lab).contains(&via1) && lab.birdc(&["show", "bfd", "sessions"]).contains(" Up ")
+    });
+    assert!(up, "no route with BFD Up:\n{}", lab.logs());
+    // SIGTERM for a restart: BFD says AdminDown before the process goes; BIRD's BFD
+    // goes down and, with `bfd graceful`, keeps the route as stale through the gap.
+    lab.signal(old, "TERM");
+    assert!(
+        lab.wait_exit(old, Duration::from_secs(10)),
+        "no exit on SIGTERM"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let bfd = lab.birdc(&["show", "bfd", "sessions"]);
+    assert!(
+        route(&lab).contains(&via1),
+        "the route left during the restart gap (BFD {bfd}):\n{}",
+        lab.birdc(&["show", "protocols", "all", "e1"])
+    );
+    let cfg = lab.write(
+        "edge1-new.yaml",
+        &y("onSigterm: restart\nforwardingPreserved: true\n"),
+    );
+    let c = cfg.display().to_string();
+    let args = ["--metrics-addr", METRICS, "speaker", "--config", c.as_str()];
+    lab.spawn("edge1-new", "e1", &bin, &args);
+    let back = wait_until(Duration::from_secs(20), || {
+        lab.birdc(&["show", "protocols", "e1"])
+            .contains("Established")
+            && lab.birdc(&["show", "bfd", "sessions"]).contains(" Up ")
+    });
+    assert!(back, "not back with BFD Up:\n{}", lab.logs());
+    assert!(route(&lab).contains(&via1), "{}", route(&lab));
 }
