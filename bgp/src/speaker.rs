@@ -200,6 +200,19 @@ impl Speaker {
             .and_then(|h| h.bfd.as_ref().map(|b| b.status.clone()))
     }
 
+    /// End every BFD session with AdminDown (RFC 5880 §6.8.16), so the peers' BFD
+    /// does not report a failure: before a restart that leaves the routes to graceful
+    /// restart, whose gap would otherwise be a BFD failure that flushes them.
+    pub async fn bfd_admin_down(&self) {
+        let handles: Vec<BfdHandle> = lock(&self.peers)
+            .values_mut()
+            .filter_map(|h| h.bfd.take())
+            .collect();
+        for h in handles {
+            h.stop().await;
+        }
+    }
+
     /// The UDP port BFD is received on, once a peer with BFD was added.
     pub fn bfd_port(&self) -> Option<u16> {
         lock(&self.bfd.hub).as_ref().map(|h| h.port())

@@ -54,6 +54,7 @@ pub async fn run(config: &Path, metrics_addr: SocketAddr) -> Result<(), Error> {
     };
     health.set_ready(false);
     if restart {
+        speaker.bfd_admin_down().await;
         speaker.abandon();
         tracing::info!("SIGTERM: stopped for a restart; routes left to graceful restart");
         return Ok(());

@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use tokio::time::timeout;
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
+const LO6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
 
 fn bfd_cfg(port: u16) -> BfdConfig {
     BfdConfig {
@@ -31,9 +32,9 @@ fn bfd_cfg(port: u16) -> BfdConfig {
     }
 }
 
-fn peer_cfg(bgp_port: u16, bfd_port: u16) -> PeerConfig {
+fn peer_cfg(address: IpAddr, bgp_port: u16, bfd_port: u16) -> PeerConfig {
     PeerConfig {
-        address: LO,
+        address,
         port: bgp_port,
         local_asn: 65011,
         peer_asn: 65000,
@@ -126,21 +127,31 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
-    let l = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let udp = UdpSocket::bind("127.0.0.1:0").await.unwrap();
-    udp.set_ttl(255).unwrap();
+    setup_at(LO).await
+}
+
+/// The speaker with one BGP + BFD peer at `lo` (127.0.0.1 or ::1), both Up.
+async fn setup_at(lo: IpAddr) -> Setup {
+    let l = TcpListener::bind(SocketAddr::new(lo, 0)).await.unwrap();
+    let udp = UdpSocket::bind(SocketAddr::new(lo, 0)).await.unwrap();
+    let s = socket2::SockRef::from(&udp);
+    match lo {
+        IpAddr::V4(_) => s.set_ttl_v4(255).unwrap(),
+        IpAddr::V6(_) => s.set_unicast_hops_v6(255).unwrap(),
+    }
     let mut reg = Registry::with_prefix("ringlb");
     let sp = Speaker::start_with_bfd_port(0, 0, &mut reg).unwrap();
     sp.add_peer(peer_cfg(
+        lo,
         l.local_addr().unwrap().port(),
         udp.local_addr().unwrap().port(),
     ))
     .unwrap();
-    let hub = SocketAddr::new(LO, sp.bfd_port().expect("BFD socket bound"));
+    let hub = SocketAddr::new(lo, sp.bfd_port().expect("BFD socket bound"));
     let (alive, alive_rx) = watch::channel(true);
     tokio::spawn(bfd_peer(udp, hub, alive_rx));
     let bgp = bgp_handshake(&l).await;
-    let mut st = sp.peer_status(LO).unwrap();
+    let mut st = sp.peer_status(lo).unwrap();
     timeout(
         Duration::from_secs(8),
         st.wait_for(|s| s.state == State::Established),
@@ -148,7 +159,7 @@ async fn setup() -> Setup {
     .await
     .expect("BGP not Established")
     .unwrap();
-    let mut b = sp.bfd_status(LO).unwrap();
+    let mut b = sp.bfd_status(lo).unwrap();
     timeout(
         Duration::from_secs(8),
         b.wait_for(|s| s.state == BfdState::Up),
@@ -337,4 +348,36 @@ async fn garbage_bfd_packets_are_counted_and_sessions_stay_up() {
 fn notification_bfd_down_is_cease_10() {
     let n = Notification::new(notif::CEASE, CEASE_BFD_DOWN);
     assert_eq!((n.code, n.subcode), (6, 10));
+}
+
+#[tokio::test]
+async fn ipv6_bfd_comes_up_and_a_silent_peer_resets_bgp() {
+    if std::net::UdpSocket::bind("[::1]:0").is_err() {
+        eprintln!("SKIPPED ipv6 BFD test: no IPv6 loopback here");
+        return;
+    }
+    let t = setup_at(LO6).await;
+    let b = t.sp.bfd_status(LO6).unwrap().borrow().clone();
+    assert_eq!(b.detection_time, Some(Duration::from_millis(300)), "{b:?}");
+    t.alive.send(false).unwrap();
+    let t0 = Instant::now();
+    let mut st = t.sp.peer_status(LO6).unwrap();
+    timeout(
+        Duration::from_secs(2),
+        st.wait_for(|s| s.state != State::Established),
+    )
+    .await
+    .expect("IPv6 BGP still Established 2 s after BFD went silent")
+    .unwrap();
+    eprintln!(
+        "IPv6: BFD silent -> BGP session reset after {:?}",
+        t0.elapsed()
+    );
+    let m = metrics(&t.reg);
+    assert!(
+        m.contains("ringlb_bgp_errors_total{peer=\"::1\",error=\"bfd_down\"} 1"),
+        "{m}"
+    );
+    drop(t.bgp);
+    t.sp.shutdown().await;
 }

@@ -5,6 +5,11 @@
 //!   the ToR's ECMP route within the BFD detection time (100 ms x 3), far inside the
 //!   9 s BGP hold time; after SIGCONT our side sees BFD Down, resets its session and
 //!   the edge comes back;
+//! - an edge killed with graceful restart on (BIRD would keep its routes stale for the
+//!   30 s restart time) and BFD on leaves within the detection time too;
+//! - a hitless restart (`onSigterm: restart`, graceful restart) with BFD: the edge
+//!   sends AdminDown before it goes, and with BIRD's `bfd graceful` the route stays
+//!   through the gap (BIRD stops the session on AdminDown under plain `bfd on`);
 //! - garbage sent to the edge's BFD port is dropped and counted, and neither session
 //!   notices.
 //!
@@ -23,20 +28,21 @@ const METRICS: &str = "127.0.0.1:9464";
 
 const BFD: &str = "    bfd:\n      minRxMs: 100\n      minTxMs: 100\n      multiplier: 3\n";
 
-fn speaker_yaml(i: u8, asn: u32) -> String {
+/// `extra` is appended to the peer.
+fn speaker_yaml(i: u8, asn: u32, extra: &str) -> String {
     format!(
         "routerId: {}\ndrainSeconds: 1\npeers:\n  - peerAddress: {TOR_V4}\n    peerASN: 65000\n    \
          myASN: {asn}\n    holdTime: 9\n    keepaliveTime: 3\n    connectRetrySeconds: 1\n    \
-         families: [ipv4]\n{BFD}prefixes:\n  - prefix: {VIP4}/32\n",
+         families: [ipv4]\n{BFD}{extra}prefixes:\n  - prefix: {VIP4}/32\n",
         edge_v4(i)
     )
 }
 
 /// Our speaker with its metrics on a known port of the edge namespace's loopback.
-fn start_edge(lab: &mut Lab, i: u8, name: &str) -> usize {
+fn start_edge(lab: &mut Lab, i: u8, name: &str, extra: &str) -> usize {
     let cfg = lab.write(
         &format!("{name}.yaml"),
-        &speaker_yaml(i, 65010 + u32::from(i)),
+        &speaker_yaml(i, 65010 + u32::from(i), extra),
     );
     let bin = PathBuf::from(env!("CARGO_BIN_EXE_ringlb-edge"));
     let c = cfg.display().to_string();
@@ -56,7 +62,8 @@ fn start_edge(lab: &mut Lab, i: u8, name: &str) -> usize {
     )
 }
 
-fn bird_conf() -> String {
+/// `extra` goes into each BGP protocol.
+fn bird_conf(extra: &str) -> String {
     // hold 9 s: only BFD can explain a removal in well under a second.
     let mut p = String::from(
         "protocol bfd {\n  interface \"*\" { min rx interval 100 ms; min tx interval 100 ms; \
@@ -65,7 +72,7 @@ fn bird_conf() -> String {
     for i in 1..=2u8 {
         p.push_str(&format!(
             "protocol bgp e{i} from edge {{ local {TOR_V4} as 65000; neighbor {} as {}; \
-             hold time 9; keepalive time 3; bfd on; ipv4 {{ import all; export none; }}; }}\n",
+             hold time 9; keepalive time 3; bfd on; {extra} ipv4 {{ import all; export none; }}; }}\n",
             edge_v4(i),
             65010 + u32::from(i)
         ));
@@ -121,9 +128,9 @@ fn converge(lab: &Lab) {
 fn bird_bfd_removes_a_frozen_edge_within_the_detection_time() {
     require_lab!("bird", "birdc", "curl");
     let mut lab = Lab::new("bfd", 2);
-    lab.start_bird(&bird_conf());
-    let e1 = start_edge(&mut lab, 1, "edge1");
-    start_edge(&mut lab, 2, "edge2");
+    lab.start_bird(&bird_conf(""));
+    let e1 = start_edge(&mut lab, 1, "edge1", "");
+    start_edge(&mut lab, 2, "edge2", "");
     converge(&lab);
     let m = metrics(&lab, "e1");
     assert_eq!(
@@ -198,9 +205,9 @@ fn bird_bfd_removes_a_frozen_edge_within_the_detection_time() {
 fn bird_bfd_garbage_to_the_edge_is_counted_and_sessions_stay_up() {
     require_lab!("bird", "birdc", "curl", "python3");
     let mut lab = Lab::new("bfdg", 2);
-    lab.start_bird(&bird_conf());
-    start_edge(&mut lab, 1, "edge1");
-    start_edge(&mut lab, 2, "edge2");
+    lab.start_bird(&bird_conf(""));
+    start_edge(&mut lab, 1, "edge1", "");
+    start_edge(&mut lab, 2, "edge2", "");
     converge(&lab);
     let flaps_before = metric(&metrics(&lab, "e1"), "ringlb_bgp_session_flaps_total{");
     // From the ToR's namespace: short packets, bad versions, random bytes, a
@@ -263,4 +270,117 @@ print(len(pkts) + 1)
         log.contains("dropped BFD packet"),
         "no log line with context for the drops:\n{log}"
     );
+}
+
+#[test]
+fn bird_bfd_removes_a_killed_graceful_restart_edge_within_the_detection_time() {
+    require_lab!("bird", "birdc", "curl");
+    let mut lab = Lab::new("bfdgr", 2);
+    lab.start_bird(&bird_conf(
+        "graceful restart on; debug { states, routes, events };",
+    ));
+    let gr = "    gracefulRestartTime: 30\n";
+    let e1 = start_edge(&mut lab, 1, "edge1", gr);
+    start_edge(&mut lab, 2, "edge2", gr);
+    converge(&lab);
+    let caps = lab.birdc(&["show", "protocols", "all", "e1"]);
+    assert!(
+        caps.contains("Restart time: 30"),
+        "BIRD did not see our graceful restart capability:\n{caps}"
+    );
+    let via1 = format!("via {}", edge_v4(1));
+    let via2 = format!("via {}", edge_v4(2));
+    // kill -9 closes the TCP session: alone, that starts BIRD's graceful restart and
+    // keeps the stale routes for 30 s (edge-lb/tests/bgp_bird_gr.rs shows it).
+    lab.signal(e1, "KILL");
+    let t0 = Instant::now();
+    let end = t0 + Duration::from_secs(8);
+    let mut r = route(&lab);
+    while r.contains(&via1) && Instant::now() < end {
+        std::thread::sleep(Duration::from_millis(5));
+        r = route(&lab);
+    }
+    let took = t0.elapsed();
+    let e1_state = lab.birdc(&["show", "protocols", "all", "e1"]);
+    eprintln!(
+        "BFD 100 ms x 3, graceful restart 30 s: killed edge removed from the ToR's ECMP \
+         route after {took:?}"
+    );
+    assert!(
+        !r.contains(&via1) && r.contains(&via2),
+        "edge1 still routed {took:?} after kill -9: {r}\n{e1_state}"
+    );
+    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    // BIRD's log: the TCP close started graceful restart (stale routes kept), then
+    // BFD ended it and flushed them.
+    let log = lab.log(0);
+    let pos = |needle: &str| {
+        log.find(needle)
+            .unwrap_or_else(|| panic!("{needle:?} not in bird.log:\n{log}"))
+    };
+    assert!(
+        pos("e1: Neighbor graceful restart detected") < pos("e1: BFD session down"),
+        "{log}"
+    );
+    assert!(
+        e1_state.contains("BFD session down"),
+        "BIRD's session did not end by BFD:\n{e1_state}"
+    );
+    assert!(
+        lab.birdc(&["show", "protocols", "e2"])
+            .contains("Established"),
+        "edge2's session was disturbed"
+    );
+}
+
+#[test]
+fn bird_bfd_graceful_keeps_the_route_through_a_hitless_restart() {
+    require_lab!("bird", "birdc", "curl");
+    let mut lab = Lab::new("bfdhr", 1);
+    // BIRD 2.0.12 stops the BGP session on a peer's BFD AdminDown too (RFC 5882 §3.2
+    // says it should not), so `bfd on` would flush the routes of an edge restarting
+    // hitlessly; `bfd graceful` turns BFD down into a graceful restart instead.
+    lab.start_bird(&bird_conf("graceful restart on; bfd graceful;"));
+    let gr = "    gracefulRestartTime: 30\n";
+    let y = |top: &str| {
+        speaker_yaml(1, 65011, gr).replace("drainSeconds: 1\n", &format!("drainSeconds: 1\n{top}"))
+    };
+    let cfg = lab.write("edge1.yaml", &y("onSigterm: restart\n"));
+    let bin = PathBuf::from(env!("CARGO_BIN_EXE_ringlb-edge"));
+    let c = cfg.display().to_string();
+    let args = ["--metrics-addr", METRICS, "speaker", "--config", c.as_str()];
+    let old = lab.spawn("edge1", "e1", &bin, &args);
+    let via1 = format!("via {}", edge_v4(1));
+    let up = wait_until(Duration::from_secs(20), || {
+        route(&lab).contains(&via1) && lab.birdc(&["show", "bfd", "sessions"]).contains(" Up ")
+    });
+    assert!(up, "no route with BFD Up:\n{}", lab.logs());
+    // SIGTERM for a restart: BFD says AdminDown before the process goes; BIRD's BFD
+    // goes down and, with `bfd graceful`, keeps the route as stale through the gap.
+    lab.signal(old, "TERM");
+    assert!(
+        lab.wait_exit(old, Duration::from_secs(10)),
+        "no exit on SIGTERM"
+    );
+    std::thread::sleep(Duration::from_millis(1500));
+    let bfd = lab.birdc(&["show", "bfd", "sessions"]);
+    assert!(
+        route(&lab).contains(&via1),
+        "the route left during the restart gap (BFD {bfd}):\n{}",
+        lab.birdc(&["show", "protocols", "all", "e1"])
+    );
+    let cfg = lab.write(
+        "edge1-new.yaml",
+        &y("onSigterm: restart\nforwardingPreserved: true\n"),
+    );
+    let c = cfg.display().to_string();
+    let args = ["--metrics-addr", METRICS, "speaker", "--config", c.as_str()];
+    lab.spawn("edge1-new", "e1", &bin, &args);
+    let back = wait_until(Duration::from_secs(20), || {
+        lab.birdc(&["show", "protocols", "e1"])
+            .contains("Established")
+            && lab.birdc(&["show", "bfd", "sessions"]).contains(" Up ")
+    });
+    assert!(back, "not back with BFD Up:\n{}", lab.logs());
+    assert!(route(&lab).contains(&via1), "{}", route(&lab));
 }

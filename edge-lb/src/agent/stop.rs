@@ -105,7 +105,10 @@ pub async fn restart(speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()
     bgp_task.abort();
     let _ = bgp_task.await;
     match Arc::try_unwrap(speaker) {
-        Ok(speaker) => speaker.abandon(),
+        Ok(speaker) => {
+            speaker.bfd_admin_down().await;
+            speaker.abandon()
+        }
         Err(_) => tracing::warn!("speaker still shared at exit; sessions close with the process"),
     }
     tracing::info!(
