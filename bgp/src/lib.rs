@@ -24,7 +24,7 @@ pub mod standalone;
 
 use std::net::IpAddr;
 
-pub use config::{PeerConfig, RouteAttrs};
+pub use config::{Deprefer, PeerConfig, RouteAttrs};
 pub use session::PeerStatus;
 pub use speaker::Speaker;
 

@@ -13,6 +13,14 @@ pub const ANNOTATION_IPS: &str = "ringlb.io/load-balancer-ips";
 pub const ANNOTATION_POOL: &str = "ringlb.io/ip-pool";
 /// Services with the same key and disjoint ports may share one VIP.
 pub const ANNOTATION_SHARED: &str = "ringlb.io/allow-shared-ip";
+/// A VIP:port is healthy with at least this many ready backends (default 1).
+pub const ANNOTATION_MIN_READY: &str = "ringlb.io/min-ready-backends";
+/// What the edges do with the route of a VIP below its threshold: `withdraw`
+/// (default) or a de-preference, `prepend=N,med=N,local-pref=N` (any of the three).
+pub const ANNOTATION_UNHEALTHY_BGP: &str = "ringlb.io/unhealthy-bgp";
+/// How long a VIP that went unhealthy must stay at or above its threshold before the
+/// edges treat it as healthy again (default 15s; `0s` turns the hold-down off).
+pub const ANNOTATION_HOLD_DOWN: &str = "ringlb.io/health-hold-down";
 
 /// `namespace/name` of a Service.
 pub fn service_key(svc: &Service) -> String {

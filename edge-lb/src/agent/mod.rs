@@ -39,6 +39,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify};
 
 use crate::peers::{self, NodeContext};
+use crate::vip_health;
 
 mod api;
 pub mod metrics;
@@ -231,6 +232,22 @@ struct Agent {
     nh_watch: nexthops::Watcher,
     health: Arc<Health>,
     heartbeat: Heartbeat,
+    board: Arc<vip_health::Board>,
+}
+
+/// How many BGP sessions are Established right now (the health pages' "announced").
+fn established_sessions(speaker: &Arc<Speaker>) -> Box<dyn Fn() -> usize + Send + Sync> {
+    let speaker = Arc::downgrade(speaker);
+    Box::new(move || {
+        let Some(sp) = speaker.upgrade() else {
+            return 0;
+        };
+        sp.peers()
+            .into_iter()
+            .filter_map(|a| sp.peer_status(a))
+            .filter(|s| s.borrow().state == ringlb_bgp::fsm::State::Established)
+            .count()
+    })
 }
 
 /// Runs the edge agent until SIGTERM/SIGINT.
@@ -257,10 +274,13 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
             nexthops::Metrics::register(&mut r),
         )
     };
-    let (addr, _ops) = ringlb_ops::serve_ops(common.metrics_addr, registry, health.clone())
-        .await
-        .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
-    tracing::info!(%addr, "serving /metrics /healthz /readyz");
+    let board = Arc::new(vip_health::Board::new(established_sessions(&speaker)));
+    let pages: Arc<dyn ringlb_ops::ExtraPages> = board.clone();
+    let (addr, _ops) =
+        ringlb_ops::serve_ops_with(common.metrics_addr, registry, health.clone(), Some(pages))
+            .await
+            .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
+    tracing::info!(%addr, "serving /metrics /healthz /readyz /health/vip/<ip>[/<port>]");
     let signals = Signals::install()?;
 
     // Registered before the first lists: an API that never answers them turns
@@ -299,6 +319,7 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         nh_watch,
         heartbeat,
         health,
+        board,
     };
     let (speaker, dp) = agent.run_loop(args, signals).await;
     shutdown(args, speaker, bgp_task).await;
@@ -402,7 +423,10 @@ impl Agent {
     ) -> (Arc<Speaker>, Box<dyn Datapath + Send>) {
         let cfg = args.sync_config();
         let Signals { mut term, mut int } = signals;
-        let mut state = SyncState::default();
+        let mut state = SyncState {
+            board: self.board.clone(),
+            ..Default::default()
+        };
         let mut counters_tick = tokio::time::interval(COUNTERS);
         let mut due = true;
         let mut next_sync = tokio::time::Instant::now();
@@ -437,6 +461,12 @@ impl Agent {
                 });
                 self.health.set_ready(state.synced_once && !state.retry);
                 next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
+                // A hold-down that ends before then: sync at its end (plus a little,
+                // so the step sees it elapsed).
+                if let Some(due) = state.due {
+                    let due = tokio::time::Instant::from_std(due) + Duration::from_millis(5);
+                    next_sync = next_sync.min(due);
+                }
             }
             due = true;
             tokio::select! {
