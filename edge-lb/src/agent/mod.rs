@@ -236,7 +236,7 @@ struct Agent {
 }
 
 /// How many BGP sessions are Established right now (the health pages' "announced").
-fn established_sessions(speaker: &Arc<Speaker>) -> Box<dyn Fn() -> usize + Send + Sync> {
+pub fn established_sessions(speaker: &Arc<Speaker>) -> Box<dyn Fn() -> usize + Send + Sync> {
     let speaker = Arc::downgrade(speaker);
     Box::new(move || {
         let Some(sp) = speaker.upgrade() else {
