@@ -42,6 +42,7 @@ use crate::peers::{self, NodeContext};
 use crate::vip_health;
 
 mod api;
+pub mod health_events;
 pub mod metrics;
 mod nexthops;
 pub mod sync;
@@ -233,6 +234,8 @@ struct Agent {
     health: Arc<Health>,
     heartbeat: Heartbeat,
     board: Arc<vip_health::Board>,
+    health_metrics: vip_health::HealthMetrics,
+    health_events: health_events::HealthEvents,
 }
 
 /// How many BGP sessions are Established right now (the health pages' "announced").
@@ -265,13 +268,14 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
 
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
-    let (speaker, dp_metrics, nh_metrics) = {
+    let (speaker, dp_metrics, nh_metrics, health_metrics) = {
         let mut r = registry.lock().await;
         let speaker = Arc::new(Speaker::start(args.bgp_listen_port, &mut r)?);
         (
             speaker,
             DatapathMetrics::register(&mut r, args.datapath.name()),
             nexthops::Metrics::register(&mut r),
+            vip_health::HealthMetrics::register(&mut r),
         )
     };
     let board = Arc::new(vip_health::Board::new(established_sessions(&speaker)));
@@ -320,6 +324,8 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         heartbeat,
         health,
         board,
+        health_metrics,
+        health_events: health_events::HealthEvents::new(client.clone(), args.node_name.clone()),
     };
     let (speaker, dp) = agent.run_loop(args, signals).await;
     shutdown(args, speaker, bgp_task).await;
@@ -460,6 +466,11 @@ impl Agent {
                     )
                 });
                 self.health.set_ready(state.synced_once && !state.retry);
+                self.health_metrics.count(&state.changed);
+                self.health_metrics
+                    .update(&self.board.reports(std::time::Instant::now()));
+                self.health_events
+                    .publish(&self.stores.services, &state.changed);
                 next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
                 // A hold-down that ends before then: sync at its end (plus a little,
                 // so the step sees it elapsed).

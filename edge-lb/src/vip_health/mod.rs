@@ -15,14 +15,19 @@
 //! - `assess`: the pure decisions: route verdicts, the health answer and its reason.
 //! - `tracker`: the state machines of every VIP:port, stepped once per sync.
 //! - `pages`: the HTTP answers on the ops endpoint.
+//! - `metrics`: `ringlb_vip_health_state`, `ringlb_vip_health_transitions_total`.
+//!
+//! The Events (`VIPUnhealthy`, `VIPHealthy`) are written by `agent::health_events`.
 
 pub mod assess;
 pub mod hysteresis;
+pub mod metrics;
 pub mod pages;
 pub mod policy;
 pub mod tracker;
 
 pub use assess::{PortFacts, Report, State};
+pub use metrics::HealthMetrics;
 pub use pages::Board;
 pub use policy::HealthPolicy;
 pub use tracker::{Changed, Tracker};
