@@ -179,16 +179,20 @@ fn fib(lab: &Lab) -> String {
         .unwrap_or_default()
 }
 
-/// curl, from the ToR (where a GTM's probe would come from): (HTTP status, body).
-fn probe(lab: &Lab, edge: &Edge, path: &str) -> (u16, serde_json::Value) {
+/// The README's command, `curl -s -w '%{http_code}\n' URL`, from the ToR (where a GTM's
+/// probe would come from): (HTTP status, body as printed, body parsed). The output
+/// must be the body's line, then the status's.
+fn probe(lab: &Lab, edge: &Edge, path: &str) -> (u16, String, serde_json::Value) {
     let url = format!("http://{}{path}", edge.http);
     let out = lab
-        .exec("tor", "curl", &["-sS", "-w", "\n%{http_code}", &url])
+        .exec("tor", "curl", &["-s", "-w", "%{http_code}\n", &url])
         .unwrap_or_default();
-    let (body, code) = out.trim_end().rsplit_once('\n').unwrap_or(("", "0"));
+    let lines: Vec<&str> = out.split_terminator('\n').collect();
+    assert_eq!(lines.len(), 2, "not a body line and a status line: {out:?}");
     (
-        code.parse().unwrap_or(0),
-        serde_json::from_str(body).unwrap_or_default(),
+        lines[1].parse().unwrap_or(0),
+        lines[0].to_string(),
+        serde_json::from_str(lines[0]).unwrap_or_default(),
     )
 }
 
@@ -225,9 +229,15 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
         lab.logs()
     );
     let path = format!("/health/vip/{VIP}/80");
-    let (code, body) = probe(&lab, &e2, &path);
-    assert_eq!(code, 200, "{body}");
-    assert_eq!(body["state"], "healthy");
+    let (code, printed, _) = probe(&lab, &e2, &path);
+    assert_eq!(code, 200, "{printed}");
+    // The README's example output, with this lab's VIP.
+    assert_eq!(
+        printed,
+        format!(
+            r#"{{"vip":"{VIP}","port":80,"protocol":"TCP","service":"default/web","programmed":true,"announced":true,"depreferred":false,"readyBackends":2,"minReady":2,"state":"healthy","reason":"ok"}}"#
+        )
+    );
 
     // Edge 2's region loses a pod: one ready of two required. Prepended at once.
     let t0 = Instant::now();
@@ -248,7 +258,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
         "below threshold -> ToR FIB without edge2 after {:?}",
         t0.elapsed()
     );
-    let (code, body) = probe(&lab, &e2, &path);
+    let (code, _, body) = probe(&lab, &e2, &path);
     assert_eq!((code, &body["state"]), (503, &json!("degraded")), "{body}");
     assert_eq!(
         body["reason"],
@@ -268,7 +278,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
     // Steady again: de-preferred until the hold-down has passed, then ECMP.
     let back = Instant::now();
     e2.sync((web("prepend=3"), pods(2)));
-    let (code, body) = probe(&lab, &e2, &path);
+    let (code, _, body) = probe(&lab, &e2, &path);
     assert_eq!(code, 503, "{body}");
     assert!(
         body["reason"].as_str().unwrap().starts_with("recovering"),
@@ -308,7 +318,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
         "edge2's route was not withdrawn:\n{}",
         show_e2()
     );
-    let (code, body) = probe(&lab, &e2, &format!("/health/vip/{VIP}"));
+    let (code, _, body) = probe(&lab, &e2, &format!("/health/vip/{VIP}"));
     assert_eq!((code, &body["state"]), (503, &json!("down")), "{body}");
     assert_eq!(body["announced"], false);
     assert!(
