@@ -10,7 +10,11 @@
 //!  sync (this task owns the datapath, through the `ringlb_datapath::Datapath` seam:
 //!        XdpDatapath or IpvsDatapath, chosen by --datapath; sync.rs):
 //!     serving::build ──> tables::datapath_state ──> Datapath::apply (writes only the diff)
-//!                    └─> tables::routes ──────────> Speaker::announce / withdraw
+//!                    └─> vip_health::Tracker (hold-down per VIP:port) ──> Speaker::announce
+//!                        (de-preferred below the threshold) / withdraw; facts ──> Board
+//!  ops endpoint: /metrics /healthz /readyz and /health/vip/<ip>[/<port>] (Board, read
+//!               per request with the sessions' state); health Events and metrics
+//!               after each sync (health_events.rs, vip_health::metrics)
 //!  peers::run task: BGPPeer/BGPAdvertisement/IPPool/Node ──> Speaker::set_peers,
 //!                      BGPPeer status per node
 //!  SIGTERM ──> Speaker::drain (GRACEFUL_SHUTDOWN, drain time, withdraw, Cease) ──> exit.

@@ -1,5 +1,7 @@
 //! One sync of the edge agent: API objects -> Maglev tables -> the datapath (through
-//! the `ringlb_datapath::Datapath` seam) -> the routes the speaker announces. Tested
+//! the `ringlb_datapath::Datapath` seam) -> each VIP:port's hold-down (`vip_health`)
+//! -> the routes the speaker announces, de-preferred or withdrawn below a Service's
+//! health threshold, and the facts the health pages answer from. Tested
 //! here against the real apply paths of both datapaths, XDP over in-memory maps and
 //! IPVS over an in-memory kernel, and a real speaker; no API server, no kernel.
 
@@ -52,8 +54,9 @@ pub struct SyncConfig {
 }
 
 /// One reconcile of the edge: the API objects in `stores` become Maglev tables and
-/// the datapath's desired state, which `dp` applies; then the speaker announces the
-/// VIPs that are programmed and withdraws the ones that are gone. After a failed
+/// the datapath's desired state, which `dp` applies; then the health tracker steps
+/// every VIP:port, the speaker announces the VIPs that are programmed and healthy (or
+/// de-preferred, as their Service asks) and withdraws the others. After a failed
 /// apply nothing new is announced and nothing withdrawn, and `st.retry` is set.
 pub fn sync(
     stores: &Stores,
