@@ -197,7 +197,7 @@ fn probe(lab: &Lab, edge: &Edge, path: &str) -> (u16, String, serde_json::Value)
 }
 
 #[test]
-fn bird_sees_prepend_and_withdraw_below_the_threshold_with_hold_down() {
+fn bird_sees_prepend_med_and_withdraw_below_the_threshold_with_hold_down() {
     require_lab!("bird", "birdc", "curl");
     let mut lab = Lab::new("health", 2);
     lab.start_bird(&format!(
@@ -327,6 +327,15 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
             .unwrap()
             .starts_with("route withdrawn"),
         "{body}"
+    );
+    // Policy `med=500`: announced again, with the MED (BIRD compares MEDs only
+    // between routes from one AS, so this is for a ToR that hears one AS per region).
+    e2.sync((web("med=500"), pods(1)));
+    assert!(
+        wait_until(Duration::from_secs(5), || show_e2()
+            .contains("BGP.med: 500")),
+        "edge2's route has no MED 500:\n{}",
+        show_e2()
     );
     // Unknown VIP, malformed address.
     assert_eq!(probe(&lab, &e2, "/health/vip/10.91.100.99").0, 404);
