@@ -217,14 +217,16 @@ fn bird_keeps_a_killed_gr_edge_for_the_restart_time() {
     eprintln!("kill -9 with graceful restart {restart}s: nexthop kept {after:?}");
 }
 
-/// Counts, in the ToR namespace, BGP packets from the edge by TTL / hop limit.
+/// Counts, in the ToR namespace, BGP packets from the edge by TTL / hop limit. Not
+/// RSTs: the kernel sends those for a closed socket (a lost connection collision,
+/// more likely under load) with the default TTL.
 fn count_ttl(lab: &Lab) {
     let rules = format!(
         "table inet ttl {{\n chain in {{\n  type filter hook prerouting priority -500;\n  \
-         ip saddr {e4} tcp dport 179 ip ttl 1 counter comment \"v4ttl1\"\n  \
-         ip saddr {e4} tcp dport 179 ip ttl != 1 counter comment \"v4other\"\n  \
-         ip6 saddr {e6} tcp dport 179 ip6 hoplimit 3 counter comment \"v6hl3\"\n  \
-         ip6 saddr {e6} tcp dport 179 ip6 hoplimit != 3 counter comment \"v6other\"\n }}\n}}\n",
+         ip saddr {e4} tcp dport 179 tcp flags & rst == 0 ip ttl 1 counter comment \"v4ttl1\"\n  \
+         ip saddr {e4} tcp dport 179 tcp flags & rst == 0 ip ttl != 1 counter comment \"v4other\"\n  \
+         ip6 saddr {e6} tcp dport 179 tcp flags & rst == 0 ip6 hoplimit 3 counter comment \"v6hl3\"\n  \
+         ip6 saddr {e6} tcp dport 179 tcp flags & rst == 0 ip6 hoplimit != 3 counter comment \"v6other\"\n }}\n}}\n",
         e4 = edge_v4(1),
         e6 = edge_v6(1)
     );
