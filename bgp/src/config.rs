@@ -27,6 +27,37 @@ pub struct RouteAttrs {
     pub large_communities: Vec<[u32; 3]>,
     pub local_pref: Option<u32>,
     pub med: Option<u32>,
+    /// Make the route less attractive (the VIP is below its health threshold). Applied
+    /// after the export rules, so it wins over them.
+    pub deprefer: Option<Deprefer>,
+}
+
+/// How an announced route is made less attractive than the same prefix from healthy
+/// speakers: AS_PATH prepending (eBGP), a higher MED, a lower LOCAL_PREF (iBGP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Deprefer {
+    /// Extra copies of our ASN in AS_PATH, to eBGP peers only.
+    pub prepend: u8,
+    /// MED at least this high (the higher of this and the rules' MED).
+    pub med: Option<u32>,
+    /// LOCAL_PREF at most this high, to iBGP peers only.
+    pub local_pref: Option<u32>,
+}
+
+impl Deprefer {
+    /// The stronger of both on every attribute (several VIP:ports below their
+    /// thresholds share one route).
+    pub fn merge(self, o: Deprefer) -> Deprefer {
+        let pick = |a: Option<u32>, b: Option<u32>, f: fn(u32, u32) -> u32| match (a, b) {
+            (Some(x), Some(y)) => Some(f(x, y)),
+            (x, y) => x.or(y),
+        };
+        Deprefer {
+            prepend: self.prepend.max(o.prepend),
+            med: pick(self.med, o.med, u32::max),
+            local_pref: pick(self.local_pref, o.local_pref, u32::min),
+        }
+    }
 }
 
 /// One rule of a peer's export policy (one `BGPAdvertisement` selecting the peer).
@@ -511,6 +542,7 @@ impl SpeakerFile {
                     .map_err(ctx)?,
                 local_pref: p.local_pref,
                 med: p.med,
+                deprefer: None,
             };
             prefixes.push((parse_prefix(&p.prefix, "prefix").map_err(ctx)?, attrs));
         }

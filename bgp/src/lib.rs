@@ -31,7 +31,7 @@ pub mod ttl;
 
 use std::net::IpAddr;
 
-pub use config::{PeerConfig, RouteAttrs};
+pub use config::{Deprefer, PeerConfig, RouteAttrs};
 pub use session::PeerStatus;
 pub use speaker::Speaker;
 

@@ -79,6 +79,21 @@ fn sorted_union<T: Ord + Clone>(a: &mut Vec<T>, b: &[T]) {
     a.dedup();
 }
 
+/// A route below its health threshold: prepend (eBGP), raise MED, lower LOCAL_PREF
+/// (iBGP), never making it more attractive than the rules made it.
+fn deprefer(a: &mut PathAttrs, d: &super::config::Deprefer, peer: &PeerConfig, ibgp: bool) {
+    if !ibgp {
+        a.as_path
+            .extend(std::iter::repeat_n(peer.local_asn, usize::from(d.prepend)));
+    }
+    if let Some(m) = d.med {
+        a.med = Some(a.med.map_or(m, |x| x.max(m)));
+    }
+    if ibgp && let Some(lp) = d.local_pref {
+        a.local_pref = Some(a.local_pref.map_or(lp, |x| x.min(lp)));
+    }
+}
+
 /// Compute what `peer` should currently be told. Routes of a family the session did
 /// not negotiate, or with no usable next hop, are left out.
 pub fn adj_rib_out(table: &RouteTable, peer: &PeerConfig, s: &SessionView) -> AdjRibOut {
@@ -118,6 +133,9 @@ pub fn adj_rib_out(table: &RouteTable, peer: &PeerConfig, s: &SessionView) -> Ad
                 .max()
                 .or(ra.local_pref);
             a.local_pref = Some(lp.unwrap_or(100));
+        }
+        if let Some(d) = &ra.deprefer {
+            deprefer(&mut a, d, peer, ibgp);
         }
         if table.draining {
             // RFC 8326 §4: tag, and for iBGP also lower LOCAL_PREF ourselves.
@@ -231,6 +249,42 @@ mod tests {
         assert_eq!(
             out[&net("fd00:1::1/128")].next_hop,
             Some("fd00::11".parse().unwrap())
+        );
+    }
+
+    #[test]
+    fn a_depreferred_route_is_prepended_to_ebgp_and_lowered_to_ibgp() {
+        let d = crate::config::Deprefer {
+            prepend: 3,
+            med: Some(500),
+            local_pref: Some(50),
+        };
+        let mut t = table(&["10.1.0.1/32"]);
+        t.routes.get_mut(&net("10.1.0.1/32")).unwrap().deprefer = Some(d);
+        let rule = ExportRule {
+            local_pref: Some(250),
+            med: Some(900),
+            ..Default::default()
+        };
+        let e =
+            &adj_rib_out(&t, &peer(65011, 65000, vec![rule.clone()]), &view())[&net("10.1.0.1/32")];
+        assert_eq!(e.as_path, vec![65011; 4], "our ASN plus three copies");
+        assert_eq!(e.med, Some(900), "never lower than the rule's MED");
+        assert_eq!(e.local_pref, None);
+        let i = &adj_rib_out(&t, &peer(65000, 65000, vec![rule]), &view())[&net("10.1.0.1/32")];
+        assert!(i.as_path.is_empty(), "no prepending to iBGP");
+        assert_eq!(i.local_pref, Some(50), "lower than the rule's 250");
+        // Without a rule the MED is the deprefer's own.
+        let e = &adj_rib_out(&t, &peer(65011, 65000, vec![]), &view())[&net("10.1.0.1/32")];
+        assert_eq!(e.med, Some(500));
+        let merged = d.merge(crate::config::Deprefer {
+            prepend: 1,
+            med: Some(700),
+            local_pref: None,
+        });
+        assert_eq!(
+            (merged.prepend, merged.med, merged.local_pref),
+            (3, Some(700), Some(50))
         );
     }
 

@@ -82,6 +82,15 @@ pub fn reference_markdown(crds: &[CustomResourceDefinition]) -> String {
             }
         }
     }
+    md.push_str(
+        "\n## Service annotations\n\nNot a CRD: what ringlb reads from a Service's \
+         `metadata.annotations` (`crds/src/service.rs`), and which program reads it. A bad \
+         value is a Warning (controller: an Event; edges: a log line) and, for the edges' \
+         annotations, the default is used.\n\n| annotation | read by | meaning |\n|---|---|---|\n",
+    );
+    for (name, by, what) in crate::service::ANNOTATIONS {
+        let _ = writeln!(md, "| `{name}` | {by} | {what} |");
+    }
     md
 }
 

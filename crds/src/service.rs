@@ -13,6 +13,49 @@ pub const ANNOTATION_IPS: &str = "ringlb.io/load-balancer-ips";
 pub const ANNOTATION_POOL: &str = "ringlb.io/ip-pool";
 /// Services with the same key and disjoint ports may share one VIP.
 pub const ANNOTATION_SHARED: &str = "ringlb.io/allow-shared-ip";
+/// A VIP:port is healthy with at least this many ready backends (default 1).
+pub const ANNOTATION_MIN_READY: &str = "ringlb.io/min-ready-backends";
+/// What the edges do with the route of a VIP below its threshold: `withdraw`
+/// (default) or a de-preference, `prepend=N,med=N,local-pref=N` (any of the three).
+pub const ANNOTATION_UNHEALTHY_BGP: &str = "ringlb.io/unhealthy-bgp";
+/// How long a VIP that went unhealthy must stay at or above its threshold before the
+/// edges treat it as healthy again (default 15s; `0s` turns the hold-down off).
+pub const ANNOTATION_HOLD_DOWN: &str = "ringlb.io/health-hold-down";
+
+/// Every Service annotation ringlb reads, with what it means (for the generated
+/// docs/crd-reference.md).
+pub const ANNOTATIONS: &[(&str, &str, &str)] = &[
+    (
+        ANNOTATION_IPS,
+        "controller",
+        "These addresses, comma-separated, at most one per family (`spec.loadBalancerIP` is accepted too).",
+    ),
+    (
+        ANNOTATION_POOL,
+        "controller",
+        "Allocate only from this `IPPool`.",
+    ),
+    (
+        ANNOTATION_SHARED,
+        "controller",
+        "Services with the same key and no overlapping port/protocol share one VIP.",
+    ),
+    (
+        ANNOTATION_MIN_READY,
+        "edges",
+        "Whole number >= 1, default 1. A VIP:port is healthy on an edge while it is programmed, announced and has at least this many ready backends; `GET /health/vip/<ip>[/<port>]` on the edge answers 200 then, 503 otherwise.",
+    ),
+    (
+        ANNOTATION_UNHEALTHY_BGP,
+        "edges",
+        "What the edges do with the route of a VIP:port below its threshold (or in its hold-down) that still has a ready backend: `withdraw` (default), or a de-preference: any of `prepend=N` (1..10 extra copies of the edge's ASN, eBGP), `med=N` (MED at least N), `local-pref=N` (LOCAL_PREF at most N, iBGP), comma-separated, e.g. `prepend=3,local-pref=50`. A VIP:port with no ready backend is always withdrawn. Several ports of one address: withdrawn when every port asks so, else de-preferred by the strongest.",
+    ),
+    (
+        ANNOTATION_HOLD_DOWN,
+        "edges",
+        "Duration (`30s`, `500ms`, `2m`; at most 1h), default `15s`. A VIP:port goes unhealthy at once and counts as healthy again only after it has stayed at or above its threshold this long, so flapping pods do not flap routes. `0s`: no hold-down. One that has never been healthy (a new Service, an edge just started) is healthy at once.",
+    ),
+];
 
 /// `namespace/name` of a Service.
 pub fn service_key(svc: &Service) -> String {

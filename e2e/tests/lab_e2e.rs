@@ -87,6 +87,7 @@ fn service_vip_is_announced_by_both_edges_and_served_by_both_pods_with_dsr() {
 
     let vip = a_service_gets_a_vip_from_the_pool(&mut cluster, &a);
     let edges = the_tor_learns_the_vip_from_both_edges(&mut cluster, &a, &vip);
+    each_edge_says_the_vip_is_healthy(&topo, &a, &vip);
     both_pods_serve_and_replies_bypass_the_edges(&cluster, &topo, &a, &vip);
     let broken =
         downloads_survive_losing_an_edge(&mut cluster, &topo, &dir, &vip, &edges, Loss::Drain);
@@ -226,6 +227,24 @@ fn the_tor_learns_the_vip_from_both_edges(
         "{status}"
     );
     edges
+}
+
+/// The README's health probe, `curl -s -w '%{http_code}\n' URL`, against each real
+/// edge's ops port: 200, healthy, both pods ready.
+fn each_edge_says_the_vip_is_healthy(topo: &Topology, a: &Addrs, vip: &str) {
+    for i in 1..=a.edges.len() {
+        let url = format!("http://127.0.0.1:9090/health/vip/{vip}/80");
+        let ns = topo.ns(&format!("edge{i}"));
+        let out = lab::cmd::run_in(&ns, &["curl", "-s", "-w", "%{http_code}\n", &url])
+            .unwrap_or_else(|e| panic!("curl on edge{i}: {e}"));
+        let lines: Vec<&str> = out.split_terminator('\n').collect();
+        assert_eq!(lines.len(), 2, "edge{i}: {out:?}");
+        assert_eq!(lines[1], "200", "edge{i}: {out}");
+        let body: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
+        assert_eq!(body["state"], "healthy", "edge{i}: {body}");
+        assert_eq!(body["readyBackends"], 2, "edge{i}: {body}");
+        assert_eq!(body["announced"], true, "edge{i}: {body}");
+    }
 }
 
 /// Traffic: both pods serve, both edges encapsulate, replies bypass the edges.

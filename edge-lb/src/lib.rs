@@ -9,10 +9,13 @@
 //! - `agent`: the tasks of `ringlb-edge run` that wire it all together.
 //! - `node`: `ringlb-edge node`, the worker-node agent that feeds `ringlb-node`.
 //! - `watch`: the reflectors both agents read, and waiting for their first lists.
+//! - `vip_health`: per-VIP health: the hold-down, the de-preferred routes, the
+//!   `/health/vip/<ip>[/<port>]` pages a global traffic manager probes.
 
 pub mod agent;
 pub mod node;
 pub mod peers;
 pub mod serving;
 pub mod tables;
+pub mod vip_health;
 pub mod watch;

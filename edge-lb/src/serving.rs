@@ -9,7 +9,7 @@
 //! encapsulates 4-in-6 and 6-in-4). Every edge sorts backends the same way, so every
 //! edge builds the same Maglev table.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
@@ -18,6 +18,8 @@ use ringlb_crds::service::{is_ours, service_key, status_ips};
 
 use ringlb_datapath::{Proto, Vip};
 use ringlb_maglev::Backend;
+
+use crate::vip_health::policy::{self, HealthPolicy};
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -31,6 +33,8 @@ pub struct VipBackends {
     pub ready: Vec<Backend>,
     /// Endpoints that are terminating but still serving: existing flows only.
     pub draining: Vec<Backend>,
+    /// The Service's health policy (its annotations; see `vip_health::policy`).
+    pub policy: HealthPolicy,
 }
 
 /// Something in the API objects the edge cannot serve, for a log line or an Event.
@@ -45,17 +49,8 @@ pub struct Skipped {
 pub struct Serving {
     pub vips: BTreeMap<Vip, VipBackends>,
     pub skipped: Vec<Skipped>,
-}
-
-impl Serving {
-    /// VIP addresses with at least one ready backend on some port: the ones to announce.
-    pub fn announceable(&self) -> BTreeSet<IpAddr> {
-        self.vips
-            .iter()
-            .filter(|(_, b)| !b.ready.is_empty())
-            .map(|(v, _)| v.addr)
-            .collect()
-    }
+    /// Bad health annotations (the Service is served with the defaults).
+    pub bad_annotations: Vec<Skipped>,
 }
 
 /// Builds the desired state from every Service and EndpointSlice the edge sees.
@@ -96,6 +91,12 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
         if vips.is_empty() {
             continue;
         }
+        let (health, problems) = policy::from_annotations(svc.metadata.annotations.as_ref());
+        out.bad_annotations
+            .extend(problems.into_iter().map(|reason| Skipped {
+                service: key.clone(),
+                reason,
+            }));
         let ns = svc.metadata.namespace.clone().unwrap_or_default();
         let name = svc.metadata.name.clone().unwrap_or_default();
         let svc_slices = by_service
@@ -159,6 +160,7 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
                         service: key.clone(),
                         ready,
                         draining,
+                        policy: health,
                     },
                 );
             }
@@ -307,7 +309,6 @@ mod tests {
             d.vips[&vip("192.0.2.1", 53, Proto::Udp)].ready[0].port,
             5353
         );
-        assert_eq!(d.announceable().len(), 1);
     }
 
     #[test]
@@ -401,6 +402,5 @@ mod tests {
             "default/b"
         );
         assert!(d.skipped[0].reason.contains("already served for default/a"));
-        assert!(d.announceable().is_empty(), "no ready backends yet");
     }
 }

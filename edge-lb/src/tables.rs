@@ -1,9 +1,7 @@
 //! Pure glue between the pieces of `ringlb-edge run`: the desired backends (`desired`) become Maglev tables
-//! and the datapath's desired state, and the VIPs to announce.
+//! and the datapath's desired state (the routes to announce come from `vip_health`).
 
-use std::collections::{BTreeMap, BTreeSet};
-
-use ipnetwork::IpNetwork;
+use std::collections::BTreeMap;
 
 use crate::serving::{Serving, VipBackends};
 use ringlb_datapath::{DesiredState, ServiceEntry, Vip};
@@ -101,21 +99,10 @@ fn entry_for(vip: &Vip, b: &VipBackends, ring_size: u32) -> Result<ServiceEntry,
     ServiceEntry::new(vip, ips, table.slots().to_vec()).map_err(|e| e.to_string())
 }
 
-/// Host routes for the VIPs that are programmed and have a ready backend. A VIP is
-/// announced only when the datapath can serve it.
-pub fn routes(desired: &Serving, programmed: &DesiredState) -> BTreeSet<IpNetwork> {
-    let served: BTreeSet<_> = programmed.services.keys().map(|v| v.addr).collect();
-    desired
-        .announceable()
-        .into_iter()
-        .filter(|a| served.contains(a))
-        .map(IpNetwork::from)
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use ipnetwork::IpNetwork;
     use ringlb_datapath::Proto;
 
     fn b(ip: &str) -> Backend {
@@ -134,6 +121,13 @@ mod tests {
         }
     }
 
+    /// The routes the edge announces for `d` programmed as `s` (the sync's tracker).
+    fn routes(d: &Serving, s: &DesiredState) -> Vec<IpNetwork> {
+        let now = std::time::Instant::now();
+        let ev = crate::vip_health::Tracker::default().evaluate(d, s, now);
+        ev.routes.into_keys().collect()
+    }
+
     fn desired(entries: Vec<(Vip, Vec<Backend>, Vec<Backend>)>) -> Serving {
         let mut d = Serving::default();
         for (v, ready, draining) in entries {
@@ -143,6 +137,7 @@ mod tests {
                     service: "default/web".into(),
                     ready,
                     draining,
+                    policy: Default::default(),
                 },
             );
         }

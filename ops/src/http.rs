@@ -1,7 +1,8 @@
 //! The `/metrics` (Prometheus text), `/healthz` and `/readyz` endpoint, served by hyper
 //! (already in every binary through kube-client): HTTP/1.1 with keep-alive, a 10 s
 //! limit on reading a request's head, GET and HEAD only. `/healthz` answers 503 with
-//! one `stalled: NAME ...` line per stalled loop (see [`crate::health`]).
+//! one `stalled: NAME ...` line per stalled loop (see [`crate::health`]). A program may
+//! add its own read-only pages with [`serve_ops_with`] (the edge's per-VIP health).
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -21,12 +22,37 @@ use crate::health::Health;
 /// How long a client may take to send a request's head before the connection closes.
 const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// A page a program adds to the ops endpoint: given a request path, `None` when the
+/// path is not its, else the answer.
+pub trait ExtraPages: Send + Sync + 'static {
+    fn answer(&self, path: &str) -> Option<Page>;
+}
+
+/// One answer of an [`ExtraPages`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Page {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub body: String,
+}
+
 /// Binds `addr` and serves the ops endpoints until the task is dropped.
 /// Returns the bound address (useful with port 0).
 pub async fn serve_ops(
     addr: SocketAddr,
     registry: Arc<Mutex<Registry>>,
     health: Arc<Health>,
+) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
+    serve_ops_with(addr, registry, health, None).await
+}
+
+/// [`serve_ops`] plus the pages of `extra`, asked for any path the ops endpoint does
+/// not serve itself.
+pub async fn serve_ops_with(
+    addr: SocketAddr,
+    registry: Arc<Mutex<Registry>>,
+    health: Arc<Health>,
+    extra: Option<Arc<dyn ExtraPages>>,
 ) -> std::io::Result<(SocketAddr, tokio::task::JoinHandle<()>)> {
     let listener = TcpListener::bind(addr).await?;
     let bound = listener.local_addr()?;
@@ -39,11 +65,17 @@ pub async fn serve_ops(
             };
             let registry = registry.clone();
             let health = health.clone();
+            let extra = extra.clone();
             tokio::spawn(async move {
                 let service = hyper::service::service_fn(move |req| {
                     let registry = registry.clone();
                     let health = health.clone();
-                    async move { Ok::<_, Infallible>(answer(&req, &registry, &health).await) }
+                    let extra = extra.clone();
+                    async move {
+                        Ok::<_, Infallible>(
+                            answer(&req, &registry, &health, extra.as_deref()).await,
+                        )
+                    }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .timer(TokioTimer::new())
@@ -60,6 +92,7 @@ async fn answer(
     req: &Request<Incoming>,
     registry: &Mutex<Registry>,
     health: &Health,
+    extra: Option<&dyn ExtraPages>,
 ) -> Response<Full<Bytes>> {
     let text = |status: StatusCode, body: &str| reply(status, "text/plain", body.to_string());
     if req.method() != Method::GET && req.method() != Method::HEAD {
@@ -89,7 +122,14 @@ async fn answer(
         }
         "/readyz" if health.is_ready() => text(StatusCode::OK, "ok\n"),
         "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
-        _ => text(StatusCode::NOT_FOUND, "not found\n"),
+        path => match extra.and_then(|e| e.answer(path)) {
+            Some(page) => reply(
+                StatusCode::from_u16(page.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                page.content_type,
+                page.body,
+            ),
+            None => text(StatusCode::NOT_FOUND, "not found\n"),
+        },
     }
 }
 
@@ -160,6 +200,49 @@ mod tests {
         .await
         .expect("the server closes a connection whose head never completes");
         assert!(n.is_ok());
+        task.abort();
+    }
+
+    struct Echo;
+    impl ExtraPages for Echo {
+        fn answer(&self, path: &str) -> Option<Page> {
+            let rest = path.strip_prefix("/echo/")?;
+            Some(Page {
+                status: if rest == "bad" { 400 } else { 200 },
+                content_type: "application/json",
+                body: format!("{{\"got\":\"{rest}\"}}"),
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn extra_pages_answer_their_paths_only() {
+        let (addr, task) = serve_ops_with(
+            "127.0.0.1:0".parse().unwrap(),
+            Arc::new(Mutex::new(Registry::default())),
+            Health::new(),
+            Some(Arc::new(Echo)),
+        )
+        .await
+        .unwrap();
+        let get = |p: &'static str| async move {
+            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+            s.write_all(
+                format!("GET {p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+            let mut out = String::new();
+            s.read_to_string(&mut out).await.unwrap();
+            out
+        };
+        let ok = get("/echo/a").await;
+        assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+        assert!(ok.contains("content-type: application/json"), "{ok}");
+        assert!(ok.ends_with("{\"got\":\"a\"}"), "{ok}");
+        assert!(get("/echo/bad").await.starts_with("HTTP/1.1 400"));
+        assert!(get("/other").await.starts_with("HTTP/1.1 404"));
+        assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
         task.abort();
     }
 }

@@ -14,4 +14,4 @@ pub mod netns;
 pub use backoff::WatchBackoff;
 pub use flags::CommonArgs;
 pub use health::{Health, Heartbeat, Stalled};
-pub use http::serve_ops;
+pub use http::{ExtraPages, Page, serve_ops, serve_ops_with};

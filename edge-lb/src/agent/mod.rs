@@ -10,7 +10,11 @@
 //!  sync (this task owns the datapath, through the `ringlb_datapath::Datapath` seam:
 //!        XdpDatapath or IpvsDatapath, chosen by --datapath; sync.rs):
 //!     serving::build ──> tables::datapath_state ──> Datapath::apply (writes only the diff)
-//!                    └─> tables::routes ──────────> Speaker::announce / withdraw
+//!                    └─> vip_health::Tracker (hold-down per VIP:port) ──> Speaker::announce
+//!                        (de-preferred below the threshold) / withdraw; facts ──> Board
+//!  ops endpoint: /metrics /healthz /readyz and /health/vip/<ip>[/<port>] (Board, read
+//!               per request with the sessions' state); health Events and metrics
+//!               after each sync (health_events.rs, vip_health::metrics)
 //!  peers::run task: BGPPeer/BGPAdvertisement/IPPool/Node ──> Speaker::set_peers,
 //!                      BGPPeer status per node
 //!  The BGP sessions start after the first sync, so a restarted agent's End-of-RIB
@@ -45,8 +49,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify, oneshot};
 
 use crate::peers::{self, NodeContext};
+use crate::vip_health;
 
 mod api;
+pub mod health_events;
 pub mod metrics;
 mod nexthops;
 pub mod stop;
@@ -249,6 +255,24 @@ struct Agent {
     heartbeat: Heartbeat,
     /// Fired after the first complete sync: the BGP sessions start then.
     first_sync: Option<oneshot::Sender<()>>,
+    board: Arc<vip_health::Board>,
+    health_metrics: vip_health::HealthMetrics,
+    health_events: health_events::HealthEvents,
+}
+
+/// How many BGP sessions are Established right now (the health pages' "announced").
+pub fn established_sessions(speaker: &Arc<Speaker>) -> Box<dyn Fn() -> usize + Send + Sync> {
+    let speaker = Arc::downgrade(speaker);
+    Box::new(move || {
+        let Some(sp) = speaker.upgrade() else {
+            return 0;
+        };
+        sp.peers()
+            .into_iter()
+            .filter_map(|a| sp.peer_status(a))
+            .filter(|s| s.borrow().state == ringlb_bgp::fsm::State::Established)
+            .count()
+    })
 }
 
 /// Runs the edge agent until SIGTERM/SIGINT.
@@ -266,19 +290,23 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
 
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
-    let (speaker, dp_metrics, nh_metrics) = {
+    let (speaker, dp_metrics, nh_metrics, health_metrics) = {
         let mut r = registry.lock().await;
         let speaker = Arc::new(Speaker::start(args.bgp_listen_port, &mut r)?);
         (
             speaker,
             DatapathMetrics::register(&mut r, args.datapath.name()),
             nexthops::Metrics::register(&mut r),
+            vip_health::HealthMetrics::register(&mut r),
         )
     };
-    let (addr, _ops) = ringlb_ops::serve_ops(common.metrics_addr, registry, health.clone())
-        .await
-        .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
-    tracing::info!(%addr, "serving /metrics /healthz /readyz");
+    let board = Arc::new(vip_health::Board::new(established_sessions(&speaker)));
+    let pages: Arc<dyn ringlb_ops::ExtraPages> = board.clone();
+    let (addr, _ops) =
+        ringlb_ops::serve_ops_with(common.metrics_addr, registry, health.clone(), Some(pages))
+            .await
+            .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
+    tracing::info!(%addr, "serving /metrics /healthz /readyz /health/vip/<ip>[/<port>]");
     let signals = Signals::install()?;
 
     // Registered before the first lists: an API that never answers them turns
@@ -332,6 +360,9 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         heartbeat,
         health,
         first_sync: Some(first_sync),
+        board,
+        health_metrics,
+        health_events: health_events::HealthEvents::new(client.clone(), args.node_name.clone()),
     };
     let (speaker, dp, sig) = agent.run_loop(args, signals).await;
     let cordoned = match (sig, args.on_sigterm) {
@@ -451,7 +482,10 @@ impl Agent {
     ) -> (Arc<Speaker>, Box<dyn Datapath + Send>, Stop) {
         let cfg = args.sync_config();
         let Signals { mut term, mut int } = signals;
-        let mut state = SyncState::default();
+        let mut state = SyncState {
+            board: self.board.clone(),
+            ..Default::default()
+        };
         let mut counters_tick = tokio::time::interval(COUNTERS);
         let mut due = true;
         let mut next_sync = tokio::time::Instant::now();
@@ -490,7 +524,18 @@ impl Agent {
                 {
                     let _ = tx.send(());
                 }
+                self.health_metrics.count(&state.changed);
+                self.health_metrics
+                    .update(&self.board.reports(std::time::Instant::now()));
+                self.health_events
+                    .publish(&self.stores.services, &state.changed);
                 next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
+                // A hold-down that ends before then: sync at its end (plus a little,
+                // so the step sees it elapsed).
+                if let Some(due) = state.due {
+                    let due = tokio::time::Instant::from_std(due) + Duration::from_millis(5);
+                    next_sync = next_sync.min(due);
+                }
             }
             due = true;
             tokio::select! {

@@ -1,9 +1,12 @@
 //! One sync of the edge agent: API objects -> Maglev tables -> the datapath (through
-//! the `ringlb_datapath::Datapath` seam) -> the routes the speaker announces. Tested
+//! the `ringlb_datapath::Datapath` seam) -> each VIP:port's hold-down (`vip_health`)
+//! -> the routes the speaker announces, de-preferred or withdrawn below a Service's
+//! health threshold, and the facts the health pages answer from. Tested
 //! here against the real apply paths of both datapaths, XDP over in-memory maps and
 //! IPVS over an in-memory kernel, and a real speaker; no API server, no kernel.
 
-use std::collections::BTreeSet;
+use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Instant;
 
 use ipnetwork::IpNetwork;
@@ -14,19 +17,28 @@ use ringlb_bgp::{RouteAttrs, Speaker};
 use ringlb_datapath::Datapath;
 
 use super::metrics::DatapathMetrics;
+use crate::vip_health::{Board, Changed, Tracker};
 use crate::{serving, tables};
 
 /// What one sync leaves for the next.
 #[derive(Default)]
 pub struct SyncState {
-    /// The routes the speaker announces.
-    pub announced: BTreeSet<IpNetwork>,
+    /// The routes the speaker announces, with their attributes.
+    pub announced: BTreeMap<IpNetwork, RouteAttrs>,
     /// A sync has programmed the datapath at least once.
     pub synced_once: bool,
     /// The last apply failed: sync again soon without waiting for an event.
     pub retry: bool,
     /// Maglev tables of the last sync, reused while their backends do not change.
     pub tables: tables::Tables,
+    /// The hold-down of every VIP:port.
+    pub health: Tracker,
+    /// What the health pages read; the sync publishes to it.
+    pub board: Arc<Board>,
+    /// The earliest end of a running hold-down: sync again then.
+    pub due: Option<Instant>,
+    /// Health transitions of the last sync (for Events and metrics).
+    pub changed: Vec<Changed>,
 }
 
 /// The reflectors the sync reads.
@@ -42,8 +54,9 @@ pub struct SyncConfig {
 }
 
 /// One reconcile of the edge: the API objects in `stores` become Maglev tables and
-/// the datapath's desired state, which `dp` applies; then the speaker announces the
-/// VIPs that are programmed and withdraws the ones that are gone. After a failed
+/// the datapath's desired state, which `dp` applies; then the health tracker steps
+/// every VIP:port, the speaker announces the VIPs that are programmed and healthy (or
+/// de-preferred, as their Service asks) and withdraws the others. After a failed
 /// apply nothing new is announced and nothing withdrawn, and `st.retry` is set.
 pub fn sync(
     stores: &Stores,
@@ -70,6 +83,9 @@ pub fn sync(
     for s in &want.skipped {
         tracing::warn!(service = %s.service, reason = %s.reason, "not served");
     }
+    for s in &want.bad_annotations {
+        tracing::warn!(service = %s.service, reason = %s.reason, "bad health annotation");
+    }
     let (state, problems) = tables::datapath_state(&want, cfg.ring_size, &mut st.tables);
     for p in &problems {
         tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
@@ -77,11 +93,20 @@ pub fn sync(
     let applied = Instant::now();
     let result = dp.apply(&state);
     metrics.observe_apply(applied.elapsed().as_secs_f64(), result.as_ref().map(|_| ()));
+    st.changed.clear();
     let routes = match result {
         Ok(stats) => {
             tracing::debug!(?stats, vips = state.services.len(), "datapath applied");
             st.retry = false;
-            tables::routes(&want, &state)
+            let ev = st.health.evaluate(&want, &state, Instant::now());
+            for c in &ev.changed {
+                tracing::info!(vip = %c.vip, service = %c.service, transition = ?c.transition,
+                    ready = c.ready, min_ready = c.min_ready, "VIP health changed");
+            }
+            st.board.publish(ev.facts, ev.routes.clone());
+            st.due = ev.due;
+            st.changed = ev.changed;
+            ev.routes
         }
         Err(e) => {
             // Announce nothing new and withdraw nothing until the datapath is right.
@@ -90,13 +115,15 @@ pub fn sync(
             st.announced.clone()
         }
     };
-    for gone in st.announced.difference(&routes) {
+    for gone in st.announced.keys().filter(|r| !routes.contains_key(r)) {
         speaker.withdraw(*gone);
     }
+    // New routes, and routes whose attributes (de-preference) changed.
     speaker.announce_many(
         routes
-            .difference(&st.announced)
-            .map(|r| (*r, RouteAttrs::default())),
+            .iter()
+            .filter(|(r, a)| st.announced.get(r) != Some(a))
+            .map(|(r, a)| (*r, a.clone())),
     );
     st.announced = routes;
     st.synced_once |= !st.retry;
@@ -118,6 +145,8 @@ mod tests {
     use ringlb_xdp::apply::Applier;
     use ringlb_xdp::maps::memory::MemoryMaps;
     use serde_json::json;
+
+    use std::collections::BTreeSet;
 
     use super::*;
     use crate::serving::fixtures::{ep, service, slice};
@@ -311,6 +340,111 @@ mod tests {
         edge.sync(&both);
         assert!(!edge.st.retry);
         assert_eq!(edge.announced(), ["10.100.0.1/32", "10.100.0.2/32"]);
+    }
+
+    /// `web` asking for two ready pods, de-preferred by two prepends below that.
+    fn web_min2(hold_down: &str) -> Service {
+        let mut s = web("10.100.0.1");
+        s.metadata.annotations = Some(
+            [
+                ("ringlb.io/min-ready-backends", "2"),
+                ("ringlb.io/unhealthy-bgp", "prepend=2"),
+                ("ringlb.io/health-hold-down", hold_down),
+            ]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect(),
+        );
+        s
+    }
+
+    fn prepends(edge: &Edge<Applier<MemoryMaps>>) -> Option<u8> {
+        let net = "10.100.0.1/32".parse().unwrap();
+        edge.st.announced[&net].deprefer.map(|d| d.prepend)
+    }
+
+    #[tokio::test]
+    async fn below_its_minimum_a_vip_is_depreferred_until_the_hold_down_ends() {
+        let mut edge = Edge::new();
+        let two = web_slice(&[("10.1.0.1", true), ("10.1.0.2", true)]);
+        let one = web_slice(&[("10.1.0.1", true), ("10.1.0.2", false)]);
+        edge.sync(&stores(vec![web_min2("300ms")], vec![two.clone()]));
+        assert_eq!(prepends(&edge), None);
+        edge.sync(&stores(vec![web_min2("300ms")], vec![one]));
+        assert_eq!(edge.announced(), ["10.100.0.1/32"], "still announced");
+        assert_eq!(prepends(&edge), Some(2), "de-preferred at once");
+        assert_eq!(edge.st.changed.len(), 1);
+        edge.sync(&stores(vec![web_min2("300ms")], vec![two.clone()]));
+        assert_eq!(prepends(&edge), Some(2), "held down");
+        let due = edge
+            .st
+            .due
+            .expect("the agent is told when the hold-down ends");
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        edge.sync(&stores(vec![web_min2("300ms")], vec![two]));
+        assert_eq!(prepends(&edge), None, "healthy again after the hold-down");
+        assert_eq!(edge.st.due, None);
+    }
+
+    /// GET `path` from the ops endpoint at `addr`: (status, body).
+    async fn get(addr: std::net::SocketAddr, path: &str) -> (u16, serde_json::Value) {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let req = format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n");
+        s.write_all(req.as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        let status = out[9..12].parse().unwrap();
+        let body = out.split("\r\n\r\n").nth(1).unwrap_or_default();
+        (status, serde_json::from_str(body).unwrap_or_default())
+    }
+
+    #[tokio::test]
+    async fn the_health_url_answers_from_the_sync_over_http() {
+        let mut edge = Edge::new();
+        // One established session, as the agent counts them.
+        edge.st.board = Arc::new(Board::new(Box::new(|| 1)));
+        let pages: Arc<dyn ringlb_ops::ExtraPages> = edge.st.board.clone();
+        let health = ringlb_ops::Health::new();
+        let registry = Arc::new(tokio::sync::Mutex::new(Registry::default()));
+        let any = "127.0.0.1:0".parse().unwrap();
+        let (addr, task) = ringlb_ops::serve_ops_with(any, registry, health, Some(pages))
+            .await
+            .unwrap();
+        let (status, body) = get(addr, "/health/vip/10.100.0.1").await;
+        assert_eq!(
+            (status, &body["reason"]),
+            (503, &json!("the edge has not synced yet"))
+        );
+        let two = web_slice(&[("10.1.0.1", true), ("10.1.0.2", true)]);
+        edge.sync(&stores(vec![web_min2("1h")], vec![two]));
+        let (status, body) = get(addr, "/health/vip/10.100.0.1/80").await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(body["state"], "healthy");
+        assert_eq!(body["readyBackends"], 2);
+        assert_eq!(body["minReady"], 2);
+        assert_eq!(body["announced"], true);
+        assert_eq!(get(addr, "/health/vip/10.100.0.1").await.0, 200);
+        let one = web_slice(&[("10.1.0.1", true), ("10.1.0.2", false)]);
+        edge.sync(&stores(vec![web_min2("1h")], vec![one]));
+        let (status, body) = get(addr, "/health/vip/10.100.0.1/80").await;
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["state"], "degraded");
+        assert_eq!(
+            body["reason"],
+            "1 ready backends, 2 required; route de-preferred"
+        );
+        edge.sync(&stores(
+            vec![web_min2("1h")],
+            vec![web_slice(&[("10.1.0.1", false)])],
+        ));
+        let (status, body) = get(addr, "/health/vip/10.100.0.1/80").await;
+        assert_eq!((status, &body["state"]), (503, &json!("down")), "{body}");
+        assert_eq!(body["programmed"], false);
+        assert_eq!(get(addr, "/health/vip/10.100.0.1/81").await.0, 404);
+        assert_eq!(get(addr, "/health/vip/10.100.0.9").await.0, 404);
+        assert_eq!(get(addr, "/health/vip/10.100.0.999").await.0, 400);
+        task.abort();
     }
 
     // The same sync over the IPVS datapath and its in-memory kernel.

@@ -1,0 +1,115 @@
+//! The edge's health Events against a real kube-apiserver: a VIP:port that goes
+//! unhealthy on an edge leaves a Warning `VIPUnhealthy` Event on its Service, and one
+//! that recovers a Normal `VIPHealthy`, written as ServiceAccount `ringlb-edge` under
+//! the chart's RBAC (`charts/ringlb/templates/edge-rbac.yaml`).
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::events::v1::Event;
+use kube::Api;
+use kube::api::{ListParams, PostParams};
+use kube::runtime::reflector;
+use kube::runtime::watcher;
+use ringlb_datapath::{Proto, Vip};
+use ringlb_e2e::controlplane::{ControlPlane, Options, client_for};
+use ringlb_edge::agent::health_events::HealthEvents;
+use ringlb_edge::vip_health::Changed;
+use ringlb_edge::vip_health::hysteresis::Transition;
+use serde_json::json;
+
+const RELEASE_NS: &str = "ringlb-system";
+
+fn changed(transition: Transition) -> Changed {
+    Changed {
+        vip: Vip {
+            addr: "192.0.2.10".parse().unwrap(),
+            port: 80,
+            proto: Proto::Tcp,
+        },
+        service: "default/web".into(),
+        transition,
+        ready: 1,
+        min_ready: 2,
+    }
+}
+
+#[tokio::test]
+async fn health_changes_are_events_on_the_service_under_the_edge_role() {
+    let cp = ControlPlane::start(Options::default())
+        .await
+        .expect("the control plane starts");
+    let admin = cp.client().await;
+    cp.apply_chart_rbac(RELEASE_NS).await.unwrap();
+    let svc: Service = serde_json::from_value(json!({
+        "metadata": {"name": "web", "namespace": "default"},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
+    }))
+    .unwrap();
+    let services = Api::<Service>::namespaced(admin.clone(), "default");
+    let svc = services.create(&PostParams::default(), &svc).await.unwrap();
+
+    let kc = cp
+        .service_account_kubeconfig(RELEASE_NS, "ringlb-edge")
+        .await
+        .unwrap();
+    let edge = client_for(&kc).await.unwrap();
+    let (store, mut writer) = reflector::store::<Service>();
+    writer.apply_watcher_event(&watcher::Event::Apply(svc));
+    let events = HealthEvents::new(edge, "edge-1".into());
+    events.publish(
+        &store,
+        &[
+            changed(Transition::Healthy),
+            changed(Transition::Unhealthy),
+            changed(Transition::Recovered),
+        ],
+    );
+
+    let api = Api::<Event>::namespaced(admin, "default");
+    let mut seen = Vec::new();
+    for _ in 0..120 {
+        let list = api.list(&ListParams::default()).await.unwrap();
+        seen = list
+            .items
+            .iter()
+            .filter(|e| e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("web"))
+            .map(|e| {
+                (
+                    e.type_.clone().unwrap_or_default(),
+                    e.reason.clone().unwrap_or_default(),
+                    e.note.clone().unwrap_or_default(),
+                    e.reporting_instance.clone().unwrap_or_default(),
+                )
+            })
+            .collect();
+        if seen.len() >= 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    seen.sort();
+    assert_eq!(
+        seen.len(),
+        2,
+        "one Event per change but the first-time healthy: {seen:?}"
+    );
+    assert_eq!(
+        (seen[0].0.as_str(), seen[0].1.as_str()),
+        ("Normal", "VIPHealthy")
+    );
+    assert_eq!(
+        (seen[1].0.as_str(), seen[1].1.as_str()),
+        ("Warning", "VIPUnhealthy")
+    );
+    assert!(
+        seen[1].2.starts_with(
+            "edge edge-1: VIP 192.0.2.10:80/TCP unhealthy (1 ready backends, 2 required)"
+        ),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen[1].3, "edge-1",
+        "the reporting instance is the edge's node"
+    );
+}
