@@ -39,8 +39,8 @@ fn peer_cfg(address: IpAddr, bgp_port: u16, bfd_port: u16) -> PeerConfig {
         local_asn: 65011,
         peer_asn: 65000,
         router_id: Ipv4Addr::new(10, 0, 0, 11),
-        hold_time: 3,
-        keepalive: 1,
+        hold_time: 9,
+        keepalive: 3,
         connect_retry: Duration::from_secs(1),
         passive: false,
         password: None,
@@ -85,7 +85,7 @@ async fn bgp_handshake(l: &TcpListener) -> TcpStream {
     let Some(Message::Open(_)) = read_msg(&mut s).await else {
         panic!("expected OPEN")
     };
-    let open = Open::new(65000, 3, Ipv4Addr::new(10, 0, 0, 1), &[Afi::Ipv4]);
+    let open = Open::new(65000, 9, Ipv4Addr::new(10, 0, 0, 1), &[Afi::Ipv4]);
     s.write_all(&Message::Open(open).encode().unwrap())
         .await
         .unwrap();
@@ -217,15 +217,17 @@ async fn silent_bfd_peer_resets_bgp_within_the_detection_time() {
     t.alive.send(false).unwrap();
     let mut st = t.sp.peer_status(LO).unwrap();
     timeout(
-        Duration::from_secs(2),
+        Duration::from_millis(4500),
         st.wait_for(|s| s.state != State::Established),
     )
     .await
-    .expect("BGP still Established 2 s after BFD went silent (hold time is 3 s)")
+    .expect("BGP still Established 4.5 s after BFD went silent (hold time is 9 s)")
     .unwrap();
     let took = t0.elapsed();
     eprintln!("BFD silent -> BGP session reset after {took:?}");
-    assert!(took < Duration::from_millis(1500), "{took:?}");
+    // Goal 300 ms; the bound is half the 9 s hold time, so only BFD can meet it,
+    // however loaded the machine.
+    assert!(took < Duration::from_millis(4500), "{took:?}");
     let b = t.sp.bfd_status(LO).unwrap().borrow().clone();
     assert_eq!(b.state, BfdState::Down);
     assert_eq!(b.diag, packet::Diag::DetectionTimeExpired);
@@ -363,11 +365,11 @@ async fn ipv6_bfd_comes_up_and_a_silent_peer_resets_bgp() {
     let t0 = Instant::now();
     let mut st = t.sp.peer_status(LO6).unwrap();
     timeout(
-        Duration::from_secs(2),
+        Duration::from_millis(4500),
         st.wait_for(|s| s.state != State::Established),
     )
     .await
-    .expect("IPv6 BGP still Established 2 s after BFD went silent")
+    .expect("IPv6 BGP still Established 4.5 s after BFD went silent (hold time 9 s)")
     .unwrap();
     eprintln!(
         "IPv6: BFD silent -> BGP session reset after {:?}",

@@ -72,7 +72,7 @@ fn bird_conf(extra: &str) -> String {
     for i in 1..=2u8 {
         p.push_str(&format!(
             "protocol bgp e{i} from edge {{ local {TOR_V4} as 65000; neighbor {} as {}; \
-             hold time 9; keepalive time 3; bfd on; {extra} ipv4 {{ import all; export none; }}; }}\n",
+             hold time 9; keepalive time 3; bfd on; debug {{ states, routes, events }}; {extra} ipv4 {{ import all; export none; }}; }}\n",
             edge_v4(i),
             65010 + u32::from(i)
         ));
@@ -163,12 +163,15 @@ fn bird_bfd_removes_a_frozen_edge_within_the_detection_time() {
         "edge1 still routed {took:?} after SIGSTOP: {r}\n{}",
         lab.birdc(&["show", "bfd", "sessions"])
     );
-    // Goal 300 ms; the bound is generous for a loaded 2-core machine but an order of
-    // magnitude inside the 9 s hold time, so only BFD can have done it.
-    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    // Goal 300 ms. The bound, half the 9 s hold time (and far below the 30 s restart
+    // time where graceful restart is on), leaves room for a loaded 2-core machine but
+    // only BFD can meet it.
+    assert!(took < Duration::from_millis(4500), "took {took:?}");
+    // BIRD's log, not `show protocols` (its last error may already be a reconnect's).
+    let log = lab.log(0);
     assert!(
-        e1_state.contains("BFD session down"),
-        "BIRD's session did not end by BFD:\n{e1_state}"
+        log.contains("e1: BFD session down"),
+        "BIRD's session did not end by BFD:\n{e1_state}\n{log}"
     );
 
     // Thawed, our side hears BIRD's BFD Down, resets its BGP session and comes back.
@@ -276,9 +279,7 @@ print(len(pkts) + 1)
 fn bird_bfd_removes_a_killed_graceful_restart_edge_within_the_detection_time() {
     require_lab!("bird", "birdc", "curl");
     let mut lab = Lab::new("bfdgr", 2);
-    lab.start_bird(&bird_conf(
-        "graceful restart on; debug { states, routes, events };",
-    ));
+    lab.start_bird(&bird_conf("graceful restart on;"));
     let gr = "    gracefulRestartTime: 30\n";
     let e1 = start_edge(&mut lab, 1, "edge1", gr);
     start_edge(&mut lab, 2, "edge2", gr);
@@ -301,16 +302,19 @@ fn bird_bfd_removes_a_killed_graceful_restart_edge_within_the_detection_time() {
         r = route(&lab);
     }
     let took = t0.elapsed();
-    let e1_state = lab.birdc(&["show", "protocols", "all", "e1"]);
     eprintln!(
         "BFD 100 ms x 3, graceful restart 30 s: killed edge removed from the ToR's ECMP \
          route after {took:?}"
     );
     assert!(
         !r.contains(&via1) && r.contains(&via2),
-        "edge1 still routed {took:?} after kill -9: {r}\n{e1_state}"
+        "edge1 still routed {took:?} after kill -9: {r}\n{}",
+        lab.birdc(&["show", "protocols", "all", "e1"])
     );
-    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    // Goal 300 ms. The bound, half the 9 s hold time (and far below the 30 s restart
+    // time where graceful restart is on), leaves room for a loaded 2-core machine but
+    // only BFD can meet it.
+    assert!(took < Duration::from_millis(4500), "took {took:?}");
     // BIRD's log: the TCP close started graceful restart (stale routes kept), then
     // BFD ended it and flushed them.
     let log = lab.log(0);
@@ -321,10 +325,6 @@ fn bird_bfd_removes_a_killed_graceful_restart_edge_within_the_detection_time() {
     assert!(
         pos("e1: Neighbor graceful restart detected") < pos("e1: BFD session down"),
         "{log}"
-    );
-    assert!(
-        e1_state.contains("BFD session down"),
-        "BIRD's session did not end by BFD:\n{e1_state}"
     );
     assert!(
         lab.birdc(&["show", "protocols", "e2"])

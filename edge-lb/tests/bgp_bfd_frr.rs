@@ -164,7 +164,9 @@ fn frr_bfd_removes_a_frozen_edge_within_the_detection_time() {
         !r.contains(&via1) && r.contains(&via2),
         "edge1 still routed {took:?} after SIGSTOP: {r}"
     );
-    assert!(took < Duration::from_millis(1500), "took {took:?}");
+    // Goal 300 ms. The bound, half the 9 s hold time, leaves room for a loaded 2-core machine but
+    // only BFD can meet it.
+    assert!(took < Duration::from_millis(4500), "took {took:?}");
     let reset = neighbor
         .lines()
         .find(|l| l.contains("Last reset"))

@@ -174,6 +174,9 @@ fn peer(i: u8, asn: u32) -> PeerConfig {
         next_hop_v6: None,
         families: vec![Afi::Ipv4],
         policy: Default::default(),
+        ttl_security: false,
+        graceful_restart_time: None,
+        bfd: None,
     }
 }
 
