@@ -21,6 +21,8 @@ TEST_PKGS=(
   iptables tcpdump                       # kube-proxy comparison, captures
   iputils-ping python3                   # helpers
   libclang-dev                           # (used by some -sys crates' build scripts)
+  pdns-server pdns-backend-bind          # the two-region lab's GTM (PowerDNS, LUA records)
+  bind9-dnsutils                         # dig, asking it
 )
 case $PROFILE in
   demo) PKGS=("${DEMO_PKGS[@]}") ;;
@@ -43,9 +45,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# BIRD and gobgpd are only used as test and lab peers: keep the packaged services from
-# running on the host.
-for svc in bird gobgpd; do
+# BIRD, gobgpd and PowerDNS are only used as test and lab peers: keep the packaged
+# services from running on the host.
+for svc in bird gobgpd pdns; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
     systemctl stop "$svc" || true
   fi

@@ -68,7 +68,17 @@ enum Cmd {
     /// (a lab daemon, on the host) the real control plane, the lab kubelet and the
     /// bridge to the ToR's fabric address, until SIGTERM.
     #[command(hide = true)]
-    ControlPlane,
+    ControlPlane {
+        /// The region's network: `10.<net>.0.0/16` (`Addrs::region`).
+        #[arg(long, default_value_t = 210)]
+        net: u8,
+        /// The region's edges (Nodes `edge1..`).
+        #[arg(long, default_value_t = 2)]
+        edges: usize,
+        /// The region's worker nodes (Nodes `node1..`, one pod each).
+        #[arg(long, default_value_t = 2)]
+        nodes: usize,
+    },
     /// (inside a pod namespace) answer HTTP with this pod's name.
     #[command(hide = true)]
     PodHttp {
@@ -441,7 +451,7 @@ fn interrupted(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
 
 /// `ringlb-lab control-plane`: [`lab::api::LabApi`] until SIGTERM or SIGINT; dropping
 /// it stops the bridge, the kubelet and the control plane's processes.
-fn run_control_plane(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+fn run_control_plane(prefix: &str, dir: &std::path::Path, addrs: Addrs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -453,7 +463,7 @@ fn run_control_plane(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> 
         .build()?;
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let api = lab::api::LabApi::start(dir, prefix, &Addrs::default())
+        let api = lab::api::LabApi::start(dir, prefix, &addrs)
             .await
             .context("starting the lab's control plane")?;
         tracing::info!(url = %api.control_plane().url(), "lab control plane ready");
@@ -472,7 +482,9 @@ fn main() -> anyhow::Result<()> {
     let dir = dir_of(&args);
     let prefix = args.prefix.clone();
     match args.command {
-        Cmd::ControlPlane => run_control_plane(&prefix, &dir),
+        Cmd::ControlPlane { net, edges, nodes } => {
+            run_control_plane(&prefix, &dir, Addrs::region(net, edges, nodes))
+        }
         Cmd::PodHttp { listen, name } => {
             let l =
                 std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;

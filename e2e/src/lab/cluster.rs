@@ -16,6 +16,10 @@ use super::{Error, Result, api, config, wait_for};
 /// many routes it advertises.
 pub const PEER_STATUS: &str = r#"jsonpath={range .status.nodes[*]}{.node}{"  "}{.state}{"  advertised="}{.advertised}{"\n"}{end}"#;
 
+/// The port of the edges' HTTP server (`--metrics-addr 0.0.0.0:PORT`: /metrics and
+/// the per-VIP health endpoint, reachable over the fabric, where a GTM probes it).
+pub const EDGE_HTTP_PORT: u16 = 9090;
+
 /// Where the project's binaries and the built kubectl are.
 #[derive(Debug, Clone)]
 pub struct Bins {
@@ -143,17 +147,29 @@ impl Cluster {
     /// `ringlb-lab pod-http` in every pod namespace, on 0.0.0.0:TARGET_PORT (the node
     /// agent maps the Service port to it).
     pub fn start_pods(&mut self) -> Result<()> {
+        (1..=self.addrs.pods.len()).try_for_each(|i| self.start_pod(i))
+    }
+
+    /// `ringlb-lab pod-http` in pod namespace `i` (1-based), replacing one that exited.
+    pub fn start_pod(&mut self, i: usize) -> Result<()> {
         let lab = self.bins.lab.display().to_string();
         let listen = format!("0.0.0.0:{}", self.addrs.target_port);
-        for i in 1..=self.addrs.pods.len() {
-            let name = format!("pod{i}");
-            self.spawn(
-                &name,
-                &name,
-                &[&lab, "pod-http", "--listen", &listen, "--name", &name],
-            )?;
-        }
-        Ok(())
+        let name = format!("pod{i}");
+        self.daemons.retain_mut(|d| d.name != name || d.alive());
+        self.spawn(
+            &name,
+            &name,
+            &[&lab, "pod-http", "--listen", &listen, "--name", &name],
+        )
+    }
+
+    /// Tells the lab kubelet whether the pods of Deployment `app` pass their
+    /// readiness probe (annotation [`crate::controlplane::kubelet::READY_ANNOTATION`]): what a
+    /// kubelet reports when a pod's process dies or comes back.
+    pub fn set_pods_ready(&self, app: &str, ready: bool) -> Result<String> {
+        let ann = format!("{}={ready}", crate::controlplane::kubelet::READY_ANNOTATION);
+        let sel = format!("app={app}");
+        self.kubectl(&["annotate", "pods", "-l", &sel, &ann, "--overwrite"])
     }
 
     /// BIRD in the ToR namespace; waits until `birdc` answers.
@@ -211,6 +227,11 @@ impl Cluster {
     pub fn start_control_plane(&mut self) -> Result<()> {
         let lab = self.bins.lab.display().to_string();
         let dir = self.dir.display().to_string();
+        let (net, edges, nodes) = (
+            self.addrs.net.to_string(),
+            self.addrs.edges.len().to_string(),
+            self.addrs.nodes.len().to_string(),
+        );
         let ready = self.dir.join(api::READY_FILE);
         let _ = std::fs::remove_file(&ready);
         // TMPDIR: the control plane's folder (PKI, etcd data, its PID file) goes under
@@ -226,6 +247,12 @@ impl Cluster {
                 "--dir",
                 &dir,
                 "control-plane",
+                "--net",
+                &net,
+                "--edges",
+                &edges,
+                "--nodes",
+                &nodes,
             ],
             &[("TMPDIR", &dir)],
         )?;
@@ -280,10 +307,11 @@ impl Cluster {
         let edge = self.bins.edge.display().to_string();
         let kubeconfig = self.edge_kubeconfig().display().to_string();
         let mtu = FABRIC_MTU.to_string();
-        let ip = self.addrs.edges[i - 1];
+        let ip = self.addrs.edges[i - 1].clone();
         let name = format!("edge{i}");
         let pin = pin_dir.display().to_string();
         self.daemons.retain_mut(|d| d.name != name || d.alive());
+        let http = format!("0.0.0.0:{EDGE_HTTP_PORT}");
         self.spawn(
             &name,
             &name,
@@ -292,14 +320,14 @@ impl Cluster {
                 "--kubeconfig",
                 &kubeconfig,
                 "--metrics-addr",
-                "127.0.0.1:9090",
+                &http,
                 "run",
                 "--node-name",
                 &name,
                 "--interface",
                 "eth0",
                 "--source-v4",
-                ip,
+                &ip,
                 "--xdp-mode",
                 "native",
                 "--pin-dir",

@@ -56,6 +56,31 @@ template bgp edge {{
             asn = a.edge_asn
         ));
     }
+    if let Some(u) = &a.uplink {
+        // one region of several: tell the core router the VIPs (next hop: this ToR)
+        s.push_str(&format!(
+            r#"
+protocol bgp uplink {{
+	local {me} as {tor_asn};
+	neighbor {core} as {core_asn};
+	direct;
+	hold time 3;
+	keepalive time 1;
+	connect delay time 1;
+	connect retry time 1;
+	error wait time 1, 5;
+	ipv4 {{
+		import none;
+		export filter {{ if net ~ VIP_RANGE then accept; reject; }};
+	}};
+}}
+"#,
+            me = a.tor_client_side,
+            tor_asn = a.tor_asn,
+            core = a.client,
+            core_asn = u.asn,
+        ));
+    }
     s
 }
 
@@ -248,6 +273,25 @@ mod tests {
         assert!(c.contains("protocol bgp edge1 from edge { neighbor 10.210.0.11 as 65001; }"));
         assert!(c.contains("protocol bgp edge2 from edge { neighbor 10.210.0.12 as 65001; }"));
         assert!(c.contains("[ 10.210.100.0/24{32,32} ]"));
+        assert_eq!(c.matches('{').count(), c.matches('}').count());
+        assert!(!c.contains("uplink"));
+    }
+
+    #[test]
+    fn a_region_with_an_uplink_exports_its_vips_to_the_core() {
+        use crate::lab::topology::Uplink;
+        let a = Addrs::region(220, 1, 2).with_uplink(Uplink {
+            ns: "x-core".into(),
+            ifname: "rb".into(),
+            asn: 64900,
+        });
+        let c = bird_conf(&a);
+        assert!(c.contains("router id 10.220.0.1;"));
+        assert!(c.contains("protocol bgp edge1 from edge { neighbor 10.220.0.11 as 65101; }"));
+        assert!(!c.contains("edge2"));
+        assert!(c.contains("local 10.220.1.1 as 65100;"));
+        assert!(c.contains("neighbor 10.220.1.2 as 64900;"));
+        assert!(c.contains("export filter { if net ~ VIP_RANGE then accept; reject; };"));
         assert_eq!(c.matches('{').count(), c.matches('}').count());
     }
 

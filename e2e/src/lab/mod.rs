@@ -31,7 +31,9 @@
 //! writers and parsers: BIRD config, Nodes, manifests, `birdc`/`ip route`/`nft`
 //! output), [`topology`] (the fabric above), [`api`] (control plane, kubelet, bridge,
 //! kubeconfigs), [`bridge`] (TCP from a namespace to the host), [`cluster`] (control
-//! plane daemon, controller, BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server).
+//! plane daemon, controller, BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server),
+//! [`gtm`] (two such regions behind a core router, for the global traffic manager)
+//! and [`pdns`] (PowerDNS as that traffic manager).
 
 pub mod api;
 pub mod bridge;
@@ -39,9 +41,11 @@ pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub use ringlb_controlplane::daemon;
+pub mod gtm;
 pub mod httpd;
 pub mod measure;
 pub mod netns;
+pub mod pdns;
 pub mod topology;
 
 use std::time::Duration;

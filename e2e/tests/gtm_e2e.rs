@@ -1,0 +1,217 @@
+//! Issue 14, "what it must show": two regions behind a core router, PowerDNS as the
+//! global traffic manager probing the edges' per-VIP health endpoints.
+//!
+//! Each region is the one-region lab's unit (`lab::gtm`): a BIRD ToR, one
+//! `ringlb-edge run` (XDP, BGP), two worker nodes running `ringlb-edge node` with a
+//! pod each, its own real control plane and ringlb-controller, and a Service `web`
+//! with a VIP from the region's pool. The core router (BIRD) hears both regions'
+//! VIPs from their ToRs; a client and PowerDNS (`pdns_server`, bind backend, LUA
+//! records, `ifurlextup` over `http://EDGE:9090/health/vip/VIP/80`) hang off it.
+//!
+//! - both regions healthy: the health endpoints answer 200, an unknown VIP 404, and
+//!   `dig @pdns app.gtm.test` answers both VIPs; the client reaches both;
+//! - every pod of region A killed (processes gone, pods not Ready): region A's edge
+//!   answers 503 with a JSON reason, the core loses the route to VIP A, and PowerDNS
+//!   answers only VIP B (seconds measured: kill -> 503, 503 -> DNS); VIP B serves;
+//! - region A's pods back: 200 again, and the answer includes VIP A again.
+//!
+//! Needs root, BIRD, nftables, ethtool, `pdns_server` (pdns-server,
+//! pdns-backend-bind) and `dig` (bind9-dnsutils); skips loudly otherwise. Needs the
+//! binaries (`make test` builds them) and the control plane (`make k8s`).
+
+use std::time::{Duration, Instant};
+
+use ringlb_e2e::lab::cluster::EDGE_HTTP_PORT;
+use ringlb_e2e::lab::gtm::{self, Core};
+use ringlb_e2e::lab::pdns::{self, PowerDns, Target};
+use ringlb_e2e::lab::{self, Bins, Cluster, Topology, cmd};
+
+fn bins() -> Bins {
+    let lab_bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ringlb-lab"));
+    let mut dirs = vec![lab_bin.parent().unwrap().to_path_buf()];
+    if let Some(d) = std::env::var_os("RINGLB_BIN_DIR") {
+        dirs.insert(0, d.into());
+    }
+    Bins::find_in(&dirs).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn skip_reason() -> Option<String> {
+    lab::skip_reason().or_else(|| {
+        [("pdns_server", "pdns-server"), ("dig", "bind9-dnsutils")]
+            .into_iter()
+            .find(|(tool, _)| cmd::which(tool).is_none())
+            .map(|(tool, pkg)| format!("`{tool}` is not installed ({pkg}; scripts/setup.sh)"))
+    })
+}
+
+/// The health URL of region `topo`'s first edge for `vip`.
+fn health(topo: &Topology, vip: &str) -> String {
+    pdns::health_url(&topo.addrs.edges[0], EDGE_HTTP_PORT, vip, topo.addrs.port)
+}
+
+/// Waits until the health endpoint at `url` (asked from the DNS namespace, as
+/// PowerDNS asks) answers `code`; returns the body.
+fn wait_health(core: &Core, url: &str, code: u16, limit: Duration) -> String {
+    lab::wait_for(
+        &format!("{url} to answer {code}"),
+        limit,
+        Duration::from_millis(50),
+        || {
+            let (c, body) = core.http_status("dns", url)?;
+            Ok(if c == code {
+                Ok(body)
+            } else {
+                Err(format!("{c} {body}"))
+            })
+        },
+    )
+    .unwrap()
+}
+
+/// Waits until PowerDNS answers exactly `want` (sorted) for app.gtm.test.
+fn wait_dns(core: &Core, dns: &PowerDns, want: &[&str], limit: Duration) {
+    lab::wait_for(
+        &format!("dig {} to answer {want:?}", pdns::APP),
+        limit,
+        Duration::from_millis(50),
+        || {
+            let got = dns.app_addresses(&core.ns("client"))?;
+            Ok(if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            })
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED gtm_e2e: {why}");
+        return;
+    }
+    let bins = bins();
+    let start = Instant::now();
+    let pid = std::process::id();
+    let prefix = format!("rlg{pid}");
+    let dir = std::env::temp_dir().join(format!("ringlb-gtm-test-{pid}"));
+    // declared first, dropped last: daemons stop before their namespaces go
+    let core = Core::up(&prefix, &dir).expect("core fabric");
+    let topo_a = core.region("a", 210, 1, 2).expect("region A fabric");
+    let topo_b = core.region("b", 220, 1, 2).expect("region B fabric");
+    let mut ca = Cluster::new(&topo_a, bins.clone());
+    let mut cb = Cluster::new(&topo_b, bins);
+
+    let t = Instant::now();
+    let (va, vb) = std::thread::scope(|s| {
+        let a = s.spawn(|| gtm::start_region(&topo_a, &mut ca));
+        let b = s.spawn(|| gtm::start_region(&topo_b, &mut cb));
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    let (va, vb) = match (va, vb) {
+        (Ok(a), Ok(b)) => (a, b),
+        (a, b) => panic!(
+            "starting the regions: A {a:?}, B {b:?}\n{}{}",
+            ca.log_tails(15),
+            cb.log_tails(15)
+        ),
+    };
+    eprintln!(
+        "both regions up in {:?}: VIP A {va}, VIP B {vb}",
+        t.elapsed()
+    );
+
+    let regions = [("a", &topo_a.addrs), ("b", &topo_b.addrs)];
+    let _core_bird = core.start_bird(&regions).unwrap();
+    let (tor_a, tor_b) = (
+        topo_a.addrs.tor_client_side.as_str(),
+        topo_b.addrs.tor_client_side.as_str(),
+    );
+    core.wait_route(&va, &[tor_a], Duration::from_secs(20))
+        .unwrap();
+    core.wait_route(&vb, &[tor_b], Duration::from_secs(20))
+        .unwrap();
+    for vip in [&va, &vb] {
+        let body = core.http_get(&format!("http://{vip}/")).unwrap();
+        assert!(body.starts_with("pod"), "the client reaches {vip}: {body}");
+    }
+
+    // the health endpoints, as PowerDNS sees them
+    let (ha, hb) = (health(&topo_a, &va), health(&topo_b, &vb));
+    wait_health(&core, &ha, 200, Duration::from_secs(15));
+    wait_health(&core, &hb, 200, Duration::from_secs(15));
+    let unknown = health(&topo_a, "10.210.100.99");
+    let (code, body) = core.http_status("dns", &unknown).unwrap();
+    assert_eq!(code, 404, "an unknown VIP is 404: {body}");
+
+    let targets = [
+        Target::new(&va, &topo_a.addrs.edges[0], EDGE_HTTP_PORT, 80),
+        Target::new(&vb, &topo_b.addrs.edges[0], EDGE_HTTP_PORT, 80),
+    ];
+    let dns = PowerDns::start(
+        &core.ns("dns"),
+        gtm::DNS.parse().unwrap(),
+        &dir.join("pdns"),
+        &dir,
+        &targets,
+    )
+    .unwrap();
+    let t = Instant::now();
+    // the first answer comes before the first probe: PowerDNS starts probing then
+    let _ = dns.app_addresses(&core.ns("client"));
+    wait_dns(&core, &dns, &[&va, &vb], Duration::from_secs(15));
+    eprintln!(
+        "PowerDNS answers both regions {:?} after its first query",
+        t.elapsed()
+    );
+
+    // region A loses every pod
+    let t0 = Instant::now();
+    for i in 1..=topo_a.addrs.pods.len() {
+        ca.kill(&format!("pod{i}")).unwrap();
+    }
+    ca.set_pods_ready("web", false).unwrap();
+    let reason = wait_health(&core, &ha, 503, Duration::from_secs(30));
+    let to_503 = t0.elapsed();
+    let json: serde_json::Value = serde_json::from_str(reason.trim())
+        .unwrap_or_else(|e| panic!("the 503 body is JSON ({e}): {reason}"));
+    eprintln!("503 from region A's edge after {to_503:?}: {json}");
+    let t1 = Instant::now();
+    wait_dns(&core, &dns, &[&vb], Duration::from_secs(15));
+    let (dns_lag, to_dns) = (t1.elapsed(), t0.elapsed());
+    eprintln!(
+        "dig answers only VIP B {to_dns:?} after the kill ({dns_lag:?} after the 503; probe interval {} s)",
+        pdns::CHECK_INTERVAL_S
+    );
+    assert!(
+        dns_lag <= Duration::from_secs(3 * pdns::CHECK_INTERVAL_S + 2),
+        "PowerDNS followed the health endpoint within a few probe intervals: {dns_lag:?}"
+    );
+    wait_health(&core, &hb, 200, Duration::from_secs(5));
+    core.wait_route(&va, &[], Duration::from_secs(15)).unwrap();
+    for _ in 0..5 {
+        let body = core.http_get(&format!("http://{vb}/")).unwrap();
+        assert!(body.starts_with("pod"), "VIP B serves: {body}");
+    }
+
+    // region A comes back
+    let t2 = Instant::now();
+    for i in 1..=topo_a.addrs.pods.len() {
+        ca.start_pod(i).unwrap();
+    }
+    ca.set_pods_ready("web", true).unwrap();
+    wait_health(&core, &ha, 200, Duration::from_secs(60));
+    let to_200 = t2.elapsed();
+    wait_dns(&core, &dns, &[&va, &vb], Duration::from_secs(15));
+    eprintln!(
+        "region A back: 200 after {to_200:?}, in the DNS answer after {:?}",
+        t2.elapsed()
+    );
+    core.wait_route(&va, &[tor_a], Duration::from_secs(15))
+        .unwrap();
+    let body = core.http_get(&format!("http://{va}/")).unwrap();
+    assert!(body.starts_with("pod"), "VIP A serves again: {body}");
+    eprintln!("gtm e2e done in {:?}", start.elapsed());
+}
