@@ -68,6 +68,46 @@ fn wait_health(core: &Core, url: &str, code: u16, limit: Duration) -> String {
     .unwrap()
 }
 
+const HOLD: u64 = gtm::HOLD_DOWN_S;
+
+/// What the GTM saw at one instant: region A's health code and the DNS answer.
+#[derive(Debug)]
+#[allow(dead_code)] // printed on failure
+struct Sample {
+    at: Instant,
+    code: u16,
+    answer: Vec<String>,
+}
+
+/// Samples region A's health URL and the DNS answer until `va` is in the answer for
+/// two samples in a row, or `limit` passes.
+fn sample_until_a_is_back(
+    core: &Core,
+    dns: &PowerDns,
+    health_a: &str,
+    va: &str,
+    limit: Duration,
+) -> Vec<Sample> {
+    let start = Instant::now();
+    let mut out: Vec<Sample> = Vec::new();
+    while start.elapsed() < limit {
+        let code = core.http_status("dns", health_a).map_or(0, |(c, _)| c);
+        let answer = dns.app_addresses(&core.ns("client")).unwrap_or_default();
+        let back = answer.iter().any(|a| a == va);
+        out.push(Sample {
+            at: Instant::now(),
+            code,
+            answer,
+        });
+        let n = out.len();
+        if back && n >= 2 && out[n - 2].answer.iter().any(|a| a == va) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    out
+}
+
 /// Waits until PowerDNS answers exactly `want` (sorted) for app.gtm.test.
 fn wait_dns(core: &Core, dns: &PowerDns, want: &[&str], limit: Duration) {
     lab::wait_for(
@@ -137,6 +177,9 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
         let body = core.http_get(&format!("http://{vip}/")).unwrap();
         assert!(body.starts_with("pod"), "the client reaches {vip}: {body}");
     }
+    // the anycast VIP: both regions announce it, the core spreads over both ToRs
+    core.wait_route(gtm::ANYCAST_VIP, &[tor_a, tor_b], Duration::from_secs(20))
+        .unwrap();
 
     // the health endpoints, as PowerDNS sees them
     let (ha, hb) = (health(&topo_a, &va), health(&topo_b, &vb));
@@ -173,43 +216,122 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
         ca.kill(&format!("pod{i}")).unwrap();
     }
     ca.set_pods_ready("web", false).unwrap();
-    let reason = wait_health(&core, &ha, 503, Duration::from_secs(30));
-    let to_503 = t0.elapsed();
+    // watch everything at once: health, DNS, the core's routes
+    let (mut to_503, mut to_dns, mut to_any, mut to_gone) = (None, None, None, None);
+    let mut reason = String::new();
+    let client = core.ns("client");
+    let (want_b, want_any): (Vec<String>, Vec<std::net::IpAddr>) =
+        (vec![vb.clone()], vec![tor_b.parse().unwrap()]);
+    lab::wait_for(
+        "region A's 503, only VIP B in DNS, the core's routes moved",
+        Duration::from_secs(45),
+        Duration::from_millis(50),
+        || {
+            if to_503.is_none() {
+                let (code, body) = core.http_status("dns", &ha)?;
+                if code == 503 {
+                    (to_503, reason) = (Some(t0.elapsed()), body);
+                }
+            }
+            if to_dns.is_none() && dns.app_addresses(&client)? == want_b {
+                to_dns = Some(t0.elapsed());
+            }
+            if to_any.is_none() && core.next_hops(gtm::ANYCAST_VIP)? == want_any {
+                to_any = Some(t0.elapsed());
+            }
+            if to_gone.is_none() && core.next_hops(&va)?.is_empty() {
+                to_gone = Some(t0.elapsed());
+            }
+            let all = [to_503, to_dns, to_any, to_gone];
+            Ok(if all.iter().all(Option::is_some) {
+                Ok(())
+            } else {
+                Err(format!("503/DNS/anycast/VIP A route after {all:?}"))
+            })
+        },
+    )
+    .unwrap();
+    let (to_503, to_dns, to_any, to_gone) = (
+        to_503.unwrap(),
+        to_dns.unwrap(),
+        to_any.unwrap(),
+        to_gone.unwrap(),
+    );
     let json: serde_json::Value = serde_json::from_str(reason.trim())
         .unwrap_or_else(|e| panic!("the 503 body is JSON ({e}): {reason}"));
-    eprintln!("503 from region A's edge after {to_503:?}: {json}");
-    let t1 = Instant::now();
-    wait_dns(&core, &dns, &[&vb], Duration::from_secs(15));
-    let (dns_lag, to_dns) = (t1.elapsed(), t0.elapsed());
     eprintln!(
-        "dig answers only VIP B {to_dns:?} after the kill ({dns_lag:?} after the 503; probe interval {} s)",
+        "region A lost its pods: 503 after {to_503:?} ({json}); dig answers only VIP B after {to_dns:?} \
+         (probe interval {} s); the core's route to VIP A gone after {to_gone:?}, the anycast VIP only via region B after {to_any:?}",
         pdns::CHECK_INTERVAL_S
     );
+    let dns_lag = to_dns.saturating_sub(to_503);
     assert!(
         dns_lag <= Duration::from_secs(3 * pdns::CHECK_INTERVAL_S + 2),
         "PowerDNS followed the health endpoint within a few probe intervals: {dns_lag:?}"
     );
     wait_health(&core, &hb, 200, Duration::from_secs(5));
-    core.wait_route(&va, &[], Duration::from_secs(15)).unwrap();
     for _ in 0..5 {
         let body = core.http_get(&format!("http://{vb}/")).unwrap();
         assert!(body.starts_with("pod"), "VIP B serves: {body}");
     }
+    // a client holding the anycast address is served by region B
+    for _ in 0..5 {
+        let body = core
+            .http_get(&format!("http://{}/", gtm::ANYCAST_VIP))
+            .unwrap();
+        assert!(
+            body.contains(&format!("10.{}.", topo_b.addrs.net)),
+            "the anycast VIP is served by a region B pod: {body}"
+        );
+    }
 
-    // region A comes back
-    let t2 = Instant::now();
+    // region A comes back, its pods flapping (Ready, not Ready, Ready) faster than the
+    // hold-down: PowerDNS must not hand out VIP A until the hold-down after the last
     for i in 1..=topo_a.addrs.pods.len() {
         ca.start_pod(i).unwrap();
     }
-    ca.set_pods_ready("web", true).unwrap();
-    wait_health(&core, &ha, 200, Duration::from_secs(60));
-    let to_200 = t2.elapsed();
-    wait_dns(&core, &dns, &[&va, &vb], Duration::from_secs(15));
+    let t2 = Instant::now();
+    let samples = std::thread::scope(|s| {
+        let flap = s.spawn(|| {
+            for ready in [true, false, true] {
+                ca.set_pods_ready("web", ready).unwrap();
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+            Instant::now() - Duration::from_millis(1500)
+        });
+        let samples = sample_until_a_is_back(&core, &dns, &ha, &va, Duration::from_secs(60));
+        (flap.join().unwrap(), samples)
+    });
+    let (last_ready, samples) = samples;
+    let first_back = samples
+        .iter()
+        .find(|s| s.answer.contains(&va))
+        .map(|s| s.at)
+        .expect("VIP A back in the DNS answer");
+    let first_200 = samples.iter().find(|s| s.code == 200).map(|s| s.at);
+    let flapping: Vec<&Sample> = samples
+        .iter()
+        .filter(|s| s.at < last_ready && (s.code != 503 || s.answer != [vb.clone()]))
+        .collect();
     eprintln!(
-        "region A back: 200 after {to_200:?}, in the DNS answer after {:?}",
-        t2.elapsed()
+        "region A back: pods flapped for {:?}; after the last Ready, 200 after {:?} and VIP A in the DNS answer after {:?} (hold-down {HOLD} s); {} samples",
+        last_ready - t2,
+        first_200.map(|t| t.saturating_duration_since(last_ready)),
+        first_back.saturating_duration_since(last_ready),
+        samples.len(),
     );
+    assert!(
+        flapping.is_empty(),
+        "no flapping while the pods flap: health 503 and only VIP B in DNS: {flapping:?}"
+    );
+    assert!(
+        first_back >= last_ready + Duration::from_secs(HOLD) - Duration::from_millis(500),
+        "VIP A returns only after the hold-down"
+    );
+    wait_dns(&core, &dns, &[&va, &vb], Duration::from_secs(15));
     core.wait_route(&va, &[tor_a], Duration::from_secs(15))
+        .unwrap();
+    core.wait_route(gtm::ANYCAST_VIP, &[tor_a, tor_b], Duration::from_secs(15))
         .unwrap();
     let body = core.http_get(&format!("http://{va}/")).unwrap();
     assert!(body.starts_with("pod"), "VIP A serves again: {body}");

@@ -17,7 +17,7 @@ log stderr all;
 timeformat protocol "%F %T.%3f";
 router id {tor};
 
-define VIP_RANGE = [ {vips}{{32,32}} ];
+define VIP_RANGE = [ {vips} ];
 
 protocol device {{ scan time 2; }}
 
@@ -47,7 +47,12 @@ template bgp edge {{
 "#,
         tor = a.tor_fabric,
         tor_asn = a.tor_asn,
-        vips = a.vip_range,
+        vips = a
+            .vip_ranges()
+            .iter()
+            .map(|r| format!("{r}{{32,32}}"))
+            .collect::<Vec<_>>()
+            .join(", "),
     );
     for (i, ip) in a.edges.iter().enumerate() {
         s.push_str(&format!(

@@ -35,16 +35,45 @@ pub const CLIENT: &str = "10.230.1.2";
 pub const CORE_CLIENT_SIDE: &str = "10.230.1.1";
 pub const DNS: &str = "10.230.2.53";
 pub const CORE_DNS_SIDE: &str = "10.230.2.1";
+/// The anycast range every region's ToR accepts, and the one VIP the Service
+/// `anycast` gets in every region (from IPPool `anycast`, not auto-assigned).
+pub const ANYCAST_RANGE: &str = "10.240.0.0/24";
+pub const ANYCAST_VIP: &str = "10.240.0.10";
+/// The Services' hold-down (`ringlb.io/health-hold-down`): a region that lost its
+/// pods is healthy again only after its pods have been back this long.
+pub const HOLD_DOWN_S: u64 = 5;
 
 /// Region `name` (`a`, `b`, ...) of the lab `prefix`: its namespaces are
 /// `<prefix>-<name>-*`, its addresses `10.<net>.0.0/16`, its ToR linked to the core's
 /// interface `r<name>`.
 pub fn region_addrs(prefix: &str, name: &str, net: u8, edges: usize, nodes: usize) -> Addrs {
-    Addrs::region(net, edges, nodes).with_uplink(Uplink {
+    let mut a = Addrs::region(net, edges, nodes).with_uplink(Uplink {
         ns: format!("{prefix}-core"),
         ifname: format!("r{name}"),
         asn: CORE_ASN,
-    })
+    });
+    a.anycast_range = Some(ANYCAST_RANGE.to_string());
+    a
+}
+
+/// The manifests a region adds to the one-region lab's: IPPool `anycast` (only
+/// [`ANYCAST_VIP`], never auto-assigned, announced like the lab's pool) and Service
+/// `anycast` over the same pods, drawing from it; both Services get the hold-down.
+pub fn anycast_manifests() -> Vec<(&'static str, String)> {
+    vec![
+        (
+            "60-anycast-pool.yaml",
+            format!(
+                "apiVersion: ringlb.io/v1alpha1\nkind: IPPool\nmetadata:\n  name: anycast\n  labels:\n    ringlb.io/pool: lab\nspec:\n  autoAssign: false\n  ranges:\n  - start: {ANYCAST_VIP}\n    end: {ANYCAST_VIP}\n"
+            ),
+        ),
+        (
+            "70-anycast-service.yaml",
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: anycast\n  annotations:\n    ringlb.io/ip-pool: anycast\n    ringlb.io/health-hold-down: {HOLD_DOWN_S}s\nspec:\n  type: LoadBalancer\n  selector:\n    app: web\n  ports:\n  - port: 80\n    targetPort: 8080\n"
+            ),
+        ),
+    ]
 }
 
 /// BIRD on the core: eBGP to every region's ToR, accepting only /32s of that
@@ -86,7 +115,7 @@ protocol bgp region_{name} from tor {{
 	local {me} as {CORE_ASN};
 	neighbor {tor} as {asn};
 	ipv4 {{
-		import filter {{ if net ~ [ {vips}{{32,32}} ] then accept; reject; }};
+		import filter {{ if net ~ [ {vips} ] then accept; reject; }};
 		export none;
 	}};
 }}
@@ -94,7 +123,12 @@ protocol bgp region_{name} from tor {{
             me = a.client,
             tor = a.tor_client_side,
             asn = a.tor_asn,
-            vips = a.vip_range,
+            vips = a
+                .vip_ranges()
+                .iter()
+                .map(|r| format!("{r}{{32,32}}"))
+                .collect::<Vec<_>>()
+                .join(", "),
         ));
     }
     s
@@ -287,8 +321,10 @@ impl Drop for Core {
 
 /// Brings one region's programs up, as the one-region lab does: pods, BIRD, its
 /// control plane, the controller, the manifests, the edges (XDP), the node agents, the
-/// Service `web` (`kubectl expose`); waits until the node agents map the VIP and the
-/// ToR has a path through every edge. Returns the VIP.
+/// Service `web` (`kubectl expose`, then the hold-down annotation) and, with an
+/// anycast range, Service `anycast` ([`anycast_manifests`]); waits until the node
+/// agents map the VIP and the ToR has a path through every edge for both. Returns
+/// `web`'s VIP.
 pub fn start_region(topo: &Topology, cluster: &mut Cluster) -> Result<String> {
     let n_edges = topo.addrs.edges.len();
     cluster.start_pods()?;
@@ -296,6 +332,12 @@ pub fn start_region(topo: &Topology, cluster: &mut Cluster) -> Result<String> {
     cluster.start_control_plane()?;
     cluster.start_controller()?;
     let manifests = cluster.write_manifests()?;
+    if topo.addrs.anycast_range.is_some() {
+        for (name, yaml) in anycast_manifests() {
+            let p = manifests.join(name);
+            std::fs::write(&p, yaml).map_err(Error::io(format!("writing {}", p.display())))?;
+        }
+    }
     cluster.apply(&manifests)?;
     let pins: Vec<PathBuf> = (1..=n_edges).map(|i| topo.pin_dir(i)).collect();
     cluster.start_edges(&pins)?;
@@ -306,9 +348,24 @@ pub fn start_region(topo: &Topology, cluster: &mut Cluster) -> Result<String> {
     cluster.start_node_agents(&pins)?;
     cluster.wait_tc(Duration::from_secs(30))?;
     cluster.expose("web")?;
+    let hold = format!(
+        "{}={HOLD_DOWN_S}s",
+        ringlb_crds::service::ANNOTATION_HOLD_DOWN
+    );
+    cluster.kubectl(&["annotate", "svc", "web", &hold])?;
     let vip = cluster.wait_vip("web", Duration::from_secs(30))?;
     cluster.wait_node_services(&vip, Duration::from_secs(30))?;
     cluster.wait_ecmp(&vip, n_edges, Duration::from_secs(30))?;
+    if topo.addrs.anycast_range.is_some() {
+        let any = cluster.wait_vip("anycast", Duration::from_secs(30))?;
+        if any != ANYCAST_VIP {
+            return Err(Error::Parse {
+                what: "Service anycast's VIP".into(),
+                detail: format!("{any}, want {ANYCAST_VIP}"),
+            });
+        }
+        cluster.wait_ecmp(&any, n_edges, Duration::from_secs(30))?;
+    }
     Ok(vip)
 }
 
@@ -327,7 +384,9 @@ mod tests {
         assert!(c.contains("local 10.210.1.2 as 64900;"));
         assert!(c.contains("neighbor 10.210.1.1 as 65000;"));
         assert!(c.contains("neighbor 10.220.1.1 as 65100;"));
-        assert!(c.contains("if net ~ [ 10.220.100.0/24{32,32} ] then accept;"));
+        assert!(
+            c.contains("if net ~ [ 10.220.100.0/24{32,32}, 10.240.0.0/24{32,32} ] then accept;")
+        );
         assert!(c.contains("merge paths on"));
         assert_eq!(c.matches('{').count(), c.matches('}').count());
     }

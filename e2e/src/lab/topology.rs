@@ -55,6 +55,9 @@ pub struct Addrs {
     /// `Some`: it goes to a router of a larger lab (the two-region lab's core), which
     /// the ToR peers with over BGP and uses as its default route.
     pub uplink: Option<Uplink>,
+    /// A range of VIPs several regions announce (anycast): the ToR accepts /32s from
+    /// it besides `vip_range`, and exports them to the core.
+    pub anycast_range: Option<String>,
 }
 
 /// Where a region's ToR connects when it is one region of several: the namespace
@@ -103,6 +106,7 @@ impl Addrs {
             target_port: 8080,
             api_port: 6443,
             uplink: None,
+            anycast_range: None,
         }
     }
 
@@ -110,6 +114,14 @@ impl Addrs {
     pub fn with_uplink(mut self, uplink: Uplink) -> Addrs {
         self.uplink = Some(uplink);
         self
+    }
+
+    /// The prefixes the ToR accepts /32 VIP routes from: the region's pool and the
+    /// anycast range, if any.
+    pub fn vip_ranges(&self) -> Vec<&str> {
+        std::iter::once(self.vip_range.as_str())
+            .chain(self.anycast_range.as_deref())
+            .collect()
     }
 }
 
