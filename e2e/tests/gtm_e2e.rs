@@ -22,9 +22,9 @@
 use std::time::{Duration, Instant};
 
 use ringlb_e2e::lab::cluster::EDGE_HTTP_PORT;
-use ringlb_e2e::lab::gtm::{self, Core};
-use ringlb_e2e::lab::pdns::{self, PowerDns, Target};
-use ringlb_e2e::lab::{self, Bins, Cluster, Topology, cmd};
+use ringlb_e2e::lab::gtm::{self, Core, GtmLab};
+use ringlb_e2e::lab::pdns::{self, PowerDns};
+use ringlb_e2e::lab::{self, Bins, Topology, cmd};
 
 fn bins() -> Bins {
     let lab_bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ringlb-lab"));
@@ -138,41 +138,21 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
     let prefix = format!("rlg{pid}");
     let dir = std::env::temp_dir().join(format!("ringlb-gtm-test-{pid}"));
     // declared first, dropped last: daemons stop before their namespaces go
-    let core = Core::up(&prefix, &dir).expect("core fabric");
-    let topo_a = core.region("a", 210, 1, 2).expect("region A fabric");
-    let topo_b = core.region("b", 220, 1, 2).expect("region B fabric");
-    let mut ca = Cluster::new(&topo_a, bins.clone());
-    let mut cb = Cluster::new(&topo_b, bins);
-
     let t = Instant::now();
-    let (va, vb) = std::thread::scope(|s| {
-        let a = s.spawn(|| gtm::start_region(&topo_a, &mut ca));
-        let b = s.spawn(|| gtm::start_region(&topo_b, &mut cb));
-        (a.join().unwrap(), b.join().unwrap())
-    });
-    let (va, vb) = match (va, vb) {
-        (Ok(a), Ok(b)) => (a, b),
-        (a, b) => panic!(
-            "starting the regions: A {a:?}, B {b:?}\n{}{}",
-            ca.log_tails(15),
-            cb.log_tails(15)
-        ),
-    };
+    let mut g = GtmLab::up(&prefix, &dir, &bins).unwrap_or_else(|e| panic!("{e}"));
     eprintln!(
-        "both regions up in {:?}: VIP A {va}, VIP B {vb}",
-        t.elapsed()
+        "two regions, core and PowerDNS up in {:?}: VIP A {}, VIP B {}",
+        t.elapsed(),
+        g.va,
+        g.vb
     );
-
-    let regions = [("a", &topo_a.addrs), ("b", &topo_b.addrs)];
-    let _core_bird = core.start_bird(&regions).unwrap();
+    let (core, dns, topo_a, topo_b) = (&g.core, &g.dns, &g.topo_a, &g.topo_b);
+    let ca = &mut g.ca;
+    let (va, vb) = (g.va.clone(), g.vb.clone());
     let (tor_a, tor_b) = (
         topo_a.addrs.tor_client_side.as_str(),
         topo_b.addrs.tor_client_side.as_str(),
     );
-    core.wait_route(&va, &[tor_a], Duration::from_secs(20))
-        .unwrap();
-    core.wait_route(&vb, &[tor_b], Duration::from_secs(20))
-        .unwrap();
     for vip in [&va, &vb] {
         let body = core.http_get(&format!("http://{vip}/")).unwrap();
         assert!(body.starts_with("pod"), "the client reaches {vip}: {body}");
@@ -182,33 +162,13 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
         .unwrap();
 
     // the health endpoints, as PowerDNS sees them
-    let (ha, hb) = (health(&topo_a, &va), health(&topo_b, &vb));
-    wait_health(&core, &ha, 200, Duration::from_secs(15));
-    wait_health(&core, &hb, 200, Duration::from_secs(15));
-    let unknown = health(&topo_a, "10.210.100.99");
+    let (ha, hb) = (health(topo_a, &va), health(topo_b, &vb));
+    wait_health(core, &ha, 200, Duration::from_secs(15));
+    wait_health(core, &hb, 200, Duration::from_secs(15));
+    let unknown = health(topo_a, "10.210.100.99");
     let (code, body) = core.http_status("dns", &unknown).unwrap();
     assert_eq!(code, 404, "an unknown VIP is 404: {body}");
-
-    let targets = [
-        Target::new(&va, &topo_a.addrs.edges[0], EDGE_HTTP_PORT, 80),
-        Target::new(&vb, &topo_b.addrs.edges[0], EDGE_HTTP_PORT, 80),
-    ];
-    let dns = PowerDns::start(
-        &core.ns("dns"),
-        gtm::DNS.parse().unwrap(),
-        &dir.join("pdns"),
-        &dir,
-        &targets,
-    )
-    .unwrap();
-    let t = Instant::now();
-    // the first answer comes before the first probe: PowerDNS starts probing then
-    let _ = dns.app_addresses(&core.ns("client"));
-    wait_dns(&core, &dns, &[&va, &vb], Duration::from_secs(15));
-    eprintln!(
-        "PowerDNS answers both regions {:?} after its first query",
-        t.elapsed()
-    );
+    wait_dns(core, dns, &[&va, &vb], Duration::from_secs(5));
 
     // region A loses every pod
     let t0 = Instant::now();
@@ -269,7 +229,7 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
         dns_lag <= Duration::from_secs(3 * pdns::CHECK_INTERVAL_S + 2),
         "PowerDNS followed the health endpoint within a few probe intervals: {dns_lag:?}"
     );
-    wait_health(&core, &hb, 200, Duration::from_secs(5));
+    wait_health(core, &hb, 200, Duration::from_secs(5));
     for _ in 0..5 {
         let body = core.http_get(&format!("http://{vb}/")).unwrap();
         assert!(body.starts_with("pod"), "VIP B serves: {body}");
@@ -299,7 +259,7 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
             }
             Instant::now() - Duration::from_millis(1500)
         });
-        let samples = sample_until_a_is_back(&core, &dns, &ha, &va, Duration::from_secs(60));
+        let samples = sample_until_a_is_back(core, dns, &ha, &va, Duration::from_secs(60));
         (flap.join().unwrap(), samples)
     });
     let (last_ready, samples) = samples;
@@ -328,7 +288,7 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
         first_back >= last_ready + Duration::from_secs(HOLD) - Duration::from_millis(500),
         "VIP A returns only after the hold-down"
     );
-    wait_dns(&core, &dns, &[&va, &vb], Duration::from_secs(15));
+    wait_dns(core, dns, &[&va, &vb], Duration::from_secs(15));
     core.wait_route(&va, &[tor_a], Duration::from_secs(15))
         .unwrap();
     core.wait_route(gtm::ANYCAST_VIP, &[tor_a, tor_b], Duration::from_secs(15))

@@ -47,6 +47,9 @@ enum Cmd {
     Up,
     /// Tear the lab down (also the leftovers of an interrupted run).
     Down,
+    /// Build the two-region lab (two regions, a core router, a client, PowerDNS as
+    /// the GTM) and leave it running; `down` with the same --prefix removes it.
+    GtmUp,
     /// Build the lab, then time N Service creations: API call -> VIP in status ->
     /// first route in the ToR's FIB -> ECMP over both edges; tear down.
     Bench {
@@ -415,6 +418,54 @@ fn print_samples(samples: &[lab::measure::Sample]) {
     }
 }
 
+/// `ringlb-lab gtm-up`: [`lab::gtm::GtmLab::up`], kept running; prints how to poke it.
+fn gtm_up(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    let bins = Bins::discover()?;
+    let t = Instant::now();
+    let mut g = match lab::gtm::GtmLab::up(prefix, dir, &bins) {
+        Ok(g) => g,
+        Err(e) => {
+            topology::teardown(prefix, dir);
+            return Err(e.into());
+        }
+    };
+    g.keep();
+    let (va, vb) = (&g.va, &g.vb);
+    let health = |topo: &Topology, vip: &str| {
+        lab::pdns::health_url(&topo.addrs.edges[0], lab::cluster::EDGE_HTTP_PORT, vip, 80)
+    };
+    println!(
+        "two-region lab {prefix} is up after {:.1} s (files in {}): VIP A {va}, VIP B {vb}, anycast {}. Try:",
+        t.elapsed().as_secs_f64(),
+        dir.display(),
+        lab::gtm::ANYCAST_VIP
+    );
+    println!("  {}", g.dns.dig_shown(&g.core.ns("client")));
+    println!(
+        "  ip netns exec {prefix}-dns curl -s {}",
+        health(&g.topo_a, va)
+    );
+    println!(
+        "  ip netns exec {prefix}-dns curl -s {}",
+        health(&g.topo_b, vb)
+    );
+    println!("  ip netns exec {prefix}-client curl -s http://{va}/");
+    println!(
+        "  ip netns exec {prefix}-client curl -s http://{}/",
+        lab::gtm::ANYCAST_VIP
+    );
+    println!(
+        "  {}",
+        g.ca.kubectl_shown("annotate pods -l app=web lab.ringlb.io/ready=false --overwrite")
+    );
+    println!(
+        "  {} --prefix {prefix} --dir {} down",
+        bins.lab.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
 fn dir_of(args: &Args) -> PathBuf {
     args.dir
         .clone()
@@ -589,6 +640,13 @@ fn main() -> anyhow::Result<()> {
                 );
                 Ok(())
             })
+        }
+        Cmd::GtmUp => {
+            if let Some(why) = lab::skip_reason() {
+                bail!("{why}");
+            }
+            let (p2, d2) = (prefix.clone(), dir.clone());
+            with_teardown_on_signal(prefix, dir, move || gtm_up(&p2, &d2))
         }
         Cmd::Up => {
             if let Some(why) = lab::skip_reason() {

@@ -140,6 +140,7 @@ pub struct Core {
     pub prefix: String,
     pub dir: PathBuf,
     namespaces: Vec<Netns>,
+    keep: bool,
 }
 
 impl Core {
@@ -153,6 +154,7 @@ impl Core {
             prefix: prefix.to_string(),
             dir: dir.to_path_buf(),
             namespaces: Vec::new(),
+            keep: false,
         };
         for role in ["core", "client", "dns"] {
             let ns = c.ns(role);
@@ -194,6 +196,12 @@ impl Core {
 
     pub fn ns(&self, role: &str) -> String {
         format!("{}-{role}", self.prefix)
+    }
+
+    /// Leaves the namespaces and files in place when this value drops (`gtm-up`).
+    pub fn keep(&mut self) {
+        self.keep = true;
+        self.namespaces.iter_mut().for_each(Netns::keep);
     }
 
     /// Builds region `name` on network `net` and links it to the core: its fabric,
@@ -310,6 +318,9 @@ impl Core {
 
 impl Drop for Core {
     fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
         self.namespaces.clear();
         if std::thread::panicking() {
             eprintln!("two-region lab files kept in {}", self.dir.display());
@@ -367,6 +378,118 @@ pub fn start_region(topo: &Topology, cluster: &mut Cluster) -> Result<String> {
         cluster.wait_ecmp(&any, n_edges, Duration::from_secs(30))?;
     }
     Ok(vip)
+}
+
+/// The whole two-region lab, running (`ringlb-lab gtm-up`). Fields drop in this
+/// order: PowerDNS, the core's BIRD, region B's and A's programs, their fabrics, the
+/// core.
+#[derive(Debug)]
+pub struct GtmLab {
+    pub dns: super::pdns::PowerDns,
+    pub core_bird: Daemon,
+    pub cb: Cluster,
+    pub ca: Cluster,
+    pub topo_b: Topology,
+    pub topo_a: Topology,
+    pub core: Core,
+    /// Service `web`'s VIP in region A and in region B.
+    pub va: String,
+    pub vb: String,
+}
+
+impl GtmLab {
+    /// Builds and starts everything: the core, regions A (`10.210/16`) and B
+    /// (`10.220/16`) with 1 edge and 2 worker nodes each (started in parallel), the
+    /// core's BIRD, PowerDNS probing both edges; waits until the core routes both VIPs
+    /// and PowerDNS answers both.
+    pub fn up(prefix: &str, dir: &Path, bins: &super::Bins) -> Result<GtmLab> {
+        let core = Core::up(prefix, dir)?;
+        let topo_a = core.region("a", 210, 1, 2)?;
+        let topo_b = core.region("b", 220, 1, 2)?;
+        let mut ca = Cluster::new(&topo_a, bins.clone());
+        let mut cb = Cluster::new(&topo_b, bins.clone());
+        let (va, vb) = std::thread::scope(|s| {
+            let a = s.spawn(|| start_region(&topo_a, &mut ca));
+            let b = s.spawn(|| start_region(&topo_b, &mut cb));
+            let join = |h: std::thread::ScopedJoinHandle<'_, Result<String>>| {
+                h.join()
+                    .unwrap_or_else(|_| Err(Error::Unsupported("a region thread panicked".into())))
+            };
+            (join(a), join(b))
+        });
+        let logs = |e: Error| {
+            Error::Unsupported(format!(
+                "starting the regions: {e}\n{}{}",
+                ca.log_tails(15),
+                cb.log_tails(15)
+            ))
+        };
+        let (va, vb) = (va.map_err(logs)?, vb.map_err(logs)?);
+        let core_bird = core.start_bird(&[("a", &topo_a.addrs), ("b", &topo_b.addrs)])?;
+        core.wait_route(
+            &va,
+            &[&topo_a.addrs.tor_client_side],
+            Duration::from_secs(20),
+        )?;
+        core.wait_route(
+            &vb,
+            &[&topo_b.addrs.tor_client_side],
+            Duration::from_secs(20),
+        )?;
+        let port = super::cluster::EDGE_HTTP_PORT;
+        let targets = [
+            super::pdns::Target::new(&va, &topo_a.addrs.edges[0], port, topo_a.addrs.port),
+            super::pdns::Target::new(&vb, &topo_b.addrs.edges[0], port, topo_b.addrs.port),
+        ];
+        let listen = DNS
+            .parse()
+            .map_err(|e| Error::Unsupported(format!("{DNS}: {e}")))?;
+        let dns = super::pdns::PowerDns::start(
+            &core.ns("dns"),
+            listen,
+            &dir.join("pdns"),
+            dir,
+            &targets,
+        )?;
+        let client = core.ns("client");
+        let mut want = vec![va.clone(), vb.clone()];
+        want.sort();
+        wait_for(
+            "PowerDNS to answer both regions' VIPs",
+            Duration::from_secs(20),
+            Duration::from_millis(100),
+            || {
+                let got = dns.app_addresses(&client)?;
+                Ok(if got == want {
+                    Ok(())
+                } else {
+                    Err(format!("{got:?}"))
+                })
+            },
+        )?;
+        Ok(GtmLab {
+            dns,
+            core_bird,
+            cb,
+            ca,
+            topo_b,
+            topo_a,
+            core,
+            va,
+            vb,
+        })
+    }
+
+    /// Leaves everything running when this value drops.
+    pub fn keep(&mut self) {
+        self.dns.daemon.keep();
+        self.core_bird.keep();
+        self.ca.keep();
+        self.cb.keep();
+        self.topo_a.keep();
+        self.topo_b.keep();
+        self.core.keep();
+    }
 }
 
 #[cfg(test)]

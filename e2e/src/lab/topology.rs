@@ -377,6 +377,14 @@ fn pod_gateway(cidr: &str) -> Result<String> {
 /// a lab that is half built or already gone. Returns what it removed.
 pub fn teardown(prefix: &str, dir: &Path) -> Vec<String> {
     let mut removed = Vec::new();
+    // the regions of a two-region lab: `<dir>/<name>` holds lab `<prefix>-<name>`
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let sub = entry.path();
+        if sub.join("pids").is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            removed.extend(teardown(&format!("{prefix}-{name}"), &sub));
+        }
+    }
     let mut stopped = daemon::stop_recorded(dir);
     // the control plane's own processes, should its daemon have died without
     // stopping them (its folder is under the lab's: TMPDIR)
