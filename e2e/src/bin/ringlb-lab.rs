@@ -4,6 +4,7 @@
 //! ringlb-lab demo [--requests N]   build the lab, show every step with evidence, tear down
 //! ringlb-lab up                    build the lab and leave it running (prints how to poke it)
 //! ringlb-lab down                  remove the lab (daemons, namespaces, bpffs, files)
+//! ringlb-lab gtm-up                two regions, a core router, PowerDNS as the GTM; left running
 //! ```
 //!
 //! Everything runs as real programs: Kubernetes' own control plane (etcd,
