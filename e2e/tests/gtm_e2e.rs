@@ -146,8 +146,15 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
         g.va,
         g.vb
     );
+    both_regions_serve_and_pdns_answers_both(&g);
+    region_a_loses_its_pods(&mut g);
+    region_a_comes_back_after_the_hold_down(&mut g);
+    eprintln!("gtm e2e done in {:?}", start.elapsed());
+}
+
+/// Both regions healthy: routes, traffic, health 200 / 404, both VIPs in DNS.
+fn both_regions_serve_and_pdns_answers_both(g: &GtmLab) {
     let (core, dns, topo_a, topo_b) = (&g.core, &g.dns, &g.topo_a, &g.topo_b);
-    let ca = &mut g.ca;
     let (va, vb) = (g.va.clone(), g.vb.clone());
     let (tor_a, tor_b) = (
         topo_a.addrs.tor_client_side.as_str(),
@@ -169,7 +176,15 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
     let (code, body) = core.http_status("dns", &unknown).unwrap();
     assert_eq!(code, 404, "an unknown VIP is 404: {body}");
     wait_dns(core, dns, &[&va, &vb], Duration::from_secs(5));
+}
 
+/// Region A's pods killed: 503, only VIP B in DNS, routes move; the figures.
+fn region_a_loses_its_pods(g: &mut GtmLab) {
+    let (core, dns, topo_a, topo_b) = (&g.core, &g.dns, &g.topo_a, &g.topo_b);
+    let ca = &mut g.ca;
+    let (va, vb) = (g.va.clone(), g.vb.clone());
+    let tor_b = topo_b.addrs.tor_client_side.as_str();
+    let (ha, hb) = (health(topo_a, &va), health(topo_b, &vb));
     // region A loses every pod
     let t0 = Instant::now();
     for i in 1..=topo_a.addrs.pods.len() {
@@ -244,7 +259,19 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
             "the anycast VIP is served by a region B pod: {body}"
         );
     }
+}
 
+/// Region A's pods back, flapping faster than the hold-down: no flapping of health
+/// or DNS; VIP A returns after the hold-down.
+fn region_a_comes_back_after_the_hold_down(g: &mut GtmLab) {
+    let (core, dns, topo_a, topo_b) = (&g.core, &g.dns, &g.topo_a, &g.topo_b);
+    let ca = &mut g.ca;
+    let (va, vb) = (g.va.clone(), g.vb.clone());
+    let (tor_a, tor_b) = (
+        topo_a.addrs.tor_client_side.as_str(),
+        topo_b.addrs.tor_client_side.as_str(),
+    );
+    let ha = health(topo_a, &va);
     // region A comes back, its pods flapping (Ready, not Ready, Ready) faster than the
     // hold-down: PowerDNS must not hand out VIP A until the hold-down after the last
     for i in 1..=topo_a.addrs.pods.len() {
@@ -295,5 +322,4 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
         .unwrap();
     let body = core.http_get(&format!("http://{va}/")).unwrap();
     assert!(body.starts_with("pod"), "VIP A serves again: {body}");
-    eprintln!("gtm e2e done in {:?}", start.elapsed());
 }

@@ -645,5 +645,13 @@ mod tests {
         assert_eq!(s["status"]["containerStatuses"][0]["ready"], true);
         let not = running_status(&pod, &ips, "192.0.2.1", false);
         assert_eq!(not["status"]["conditions"][3]["status"], "False");
+        // what the kubelet compares with the annotation on a running pod
+        assert_eq!(ready_condition(&pod), None);
+        for (status, want) in [(s, true), (not, false)] {
+            let mut p = serde_json::to_value(&pod).unwrap();
+            p["status"] = status["status"].clone();
+            let p: Pod = serde_json::from_value(p).unwrap();
+            assert_eq!(ready_condition(&p), Some(want));
+        }
     }
 }

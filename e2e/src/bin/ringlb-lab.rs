@@ -421,6 +421,9 @@ fn print_samples(samples: &[lab::measure::Sample]) {
 
 /// `ringlb-lab gtm-up`: [`lab::gtm::GtmLab::up`], kept running; prints how to poke it.
 fn gtm_up(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    if let Some(why) = lab::skip_reason() {
+        bail!("{why}");
+    }
     let bins = Bins::discover()?;
     let t = Instant::now();
     let mut g = match lab::gtm::GtmLab::up(prefix, dir, &bins) {
@@ -643,9 +646,6 @@ fn main() -> anyhow::Result<()> {
             })
         }
         Cmd::GtmUp => {
-            if let Some(why) = lab::skip_reason() {
-                bail!("{why}");
-            }
             let (p2, d2) = (prefix.clone(), dir.clone());
             with_teardown_on_signal(prefix, dir, move || gtm_up(&p2, &d2))
         }
