@@ -298,7 +298,8 @@ fn region_a_comes_back_after_the_hold_down(g: &mut GtmLab) {
     let first_200 = samples.iter().find(|s| s.code == 200).map(|s| s.at);
     let flapping: Vec<&Sample> = samples
         .iter()
-        .filter(|s| s.at < last_ready && (s.code != 503 || s.answer != [vb.clone()]))
+        // a sample whose curl or dig failed (loaded machine) is no evidence either way
+        .filter(|s| s.at < last_ready && (s.code == 200 || s.answer.contains(&va)))
         .collect();
     eprintln!(
         "region A back: pods flapped for {:?}; after the last Ready, 200 after {:?} and VIP A in the DNS answer after {:?} (hold-down {HOLD} s); {} samples",
@@ -309,7 +310,7 @@ fn region_a_comes_back_after_the_hold_down(g: &mut GtmLab) {
     );
     assert!(
         flapping.is_empty(),
-        "no flapping while the pods flap: health 503 and only VIP B in DNS: {flapping:?}"
+        "no flapping while the pods flap: never 200, never VIP A in DNS: {flapping:?}"
     );
     assert!(
         first_back >= last_ready + Duration::from_secs(HOLD) - Duration::from_millis(500),
