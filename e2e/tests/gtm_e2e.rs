@@ -149,6 +149,7 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
     both_regions_serve_and_pdns_answers_both(&g);
     region_a_loses_its_pods(&mut g);
     region_a_comes_back_after_the_hold_down(&mut g);
+    anycast_is_depreferred_below_its_threshold(&mut g);
     eprintln!("gtm e2e done in {:?}", start.elapsed());
 }
 
@@ -323,4 +324,67 @@ fn region_a_comes_back_after_the_hold_down(g: &mut GtmLab) {
         .unwrap();
     let body = core.http_get(&format!("http://{va}/")).unwrap();
     assert!(body.starts_with("pod"), "VIP A serves again: {body}");
+}
+
+/// The de-preference variant: region A's anycast Service asks for 2 ready backends
+/// and `prepend=3` below that; with one of A's pods gone, A still announces the
+/// anycast VIP, but with a longer AS path, so the core routes it only to region B.
+/// `web` (threshold 1) stays healthy in A, and DNS keeps answering both regions.
+fn anycast_is_depreferred_below_its_threshold(g: &mut GtmLab) {
+    let (core, dns, topo_a) = (&g.core, &g.dns, &g.topo_a);
+    let (tor_a, tor_b) = (
+        topo_a.addrs.tor_client_side.as_str(),
+        g.topo_b.addrs.tor_client_side.as_str(),
+    );
+    let ca = &mut g.ca;
+    let any_a = health(topo_a, gtm::ANYCAST_VIP);
+    ca.kubectl(&[
+        "annotate",
+        "svc",
+        "anycast",
+        "ringlb.io/min-ready-backends=2",
+        "ringlb.io/unhealthy-bgp=prepend=3",
+        "--overwrite",
+    ])
+    .unwrap();
+    // pod1 of region A dies: its process and its readiness
+    let pods = ca
+        .kubectl(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}"#,
+        ])
+        .unwrap();
+    let pod1 = pods
+        .lines()
+        .find_map(|l| l.strip_suffix(&format!(" {}", topo_a.addrs.pods[0])))
+        .unwrap_or_else(|| panic!("pod1 of region A in {pods}"))
+        .to_string();
+    let t0 = Instant::now();
+    ca.kill("pod1").unwrap();
+    let ann = "lab.ringlb.io/ready=false";
+    ca.kubectl(&["annotate", "pod", &pod1, ann, "--overwrite"])
+        .unwrap();
+    let body = wait_health(core, &any_a, 503, Duration::from_secs(30));
+    let json: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    assert_eq!(json["depreferred"], true, "{json}");
+    assert_eq!(json["readyBackends"], 1, "{json}");
+    core.wait_route(gtm::ANYCAST_VIP, &[tor_b], Duration::from_secs(15))
+        .unwrap();
+    let moved = t0.elapsed();
+    // BIRD at the core still knows region A's (longer) path: de-preferred, not gone
+    let bird = core
+        .birdc(&["show", "route", "for", gtm::ANYCAST_VIP, "all"])
+        .unwrap();
+    assert!(
+        bird.contains(tor_a) && bird.contains(tor_b),
+        "the core has both paths: {bird}"
+    );
+    wait_dns(core, dns, &[&g.va, &g.vb], Duration::from_secs(5));
+    eprintln!(
+        "anycast de-preferred in region A (1 of 2 pods, prepend=3): the core routes it only to region B {moved:?} after the kill; {json}"
+    );
 }
