@@ -26,13 +26,17 @@ const TOOLS: &[&str] = &[
     "/usr/sbin/ip",
     "/usr/sbin/tc",
     "/usr/sbin/xtables-nft-multi",
+    // the IPVS tests' independent read-back (`ipvsadm -Ln`)
+    "/usr/sbin/ipvsadm",
 ];
 /// iptables-nft finds its match and target plugins here (dlopen).
 const XTABLES_PLUGINS: &str = "/usr/lib/x86_64-linux-gnu/xtables";
 
 /// Modules the tests need where Debian builds them as modules: veth pairs, VLAN
 /// devices, clsact + cls_bpf for the tc fallback before tcx, nftables for the
-/// counters `iptables` reads in the node namespace test.
+/// counters `iptables` reads in the node namespace test; IPVS with the Maglev
+/// scheduler and the IPIP device the pods decapsulate with (`ip_vs` pulls in
+/// nf_conntrack, nf_defrag_ipv4/6 and libcrc32c; `ipip` tunnel4 and ip_tunnel).
 pub const MODULES: &[&str] = &[
     "veth",
     "8021q",
@@ -47,6 +51,9 @@ pub const MODULES: &[&str] = &[
     "x_tables",
     "xt_tcpudp",
     "xt_tcp",
+    "ip_vs",
+    "ip_vs_mh",
+    "ipip",
 ];
 
 /// A directory being filled as the guest's root.
