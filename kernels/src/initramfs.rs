@@ -36,7 +36,8 @@ const XTABLES_PLUGINS: &str = "/usr/lib/x86_64-linux-gnu/xtables";
 /// devices, clsact + cls_bpf for the tc fallback before tcx, nftables for the
 /// counters `iptables` reads in the node namespace test; IPVS with the Maglev
 /// scheduler and the IPIP device the pods decapsulate with (`ip_vs` pulls in
-/// nf_conntrack, nf_defrag_ipv4/6 and libcrc32c; `ipip` tunnel4 and ip_tunnel).
+/// nf_conntrack, nf_defrag_ipv4/6 and libcrc32c; `ipip` tunnel4 and ip_tunnel),
+/// and a bridge for the shared L2 that IPVS direct routing needs.
 pub const MODULES: &[&str] = &[
     "veth",
     "8021q",
@@ -54,6 +55,7 @@ pub const MODULES: &[&str] = &[
     "ip_vs",
     "ip_vs_mh",
     "ipip",
+    "bridge",
 ];
 
 /// A directory being filled as the guest's root.
