@@ -37,7 +37,9 @@ const XTABLES_PLUGINS: &str = "/usr/lib/x86_64-linux-gnu/xtables";
 /// counters `iptables` reads in the node namespace test; IPVS with the Maglev
 /// scheduler and the IPIP device the pods decapsulate with (`ip_vs` pulls in
 /// nf_conntrack, nf_defrag_ipv4/6 and libcrc32c; `ipip` tunnel4 and ip_tunnel),
-/// and a bridge for the shared L2 that IPVS direct routing needs.
+/// a bridge for the shared L2 that IPVS direct routing needs, and the virtio NIC
+/// through which the IPVS lab's guest reaches the host's kube-apiserver (qemu
+/// user networking; `ringlb-lab ipvs-vm`, docs/lab.md).
 pub const MODULES: &[&str] = &[
     "veth",
     "8021q",
@@ -56,6 +58,7 @@ pub const MODULES: &[&str] = &[
     "ip_vs_mh",
     "ipip",
     "bridge",
+    "virtio_net",
 ];
 
 /// A directory being filled as the guest's root.

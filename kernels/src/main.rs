@@ -65,6 +65,8 @@ fn main() -> ExitCode {
             timeout: Duration::from_secs(a.timeout),
             test_timeout: Duration::from_secs(a.test_timeout),
             tests: a.tests,
+            extra_initrd: Vec::new(),
+            qemu_args: Vec::new(),
         },
         refresh: a.refresh,
     };
