@@ -21,6 +21,7 @@ TEST_PKGS=(
   iptables tcpdump                       # kube-proxy comparison, captures
   iputils-ping python3                   # helpers
   libclang-dev                           # (used by some -sys crates' build scripts)
+  binutils                               # strip: the IPVS VM lab's guest image (ringlb-lab ipvs-vm)
 )
 case $PROFILE in
   demo) PKGS=("${DEMO_PKGS[@]}") ;;

@@ -43,10 +43,11 @@ pub mod httpd;
 pub mod measure;
 pub mod netns;
 pub mod topology;
+pub mod vm;
 
 use std::time::Duration;
 
-pub use cluster::{Bins, Cluster};
+pub use cluster::{Bins, Cluster, EdgeDatapath};
 pub use topology::{Addrs, Topology};
 
 /// What can go wrong in the lab.

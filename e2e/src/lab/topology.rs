@@ -71,6 +71,18 @@ impl Default for Addrs {
     }
 }
 
+impl Addrs {
+    /// The IPVS lab's fabric (`ringlb-lab ipvs-vm`): the same, with a third worker
+    /// node and pod, so that removing one backend leaves two whose flows must stay.
+    pub fn three_workers() -> Addrs {
+        let mut a = Addrs::default();
+        a.nodes.push("10.210.2.13");
+        a.pods.push("10.210.5.23");
+        a.pod_cidrs.push("10.210.5.0/24");
+        a
+    }
+}
+
 /// MTU of the fabric (edges, ToR, nodes, pods), as in most datacenters: the IPIP
 /// header's 20 bytes come out of the MSS, which the node agent clamps.
 pub const FABRIC_MTU: u32 = 1500;
