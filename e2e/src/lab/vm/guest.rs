@@ -23,7 +23,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{ListParams, Patch, PatchParams};
 
 use super::flows::{self, FlowMap};
-use super::{FIGURE, GUEST_ADMIN_KUBECONFIG, GUEST_API, TEST_NAME, VmConfig};
+use super::{FIGURE, GUEST_ADMIN_KUBECONFIG, GUEST_API, VmConfig};
 use crate::lab::bridge::Bridge;
 use crate::lab::cmd::{run_in, sysctl};
 use crate::lab::httpd::SLOW_LINES;
@@ -63,7 +63,7 @@ pub fn run(etc: &Path) -> i32 {
     ];
     let mut failed = false;
     for (name, step) in steps {
-        print!("test {TEST_NAME}::{name} ... ");
+        print!("test {name} ... ");
         if failed {
             println!("ignored, an earlier step failed");
             continue;

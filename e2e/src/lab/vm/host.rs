@@ -181,9 +181,14 @@ async fn start_api(a: &Addrs, etc: &Path) -> anyhow::Result<Api> {
         })
         .await?;
     let bridge = SocketAddr::new(tor, a.api_port);
+    // the guest has its own copy of the CA, at a path of its own
+    std::fs::copy(cp.ca_cert(), etc.join("ca.crt"))?;
+    let guest_ca = format!("{GUEST_ETC}/ca.crt");
     let copy = |from: &Path, via: SocketAddr, to: &str| -> anyhow::Result<()> {
         let p = cp.kubeconfig_via(from, via)?;
-        std::fs::copy(&p, etc.join(to))?;
+        let text = std::fs::read_to_string(&p)?;
+        let ca = cp.ca_cert().display().to_string();
+        std::fs::write(etc.join(to), text.replace(&ca, &guest_ca))?;
         Ok(())
     };
     copy(cp.kubeconfig_path(), bridge, "kubeconfig")?;
