@@ -25,7 +25,7 @@ use kube::api::{ListParams, Patch, PatchParams};
 use super::flows::{self, FlowMap};
 use super::{FIGURE, GUEST_ADMIN_KUBECONFIG, GUEST_API, VmConfig};
 use crate::lab::bridge::Bridge;
-use crate::lab::cmd::{run_in, sysctl};
+use crate::lab::cmd::run_in;
 use crate::lab::httpd::SLOW_LINES;
 use crate::lab::{Addrs, Bins, Cluster, EdgeDatapath, Topology, wait_for};
 
@@ -148,11 +148,8 @@ fn start(slot: &mut Option<Lab>, etc: &Path) -> anyhow::Result<()> {
     });
     l.cluster.start_pods()?;
     l.cluster.start_bird()?;
-    for i in 1..=l.a.edges.len() {
-        // a flow that the ToR moves to this edge mid-connection arrives without a
-        // SYN: IPVS makes an entry for it only with sloppy_tcp (ip-sysctl.rst)
-        sysctl(&l.topo.ns(&format!("edge{i}")), "net.ipv4.vs.sloppy_tcp=1")?;
-    }
+    // nothing is set for IPVS here: `ringlb-edge` switches on sloppy_tcp itself
+    // (flows the ToR moves to an edge arrive without a SYN; step 3 fails without it)
     let pins: Vec<_> = (1..=l.a.edges.len()).map(|i| l.topo.pin_dir(i)).collect();
     let t = Instant::now();
     l.cluster.start_edges(&pins)?;
