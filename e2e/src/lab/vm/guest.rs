@@ -50,14 +50,20 @@ struct Lab {
     rt: tokio::runtime::Runtime,
 }
 
+/// One check of the scenario; the first one makes the lab.
+type Step = fn(&mut Option<Lab>, &Path) -> anyhow::Result<()>;
+
 /// Runs every step; the process exit code (0: all passed).
 pub fn run(etc: &Path) -> i32 {
     let t0 = Instant::now();
     let mut results = (0, 0);
     let mut lab = None;
-    let steps: [(&str, fn(&mut Option<Lab>, &Path) -> anyhow::Result<()>); 4] = [
+    let steps: [(&str, Step); 4] = [
         ("two_ipvs_edges_agree_and_announce_the_vip", start),
-        ("http_reaches_every_pod_through_both_edges_with_dsr", traffic),
+        (
+            "http_reaches_every_pod_through_both_edges_with_dsr",
+            traffic,
+        ),
         ("edge_killed_flows_keep_their_pod", edge_killed),
         ("backend_removed_only_its_flows_move", backend_removed),
     ];
@@ -166,16 +172,20 @@ fn start(slot: &mut Option<Lab>, etc: &Path) -> anyhow::Result<()> {
     l.cluster.wait_tc(LONG)?;
     l.cluster.wait_node_services(&vip, LONG)?;
     let lists = agreeing_dests(l, 3)?;
-    println!("both edges' real servers, in IPVS's order:\n  {}", lists.join("\n  "));
+    println!(
+        "both edges' real servers, in IPVS's order:\n  {}",
+        lists.join("\n  ")
+    );
     Ok(())
 }
 
 /// The real servers of the VIP's service on edge `i`, in the kernel's order
-/// (`ipvsadm -Ln`: `ADDR:PORT FORWARD WEIGHT`).
+/// (`ipvsadm -Ln --nosort`: `ADDR:PORT FORWARD WEIGHT`).
 fn dests(l: &Lab, i: usize) -> crate::lab::Result<Vec<String>> {
     let svc = format!("{}:{}", l.cfg.vip, l.a.port);
     let ns = l.topo.ns(&format!("edge{i}"));
-    let out = run_in(&ns, &["ipvsadm", "-Ln", "-t", &svc])?;
+    // --nosort: ipvsadm sorts by address unless told not to
+    let out = run_in(&ns, &["ipvsadm", "-Ln", "--nosort", "-t", &svc])?;
     Ok(parse_dests(&out))
 }
 
@@ -241,7 +251,10 @@ fn traffic(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
         d("replies_to_client") >= 2 * u64::from(l.cfg.flows),
         "replies went from the pods to the client"
     );
-    ensure!(d("replies_toward_edges") == 0, "DSR: no reply passed an edge");
+    ensure!(
+        d("replies_toward_edges") == 0,
+        "DSR: no reply passed an edge"
+    );
     l.map1 = m;
     Ok(())
 }
@@ -278,7 +291,10 @@ fn edge_killed(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     let t = Instant::now();
     l.cluster.kill("edge1")?;
     l.cluster.wait_ecmp(&vip, 1, Duration::from_secs(60))?;
-    println!("kill -9 of edge1: the ToR has one next hop after {:?}", t.elapsed());
+    println!(
+        "kill -9 of edge1: the ToR has one next hop after {:?}",
+        t.elapsed()
+    );
     let outcomes: Vec<Result<String, String>> = running
         .into_iter()
         .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
@@ -319,8 +335,7 @@ async fn unready(kube: &kube::Client, ip: &str) -> anyhow::Result<String> {
         .as_ref()
         .and_then(|s| s.host_ip.clone())
         .unwrap_or_default();
-    let status =
-        crate::controlplane::kubelet::running_status(&p, &[ip.parse()?], &host_ip, false);
+    let status = crate::controlplane::kubelet::running_status(&p, &[ip.parse()?], &host_ip, false);
     let name = p.metadata.name.clone().unwrap_or_default();
     pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
         .await?;
@@ -332,7 +347,10 @@ fn backend_removed(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     // with both edges back, the flows still have the pods of step 2
     let again = flow_map(l)?;
     let drift = flows::moved(&l.map1, &again);
-    ensure!(drift.is_empty(), "before the removal, flows changed pod: {drift:?}");
+    ensure!(
+        drift.is_empty(),
+        "before the removal, flows changed pod: {drift:?}"
+    );
     let gone_ip = l.a.pods[2].to_string();
     let gone = "pod3";
     let name = l.rt.block_on(unready(&l.kube, &gone_ip))?;

@@ -15,7 +15,9 @@ use kube::api::ListParams;
 use ringlb_kernels::{initramfs::Rootfs, qemu, report};
 
 use super::guest::BIN_DIR;
-use super::{FIGURE, GUEST_ADDR, GUEST_ADMIN_KUBECONFIG, GUEST_API, GUEST_ETC, TEST_NAME, VmConfig};
+use super::{
+    FIGURE, GUEST_ADDR, GUEST_ADMIN_KUBECONFIG, GUEST_API, GUEST_ETC, TEST_NAME, VmConfig,
+};
 use crate::controlplane::{ControlPlane, KubeletOptions, LabKubelet, Options as CpOptions};
 use crate::lab::daemon::Daemon;
 use crate::lab::{Addrs, Bins, api, config};
@@ -93,7 +95,9 @@ pub fn run(o: &Options) -> anyhow::Result<bool> {
         &[
             &bins.controller.display().to_string(),
             "--kubeconfig",
-            &etc.join("controller-direct.kubeconfig").display().to_string(),
+            &etc.join("controller-direct.kubeconfig")
+                .display()
+                .to_string(),
             "--metrics-addr",
             "127.0.0.1:0",
             "--leader-elect=false",
@@ -114,11 +118,7 @@ pub fn run(o: &Options) -> anyhow::Result<bool> {
     lab_image(&bins, &etc, &o.out.join("stage"), &o.out.join("lab.cpio"))?;
     std::fs::remove_dir_all(o.out.join("stage"))?;
 
-    let connect = format!(
-        "cmd:{} connect {}",
-        bins.lab.display(),
-        api.cp.api_addr()
-    );
+    let connect = format!("cmd:{} connect {}", bins.lab.display(), api.cp.api_addr());
     if connect.contains(',') {
         bail!("qemu's option syntax cannot carry a comma: {connect}");
     }
@@ -252,7 +252,10 @@ async fn service_with_vip(
         match vip {
             Some(v) if ready == a.pods.len() => return Ok(v),
             seen if start.elapsed() > limit => {
-                bail!("no VIP with {} ready endpoints after {limit:?}: VIP {seen:?}, {ready} ready", a.pods.len())
+                bail!(
+                    "no VIP with {} ready endpoints after {limit:?}: VIP {seen:?}, {ready} ready",
+                    a.pods.len()
+                )
             }
             _ => tokio::time::sleep(Duration::from_millis(200)).await,
         }
@@ -292,5 +295,5 @@ fn lab_image(bins: &Bins, etc: &Path, stage: &Path, out: &Path) -> anyhow::Resul
         "#!/bin/sh\n# the IPVS lab (ringlb-lab ipvs-vm): qemu's user network is how the guest reaches kube-apiserver\nip link set eth0 up && ip addr add {GUEST_ADDR} dev eth0 || exit 1\nexec {BIN_DIR}/ringlb-lab vm-guest --etc {GUEST_ETC}\n"
     );
     fs.write(&format!("/tests/{TEST_NAME}"), script.as_bytes(), true)?;
-    Ok(fs.archive(out)?)
+    fs.archive(out)
 }
