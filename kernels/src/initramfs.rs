@@ -39,7 +39,8 @@ const XTABLES_PLUGINS: &str = "/usr/lib/x86_64-linux-gnu/xtables";
 /// nf_conntrack, nf_defrag_ipv4/6 and libcrc32c; `ipip` tunnel4 and ip_tunnel),
 /// a bridge for the shared L2 that IPVS direct routing needs, and the virtio NIC
 /// through which the IPVS lab's guest reaches the host's kube-apiserver (qemu
-/// user networking; `ringlb-lab ipvs-vm`, docs/lab.md).
+/// user networking; `ringlb-lab ipvs-vm`, docs/lab.md; `virtio_pci` is built in
+/// from 6.12, a module before).
 pub const MODULES: &[&str] = &[
     "veth",
     "8021q",
@@ -58,6 +59,7 @@ pub const MODULES: &[&str] = &[
     "ip_vs_mh",
     "ipip",
     "bridge",
+    "virtio_pci",
     "virtio_net",
 ];
 
