@@ -72,28 +72,7 @@ enum Cmd {
     /// Boot a Debian kernel under qemu with the lab inside it, both edges on
     /// `--datapath ipvs`, and check flows across an edge kill and a backend removal
     /// (docs/lab.md, "The IPVS lab in a VM").
-    IpvsVm {
-        /// A kernel line of the matrix (5.10, 6.1, 6.12, newest) or a linux-image-* package.
-        #[arg(long, short = 'k', default_value = "6.12")]
-        kernel: String,
-        /// Kernels kept between runs (the kernel matrix's cache).
-        #[arg(long, env = "RINGLB_KERNEL_CACHE")]
-        cache: Option<PathBuf>,
-        /// Images, console, results.
-        #[arg(long, default_value = "target/ipvs-vm")]
-        out: PathBuf,
-        /// Flows (client source ports) in the per-flow maps.
-        #[arg(long, default_value_t = 30)]
-        flows: u16,
-        /// Long downloads in flight when an edge is killed.
-        #[arg(long, default_value_t = 24)]
-        long_flows: u16,
-        /// Seconds the guest may take from boot to power-off.
-        #[arg(long, default_value_t = 900)]
-        timeout: u64,
-        #[arg(long, default_value_t = 2048)]
-        memory_mb: u32,
-    },
+    IpvsVm(IpvsVmArgs),
     /// (inside the VM, as /tests/ipvs_lab) the guest half of `ipvs-vm`.
     #[command(hide = true)]
     VmGuest {
@@ -111,6 +90,31 @@ enum Cmd {
         #[arg(long)]
         name: String,
     },
+}
+
+/// Flags of `ringlb-lab ipvs-vm`.
+#[derive(Debug, clap::Args)]
+struct IpvsVmArgs {
+    /// A kernel line of the matrix (5.10, 6.1, 6.12, newest) or a linux-image-* package.
+    #[arg(long, short = 'k', default_value = "6.12")]
+    kernel: String,
+    /// Kernels kept between runs (the kernel matrix's cache).
+    #[arg(long, env = "RINGLB_KERNEL_CACHE")]
+    cache: Option<PathBuf>,
+    /// Images, console, results.
+    #[arg(long, default_value = "target/ipvs-vm")]
+    out: PathBuf,
+    /// Flows (client source ports 40001..) in the per-flow maps.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..=999))]
+    flows: u16,
+    /// Long downloads in flight when an edge is killed (source ports 41001..).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u16).range(1..=999))]
+    long_flows: u16,
+    /// Seconds the guest may take from boot to power-off.
+    #[arg(long, default_value_t = 900)]
+    timeout: u64,
+    #[arg(long, default_value_t = 2048)]
+    memory_mb: u32,
 }
 
 const SERVICE: &str = "web";
@@ -501,6 +505,26 @@ fn run_control_plane(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> 
     })
 }
 
+/// `ringlb-lab ipvs-vm`: the IPVS lab inside a matrix kernel under qemu.
+fn run_ipvs_vm(a: IpvsVmArgs) -> anyhow::Result<()> {
+    let o = lab::vm::host::Options {
+        kernel: a.kernel,
+        cache: a.cache.unwrap_or_else(ringlb_kernels::default_cache),
+        out: std::path::absolute(&a.out)?,
+        flows: a.flows,
+        long_flows: a.long_flows,
+        timeout: Duration::from_secs(a.timeout),
+        memory_mb: a.memory_mb,
+    };
+    if !lab::cmd::is_root() {
+        bail!("ipvs-vm needs root (apt-get for the kernel, namespaces in the guest)");
+    }
+    if !lab::vm::host::run(&o)? {
+        bail!("the IPVS lab failed; see {}", o.out.display());
+    }
+    Ok(())
+}
+
 /// `ringlb-lab connect ADDR`: stdin to ADDR, ADDR to stdout (flushed after each
 /// read: TLS records carry no newlines); exits when ADDR closes.
 fn connect(addr: std::net::SocketAddr) -> anyhow::Result<()> {
@@ -529,32 +553,7 @@ fn main() -> anyhow::Result<()> {
     let prefix = args.prefix.clone();
     match args.command {
         Cmd::ControlPlane => run_control_plane(&prefix, &dir),
-        Cmd::IpvsVm {
-            kernel,
-            cache,
-            out,
-            flows,
-            long_flows,
-            timeout,
-            memory_mb,
-        } => {
-            if !lab::cmd::is_root() {
-                bail!("ipvs-vm needs root (apt-get for the kernel, namespaces in the guest)");
-            }
-            let o = lab::vm::host::Options {
-                kernel,
-                cache: cache.unwrap_or_else(ringlb_kernels::default_cache),
-                out: std::path::absolute(&out)?,
-                flows,
-                long_flows,
-                timeout: Duration::from_secs(timeout),
-                memory_mb,
-            };
-            if !lab::vm::host::run(&o)? {
-                bail!("the IPVS lab failed; see {}", o.out.display());
-            }
-            Ok(())
-        }
+        Cmd::IpvsVm(a) => run_ipvs_vm(a),
         Cmd::VmGuest { etc } => std::process::exit(lab::vm::guest::run(&etc)),
         Cmd::Connect { addr } => connect(addr),
         Cmd::PodHttp { listen, name } => {
