@@ -259,19 +259,25 @@ fn traffic(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// `n` long downloads (`/slow`) from their own source ports, each on a thread;
-/// each ends with the one pod that sent the whole body, or the error.
-fn long_downloads(l: &Lab) -> anyhow::Result<Vec<std::thread::JoinHandle<Result<String, String>>>> {
+/// What one long download ended with (the pod that sent the whole body, or the
+/// error), and when.
+type Finished = (Result<String, String>, Instant);
+
+/// `n` long downloads (`/slow`) from their own source ports, each on a thread.
+fn long_downloads(l: &Lab) -> anyhow::Result<Vec<std::thread::JoinHandle<Finished>>> {
     let client: Ipv4Addr = l.a.client.parse()?;
     let dst = SocketAddrV4::new(l.cfg.vip.parse()?, l.a.port);
     Ok((LONG_PORT..LONG_PORT + l.cfg.long_flows)
         .map(|port| {
             let ns = l.topo.ns("client");
             std::thread::spawn(move || {
-                let body = flows::get(&ns, client, port, dst, "/slow", Duration::from_secs(60))
-                    .map_err(|e| e.to_string())?;
-                flows::single_pod(&body, SLOW_LINES)
-                    .ok_or_else(|| format!("port {port}: not whole from one pod: {body:?}"))
+                let got = flows::get(&ns, client, port, dst, "/slow", Duration::from_secs(60))
+                    .map_err(|e| e.to_string())
+                    .and_then(|body| {
+                        flows::single_pod(&body, SLOW_LINES)
+                            .ok_or_else(|| format!("port {port}: not whole from one pod: {body:?}"))
+                    });
+                (got, Instant::now())
             })
         })
         .collect())
@@ -281,13 +287,22 @@ fn edge_killed(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     let l = lab(slot)?;
     let vip = l.cfg.vip.clone();
     let running = long_downloads(l)?;
-    let w0 = l.topo.counters()?;
-    std::thread::sleep(Duration::from_millis(1500));
-    let w1 = l.topo.counters()?;
-    ensure!(
-        w1["ipip_from_edge1"] > w0["ipip_from_edge1"],
-        "some long downloads run through edge1 before it is killed"
-    );
+    let (w0, started) = (l.topo.counters()?, Instant::now());
+    // a second of the downloads, some of them through edge1
+    wait_for(
+        "long downloads through edge1",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || {
+            let w = l.topo.counters()?;
+            let grew = w["ipip_from_edge1"] > w0["ipip_from_edge1"];
+            Ok(if grew && started.elapsed() >= Duration::from_secs(1) {
+                Ok(())
+            } else {
+                Err(format!("edge1's IPIP packets: {}", w["ipip_from_edge1"]))
+            })
+        },
+    )?;
     let t = Instant::now();
     l.cluster.kill("edge1")?;
     l.cluster.wait_ecmp(&vip, 1, Duration::from_secs(60))?;
@@ -295,14 +310,24 @@ fn edge_killed(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
         "kill -9 of edge1: the ToR has one next hop after {:?}",
         t.elapsed()
     );
-    let outcomes: Vec<Result<String, String>> = running
+    let outcomes: Vec<Finished> = running
         .into_iter()
-        .map(|h| h.join().unwrap_or_else(|_| Err("thread panicked".into())))
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| (Err("thread panicked".into()), Instant::now()))
+        })
         .collect();
-    let broken: Vec<&String> = outcomes.iter().filter_map(|o| o.as_ref().err()).collect();
+    let broken: Vec<&String> = outcomes.iter().filter_map(|o| o.0.as_ref().err()).collect();
     let kept = outcomes.len() - broken.len();
+    // started before the kill; those that ended after it were in flight
+    let in_flight = outcomes.iter().filter(|o| o.1 > t).count();
     println!(
-        "{FIGURE}edge killed: {kept} of {} long downloads in flight finished whole from the pod that started them",
+        "{FIGURE}edge killed: {kept} of {} long downloads finished whole from the pod that started them ({in_flight} were in flight at the kill)",
+        outcomes.len()
+    );
+    ensure!(
+        2 * in_flight >= outcomes.len(),
+        "only {in_flight} of {} downloads were in flight at the kill",
         outcomes.len()
     );
     let after = flow_map(l)?;
