@@ -9,7 +9,8 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 /// (package, test target): the BPF_PROG_TEST_RUN fixtures (exact bytes), then
-/// real traffic in namespaces, then the real-VLAN next-hop resolver.
+/// real traffic in namespaces, then the real-VLAN next-hop resolver, then the
+/// IPVS datapath against the kernel's IPVS (read-back, then real TCP).
 pub const TESTS: &[(&str, &str)] = &[
     ("ringlb-xdp", "xdp_fixtures"),
     ("ringlb-xdp", "xdp_vlan"),
@@ -19,6 +20,8 @@ pub const TESTS: &[(&str, &str)] = &[
     ("ringlb-xdp", "xdp_netns"),
     ("ringlb-node", "node_netns"),
     ("ringlb-xdp", "nexthop_netlink"),
+    ("ringlb-ipvs", "ipvs_kernel"),
+    ("ringlb-ipvs", "ipvs_netns"),
 ];
 
 /// Test executables named by their target, from cargo's JSON messages.
