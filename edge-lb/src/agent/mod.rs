@@ -267,6 +267,11 @@ pub fn established_sessions(speaker: &Arc<Speaker>) -> Box<dyn Fn() -> usize + S
 /// start there, before anything is changed.
 pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let router_id = args.check()?;
+    // an old kernel is refused by name here, not by a verifier log or netlink later
+    ringlb_ops::kernel::require(match args.datapath {
+        DatapathKind::Xdp => &ringlb_ops::kernel::XDP_EDGE,
+        DatapathKind::Ipvs => &ringlb_ops::kernel::IPVS_EDGE,
+    })?;
     let client = common.connect().await?;
     api::check_crds(&client).await?;
 
