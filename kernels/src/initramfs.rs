@@ -172,8 +172,14 @@ pub fn ldd_paths(ldd: &str) -> Vec<String> {
         .collect()
 }
 
-/// The common archive: busybox, tools, the test executables under /tests, /init.
-pub fn build_common(stage: &Path, tests: &[(String, PathBuf)], out: &Path) -> Result<()> {
+/// The common archive: busybox, tools, the test executables under /tests (with
+/// `/tests/<name>.args` where `args` names arguments for one), /init.
+pub fn build_common(
+    stage: &Path,
+    tests: &[(String, PathBuf)],
+    args: &[(String, String)],
+    out: &Path,
+) -> Result<()> {
     let fs = Rootfs::new(stage)?;
     for d in ["proc", "sys", "dev", "run", "tmp", "etc", "var"] {
         fs::create_dir_all(fs.dst(d))?;
@@ -207,6 +213,9 @@ pub fn build_common(stage: &Path, tests: &[(String, PathBuf)], out: &Path) -> Re
     fs.symlink("/bin/busybox", "/sbin/modprobe")?;
     for (name, exe) in tests {
         fs.copy_with_libs(exe, &format!("/tests/{name}"))?;
+    }
+    for (name, a) in args {
+        fs.write(&format!("/tests/{name}.args"), a.as_bytes(), false)?;
     }
     fs.write("/etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", false)?;
     fs.write("/init", INIT.as_bytes(), true)?;

@@ -76,6 +76,7 @@ pub fn run(o: &Options) -> anyhow::Result<bool> {
         boot: boot.clone(),
         jobs: 1,
         refresh: false,
+        bench: None,
     };
     let kernel = ringlb_kernels::prepare_kernels(&plan)?.remove(0);
     let t_kernel = t0.elapsed();
@@ -114,7 +115,7 @@ pub fn run(o: &Options) -> anyhow::Result<bool> {
     };
     std::fs::write(etc.join("vm.json"), serde_json::to_string_pretty(&cfg)?)?;
     let common = o.out.join("common.cpio");
-    ringlb_kernels::initramfs::build_common(&o.out.join("stage"), &[], &common)?;
+    ringlb_kernels::initramfs::build_common(&o.out.join("stage"), &[], &[], &common)?;
     lab_image(&bins, &etc, &o.out.join("stage"), &o.out.join("lab.cpio"))?;
     std::fs::remove_dir_all(o.out.join("stage"))?;
 
