@@ -31,7 +31,8 @@
 //! writers and parsers: BIRD config, Nodes, manifests, `birdc`/`ip route`/`nft`
 //! output), [`topology`] (the fabric above), [`api`] (control plane, kubelet, bridge,
 //! kubeconfigs), [`bridge`] (TCP from a namespace to the host), [`cluster`] (control
-//! plane daemon, controller, BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server).
+//! plane daemon, controller, BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server),
+//! [`vm`] (the same lab with IPVS edges inside a Debian kernel under qemu).
 
 pub mod api;
 pub mod bridge;
