@@ -12,7 +12,8 @@
 //! 3. edge1 killed (`kill -9`) with long downloads in flight: every download ends
 //!    whole from the pod that started it, and flows asked again through edge2
 //!    alone get the pod they had (the edges agree); edge1 comes back;
-//! 4. pod3 stops being ready: only the flows that pod3 had move.
+//! 4. the same with edge1 drained (SIGTERM: withdraw, then its IPVS services go);
+//! 5. pod3 stops being ready: only the flows that pod3 had move.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -58,13 +59,14 @@ pub fn run(etc: &Path) -> i32 {
     let t0 = Instant::now();
     let mut results = (0, 0);
     let mut lab = None;
-    let steps: [(&str, Step); 4] = [
+    let steps: [(&str, Step); 5] = [
         ("two_ipvs_edges_agree_and_announce_the_vip", start),
         (
             "http_reaches_every_pod_through_both_edges_with_dsr",
             traffic,
         ),
         ("edge_killed_flows_keep_their_pod", edge_killed),
+        ("edge_drained_flows_keep_their_pod", edge_drained),
         ("backend_removed_only_its_flows_move", backend_removed),
     ];
     let mut failed = false;
@@ -283,8 +285,37 @@ fn long_downloads(l: &Lab) -> anyhow::Result<Vec<std::thread::JoinHandle<Finishe
         .collect())
 }
 
+/// How edge1 goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loss {
+    /// `kill -9`: the kernel closes its BGP session; its IPVS services stay.
+    Kill,
+    /// SIGTERM: GRACEFUL_SHUTDOWN, withdraw, then its IPVS services and VIPs go.
+    Drain,
+}
+
+impl Loss {
+    fn what(self) -> &'static str {
+        match self {
+            Loss::Kill => "edge killed",
+            Loss::Drain => "edge drained",
+        }
+    }
+}
+
 fn edge_killed(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
-    let l = lab(slot)?;
+    edge_lost(lab(slot)?, Loss::Kill)
+}
+
+fn edge_drained(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
+    edge_lost(lab(slot)?, Loss::Drain)
+}
+
+/// Long downloads in flight, some through edge1; edge1 goes; every download ends
+/// whole from its pod, and the flows of step 2 asked again (all through edge2)
+/// get the pod they had. Then edge1 starts again and both edges agree.
+fn edge_lost(l: &mut Lab, loss: Loss) -> anyhow::Result<()> {
+    let what = loss.what();
     let vip = l.cfg.vip.clone();
     let running = long_downloads(l)?;
     let (w0, started) = (l.topo.counters()?, Instant::now());
@@ -304,10 +335,13 @@ fn edge_killed(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
         },
     )?;
     let t = Instant::now();
-    l.cluster.kill("edge1")?;
+    match loss {
+        Loss::Kill => l.cluster.kill("edge1")?,
+        Loss::Drain => l.cluster.terminate("edge1", Duration::from_secs(60))?,
+    }
     l.cluster.wait_ecmp(&vip, 1, Duration::from_secs(60))?;
     println!(
-        "kill -9 of edge1: the ToR has one next hop after {:?}",
+        "{loss:?} of edge1: the ToR has one next hop after {:?}",
         t.elapsed()
     );
     let outcomes: Vec<Finished> = running
@@ -322,18 +356,18 @@ fn edge_killed(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     // started before the kill; those that ended after it were in flight
     let in_flight = outcomes.iter().filter(|o| o.1 > t).count();
     println!(
-        "{FIGURE}edge killed: {kept} of {} long downloads finished whole from the pod that started them ({in_flight} were in flight at the kill)",
+        "{FIGURE}{what}: {kept} of {} long downloads finished whole from the pod that started them ({in_flight} were in flight when edge1 went)",
         outcomes.len()
     );
     ensure!(
         2 * in_flight >= outcomes.len(),
-        "only {in_flight} of {} downloads were in flight at the kill",
+        "only {in_flight} of {} downloads were in flight when edge1 went",
         outcomes.len()
     );
     let after = flow_map(l)?;
     let moved = flows::moved(&l.map1, &after);
     println!(
-        "{FIGURE}edge killed: {} of {} flows asked again through edge2 alone got the pod they had with both edges",
+        "{FIGURE}{what}: {} of {} flows asked again through edge2 alone got the pod they had with both edges",
         l.map1.len() - moved.len(),
         l.map1.len()
     );
