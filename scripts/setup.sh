@@ -23,6 +23,7 @@ TEST_PKGS=(
   libclang-dev                           # (used by some -sys crates' build scripts)
   pdns-server pdns-backend-bind          # the two-region lab's GTM (PowerDNS, LUA records)
   bind9-dnsutils                         # dig, asking it
+  binutils                               # strip: the IPVS VM lab's guest image (ringlb-lab ipvs-vm)
 )
 case $PROFILE in
   demo) PKGS=("${DEMO_PKGS[@]}") ;;

@@ -83,6 +83,19 @@ enum Cmd {
         #[arg(long, default_value_t = 2)]
         nodes: usize,
     },
+    /// Boot a Debian kernel under qemu with the lab inside it, both edges on
+    /// `--datapath ipvs`, and check flows across an edge kill and a backend removal
+    /// (docs/lab.md, "The IPVS lab in a VM").
+    IpvsVm(IpvsVmArgs),
+    /// (inside the VM, as /tests/ipvs_lab) the guest half of `ipvs-vm`.
+    #[command(hide = true)]
+    VmGuest {
+        #[arg(long)]
+        etc: PathBuf,
+    },
+    /// (run by qemu for each guest connection to the API) copy stdin/stdout to ADDR.
+    #[command(hide = true)]
+    Connect { addr: std::net::SocketAddr },
     /// (inside a pod namespace) answer HTTP with this pod's name.
     #[command(hide = true)]
     PodHttp {
@@ -91,6 +104,31 @@ enum Cmd {
         #[arg(long)]
         name: String,
     },
+}
+
+/// Flags of `ringlb-lab ipvs-vm`.
+#[derive(Debug, clap::Args)]
+struct IpvsVmArgs {
+    /// A kernel line of the matrix (5.10, 6.1, 6.12, newest) or a linux-image-* package.
+    #[arg(long, short = 'k', default_value = "6.12")]
+    kernel: String,
+    /// Kernels kept between runs (the kernel matrix's cache).
+    #[arg(long, env = "RINGLB_KERNEL_CACHE")]
+    cache: Option<PathBuf>,
+    /// Images, console, results.
+    #[arg(long, default_value = "target/ipvs-vm")]
+    out: PathBuf,
+    /// Flows (client source ports 40001..) in the per-flow maps.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..=999))]
+    flows: u16,
+    /// Long downloads in flight when an edge is killed (source ports 41001..).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u16).range(1..=999))]
+    long_flows: u16,
+    /// Seconds the guest may take from boot to power-off.
+    #[arg(long, default_value_t = 900)]
+    timeout: u64,
+    #[arg(long, default_value_t = 2048)]
+    memory_mb: u32,
 }
 
 const SERVICE: &str = "web";
@@ -532,6 +570,48 @@ fn run_control_plane(prefix: &str, dir: &std::path::Path, addrs: Addrs) -> anyho
     })
 }
 
+/// `ringlb-lab ipvs-vm`: the IPVS lab inside a matrix kernel under qemu.
+fn run_ipvs_vm(a: IpvsVmArgs) -> anyhow::Result<()> {
+    let o = lab::vm::host::Options {
+        kernel: a.kernel,
+        cache: a.cache.unwrap_or_else(ringlb_kernels::default_cache),
+        out: std::path::absolute(&a.out)?,
+        flows: a.flows,
+        long_flows: a.long_flows,
+        timeout: Duration::from_secs(a.timeout),
+        memory_mb: a.memory_mb,
+    };
+    if !lab::cmd::is_root() {
+        bail!("ipvs-vm needs root (apt-get for the kernel, namespaces in the guest)");
+    }
+    if !lab::vm::host::run(&o)? {
+        bail!("the IPVS lab failed; see {}", o.out.display());
+    }
+    Ok(())
+}
+
+/// `ringlb-lab connect ADDR`: stdin to ADDR, ADDR to stdout (flushed after each
+/// read: TLS records carry no newlines); exits when ADDR closes.
+fn connect(addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let s = std::net::TcpStream::connect(addr).with_context(|| format!("connecting {addr}"))?;
+    let mut to = s.try_clone()?;
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to);
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut from, mut out, mut buf) = (s, std::io::stdout().lock(), vec![0u8; 64 * 1024]);
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => return Ok(()),
+            Ok(n) => {
+                out.write_all(&buf[..n])?;
+                out.flush()?;
+            }
+        }
+    }
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let dir = dir_of(&args);
@@ -540,6 +620,9 @@ fn main() -> anyhow::Result<()> {
         Cmd::ControlPlane { net, edges, nodes } => {
             run_control_plane(&prefix, &dir, Addrs::region(net, edges, nodes))
         }
+        Cmd::IpvsVm(a) => run_ipvs_vm(a),
+        Cmd::VmGuest { etc } => std::process::exit(lab::vm::guest::run(&etc)),
+        Cmd::Connect { addr } => connect(addr),
         Cmd::PodHttp { listen, name } => {
             let l =
                 std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;

@@ -81,6 +81,15 @@ impl Bins {
     }
 }
 
+/// The datapath the lab's edges run (`ringlb-edge run --datapath`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeDatapath {
+    /// Native XDP on eth0 (the namespace lab, `make demo`).
+    Xdp,
+    /// Kernel IPVS with the `mh` scheduler and IPIP tunnels (the IPVS lab in a VM).
+    Ipvs,
+}
+
 /// The running programs of one lab; every daemon stops when this drops (and its log
 /// tail is printed when the drop happens during a panic, i.e. a failed test).
 #[derive(Debug)]
@@ -90,6 +99,7 @@ pub struct Cluster {
     pub addrs: Addrs,
     pub bins: Bins,
     pub daemons: Vec<Daemon>,
+    pub edge_datapath: EdgeDatapath,
     keep: bool,
 }
 
@@ -101,6 +111,7 @@ impl Cluster {
             addrs: topo.addrs.clone(),
             bins,
             daemons: Vec::new(),
+            edge_datapath: EdgeDatapath::Xdp,
             keep: false,
         }
     }
@@ -312,32 +323,35 @@ impl Cluster {
         let pin = pin_dir.display().to_string();
         self.daemons.retain_mut(|d| d.name != name || d.alive());
         let http = format!("0.0.0.0:{EDGE_HTTP_PORT}");
-        self.spawn(
+        let mut argv = vec![
+            edge.as_str(),
+            "--kubeconfig",
+            &kubeconfig,
+            "--metrics-addr",
+            &http,
+            "run",
+            "--node-name",
             &name,
-            &name,
-            &[
-                &edge,
-                "--kubeconfig",
-                &kubeconfig,
-                "--metrics-addr",
-                &http,
-                "run",
-                "--node-name",
-                &name,
+            "--source-v4",
+            &ip,
+            "--drain",
+            "0s",
+        ];
+        match self.edge_datapath {
+            EdgeDatapath::Xdp => argv.extend([
                 "--interface",
                 "eth0",
-                "--source-v4",
-                &ip,
                 "--xdp-mode",
                 "native",
                 "--pin-dir",
                 &pin,
                 "--mtu",
                 &mtu,
-                "--drain",
-                "0s",
-            ],
-        )
+            ]),
+            // IPVS tunnels to the pod IPs with `mh` (mh-port, mh-fallback: the defaults)
+            EdgeDatapath::Ipvs => argv.extend(["--datapath", "ipvs", "--forwarding", "tunnel"]),
+        }
+        self.spawn(&name, &name, &argv)
     }
 
     /// One `ringlb-edge node` per worker node namespace: tc programs on eth0 (the

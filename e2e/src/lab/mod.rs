@@ -32,8 +32,9 @@
 //! output), [`topology`] (the fabric above), [`api`] (control plane, kubelet, bridge,
 //! kubeconfigs), [`bridge`] (TCP from a namespace to the host), [`cluster`] (control
 //! plane daemon, controller, BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server),
-//! [`gtm`] (two such regions behind a core router, for the global traffic manager)
-//! and [`pdns`] (PowerDNS as that traffic manager).
+//! [`gtm`] (two such regions behind a core router, for the global traffic manager),
+//! [`pdns`] (PowerDNS as that traffic manager) and [`vm`] (the same lab with IPVS
+//! edges inside a Debian kernel under qemu).
 
 pub mod api;
 pub mod bridge;
@@ -47,10 +48,11 @@ pub mod measure;
 pub mod netns;
 pub mod pdns;
 pub mod topology;
+pub mod vm;
 
 use std::time::Duration;
 
-pub use cluster::{Bins, Cluster};
+pub use cluster::{Bins, Cluster, EdgeDatapath};
 pub use topology::{Addrs, Topology};
 
 /// What can go wrong in the lab.

@@ -125,6 +125,14 @@ impl Addrs {
     }
 }
 
+impl Addrs {
+    /// The IPVS lab's fabric (`ringlb-lab ipvs-vm`): the same, with a third worker
+    /// node and pod, so that removing one backend leaves two whose flows must stay.
+    pub fn three_workers() -> Addrs {
+        Addrs::region(210, 2, 3)
+    }
+}
+
 /// MTU of the fabric (edges, ToR, nodes, pods), as in most datacenters: the IPIP
 /// header's 20 bytes come out of the MSS, which the node agent clamps.
 pub const FABRIC_MTU: u32 = 1500;
