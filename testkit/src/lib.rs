@@ -27,6 +27,15 @@ pub mod objects {
     /// As `XDP_LB_BENCH`, and it never inserts into conntrack.
     pub static XDP_LB_BENCH_MISS: &[u8] =
         include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench_miss.o"));
+    /// The production XDP program as it was before the SYN-insert and VIP-filter
+    /// changes (`-DRINGLB_CT_INSERT_ON_SYN -DRINGLB_NO_VIP_FILTER`), for
+    /// side-by-side rows; and its two benchmark builds.
+    pub static XDP_LB_BEFORE: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_before.o"));
+    pub static XDP_LB_BEFORE_BENCH: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_before_bench.o"));
+    pub static XDP_LB_BEFORE_BENCH_MISS: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_before_bench_miss.o"));
     /// The node programs (`ringlb-node`) built to give the frame back after each
     /// run, so repeat > 1 times the decap and reply paths (benchmarks only).
     pub static NODE_BENCH: &[u8] =

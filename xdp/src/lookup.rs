@@ -30,8 +30,10 @@ pub enum CtState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lookup {
     /// No VIP entry for (address, port, protocol) nor the port-0 wildcard:
-    /// `XDP_PASS` (`pass_not_vip`). `conntrack` is `Miss`, or `Stale` for an
-    /// entry of a VIP that is gone (the program counts and deletes it).
+    /// `XDP_PASS` (`pass_not_vip`). `conntrack` is `Miss` (also when the
+    /// address's `vip_filter` bit is clear: then conntrack is not looked up at
+    /// all), or `Stale` for an entry of a VIP that is gone whose address still
+    /// has a VIP (the program counts and deletes it).
     NotVip { conntrack: CtState },
     /// Sent to backend `id` at `addr`. `slot` is the ring slot when the ring
     /// decided, `None` when conntrack did.
@@ -122,6 +124,21 @@ impl XdpDatapath {
             proto: flow.proto,
             family: flow.family,
         };
+        // 0. the VIP address filter: a clear bit passes before conntrack
+        let filter: Array<_, u64> = self.maps().map(abi::map::VIP_FILTER)?;
+        let daddr = flow
+            .daddr
+            .to_ip(flow.family)
+            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let bit = crate::vip_filter::bit(daddr);
+        let word = filter
+            .get(&(bit >> 6), 0)
+            .map_err(map_err(abi::map::VIP_FILTER))?;
+        if word >> (bit & 63) & 1 == 0 {
+            return Ok(Lookup::NotVip {
+                conntrack: CtState::Miss,
+            });
+        }
         // 1. conntrack first, as the program does (for any packet but a SYN):
         // an entry whose backend slot is live with the same generation decides
         let ct: HashMap<_, abi::Flow, abi::CtValue> = self.maps().map(abi::map::CONNTRACK)?;
