@@ -58,6 +58,12 @@ fn main() -> anyhow::Result<()> {
             name: "xdp_lb_bench_miss.o",
             defines: &["-DRINGLB_BENCH_RESTORE", "-DRINGLB_BENCH_NO_CT_INSERT"],
         },
+        // a SYN without the conntrack lookup (what that lookup costs)
+        Object {
+            source: "../xdp/bpf/xdp_lb.bpf.c",
+            name: "xdp_lb_syn_nolookup.o",
+            defines: &["-DRINGLB_BENCH_SYN_NO_LOOKUP"],
+        },
         // the same three, as the program was before (BEFORE)
         Object {
             source: "../xdp/bpf/xdp_lb.bpf.c",
