@@ -77,7 +77,10 @@ mod tests {
         let f = VipFilter::of(addrs.iter().copied());
         assert!(addrs.iter().all(|a| f.contains(*a)));
         let set: u32 = f.0.iter().map(|w| w.count_ones()).sum();
-        assert!(set > 990, "1,000 consecutive addresses share few bits: {set}");
+        assert!(
+            set > 990,
+            "1,000 consecutive addresses share few bits: {set}"
+        );
         // the edge's own address is not in it (this one's bit is clear)
         assert!(!f.contains("10.255.255.254".parse().unwrap()));
     }

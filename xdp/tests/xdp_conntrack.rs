@@ -157,7 +157,10 @@ fn established_flows_count_for_their_vip_after_a_ring_size_change() {
     let ring = |v: &Vip, m: usize| ServiceEntry::new(v, vec![ip("10.1.0.1")], vec![0; m]).unwrap();
     dp.apply(&state(vec![(a, ring(&a, 13))])).unwrap();
     let old_id = dp.programmed().vips[&a].vip_id;
-    let f = establish(&dp, &Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80));
+    let f = establish(
+        &dp,
+        &Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80),
+    );
     // A gets a ring of another size (a new vip_id); B is created and takes
     // A's old vip_id
     dp.apply(&state(vec![(a, ring(&a, 17))])).unwrap();
@@ -347,10 +350,17 @@ fn traffic_for_no_vip_address_skips_conntrack() {
         return;
     };
     let (a, b) = (vip4(), vip("10.100.0.2", 80, Proto::Tcp));
-    dp.apply(&state(vec![(a, svc(&a, &["10.1.0.1"], 0)), (b, svc(&b, &["10.1.0.1"], 0))]))
+    dp.apply(&state(vec![
+        (a, svc(&a, &["10.1.0.1"], 0)),
+        (b, svc(&b, &["10.1.0.1"], 0)),
+    ]))
+    .unwrap();
+    let to_a = establish(
+        &dp,
+        &Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80),
+    );
+    dp.apply(&state(vec![(b, svc(&b, &["10.1.0.1"], 0))]))
         .unwrap();
-    let to_a = establish(&dp, &Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80));
-    dp.apply(&state(vec![(b, svc(&b, &["10.1.0.1"], 0))])).unwrap();
     let (verdict, out) = run(&dp, &to_a.bytes());
     assert_eq!((verdict, out), (XDP_PASS, to_a.bytes()), "passed untouched");
     assert_eq!(counter(&dp, "pass_not_vip"), 1);
@@ -360,10 +370,59 @@ fn traffic_for_no_vip_address_skips_conntrack() {
     assert_eq!(counter(&dp, "pass_not_vip"), 2);
     // one service at a time (apply_service sets the bit, no full rebuild)
     let c = vip("10.100.0.3", 80, Proto::Tcp);
-    dp.apply_service(&c, Some(&svc(&c, &["10.1.0.1"], 0))).unwrap();
+    dp.apply_service(&c, Some(&svc(&c, &["10.1.0.1"], 0)))
+        .unwrap();
     let to_c = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.3"), 40000, 80);
     assert_eq!(
         run(&dp, &to_c.bytes()).1,
         encapped(&to_c, "10.0.0.11", "10.1.0.1", 0)
+    );
+}
+
+/// A SYN flood to one VIP (more SYNs than this CPU's conntrack LRU list
+/// holds, none followed by an ACK) evicts no established flow of another
+/// VIP: SYNs insert nothing (`ct_syn_ring` counts them), so every flow's entry
+/// is still there and its next packet hits. The program before (SYNs
+/// inserting) lost every such entry to the flood.
+#[test]
+fn a_syn_flood_evicts_no_established_flow() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    // one CPU: the LRU keeps a list per CPU, and the flood must overflow ours
+    ringlb_testkit::bench::pin_to_current_cpu().unwrap();
+    let cpus = aya::util::nr_cpus().unwrap() as u32;
+    let (a, b) = (vip4(), vip("10.100.0.2", 80, Proto::Tcp));
+    dp.apply(&state(vec![
+        (a, svc(&a, &["10.1.0.1", "10.1.0.2"], 0)),
+        (b, svc(&b, &["10.1.0.3", "10.1.0.4"], 0)),
+    ]))
+    .unwrap();
+    let flows: Vec<Frame> = (0..100u16)
+        .map(|k| {
+            establish(
+                &dp,
+                &Frame::tcp(ip("192.0.2.9"), ip("10.100.0.2"), 20000 + k, 80),
+            )
+        })
+        .collect();
+    assert_eq!(ct_entries(&dp), 100);
+    let flood = ringlb_xdp::abi::CT_SIZE / cpus * 5 / 4;
+    let mut syn = Frame::tcp(ip("198.51.100.1"), ip("10.100.0.1"), 1, 80);
+    for i in 0..flood {
+        syn.src = std::net::IpAddr::V4(std::net::Ipv4Addr::from(0xc633_0000 + (i >> 16)));
+        syn.sport = (i & 0xffff) as u16;
+        assert_eq!(run(&dp, &syn.bytes()).0, XDP_TX, "SYN {i}");
+    }
+    assert_eq!(counter(&dp, "ct_syn_ring"), u64::from(flood) + 100);
+    assert_eq!(ct_entries(&dp), 100, "the flood inserted nothing");
+    let hits = counter(&dp, "ct_hit");
+    for f in &flows {
+        assert_eq!(run(&dp, &f.bytes()).0, XDP_TX);
+    }
+    assert_eq!(
+        counter(&dp, "ct_hit"),
+        hits + 100,
+        "every flow still has its entry"
     );
 }

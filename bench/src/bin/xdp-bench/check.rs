@@ -24,9 +24,16 @@ pub fn encapped(input: &[u8], out: &[u8], vip: u32, backends: u32) -> anyhow::Re
         "next-hop MACs: {:02x?}",
         &out[..12]
     );
-    ensure!(out[12..14] == [0x08, 0x00], "ethertype {:02x?}", &out[12..14]);
+    ensure!(
+        out[12..14] == [0x08, 0x00],
+        "ethertype {:02x?}",
+        &out[12..14]
+    );
     let ip = &out[14..34];
-    ensure!(ip[0] == 0x45 && ip[9] == 4 && ip[8] == 64, "outer header {ip:02x?}");
+    ensure!(
+        ip[0] == 0x45 && ip[9] == 4 && ip[8] == 64,
+        "outer header {ip:02x?}"
+    );
     let inner_len = u16::from_be_bytes([input[16], input[17]]);
     ensure!(
         u16::from_be_bytes([ip[2], ip[3]]) == inner_len + 20,
@@ -36,14 +43,21 @@ pub fn encapped(input: &[u8], out: &[u8], vip: u32, backends: u32) -> anyhow::Re
         ringlb_testkit::packet::ipv4_checksum(ip) == 0,
         "outer checksum"
     );
-    ensure!(ip[12..16] == SRC4.octets(), "outer source {:?}", &ip[12..16]);
+    ensure!(
+        ip[12..16] == SRC4.octets(),
+        "outer source {:?}",
+        &ip[12..16]
+    );
     let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
     let first = match backend_addr(vip, 0) {
         IpAddr::V4(a) => u32::from(a),
         IpAddr::V6(_) => bail!("v4 only"),
     };
     let off = u32::from(dst).wrapping_sub(first);
-    ensure!(off < backends, "outer destination {dst} is no backend of VIP {vip}");
+    ensure!(
+        off < backends,
+        "outer destination {dst} is no backend of VIP {vip}"
+    );
     ensure!(out[34..] == input[14..], "inner packet changed");
     Ok(dst)
 }

@@ -10,7 +10,10 @@ use std::net::{IpAddr, Ipv4Addr};
 
 use anyhow::{Context, bail, ensure};
 use ringlb_maglev::{Backend, Table, flow_hash};
-use ringlb_xdp::{Datapath, DesiredState, xdp::{XdpDatapath, test_run}};
+use ringlb_xdp::{
+    Datapath, DesiredState,
+    xdp::{XdpDatapath, test_run},
+};
 
 use crate::Args;
 use crate::check;
@@ -43,7 +46,9 @@ fn exposed(a: &Args, now: &BTreeMap<u32, Ipv4Addr>) -> anyhow::Result<usize> {
     let mut n = 0;
     for (k, was) in now {
         let f = syn_frame(B, *k);
-        let to = table.lookup(flow_hash(f.src, f.dst, f.sport, f.dport, 6)).addr;
+        let to = table
+            .lookup(flow_hash(f.src, f.dst, f.sport, f.dport, 6))
+            .addr;
         n += usize::from(to != IpAddr::V4(*was));
     }
     Ok(n)
@@ -71,8 +76,14 @@ fn run_one(a: &Args, prod: &'static [u8]) -> anyhow::Result<Outcome> {
     let mut was = BTreeMap::new();
     for k in FLOW0..FLOW0 + a.flood_flows {
         let to = send(&dp, &syn(B, k), B, nb)?;
-        ensure!(send(&dp, &ack(B, k), B, nb)? == to, "flow {k}: ACK elsewhere");
-        ensure!(send(&dp, &ack(B, k), B, nb)? == to, "flow {k}: ACK elsewhere");
+        ensure!(
+            send(&dp, &ack(B, k), B, nb)? == to,
+            "flow {k}: ACK elsewhere"
+        );
+        ensure!(
+            send(&dp, &ack(B, k), B, nb)? == to,
+            "flow {k}: ACK elsewhere"
+        );
         was.insert(k, to);
     }
     // B's ring changes: twice the backends, every old one kept
@@ -133,13 +144,23 @@ pub fn section_flood(a: &Args) -> anyhow::Result<()> {
         a.flood_syns,
         a.flood_every
     );
-    println!("| program | moved | exposed | ACK rounds | ct_syn_ring | ct_hit (B's ACKs) | ct_miss | seconds |");
+    println!(
+        "| program | moved | exposed | ACK rounds | ct_syn_ring | ct_hit (B's ACKs) | ct_miss | seconds |"
+    );
     println!("|---|---|---|---|---|---|---|---|");
     for v in variants() {
         let o = run_one(a, v.prod)?;
         println!(
             "| {} | **{}** of {} | {} | {} | {} | {} | {} | {:.1} |",
-            v.name, o.moved, a.flood_flows, o.exposed, o.rounds, o.syn_ring, o.hits, o.misses, o.secs
+            v.name,
+            o.moved,
+            a.flood_flows,
+            o.exposed,
+            o.rounds,
+            o.syn_ring,
+            o.hits,
+            o.misses,
+            o.secs
         );
     }
     println!();

@@ -291,4 +291,3 @@ pub fn section_update(a: &Args) -> anyhow::Result<()> {
     println!();
     Ok(())
 }
-

@@ -11,7 +11,9 @@ use ringlb_xdp::{abi, xdp::test_run};
 
 use crate::Args;
 use crate::check;
-use crate::setup::{Variant, XDP_PASS, XDP_TX, ack, counter, desired, load, syn, syn_frame, variants};
+use crate::setup::{
+    Variant, XDP_PASS, XDP_TX, ack, counter, desired, load, syn, syn_frame, variants,
+};
 
 type Prog = aya::programs::Xdp;
 
@@ -68,7 +70,13 @@ fn method_s(
 /// New flows `first..first + n` of VIP `vip`: each flow's SYN, then its first
 /// ACK (the handshake), timed apart (method S). Both must reach the same
 /// backend of the VIP. Returns the mean ns of the SYNs and of the ACKs.
-fn handshakes(prog: &Prog, vip: u32, backends: u32, first: u32, n: u32) -> anyhow::Result<(f64, f64)> {
+fn handshakes(
+    prog: &Prog,
+    vip: u32,
+    backends: u32,
+    first: u32,
+    n: u32,
+) -> anyhow::Result<(f64, f64)> {
     let (mut s, mut a) = (Duration::ZERO, Duration::ZERO);
     let mut out = [0u8; 256];
     for i in first..first + n {
@@ -78,7 +86,8 @@ fn handshakes(prog: &Prog, vip: u32, backends: u32, first: u32, n: u32) -> anyho
             if verdict != XDP_TX {
                 bail!("flow {i} packet {k}: verdict {verdict}");
             }
-            dst[k] = check::encapped(p, &out[..len], vip, backends).with_context(|| format!("flow {i}"))?;
+            dst[k] = check::encapped(p, &out[..len], vip, backends)
+                .with_context(|| format!("flow {i}"))?;
             if k == 0 {
                 s += d;
             } else {
@@ -116,7 +125,13 @@ fn floors(a: &Args) -> anyhow::Result<()> {
 }
 
 /// Rows of one program variant with `vips` VIPs.
-fn rows(a: &Args, v: &Variant, d: &ringlb_xdp::DesiredState, vips: u32, cpus: u32) -> anyhow::Result<()> {
+fn rows(
+    a: &Args,
+    v: &Variant,
+    d: &ringlb_xdp::DesiredState,
+    vips: u32,
+    cpus: u32,
+) -> anyhow::Result<()> {
     let target = vips / 2;
     let nb = a.backends;
     let enc = |i: &[u8], o: &[u8]| check::encapped(i, o, target, nb).map(|_| ());
@@ -134,7 +149,13 @@ fn rows(a: &Args, v: &Variant, d: &ringlb_xdp::DesiredState, vips: u32, cpus: u3
     }
     drop(bench);
     let miss = load(v.miss, d)?;
-    let miss_r = method_r(miss.program()?, &syn(target, 7), a.repeat, XDP_TX, check::unchanged)?;
+    let miss_r = method_r(
+        miss.program()?,
+        &syn(target, 7),
+        a.repeat,
+        XDP_TX,
+        check::unchanged,
+    )?;
     drop(miss);
     // S: the production object
     let prod = load(v.prod, d)?;

@@ -37,7 +37,12 @@ pub fn backend_addr(vip: u32, b: u32) -> IpAddr {
     ))
 }
 
-pub fn service(i: u32, backends: u32, ring: u32, shift: u32) -> anyhow::Result<(Vip, ServiceEntry)> {
+pub fn service(
+    i: u32,
+    backends: u32,
+    ring: u32,
+    shift: u32,
+) -> anyhow::Result<(Vip, ServiceEntry)> {
     let vip = Vip {
         addr: vip_addr(i),
         port: 80,
@@ -138,7 +143,10 @@ pub fn variants() -> Vec<Variant> {
             miss: t::XDP_LB_BENCH_MISS,
         },
     ];
-    for e in std::env::var("RINGLB_BENCH_EXTRA").unwrap_or_default().split(',') {
+    for e in std::env::var("RINGLB_BENCH_EXTRA")
+        .unwrap_or_default()
+        .split(',')
+    {
         if let Some((name, path)) = e.split_once('=') {
             let bytes = std::fs::read(path).unwrap_or_else(|err| panic!("{path}: {err}"));
             v.push(Variant {

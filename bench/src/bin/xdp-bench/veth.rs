@@ -146,7 +146,8 @@ fn run_one(
                 Ok(match prog {
                     OnB0::Floor => {
                         let mut e = aya::Ebpf::load(ringlb_testkit::objects::XDP_FLOOR)?;
-                        let p: &mut Xdp = e.program_mut("ringlb_floor").context("floor")?.try_into()?;
+                        let p: &mut Xdp =
+                            e.program_mut("ringlb_floor").context("floor")?.try_into()?;
                         p.load()?;
                         p.attach("b0", XdpMode::Driver)?;
                         Box::new(e)
@@ -193,13 +194,17 @@ fn run_one(
             }
             Ok((sent, t.elapsed().as_secs_f64()))
         });
-        let sent = sender.join().map_err(|_| anyhow::anyhow!("sender panicked"))?;
+        let sent = sender
+            .join()
+            .map_err(|_| anyhow::anyhow!("sender panicked"))?;
         let (xdp1, tx1) = (
             xdp_stat(nb, "rx_queue_0_xdp_packets")?,
             xdp_stat(nb, "rx_queue_0_xdp_tx")?,
         );
         let _ = done_tx.send(());
-        holder.join().map_err(|_| anyhow::anyhow!("b0 thread panicked"))?;
+        holder
+            .join()
+            .map_err(|_| anyhow::anyhow!("b0 thread panicked"))?;
         let (sent, secs) = sent?;
         Ok(Figure {
             sent,
@@ -215,10 +220,27 @@ pub fn section_veth(a: &Args) -> anyhow::Result<()> {
     let na = Netns::create(&format!("rlbv-a-{pid}"))?;
     let nb = Netns::create(&format!("rlbv-b-{pid}"))?;
     sh(&[
-        "ip", "-n", &na.0, "link", "add", "a0", "type", "veth", "peer", "name", "b0", "netns", &nb.0,
+        "ip", "-n", &na.0, "link", "add", "a0", "type", "veth", "peer", "name", "b0", "netns",
+        &nb.0,
     ])?;
-    na.exec(&["ip", "link", "set", "a0", "address", "02:00:00:00:00:02", "up"])?;
-    nb.exec(&["ip", "link", "set", "b0", "address", "02:00:00:00:00:01", "up"])?;
+    na.exec(&[
+        "ip",
+        "link",
+        "set",
+        "a0",
+        "address",
+        "02:00:00:00:00:02",
+        "up",
+    ])?;
+    nb.exec(&[
+        "ip",
+        "link",
+        "set",
+        "b0",
+        "address",
+        "02:00:00:00:00:01",
+        "up",
+    ])?;
     // a0 drops what b0 sends back (veth delivers XDP_TX frames only to a peer with XDP)
     let nan = na.0.clone();
     let _drop = std::thread::spawn(move || -> anyhow::Result<aya::Ebpf> {
@@ -241,7 +263,9 @@ pub fn section_veth(a: &Args) -> anyhow::Result<()> {
          own difference. pps = b0's rx_queue_0_xdp_tx per second.\n",
         a.veth_secs
     );
-    println!("| program on b0 | sent | b0 XDP packets | b0 XDP_TX | seconds | XDP_TX pps | vs floor |");
+    println!(
+        "| program on b0 | sent | b0 XDP packets | b0 XDP_TX | seconds | XDP_TX pps | vs floor |"
+    );
     println!("|---|---|---|---|---|---|---|");
     let mut floor_pps = 0.0;
     for (name, prog) in [("ringlb_floor", OnB0::Floor), ("ringlb_xdp", OnB0::Ringlb)] {
