@@ -1,8 +1,9 @@
 //! `XdpDatapath::lookup`: what the XDP program would do with a 5-tuple now,
-//! decided step by step as `bpf/xdp_lb.bpf.c` does (conntrack with its
-//! generation check, then the VIP and the port-0 wildcard, then the Maglev
-//! ring), from the live maps, for any packet but a TCP SYN (a SYN skips
-//! conntrack: the ring decides, which `slot` shows on a miss). Read-only: nothing is inserted. The operator's
+//! decided step by step as `bpf/xdp_lb.bpf.c` does (the VIP address filter,
+//! conntrack with its generation check, then the VIP and the port-0 wildcard,
+//! then the Maglev ring), from the live maps, for any packet but a TCP SYN (a
+//! SYN does not use conntrack: the ring decides, which `slot` shows on a
+//! miss). Read-only: nothing is inserted. The operator's
 //! `ringlb-edge datapath lookup` prints it; `tests/xdp_lookup.rs` checks it
 //! against BPF_PROG_TEST_RUN.
 
