@@ -612,6 +612,46 @@ fn connect(addr: std::net::SocketAddr) -> anyhow::Result<()> {
     }
 }
 
+/// `ringlb-lab bench`: the lab up, `measure` in the ToR namespace, the lab down.
+fn run_bench(prefix: String, dir: PathBuf, services: usize) -> anyhow::Result<()> {
+    if let Some(why) = lab::skip_reason() {
+        bail!("{why}");
+    }
+    if !(1..=200).contains(&services) {
+        bail!("--services must be 1..=200 (the lab's pool has 241 addresses)");
+    }
+    let (p2, d2) = (prefix.clone(), dir.clone());
+    with_teardown_on_signal(prefix, dir, move || {
+        let mut p = Printer::new(9);
+        let result = bring_up(&p2, &d2, &mut p).and_then(|r| {
+            p.step(&format!("bench: {services} Services, one after the other"));
+            let tor = r.topo.ns("tor");
+            let kc = r.cluster.kubeconfig().display().to_string();
+            let lab_bin = r.cluster.bins.lab.display().to_string();
+            let n = services.to_string();
+            let status = std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &tor,
+                    &lab_bin,
+                    "measure",
+                    "--kubeconfig",
+                    &kc,
+                ])
+                .args(["--services", &n, "--edges", "2", "--port", "8080"])
+                .status()
+                .context("running ringlb-lab measure in the ToR namespace")?;
+            if !status.success() {
+                bail!("measure failed ({status})");
+            }
+            Ok(())
+        });
+        topology::teardown(&p2, &d2);
+        result
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let dir = dir_of(&args);
@@ -642,44 +682,7 @@ fn main() -> anyhow::Result<()> {
             print_samples(&samples);
             Ok(())
         }
-        Cmd::Bench { services } => {
-            if let Some(why) = lab::skip_reason() {
-                bail!("{why}");
-            }
-            if !(1..=200).contains(&services) {
-                bail!("--services must be 1..=200 (the lab's pool has 241 addresses)");
-            }
-            let (p2, d2) = (prefix.clone(), dir.clone());
-            with_teardown_on_signal(prefix, dir, move || {
-                let mut p = Printer::new(9);
-                let result = bring_up(&p2, &d2, &mut p).and_then(|r| {
-                    p.step(&format!("bench: {services} Services, one after the other"));
-                    let tor = r.topo.ns("tor");
-                    let kc = r.cluster.kubeconfig().display().to_string();
-                    let lab_bin = r.cluster.bins.lab.display().to_string();
-                    let n = services.to_string();
-                    let status = std::process::Command::new("ip")
-                        .args([
-                            "netns",
-                            "exec",
-                            &tor,
-                            &lab_bin,
-                            "measure",
-                            "--kubeconfig",
-                            &kc,
-                        ])
-                        .args(["--services", &n, "--edges", "2", "--port", "8080"])
-                        .status()
-                        .context("running ringlb-lab measure in the ToR namespace")?;
-                    if !status.success() {
-                        bail!("measure failed ({status})");
-                    }
-                    Ok(())
-                });
-                topology::teardown(&p2, &d2);
-                result
-            })
-        }
+        Cmd::Bench { services } => run_bench(prefix, dir, services),
         Cmd::Down => {
             let removed = topology::teardown(&prefix, &dir);
             if removed.is_empty() {
