@@ -46,7 +46,7 @@ lint:
 unit:
 	$(CARGO) nextest run --workspace --no-fail-fast
 
-test: setup k8s fmt lint unit kernels
+test: setup k8s fmt lint unit kernels ipvs-vm
 
 crds:
 	$(CARGO) run -q -p ringlb-crds --bin crdgen
@@ -79,3 +79,13 @@ first-install:
 kernels:
 	bash scripts/kernel-setup.sh
 	$(CARGO) run -q -p ringlb-kernels --bin kernel-matrix -- --out $(CARGO_TARGET_DIR)/kernel-matrix
+
+# The IPVS lab in a VM (root): the namespace lab with both edges on
+# `--datapath ipvs`, a BIRD ToR with ECMP and three worker nodes, inside one
+# matrix kernel (6.12) under qemu; the control plane stays on the host.
+# docs/lab.md, "The IPVS lab in a VM".
+.PHONY: ipvs-vm
+ipvs-vm: k8s
+	bash scripts/kernel-setup.sh
+	$(CARGO) build -q -p ringlb-e2e -p ringlb-edge -p ringlb-controller --bins
+	$(CARGO_TARGET_DIR)/debug/ringlb-lab ipvs-vm --kernel 6.12 --out $(CARGO_TARGET_DIR)/ipvs-vm

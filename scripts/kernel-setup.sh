@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Host tools for the kernel test matrix (`make kernels`, docs/kernels.md): qemu,
 # a static busybox for the guests' userland, cpio, and the tools the tests call
-# inside the guests (iproute2, iptables). Idempotent; installs only what is missing.
+# inside the guests (iproute2, iptables, ipvsadm). Idempotent; installs only what is missing.
 #
 # qemu comes from bookworm-backports on a bookworm host: bookworm's own qemu 7.2
 # pulls in a qemu-utils older than the one some machine images ship. The backports
@@ -9,8 +9,8 @@
 # nothing else on the host moves to them.
 set -euo pipefail
 
-BINS=(qemu-system-x86_64 cpio xz zstd ip iptables)
-PKGS=(busybox-static cpio xz-utils zstd iproute2 iptables kmod)
+BINS=(qemu-system-x86_64 cpio xz zstd ip iptables ipvsadm)
+PKGS=(busybox-static cpio xz-utils zstd iproute2 iptables ipvsadm kmod)
 
 missing=()
 for p in "${PKGS[@]}"; do

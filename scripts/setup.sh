@@ -22,6 +22,9 @@ TEST_PKGS=(
   iptables tcpdump                       # kube-proxy comparison, captures
   iputils-ping python3                   # helpers
   libclang-dev                           # (used by some -sys crates' build scripts)
+  pdns-server pdns-backend-bind          # the two-region lab's GTM (PowerDNS, LUA records)
+  bind9-dnsutils                         # dig, asking it
+  binutils                               # strip: the IPVS VM lab's guest image (ringlb-lab ipvs-vm)
 )
 case $PROFILE in
   demo) PKGS=("${DEMO_PKGS[@]}") ;;
@@ -44,9 +47,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# BIRD, gobgpd and FRR are only used as test and lab peers: keep the packaged services
-# from running on the host.
-for svc in bird gobgpd frr; do
+# BIRD, gobgpd, FRR and PowerDNS are only used as test and lab peers: keep the
+# packaged services from running on the host.
+for svc in bird gobgpd frr pdns; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
     systemctl stop "$svc" || true
   fi

@@ -10,7 +10,13 @@ const XDP_HEADERS: &[&str] = &[
     "../xdp/bpf/abi.h",
     "../xdp/bpf/parse.h",
     "../xdp/bpf/flow_hash.h",
+    "../xdp/bpf/conntrack.h",
+    "../xdp/bpf/vip_filter.h",
 ];
+
+/// The program before the SYN-insert and VIP-filter changes (both restored by
+/// flags), for the benchmark's side-by-side "before" rows.
+const BEFORE: [&str; 2] = ["-DRINGLB_CT_INSERT_ON_SYN", "-DRINGLB_NO_VIP_FILTER"];
 
 /// The node program's headers: its benchmark build follows them.
 const NODE_HEADERS: &[&str] = &[
@@ -51,6 +57,33 @@ fn main() -> anyhow::Result<()> {
             source: "../xdp/bpf/xdp_lb.bpf.c",
             name: "xdp_lb_bench_miss.o",
             defines: &["-DRINGLB_BENCH_RESTORE", "-DRINGLB_BENCH_NO_CT_INSERT"],
+        },
+        // a SYN without the conntrack lookup (what that lookup costs)
+        Object {
+            source: "../xdp/bpf/xdp_lb.bpf.c",
+            name: "xdp_lb_syn_nolookup.o",
+            defines: &["-DRINGLB_BENCH_SYN_NO_LOOKUP"],
+        },
+        // the same three, as the program was before (BEFORE)
+        Object {
+            source: "../xdp/bpf/xdp_lb.bpf.c",
+            name: "xdp_lb_before.o",
+            defines: &BEFORE,
+        },
+        Object {
+            source: "../xdp/bpf/xdp_lb.bpf.c",
+            name: "xdp_lb_before_bench.o",
+            defines: &["-DRINGLB_BENCH_RESTORE", BEFORE[0], BEFORE[1]],
+        },
+        Object {
+            source: "../xdp/bpf/xdp_lb.bpf.c",
+            name: "xdp_lb_before_bench_miss.o",
+            defines: &[
+                "-DRINGLB_BENCH_RESTORE",
+                "-DRINGLB_BENCH_NO_CT_INSERT",
+                BEFORE[0],
+                BEFORE[1],
+            ],
         },
     ];
     compile(&objects, XDP_HEADERS, &["../xdp/bpf"])?;

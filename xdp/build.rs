@@ -3,7 +3,13 @@
 use ringlb_bpf_build::{Object, compile};
 
 /// Every header the program includes: a change to any of them rebuilds it.
-const HEADERS: &[&str] = &["bpf/abi.h", "bpf/parse.h", "bpf/flow_hash.h"];
+const HEADERS: &[&str] = &[
+    "bpf/abi.h",
+    "bpf/parse.h",
+    "bpf/flow_hash.h",
+    "bpf/conntrack.h",
+    "bpf/vip_filter.h",
+];
 
 fn main() -> anyhow::Result<()> {
     let objects = [Object {

@@ -10,6 +10,7 @@
 #   @@DONE
 # Settings arrive as kernel command-line variables: ringlb_timeout (seconds per
 # test executable), ringlb_tests (which executables, comma-separated; default all).
+# An executable with a /tests/<name>.args file (a benchmark) gets those arguments.
 set -o pipefail
 export PATH=/usr/sbin:/usr/bin:/sbin:/bin
 mount -t proc proc /proc
@@ -37,7 +38,10 @@ tests=$(echo "${ringlb_tests:-}" | tr , " ")
 for t in ${tests:-$(ls /tests)}; do
   say "@@BEGIN $t at $(cut -d' ' -f1 /proc/uptime)s"
   # a test's panic message and skips go to stderr: keep them with its line
-  timeout "${ringlb_timeout:-300}" "/tests/$t" --test-threads 1 --nocapture 2>&1 | tee $R
+  # a benchmark (kernel-matrix --bench) brings its own arguments in /tests/<name>.args
+  args="--test-threads 1 --nocapture"
+  [ -f "/tests/$t.args" ] && args=$(cat "/tests/$t.args")
+  timeout "${ringlb_timeout:-300}" "/tests/$t" $args 2>&1 | tee $R
   rc=$?
   say "@@END $t $rc at $(cut -d' ' -f1 /proc/uptime)s"
   # leftovers of a failed test must not break the next one

@@ -26,13 +26,21 @@ const TOOLS: &[&str] = &[
     "/usr/sbin/ip",
     "/usr/sbin/tc",
     "/usr/sbin/xtables-nft-multi",
+    // the IPVS tests' independent read-back (`ipvsadm -Ln`)
+    "/usr/sbin/ipvsadm",
 ];
 /// iptables-nft finds its match and target plugins here (dlopen).
 const XTABLES_PLUGINS: &str = "/usr/lib/x86_64-linux-gnu/xtables";
 
 /// Modules the tests need where Debian builds them as modules: veth pairs, VLAN
 /// devices, clsact + cls_bpf for the tc fallback before tcx, nftables for the
-/// counters `iptables` reads in the node namespace test.
+/// counters `iptables` reads in the node namespace test; IPVS with the Maglev
+/// scheduler and the IPIP device the pods decapsulate with (`ip_vs` pulls in
+/// nf_conntrack, nf_defrag_ipv4/6 and libcrc32c; `ipip` tunnel4 and ip_tunnel),
+/// a bridge for the shared L2 that IPVS direct routing needs, and the virtio NIC
+/// through which the IPVS lab's guest reaches the host's kube-apiserver (qemu
+/// user networking; `ringlb-lab ipvs-vm`, docs/lab.md; `virtio_pci` is built in
+/// from 6.12, a module before).
 pub const MODULES: &[&str] = &[
     "veth",
     "8021q",
@@ -47,6 +55,14 @@ pub const MODULES: &[&str] = &[
     "x_tables",
     "xt_tcpudp",
     "xt_tcp",
+    "ip_vs",
+    "ip_vs_mh",
+    "ipip",
+    "bridge",
+    "virtio_pci",
+    "virtio_net",
+    // the IPVS lab's ToR counters (`counter name`): a module before 6.12
+    "nft_objref",
 ];
 
 /// A directory being filled as the guest's root.
@@ -156,8 +172,14 @@ pub fn ldd_paths(ldd: &str) -> Vec<String> {
         .collect()
 }
 
-/// The common archive: busybox, tools, the test executables under /tests, /init.
-pub fn build_common(stage: &Path, tests: &[(String, PathBuf)], out: &Path) -> Result<()> {
+/// The common archive: busybox, tools, the test executables under /tests (with
+/// `/tests/<name>.args` where `args` names arguments for one), /init.
+pub fn build_common(
+    stage: &Path,
+    tests: &[(String, PathBuf)],
+    args: &[(String, String)],
+    out: &Path,
+) -> Result<()> {
     let fs = Rootfs::new(stage)?;
     for d in ["proc", "sys", "dev", "run", "tmp", "etc", "var"] {
         fs::create_dir_all(fs.dst(d))?;
@@ -191,6 +213,9 @@ pub fn build_common(stage: &Path, tests: &[(String, PathBuf)], out: &Path) -> Re
     fs.symlink("/bin/busybox", "/sbin/modprobe")?;
     for (name, exe) in tests {
         fs.copy_with_libs(exe, &format!("/tests/{name}"))?;
+    }
+    for (name, a) in args {
+        fs.write(&format!("/tests/{name}.args"), a.as_bytes(), false)?;
     }
     fs.write("/etc/passwd", b"root:x:0:0:root:/root:/bin/sh\n", false)?;
     fs.write("/init", INIT.as_bytes(), true)?;

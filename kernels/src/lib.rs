@@ -45,6 +45,9 @@ pub struct Plan {
     pub boot: BootOptions,
     pub jobs: usize,
     pub refresh: bool,
+    /// A benchmark of `ringlb-bench` to run instead of the tests: its name and
+    /// arguments (`boot.tests` must name it).
+    pub bench: Option<(String, String)>,
 }
 
 /// Fetches and prepares the kernels (sequentially: apt holds a lock).
@@ -112,15 +115,53 @@ pub fn run_guests(plan: &Plan, kernels: &[Kernel], common: &Path) -> Vec<(String
     v.into_iter().map(|(_, l, g)| (l, g)).collect()
 }
 
+/// A benchmark in each guest instead of the tests: its output per kernel on
+/// stdout and in `bench.md`; true when it ran to the end with status 0 everywhere.
+pub fn run_bench(plan: &Plan, name: &str, args: &str) -> Result<bool> {
+    let kernels = prepare_kernels(plan)?;
+    let exe = testbins::build_bench(&plan.workspace, name)?;
+    std::fs::create_dir_all(&plan.out)?;
+    let common = plan.out.join("common.cpio");
+    let tests = [(name.to_string(), exe)];
+    let args = [(name.to_string(), args.to_string())];
+    initramfs::build_common(&plan.out.join("stage"), &tests, &args, &common)?;
+    std::fs::remove_dir_all(plan.out.join("stage"))?;
+    run_guests(plan, &kernels, &common);
+    let mut all_ok = true;
+    let mut md = String::new();
+    for k in &kernels {
+        let results = std::fs::read_to_string(plan.out.join(&k.label).join("results.txt"))
+            .unwrap_or_default();
+        let text = match report::section(&results, name) {
+            Some((out, 0)) => out,
+            Some((out, rc)) => {
+                all_ok = false;
+                format!("{out}\n(exit status {rc})\n")
+            }
+            None => {
+                all_ok = false;
+                "(did not finish; see console.log)\n".to_string()
+            }
+        };
+        md.push_str(&format!("## {name} in {} ({})\n\n{text}\n", k.label, k.abi));
+    }
+    std::fs::write(plan.out.join("bench.md"), &md)?;
+    println!("\n{md}");
+    Ok(all_ok)
+}
+
 /// The whole matrix; true when nothing failed unexpectedly.
 pub fn run(plan: &Plan) -> Result<bool> {
+    if let Some((name, args)) = &plan.bench {
+        return run_bench(plan, name, args);
+    }
     let t0 = Instant::now();
     let kernels = prepare_kernels(plan)?;
     let t_kernels = t0.elapsed();
     let tests = testbins::build(&plan.workspace, &plan.boot.tests)?;
     std::fs::create_dir_all(&plan.out)?;
     let common = plan.out.join("common.cpio");
-    initramfs::build_common(&plan.out.join("stage"), &tests, &common)?;
+    initramfs::build_common(&plan.out.join("stage"), &tests, &[], &common)?;
     std::fs::remove_dir_all(plan.out.join("stage"))?;
     let t_built = t0.elapsed();
     let runs = run_guests(plan, &kernels, &common);

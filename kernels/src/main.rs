@@ -42,6 +42,13 @@ struct Args {
     /// apt-get update the private lists even if they are recent.
     #[arg(long)]
     refresh: bool,
+    /// Run this benchmark program of ringlb-bench (release build) in each guest
+    /// instead of the tests, e.g. ipvs-bench; prints its report per kernel.
+    #[arg(long, conflicts_with = "tests")]
+    bench: Option<String>,
+    /// The benchmark's arguments.
+    #[arg(long, default_value = "", allow_hyphen_values = true)]
+    bench_args: String,
 }
 
 fn main() -> ExitCode {
@@ -64,9 +71,15 @@ fn main() -> ExitCode {
             smp: a.smp,
             timeout: Duration::from_secs(a.timeout),
             test_timeout: Duration::from_secs(a.test_timeout),
-            tests: a.tests,
+            tests: match &a.bench {
+                Some(b) => vec![b.clone()],
+                None => a.tests,
+            },
+            extra_initrd: Vec::new(),
+            qemu_args: Vec::new(),
         },
         refresh: a.refresh,
+        bench: a.bench.map(|b| (b, a.bench_args)),
     };
     match ringlb_kernels::run(&plan) {
         Ok(true) => ExitCode::SUCCESS,

@@ -27,6 +27,11 @@ pub struct BootOptions {
     pub test_timeout: Duration,
     /// Test executables to run (empty: all in the image).
     pub tests: Vec<String>,
+    /// More newc archives appended to the initramfs after the module archive
+    /// (files of a scenario that are not test executables).
+    pub extra_initrd: Vec<PathBuf>,
+    /// More qemu arguments (a scenario's NIC; the matrix adds none).
+    pub qemu_args: Vec<String>,
 }
 
 /// What a boot left behind.
@@ -57,6 +62,9 @@ pub fn boot(k: &Kernel, common: &Path, dir: &Path, o: &BootOptions) -> Result<Bo
         let mut f = fs::File::create(&initrd)?;
         f.write_all(&fs::read(common)?)?;
         f.write_all(&fs::read(&k.modules)?)?;
+        for extra in &o.extra_initrd {
+            f.write_all(&fs::read(extra).with_context(|| extra.display().to_string())?)?;
+        }
     }
     let (console, results) = (dir.join("console.log"), dir.join("results.txt"));
     let accel = match o.accel.as_str() {
@@ -72,6 +80,7 @@ pub fn boot(k: &Kernel, common: &Path, dir: &Path, o: &BootOptions) -> Result<Bo
         .args(["-smp", &o.smp.to_string(), "-m", &o.memory_mb.to_string()])
         .args(["-display", "none", "-monitor", "none", "-nodefaults"])
         .args(["-no-reboot"])
+        .args(&o.qemu_args)
         .arg("-serial")
         .arg(format!("file:{}", console.display()))
         .arg("-serial")

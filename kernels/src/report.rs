@@ -122,6 +122,22 @@ struct Running {
 
 /// Parses the results port. With `--nocapture` a test's own output sits between
 /// `test NAME ... ` and its status word (alone on a line then).
+/// What the guest printed between `@@BEGIN <bin>` and `@@END <bin>`, and the
+/// exit status (a benchmark's output; `None` if it never began or ended).
+pub fn section(text: &str, bin: &str) -> Option<(String, i32)> {
+    let begin = text.find(&format!("@@BEGIN {bin} "))?;
+    let body = &text[begin..];
+    let body = &body[body.find('\n')? + 1..];
+    let end_marker = format!("@@END {bin} ");
+    let end = body.find(&end_marker)?;
+    let rc = body[end + end_marker.len()..]
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some((body[..end].to_string(), rc))
+}
+
 pub fn parse(text: &str) -> GuestReport {
     let mut r = GuestReport::default();
     let mut bin: Option<String> = None;
@@ -310,6 +326,22 @@ pub fn table(runs: &[(String, GuestReport)]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_benchmark_section_is_cut_out_with_its_status() {
+        let t = "@@KERNEL 6.1\n@@BEGIN ipvs-bench at 3.1s\n| a | b |\nratio 2.0\n@@END ipvs-bench 0 at 9.5s\n@@DONE\n";
+        assert_eq!(
+            section(t, "ipvs-bench"),
+            Some(("| a | b |\nratio 2.0\n".to_string(), 0))
+        );
+        let failed = "@@BEGIN x at 1s\nError: no IPVS\n@@END x 1 at 2s\n";
+        assert_eq!(
+            section(failed, "x"),
+            Some(("Error: no IPVS\n".to_string(), 1))
+        );
+        assert_eq!(section("@@BEGIN x at 1s\nhung", "x"), None);
+        assert_eq!(section(t, "other"), None);
+    }
 
     const PORT: &str = "@@KERNEL 6.1.0-56-amd64\r
 @@MODULE veth ok

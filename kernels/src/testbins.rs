@@ -9,7 +9,8 @@ use std::{
 use anyhow::{Context, Result, bail};
 
 /// (package, test target): the BPF_PROG_TEST_RUN fixtures (exact bytes), then
-/// real traffic in namespaces, then the real-VLAN next-hop resolver.
+/// real traffic in namespaces, then the real-VLAN next-hop resolver, then the
+/// IPVS datapath against the kernel's IPVS (read-back, then real TCP).
 pub const TESTS: &[(&str, &str)] = &[
     ("ringlb-xdp", "xdp_fixtures"),
     ("ringlb-xdp", "xdp_vlan"),
@@ -19,6 +20,8 @@ pub const TESTS: &[(&str, &str)] = &[
     ("ringlb-xdp", "xdp_netns"),
     ("ringlb-node", "node_netns"),
     ("ringlb-xdp", "nexthop_netlink"),
+    ("ringlb-ipvs", "ipvs_kernel"),
+    ("ringlb-ipvs", "ipvs_netns"),
 ];
 
 /// Test executables named by their target, from cargo's JSON messages.
@@ -84,6 +87,35 @@ pub fn build(workspace: &Path, wanted: &[String]) -> Result<Vec<(String, PathBuf
         .collect()
 }
 
+/// Builds the benchmark program `name` of `ringlb-bench` (release: its figures
+/// are what it is for); its path.
+pub fn build_bench(workspace: &Path, name: &str) -> Result<PathBuf> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+    eprintln!("kernel-matrix: building the benchmark {name} (release)");
+    let out = Command::new(cargo)
+        .args(["build", "--release", "-p", "ringlb-bench", "--bin", name])
+        .arg("--message-format=json-render-diagnostics")
+        .current_dir(workspace)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .output()
+        .context("cargo build --release -p ringlb-bench")?;
+    if !out.status.success() {
+        bail!("cargo build of the benchmark {name} failed");
+    }
+    bench_executable(&String::from_utf8_lossy(&out.stdout), name)
+        .with_context(|| format!("cargo built no binary named {name} in ringlb-bench"))
+}
+
+/// The binary `name` among cargo's JSON messages.
+pub fn bench_executable(json_lines: &str, name: &str) -> Option<PathBuf> {
+    json_lines
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["reason"] == "compiler-artifact" && v["target"]["name"] == name)
+        .find_map(|v| v["executable"].as_str().map(PathBuf::from))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,6 +126,11 @@ mod tests {
 {"reason":"compiler-artifact","target":{"name":"xdp_fixtures","kind":["test"]},"profile":{"test":true},"executable":"/t/debug/deps/xdp_fixtures-2e7a"}
 {"reason":"build-finished","success":true}
 not json"#;
+        assert_eq!(
+            bench_executable(json, "xdp_fixtures"),
+            Some(PathBuf::from("/t/debug/deps/xdp_fixtures-2e7a"))
+        );
+        assert_eq!(bench_executable(json, "ringlb_xdp"), None);
         assert_eq!(
             executables(json),
             [(

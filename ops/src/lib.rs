@@ -7,6 +7,7 @@ pub mod backoff;
 pub mod flags;
 pub mod health;
 pub mod http;
+pub mod kernel;
 pub mod logging;
 pub mod netns;
 

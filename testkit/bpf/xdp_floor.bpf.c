@@ -30,4 +30,11 @@ int ringlb_pass(struct xdp_md *ctx)
 	return XDP_PASS;
 }
 
+/* xdp-bench's veth section: the sender's end drops what comes back */
+SEC("xdp")
+int ringlb_drop(struct xdp_md *ctx)
+{
+	return XDP_DROP;
+}
+
 char _license[] SEC("license") = "GPL";

@@ -12,8 +12,9 @@ pub mod packet;
 /// Test-only BPF objects (built by build.rs from `bpf/`).
 pub mod objects {
     use aya::include_bytes_aligned;
-    /// MAC swap + XDP_TX (`ringlb_floor`) and XDP_PASS (`ringlb_pass`): the floor
-    /// of the XDP benchmark and the pass program veth XDP_TX needs on the peer.
+    /// MAC swap + XDP_TX (`ringlb_floor`), XDP_PASS (`ringlb_pass`) and XDP_DROP
+    /// (`ringlb_drop`): the floor of the XDP benchmark, and the programs veth
+    /// XDP_TX needs on the peer.
     pub static XDP_FLOOR: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_floor.o"));
     /// Floors of the node (tc) benchmark: parse Ethernet + IP + ports and
     /// TC_ACT_OK (`ringlb_tc_floor`), and TC_ACT_OK alone (`ringlb_tc_ok`).
@@ -27,6 +28,19 @@ pub mod objects {
     /// As `XDP_LB_BENCH`, and it never inserts into conntrack.
     pub static XDP_LB_BENCH_MISS: &[u8] =
         include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench_miss.o"));
+    /// The production XDP program as it was before the SYN-insert and VIP-filter
+    /// changes (`-DRINGLB_CT_INSERT_ON_SYN -DRINGLB_NO_VIP_FILTER`), for
+    /// side-by-side rows; and its two benchmark builds.
+    /// The production XDP program, but a SYN does not look conntrack up (no
+    /// rewrite of a reused 5-tuple's entry): what that lookup costs.
+    pub static XDP_LB_SYN_NOLOOKUP: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_syn_nolookup.o"));
+    pub static XDP_LB_BEFORE: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_before.o"));
+    pub static XDP_LB_BEFORE_BENCH: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_before_bench.o"));
+    pub static XDP_LB_BEFORE_BENCH_MISS: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_before_bench_miss.o"));
     /// The node programs (`ringlb-node`) built to give the frame back after each
     /// run, so repeat > 1 times the decap and reply paths (benchmarks only).
     pub static NODE_BENCH: &[u8] =

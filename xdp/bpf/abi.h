@@ -21,6 +21,8 @@
 #define RINGLB_MAX_BACKENDS  1048576  /* backend ids, one per (VIP, pod) pair; id 0 is "none" (40 MiB) */
 #define RINGLB_MAX_RING_SIZE 65537    /* largest Maglev table M (prime) */
 #define RINGLB_CT_SIZE       262144   /* conntrack entries (LRU, per-CPU lists) */
+#define RINGLB_VIP_FILTER_BITS  16       /* vip_filter: 2^16 bits of VIP addresses */
+#define RINGLB_VIP_FILTER_WORDS 1024     /* ... in 64-bit words (8 KiB) */
 
 /* ---- families (same values as AF_INET / AF_INET6) ------------------------- */
 #define RINGLB_AF_INET  2
@@ -87,6 +89,9 @@ struct ringlb_ct_value {
  * after a restart; the program reads it on a conntrack hit, which skips the
  * vips lookup, to count the packet for the right VIP. BPF_F_MMAPABLE. */
 
+/* ---- vip_filter: ARRAY word -> __u64, a Bloom filter of VIP addresses ---- */
+/* bit ringlb_vip_filter_bit(daddr) (vip_filter.h) set = maybe a VIP address */
+
 /* ---- config: ARRAY[1] ------------------------------------------------------ */
 struct ringlb_config {
 	__u32 src4;       /* be, outer source for IPv4 outer headers; 0 = no v4 encap */
@@ -127,10 +132,15 @@ enum ringlb_stat {
 	RINGLB_ST_FIB_FALLBACK,    /* next hop came from bpf_fib_lookup */
 	RINGLB_ST_ICMP_TOO_BIG,    /* too big for the tunnel: answered with ICMP Frag Needed
 				    * (IPv4 with DF) or ICMPv6 Packet Too Big, XDP_TX */
+	RINGLB_ST_CT_SYN_RING,     /* a SYN forwarded by the ring without a conntrack insert
+				    * (the flow's next packet inserts): a SYN flood evicts
+				    * no established flow */
+	RINGLB_ST_CT_SYN_REWRITE,  /* a SYN found its 5-tuple's old entry naming another
+				    * backend (port reuse after a ring change): rewritten */
 	RINGLB_ST_MAX,
 };
 
 /* ---- map names (the loader finds maps by these) ----------------------------- */
-/* vips, rings, backends, conntrack, owners, config, vip_stats, stats */
+/* vips, rings, backends, conntrack, owners, config, vip_stats, stats, vip_filter */
 
 #endif /* RINGLB_ABI_H */

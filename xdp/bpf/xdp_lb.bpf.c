@@ -3,11 +3,12 @@
  * xdp_lb.bpf.c - the ringlb edge datapath (XDP).
  *
  *   parse (eth [+vlan], ipv4|ipv6, tcp|udp; TCP SYN flag)
+ *     -> vip_filter[daddr] clear?      not a VIP address: XDP_PASS (vip_filter.h)
  *     -> conntrack[5-tuple]           (not for a SYN) hit, and the backend id
  *                                     still has the entry's generation? done
  *     -> else vips[(daddr, dport, proto)]  (then the port-0 wildcard)
  *        -> rings[vip_id][flow_hash % M]   (Maglev, flow_hash.h)
- *        -> conntrack insert {backend id, generation}
+ *        -> conntrack insert {backend id, generation} (not by a SYN: conntrack.h)
  *     -> backends[id]: pod IP + next-hop MACs resolved by the loader
  *     -> push outer IPv4 (proto 4/41) or IPv6 (nexthdr 41/4) header
  *     -> L2 header of the next hop: its MACs, and its VLAN tag (pushed,
@@ -20,9 +21,10 @@
  * skipped for them. This is only safe because backend ids are allocated per
  * (VIP, pod) pair: when a pod leaves a VIP, or the VIP is deleted, the loader
  * retires that pair's id (family 0, or a new generation on reuse), and every
- * conntrack entry of that VIP to that pod turns stale. A SYN skips the
- * conntrack lookup (as Katran does): it opens a new connection, which the ring
- * decides, and the insert below replaces whatever entry the 5-tuple had.
+ * conntrack entry of that VIP to that pod turns stale. A SYN does not use its
+ * entry: it opens a new connection, which the ring decides; it inserts none
+ * either (the flow's next packet does), and rewrites an entry the 5-tuple
+ * still had from an earlier connection if it names another backend.
  * A packet that would not fit config.mtu once encapsulated is answered with
  * ICMP Fragmentation Needed (IPv4 with DF) or ICMPv6 Packet Too Big from the
  * VIP, by XDP_TX (ringlb_too_big); IPv4 without DF is passed.
@@ -34,6 +36,10 @@
  *                            path every time (it reuses one buffer)
  *   -DRINGLB_BENCH_NO_CT_INSERT  never insert into conntrack: every repeat is
  *                            a conntrack miss + Maglev ring lookup
+ *   -DRINGLB_CT_INSERT_ON_SYN    a SYN inserts (conntrack.h), and
+ *   -DRINGLB_NO_VIP_FILTER       no VIP address filter (vip_filter.h): with
+ *                            both, the program before those two changes, for
+ *                            side-by-side rows
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -46,6 +52,8 @@
 #include "abi.h"
 #include "parse.h"
 #include "flow_hash.h"
+#include "conntrack.h"
+#include "vip_filter.h"
 
 #ifndef IPPROTO_IPV6
 #define IPPROTO_IPV6 41
@@ -84,14 +92,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct ringlb_backend);
 } backends SEC(".maps");
-
-struct {
-	__uint(type, BPF_MAP_TYPE_LRU_HASH);
-	__uint(max_entries, RINGLB_CT_SIZE);
-	__uint(map_flags, BPF_F_NO_COMMON_LRU); /* per-CPU LRU lists, shared entries */
-	__type(key, struct ringlb_flow);
-	__type(value, struct ringlb_ct_value);
-} conntrack SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_ARRAY);
@@ -295,6 +295,11 @@ int ringlb_xdp(struct xdp_md *ctx)
 		count(reason);
 		return XDP_PASS;
 	}
+	/* the node's own traffic: no conntrack, no vips lookups */
+	if (!ringlb_maybe_vip(pkt.flow.daddr)) {
+		count(RINGLB_ST_PASS_NOT_VIP);
+		return XDP_PASS;
+	}
 	frame_len = data_end - data;
 
 	const struct ringlb_config *cfg = bpf_map_lookup_elem(&config, &zero);
@@ -309,7 +314,11 @@ int ringlb_xdp(struct xdp_md *ctx)
 	__u32 vip_id = 0;
 	int stale = 0;
 	be = 0;
-	ct = pkt.syn ? 0 : bpf_map_lookup_elem(&conntrack, &pkt.flow);
+	ct = ringlb_ct_lookup(&pkt.flow, pkt.syn);
+	/* a SYN's entry is never used, only rewritten once the ring chose */
+	struct ringlb_ct_value *syn_ct __attribute__((unused)) = pkt.syn ? ct : 0;
+	if (pkt.syn)
+		ct = 0;
 	if (ct) {
 		bid = ct->backend_id;
 		be = bpf_map_lookup_elem(&backends, &bid);
@@ -347,7 +356,7 @@ int ringlb_xdp(struct xdp_md *ctx)
 		}
 		vip_id = vip->vip_id;
 		int use_ct = !(vip->flags & RINGLB_VIP_F_NO_CT);
-		if (use_ct && !stale)
+		if (use_ct && !stale && (!pkt.syn || RINGLB_SYN_INSERTS))
 			count(RINGLB_ST_CT_MISS);
 
 		void *ring = bpf_map_lookup_elem(&rings, &vip_id);
@@ -371,8 +380,9 @@ int ringlb_xdp(struct xdp_md *ctx)
 		}
 #ifndef RINGLB_BENCH_NO_CT_INSERT
 		if (use_ct) {
-			struct ringlb_ct_value nv = { .backend_id = bid, .gen = be->gen };
-			bpf_map_update_elem(&conntrack, &pkt.flow, &nv, BPF_ANY);
+			__u32 st = ringlb_ct_record(&pkt.flow, pkt.syn, syn_ct, bid, be->gen);
+			if (st)
+				count(st);
 		} else if (stale) {
 			bpf_map_delete_elem(&conntrack, &pkt.flow);
 		}

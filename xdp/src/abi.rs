@@ -17,6 +17,9 @@ pub const MAX_VIPS: u32 = 65_536;
 pub const MAX_BACKENDS: u32 = 1_048_576;
 pub const MAX_RING_SIZE: u32 = 65_537;
 pub const CT_SIZE: u32 = 262_144;
+/// `vip_filter`: 2^VIP_FILTER_BITS bits in VIP_FILTER_WORDS 64-bit words.
+pub const VIP_FILTER_BITS: u32 = 16;
+pub const VIP_FILTER_WORDS: u32 = 1024;
 
 pub const VIP_F_NO_CT: u32 = 0x1;
 pub const CFG_F_FIB_FALLBACK: u32 = 0x1;
@@ -36,9 +39,11 @@ pub mod map {
     pub const CONFIG: &str = "config";
     pub const VIP_STATS: &str = "vip_stats";
     pub const STATS: &str = "stats";
+    /// word -> u64: a Bloom filter of the VIP addresses (`vip_filter.rs`).
+    pub const VIP_FILTER: &str = "vip_filter";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 8] = [
-        VIPS, RINGS, BACKENDS, CONNTRACK, OWNERS, CONFIG, VIP_STATS, STATS,
+    pub const ALL: [&str; 9] = [
+        VIPS, RINGS, BACKENDS, CONNTRACK, OWNERS, CONFIG, VIP_STATS, STATS, VIP_FILTER,
     ];
 }
 
@@ -163,9 +168,11 @@ pub enum Stat {
     CtStale,
     FibFallback,
     IcmpTooBig,
+    CtSynRing,
+    CtSynRewrite,
 }
 
-pub const STAT_MAX: u32 = 19;
+pub const STAT_MAX: u32 = 21;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -188,6 +195,8 @@ impl Stat {
         Stat::CtStale,
         Stat::FibFallback,
         Stat::IcmpTooBig,
+        Stat::CtSynRing,
+        Stat::CtSynRewrite,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -212,6 +221,8 @@ impl Stat {
             Stat::CtStale => "ct_stale",
             Stat::FibFallback => "fib_fallback",
             Stat::IcmpTooBig => "icmp_too_big",
+            Stat::CtSynRing => "ct_syn_ring",
+            Stat::CtSynRewrite => "ct_syn_rewrite",
         }
     }
 }
@@ -289,6 +300,8 @@ mod tests {
         assert_eq!(define("RINGLB_MAX_BACKENDS"), MAX_BACKENDS);
         assert_eq!(define("RINGLB_MAX_RING_SIZE"), MAX_RING_SIZE);
         assert_eq!(define("RINGLB_CT_SIZE"), CT_SIZE);
+        assert_eq!(define("RINGLB_VIP_FILTER_BITS"), VIP_FILTER_BITS);
+        assert_eq!(define("RINGLB_VIP_FILTER_WORDS"), VIP_FILTER_WORDS);
         assert_eq!(define("RINGLB_AF_INET"), AF_INET as u32);
         assert_eq!(define("RINGLB_AF_INET6"), AF_INET6 as u32);
         assert_eq!(define("RINGLB_VIP_F_NO_CT"), VIP_F_NO_CT);

@@ -12,6 +12,7 @@ use ringlb_nexthop::{NextHop, Resolver};
 
 use crate::maps::{Maps, read_back, run_ops};
 use crate::state::{View, plan, plan_update};
+use crate::vip_filter::VipFilter;
 use crate::{
     ApplyStats, Counters, Datapath, DesiredState, Error, MapOp, Programmed, ServiceEntry, Vip, abi,
 };
@@ -34,6 +35,7 @@ impl<M: Maps> Applier<M> {
             resolver,
         };
         me.view.set(me.read_programmed()?);
+        me.rebuild_vip_filter()?;
         Ok(me)
     }
 
@@ -68,7 +70,19 @@ impl<M: Maps> Applier<M> {
         let (ops, next) = plan(self.view.plannable()?, desired)?;
         let st = self.run_or_resync(&ops, next.last_generation)?;
         self.view.set(next);
+        self.rebuild_vip_filter()?;
         Ok(st)
+    }
+
+    /// Makes `vip_filter` exactly the view's VIP addresses: clears the bits of
+    /// deleted VIPs (run_ops only ever sets bits). Only from a known view,
+    /// which is what the `vips` map holds.
+    fn rebuild_vip_filter(&mut self) -> Result<(), Error> {
+        if !self.view.is_known() {
+            return Ok(());
+        }
+        let f = VipFilter::of(self.view.vips.keys().map(|v| v.addr));
+        self.maps.vip_filter_set(&f)
     }
 
     /// Changes one service (`None` removes it) without looking at any other:
@@ -263,6 +277,9 @@ mod tests {
     fn converged(a: &Applier<MemoryMaps>, want: &DesiredState) {
         let m = a.maps();
         assert_eq!(m.vips.len(), want.services.len());
+        // the filter: exactly the VIP addresses once a full apply succeeded
+        let f = crate::vip_filter::VipFilter::of(m.vips.keys().map(|v| v.addr));
+        assert_eq!(m.vip_filter, f, "vip_filter");
         for (v, info) in &m.vips {
             let ring = &m.rings[&info.vip_id];
             assert_eq!(ring.len(), info.ring_size as usize);
@@ -294,9 +311,8 @@ mod tests {
         };
         assert!(total > 3, "a change of several writes: {total}");
         for k in 0..total {
-            let mut maps = base.maps().clone();
-            maps.fail_after = Some(k);
-            let mut ap = applier(maps);
+            let mut ap = applier(base.maps().clone());
+            ap.maps_mut().fail_after = Some(k);
             let err = ap.apply(&after).expect_err("write {k} fails");
             assert!(err.to_string().contains("injected"), "{err}");
             assert!(ap.view_known(), "the re-read succeeded");

@@ -24,6 +24,7 @@ pub mod maps;
 
 pub mod readback;
 pub mod state;
+pub mod vip_filter;
 pub mod xdp;
 
 pub use ringlb_bpf_types::BpfError;

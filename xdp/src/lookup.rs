@@ -1,8 +1,9 @@
 //! `XdpDatapath::lookup`: what the XDP program would do with a 5-tuple now,
-//! decided step by step as `bpf/xdp_lb.bpf.c` does (conntrack with its
-//! generation check, then the VIP and the port-0 wildcard, then the Maglev
-//! ring), from the live maps, for any packet but a TCP SYN (a SYN skips
-//! conntrack: the ring decides, which `slot` shows on a miss). Read-only: nothing is inserted. The operator's
+//! decided step by step as `bpf/xdp_lb.bpf.c` does (the VIP address filter,
+//! conntrack with its generation check, then the VIP and the port-0 wildcard,
+//! then the Maglev ring), from the live maps, for any packet but a TCP SYN (a
+//! SYN does not use conntrack: the ring decides, which `slot` shows on a
+//! miss). Read-only: nothing is inserted. The operator's
 //! `ringlb-edge datapath lookup` prints it; `tests/xdp_lookup.rs` checks it
 //! against BPF_PROG_TEST_RUN.
 
@@ -30,8 +31,10 @@ pub enum CtState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Lookup {
     /// No VIP entry for (address, port, protocol) nor the port-0 wildcard:
-    /// `XDP_PASS` (`pass_not_vip`). `conntrack` is `Miss`, or `Stale` for an
-    /// entry of a VIP that is gone (the program counts and deletes it).
+    /// `XDP_PASS` (`pass_not_vip`). `conntrack` is `Miss` (also when the
+    /// address's `vip_filter` bit is clear: then conntrack is not looked up at
+    /// all), or `Stale` for an entry of a VIP that is gone whose address still
+    /// has a VIP (the program counts and deletes it).
     NotVip { conntrack: CtState },
     /// Sent to backend `id` at `addr`. `slot` is the ring slot when the ring
     /// decided, `None` when conntrack did.
@@ -122,6 +125,21 @@ impl XdpDatapath {
             proto: flow.proto,
             family: flow.family,
         };
+        // 0. the VIP address filter: a clear bit passes before conntrack
+        let filter: Array<_, u64> = self.maps().map(abi::map::VIP_FILTER)?;
+        let daddr = flow
+            .daddr
+            .to_ip(flow.family)
+            .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED));
+        let bit = crate::vip_filter::bit(daddr);
+        let word = filter
+            .get(&(bit >> 6), 0)
+            .map_err(map_err(abi::map::VIP_FILTER))?;
+        if word >> (bit & 63) & 1 == 0 {
+            return Ok(Lookup::NotVip {
+                conntrack: CtState::Miss,
+            });
+        }
         // 1. conntrack first, as the program does (for any packet but a SYN):
         // an entry whose backend slot is live with the same generation decides
         let ct: HashMap<_, abi::Flow, abi::CtValue> = self.maps().map(abi::map::CONNTRACK)?;

@@ -96,6 +96,14 @@ pub(crate) fn check_abi(maps: &KernelMaps) -> Result<(), Error> {
     ] {
         check_capacity(name, data, want, "abi.h", FIX)?;
     }
+    let filter: Array<_, u64> = maps.map(VIP_FILTER)?;
+    check_capacity(
+        VIP_FILTER,
+        filter.map(),
+        abi::VIP_FILTER_WORDS,
+        "abi.h",
+        FIX,
+    )?;
     let _: Array<_, abi::ConfigValue> = maps.map(CONFIG)?;
     let _: PerCpuArray<_, abi::VipStats> = maps.map(VIP_STATS)?;
     let stats: PerCpuArray<_, u64> = maps.map(STATS)?;

@@ -1,7 +1,8 @@
 //! Conntrack in the XDP program, by BPF_PROG_TEST_RUN with exact output
 //! frames: conntrack is looked up before the VIP (so a retired (VIP, pod) id
-//! must turn its entries stale), a SYN skips it, a hit counts for the VIP that
-//! owns the id, and established flows keep their backend while it exists.
+//! must turn its entries stale), a SYN neither follows nor inserts an entry
+//! (the flow's next packet inserts), a hit counts for the VIP that owns the
+//! id, and established flows keep their backend while it exists.
 //! Needs root (BPF); skips loudly otherwise.
 
 mod xdp_support;
@@ -18,9 +19,11 @@ fn a_deleted_vip_stops_forwarding_its_established_flows() {
     let Some(mut dp) = load(1500, true) else {
         return;
     };
+    // B on A's address (another port): the address stays a VIP address, so
+    // A's packets still reach conntrack (vip_filter passes them)
     let (a, b) = (
         vip("10.100.0.1", 80, Proto::Tcp),
-        vip("10.100.0.2", 80, Proto::Tcp),
+        vip("10.100.0.1", 443, Proto::Tcp),
     );
     dp.apply(&state(vec![
         (a, svc(&a, &["10.1.0.1"], 0)),
@@ -28,11 +31,8 @@ fn a_deleted_vip_stops_forwarding_its_established_flows() {
     ]))
     .unwrap();
     let to_a = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
-    let to_b = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.2"), 40000, 80);
-    for f in [&to_a, &to_b] {
-        assert_eq!(run(&dp, &f.bytes()).0, XDP_TX, "first packet");
-    }
-    let (to_a, to_b) = (to_a.established(), to_b.established());
+    let to_b = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 443);
+    let (to_a, to_b) = (establish(&dp, &to_a), establish(&dp, &to_b));
     assert_eq!(run(&dp, &to_a.bytes()).0, XDP_TX);
     assert_eq!(counter(&dp, "ct_hit"), 1);
 
@@ -55,12 +55,13 @@ fn a_deleted_vip_stops_forwarding_its_established_flows() {
     assert_eq!(counter(&dp, "ct_hit"), 2);
 }
 
-/// A SYN opens a connection, so it skips conntrack and follows the ring (and
-/// its insert replaces the 5-tuple's entry); any other packet of the flow,
-/// SYN|ACK included, follows conntrack. A TCP header cut before the flags
+/// A SYN opens a connection, so it follows the ring and inserts nothing (a
+/// SYN flood evicts no entry); the flow's next packet inserts, and any later
+/// packet, SYN|ACK included, follows conntrack. A SYN on a 5-tuple whose old
+/// entry names another backend rewrites it. A TCP header cut before the flags
 /// byte is not taken for a SYN.
 #[test]
-fn a_syn_skips_conntrack_and_other_packets_follow_it() {
+fn a_syn_follows_the_ring_and_inserts_nothing() {
     let Some(mut dp) = load(1500, true) else {
         return;
     };
@@ -73,10 +74,22 @@ fn a_syn_skips_conntrack_and_other_packets_follow_it() {
         tcp_flags: 0x12,
         ..syn.clone()
     };
+    for _ in 0..3 {
+        assert_eq!(
+            run(&dp, &syn.bytes()).1,
+            encapped(&syn, "10.0.0.11", "10.1.0.1", 0)
+        );
+    }
+    assert_eq!(counter(&dp, "ct_syn_ring"), 3);
+    assert_eq!(counter(&dp, "ct_miss"), 0, "no SYN inserted");
+    assert_eq!(ct_entries(&dp), 0);
+    // the handshake's ACK inserts
     assert_eq!(
-        run(&dp, &syn.bytes()).1,
-        encapped(&syn, "10.0.0.11", "10.1.0.1", 0)
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.1", 0)
     );
+    assert_eq!(counter(&dp, "ct_miss"), 1);
+    assert_eq!(ct_entries(&dp), 1);
     // the ring moves the flow's hash to .2; .1 still exists
     dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 1))]))
         .unwrap();
@@ -115,13 +128,15 @@ fn a_syn_skips_conntrack_and_other_packets_follow_it() {
         "a cut header is not a SYN"
     );
 
-    // a new SYN on the same 5-tuple: the ring decides (.2) and replaces the entry
+    // a new SYN on the same 5-tuple: the ring decides (.2) and rewrites the
+    // entry in place, so the new connection's ACK follows its SYN
     assert_eq!(
         run(&dp, &syn.bytes()).1,
         encapped(&syn, "10.0.0.11", "10.1.0.2", 0)
     );
-    assert_eq!(counter(&dp, "ct_miss"), miss0 + 1);
-    assert_eq!(counter(&dp, "ct_hit"), hit0 + 3, "the SYN did not look");
+    assert_eq!(counter(&dp, "ct_syn_rewrite"), 1);
+    assert_eq!(counter(&dp, "ct_miss"), miss0, "nothing inserted");
+    assert_eq!(counter(&dp, "ct_hit"), hit0 + 3, "the SYN did not use it");
     assert_eq!(
         run(&dp, &ack.bytes()).1,
         encapped(&ack, "10.0.0.11", "10.1.0.2", 0)
@@ -142,8 +157,10 @@ fn established_flows_count_for_their_vip_after_a_ring_size_change() {
     let ring = |v: &Vip, m: usize| ServiceEntry::new(v, vec![ip("10.1.0.1")], vec![0; m]).unwrap();
     dp.apply(&state(vec![(a, ring(&a, 13))])).unwrap();
     let old_id = dp.programmed().vips[&a].vip_id;
-    let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
-    assert_eq!(run(&dp, &f.bytes()).0, XDP_TX);
+    let f = establish(
+        &dp,
+        &Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80),
+    );
     // A gets a ring of another size (a new vip_id); B is created and takes
     // A's old vip_id
     dp.apply(&state(vec![(a, ring(&a, 17))])).unwrap();
@@ -151,7 +168,6 @@ fn established_flows_count_for_their_vip_after_a_ring_size_change() {
         .unwrap();
     assert_ne!(dp.programmed().vips[&a].vip_id, old_id);
     assert_eq!(dp.programmed().vips[&b].vip_id, old_id, "B reuses the id");
-    let f = f.established();
     for _ in 0..3 {
         assert_eq!(
             run(&dp, &f.bytes()).1,
@@ -166,7 +182,7 @@ fn established_flows_count_for_their_vip_after_a_ring_size_change() {
             .find(|(x, _, _)| *x == v)
             .map_or(0, |e| e.1)
     };
-    assert_eq!(packets(a), 3, "counted for A");
+    assert_eq!(packets(a), 3, "counted for A (the new ring's counters)");
     assert_eq!(packets(b), 0, "not for B, which has A's old vip_id");
 }
 
@@ -180,12 +196,12 @@ fn conntrack_keeps_flows_on_their_backend_while_it_exists() {
     let new = Frame::tcp(ip("192.0.2.8"), ip("10.100.0.1"), 40000, 80);
     dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
         .unwrap();
+    // the handshake's ACK inserts; later packets are ACKs
+    let old = establish(&dp, &old);
     assert_eq!(
         run(&dp, &old.bytes()).1,
         encapped(&old, "10.0.0.11", "10.1.0.1", 0)
     );
-    // later packets of the flow are ACKs: a SYN would skip conntrack
-    let old = old.established();
     // the ring now sends everything to .2, but .1 still exists
     dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 1))]))
         .unwrap();
@@ -200,7 +216,7 @@ fn conntrack_keeps_flows_on_their_backend_while_it_exists() {
         run(&dp, &new.bytes()).1,
         encapped(&new, "10.0.0.11", "10.1.0.2", 0)
     );
-    assert_eq!(counter(&dp, "ct_hit"), 1);
+    assert_eq!(counter(&dp, "ct_hit"), 2);
     // .1 is removed: its flows move to the ring's choice
     dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2"], 0))]))
         .unwrap();
@@ -229,11 +245,11 @@ fn stale_conntrack_never_follows_a_reused_backend_id() {
     let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
     dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
         .unwrap();
+    let f = establish(&dp, &f);
     assert_eq!(
         run(&dp, &f.bytes()).1,
         encapped(&f, "10.0.0.11", "10.1.0.1", 0)
     );
-    let f = f.established();
     // remove .1 (its id is freed; nothing re-inserts the flow meanwhile) ...
     dp.apply(&state(vec![(v, svc(&v, &["10.1.0.2"], 0))]))
         .unwrap();
@@ -269,10 +285,12 @@ fn turning_conntrack_off_unpins_established_flows() {
         encapped(&syn, "10.0.0.11", "10.1.0.1", 0)
     );
     let ack = syn.established();
-    assert_eq!(
-        run(&dp, &ack.bytes()).1,
-        encapped(&ack, "10.0.0.11", "10.1.0.1", 0)
-    );
+    for _ in 0..2 {
+        assert_eq!(
+            run(&dp, &ack.bytes()).1,
+            encapped(&ack, "10.0.0.11", "10.1.0.1", 0)
+        );
+    }
     assert_eq!(counter(&dp, "ct_hit"), 1, "the flow is pinned");
     // conntrack off, and the ring now sends the flow to .2 (.1 still exists)
     let before = dp
@@ -304,4 +322,107 @@ fn turning_conntrack_off_unpins_established_flows() {
     // how: same id, same pod, a new generation
     assert_eq!(after.id, before.id);
     assert_ne!(after.generation, before.generation);
+}
+
+/// The handshake: `syn` (which inserts nothing), then its ACK (which inserts
+/// the flow's entry). Returns the ACK frame for the flow's later packets.
+fn establish(dp: &ringlb_xdp::xdp::XdpDatapath, syn: &Frame) -> Frame {
+    assert_eq!(run(dp, &syn.bytes()).0, XDP_TX, "SYN");
+    let ack = syn.clone().established();
+    assert_eq!(run(dp, &ack.bytes()).0, XDP_TX, "the handshake's ACK");
+    ack
+}
+
+/// Entries in the conntrack map.
+fn ct_entries(dp: &ringlb_xdp::xdp::XdpDatapath) -> usize {
+    let m: aya::maps::HashMap<_, ringlb_xdp::abi::Flow, ringlb_xdp::abi::CtValue> =
+        dp.maps().map(ringlb_xdp::abi::map::CONNTRACK).unwrap();
+    m.keys().count()
+}
+
+/// Traffic to an address no VIP has (the node's own: BGP, SSH) is passed
+/// before conntrack: an entry a deleted VIP left is not even looked at
+/// (`ct_stale` stays 0), and a VIP added later on that address is forwarded
+/// from its first packet (its filter bit is set before its entry).
+#[test]
+fn traffic_for_no_vip_address_skips_conntrack() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let (a, b) = (vip4(), vip("10.100.0.2", 80, Proto::Tcp));
+    dp.apply(&state(vec![
+        (a, svc(&a, &["10.1.0.1"], 0)),
+        (b, svc(&b, &["10.1.0.1"], 0)),
+    ]))
+    .unwrap();
+    let to_a = establish(
+        &dp,
+        &Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80),
+    );
+    dp.apply(&state(vec![(b, svc(&b, &["10.1.0.1"], 0))]))
+        .unwrap();
+    let (verdict, out) = run(&dp, &to_a.bytes());
+    assert_eq!((verdict, out), (XDP_PASS, to_a.bytes()), "passed untouched");
+    assert_eq!(counter(&dp, "pass_not_vip"), 1);
+    assert_eq!(counter(&dp, "ct_stale"), 0, "conntrack not looked up");
+    let node = Frame::tcp(ip("192.0.2.7"), ip("10.0.0.11"), 40000, 22).established();
+    assert_eq!(run(&dp, &node.bytes()).0, XDP_PASS);
+    assert_eq!(counter(&dp, "pass_not_vip"), 2);
+    // one service at a time (apply_service sets the bit, no full rebuild)
+    let c = vip("10.100.0.3", 80, Proto::Tcp);
+    dp.apply_service(&c, Some(&svc(&c, &["10.1.0.1"], 0)))
+        .unwrap();
+    let to_c = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.3"), 40000, 80);
+    assert_eq!(
+        run(&dp, &to_c.bytes()).1,
+        encapped(&to_c, "10.0.0.11", "10.1.0.1", 0)
+    );
+}
+
+/// A SYN flood to one VIP (more SYNs than this CPU's conntrack LRU list
+/// holds, none followed by an ACK) evicts no established flow of another
+/// VIP: SYNs insert nothing (`ct_syn_ring` counts them), so every flow's entry
+/// is still there and its next packet hits. The program before (SYNs
+/// inserting) lost every such entry to the flood.
+#[test]
+fn a_syn_flood_evicts_no_established_flow() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    // one CPU: the LRU keeps a list per CPU, and the flood must overflow ours
+    ringlb_testkit::bench::pin_to_current_cpu().unwrap();
+    let cpus = aya::util::nr_cpus().unwrap() as u32;
+    let (a, b) = (vip4(), vip("10.100.0.2", 80, Proto::Tcp));
+    dp.apply(&state(vec![
+        (a, svc(&a, &["10.1.0.1", "10.1.0.2"], 0)),
+        (b, svc(&b, &["10.1.0.3", "10.1.0.4"], 0)),
+    ]))
+    .unwrap();
+    let flows: Vec<Frame> = (0..100u16)
+        .map(|k| {
+            establish(
+                &dp,
+                &Frame::tcp(ip("192.0.2.9"), ip("10.100.0.2"), 20000 + k, 80),
+            )
+        })
+        .collect();
+    assert_eq!(ct_entries(&dp), 100);
+    let flood = ringlb_xdp::abi::CT_SIZE / cpus * 5 / 4;
+    let mut syn = Frame::tcp(ip("198.51.100.1"), ip("10.100.0.1"), 1, 80);
+    for i in 0..flood {
+        syn.src = std::net::IpAddr::V4(std::net::Ipv4Addr::from(0xc633_0000 + (i >> 16)));
+        syn.sport = (i & 0xffff) as u16;
+        assert_eq!(run(&dp, &syn.bytes()).0, XDP_TX, "SYN {i}");
+    }
+    assert_eq!(counter(&dp, "ct_syn_ring"), u64::from(flood) + 100);
+    assert_eq!(ct_entries(&dp), 100, "the flood inserted nothing");
+    let hits = counter(&dp, "ct_hit");
+    for f in &flows {
+        assert_eq!(run(&dp, &f.bytes()).0, XDP_TX);
+    }
+    assert_eq!(
+        counter(&dp, "ct_hit"),
+        hits + 100,
+        "every flow still has its entry"
+    );
 }

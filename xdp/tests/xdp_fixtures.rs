@@ -391,6 +391,13 @@ fn maglev_ring_in_the_kernel_agrees_with_the_rust_table() {
             encapped(&f, "10.0.0.11", &want.to_string(), 0),
             "flow {src}:{sport}"
         );
+        // the handshake's ACK inserts the entry (the SYN does not)
+        let ack = f.clone().established();
+        assert_eq!(
+            run(&dp, &ack.bytes()).1,
+            encapped(&ack, "10.0.0.11", &want.to_string(), 0),
+            "ACK of {src}:{sport}"
+        );
         // the operator lookup answers the same, now from conntrack
         let (raw_s, fam) = ringlb_xdp::abi::RawAddr::from_ip(src);
         let flow = ringlb_xdp::abi::Flow {

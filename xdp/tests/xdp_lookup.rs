@@ -384,8 +384,9 @@ fn next_hops_are_resolved_once_per_pod_not_per_id() {
 
 /// On a conntrack hit the program counts the packet for the VIP that owns
 /// the backend id, without looking at `vips`; `lookup` names that VIP, also
-/// when an exact VIP:port appeared after a wildcard VIP's flow began. When
-/// the VIPs are gone, the stale entry is reported (and deleted by the program).
+/// when an exact VIP:port appeared after a wildcard VIP's flow began. A
+/// retired id's entry is reported stale; once no VIP has the address, the
+/// packet is passed before conntrack (vip_filter).
 #[test]
 fn lookup_names_the_owning_vip_and_a_deleted_vips_stale_entry() {
     let Some(mut dp) = load(None) else { return };
@@ -414,24 +415,32 @@ fn lookup_names_the_owning_vip_and_a_deleted_vips_stale_entry() {
         "new flows: the exact VIP"
     );
 
-    dp.apply(&state(vec![])).unwrap();
+    // the exact VIP goes, the wildcard stays: the address is still a VIP
+    // address, so the flow's entry is looked up and found stale
+    dp.apply(&state(vec![(w, svc(&w, &[q], 0))])).unwrap();
     let (out, said) = agree(&dp, flow.0, flow.1);
-    assert_eq!(out, Outcome::Pass);
+    assert_eq!(out, Outcome::To(ip(q), false), "the ring decides again");
     assert!(
         matches!(
             said,
-            Lookup::NotVip {
-                conntrack: CtState::Stale { .. }
+            Lookup::Backend {
+                conntrack: CtState::Stale { .. },
+                ..
             }
         ),
         "{said:?}"
     );
-    let (_, said) = agree(&dp, flow.0, flow.1);
+
+    // no VIP on the address any more: vip_filter passes the packet before
+    // conntrack (no ct_stale, nothing deleted)
+    dp.apply(&state(vec![])).unwrap();
+    let (out, said) = agree(&dp, flow.0, flow.1);
+    assert_eq!(out, Outcome::Pass);
     assert_eq!(
         said,
         Lookup::NotVip {
             conntrack: CtState::Miss
         },
-        "the program deleted the stale entry"
+        "{said:?}"
     );
 }

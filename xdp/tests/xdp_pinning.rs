@@ -90,10 +90,13 @@ fn first_process_attaches_and_pins(bpffs: &BpfFs) -> (Programmed, u64) {
     dp.apply(&desired()).unwrap();
     assert_eq!(dp.attach("pa", AttachMode::Auto).unwrap(), "native");
     let first_prog = xdp_prog_id("pa").expect("program attached");
+    // the handshake: the SYN, then the ACK that inserts the conntrack entry
     let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
     let mut out = vec![0u8; 256];
-    let (verdict, _, _) = dp.test_run(&f.bytes(), &mut out, 1).unwrap();
-    assert_eq!(verdict, 3);
+    for f in [f.clone(), f.established()] {
+        let (verdict, _, _) = dp.test_run(&f.bytes(), &mut out, 1).unwrap();
+        assert_eq!(verdict, 3);
+    }
     let programmed_before = dp.programmed().clone();
     drop(dp); // the process exits: pinned link and maps stay
 

@@ -236,6 +236,17 @@ async fn register_node(client: &Client, n: &LabNode) -> Result<()> {
     Ok(())
 }
 
+/// The status of a pod's Ready condition, if it has one.
+fn ready_condition(p: &Pod) -> Option<bool> {
+    p.status
+        .as_ref()?
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "Ready")
+        .map(|c| c.status == "True")
+}
+
 /// The taints the node-lifecycle controller keeps on a node that is not Ready.
 const NOT_READY_TAINTS: [&str; 2] = [
     "node.kubernetes.io/not-ready",
@@ -432,9 +443,14 @@ impl State {
         };
         let uid = p.uid().unwrap_or_default();
         let held = pod_ips_of(&p);
+        let ready = p.annotations().get(READY_ANNOTATION).map(String::as_str) != Some("false");
         if !held.is_empty() {
             self.ips.used.extend(held.iter().copied());
-            self.assigned.insert(uid, held);
+            self.assigned.insert(uid, held.clone());
+            // the annotation changed on a running pod: its probe now fails or passes
+            if ready_condition(&p) != Some(ready) {
+                self.write_status(&p, &held, &host_ip, ready).await;
+            }
             return;
         }
         let Some(ips) = self.allocate(&p, &node) else {
@@ -442,7 +458,6 @@ impl State {
             self.waiting.insert(key(&p), p);
             return;
         };
-        let ready = p.annotations().get(READY_ANNOTATION).map(String::as_str) != Some("false");
         let status = running_status(&p, &ips, &host_ip, ready);
         let (ns, name) = key(&p);
         let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
@@ -463,6 +478,21 @@ impl State {
                     self.waiting.insert(key(&p), p);
                 }
             }
+        }
+    }
+
+    /// Rewrites a running pod's status with readiness `ready` (its IPs unchanged).
+    async fn write_status(&mut self, p: &Pod, ips: &[IpAddr], host_ip: &str, ready: bool) {
+        let status = running_status(p, ips, host_ip, ready);
+        let (ns, name) = key(p);
+        let api: Api<Pod> = Api::namespaced(self.client.clone(), &ns);
+        if let Err(e) = api
+            .patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+            .await
+            && !matches!(&e, kube::Error::Api(s) if s.code == 404)
+        {
+            tracing::warn!(pod = %format!("{ns}/{name}"), error = %e, "lab kubelet: writing pod readiness");
+            self.waiting.insert(key(p), p.clone());
         }
     }
 
@@ -615,5 +645,13 @@ mod tests {
         assert_eq!(s["status"]["containerStatuses"][0]["ready"], true);
         let not = running_status(&pod, &ips, "192.0.2.1", false);
         assert_eq!(not["status"]["conditions"][3]["status"], "False");
+        // what the kubelet compares with the annotation on a running pod
+        assert_eq!(ready_condition(&pod), None);
+        for (status, want) in [(s, true), (not, false)] {
+            let mut p = serde_json::to_value(&pod).unwrap();
+            p["status"] = status["status"].clone();
+            let p: Pod = serde_json::from_value(p).unwrap();
+            assert_eq!(ready_condition(&p), Some(want));
+        }
     }
 }

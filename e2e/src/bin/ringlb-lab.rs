@@ -4,6 +4,7 @@
 //! ringlb-lab demo [--requests N]   build the lab, show every step with evidence, tear down
 //! ringlb-lab up                    build the lab and leave it running (prints how to poke it)
 //! ringlb-lab down                  remove the lab (daemons, namespaces, bpffs, files)
+//! ringlb-lab gtm-up                two regions, a core router, PowerDNS as the GTM; left running
 //! ```
 //!
 //! Everything runs as real programs: Kubernetes' own control plane (etcd,
@@ -47,6 +48,9 @@ enum Cmd {
     Up,
     /// Tear the lab down (also the leftovers of an interrupted run).
     Down,
+    /// Build the two-region lab (two regions, a core router, a client, PowerDNS as
+    /// the GTM) and leave it running; `down` with the same --prefix removes it.
+    GtmUp,
     /// Build the lab, then time N Service creations: API call -> VIP in status ->
     /// first route in the ToR's FIB -> ECMP over both edges; tear down.
     Bench {
@@ -68,7 +72,30 @@ enum Cmd {
     /// (a lab daemon, on the host) the real control plane, the lab kubelet and the
     /// bridge to the ToR's fabric address, until SIGTERM.
     #[command(hide = true)]
-    ControlPlane,
+    ControlPlane {
+        /// The region's network: `10.<net>.0.0/16` (`Addrs::region`).
+        #[arg(long, default_value_t = 210)]
+        net: u8,
+        /// The region's edges (Nodes `edge1..`).
+        #[arg(long, default_value_t = 2)]
+        edges: usize,
+        /// The region's worker nodes (Nodes `node1..`, one pod each).
+        #[arg(long, default_value_t = 2)]
+        nodes: usize,
+    },
+    /// Boot a Debian kernel under qemu with the lab inside it, both edges on
+    /// `--datapath ipvs`, and check flows across an edge kill and a backend removal
+    /// (docs/lab.md, "The IPVS lab in a VM").
+    IpvsVm(IpvsVmArgs),
+    /// (inside the VM, as /tests/ipvs_lab) the guest half of `ipvs-vm`.
+    #[command(hide = true)]
+    VmGuest {
+        #[arg(long)]
+        etc: PathBuf,
+    },
+    /// (run by qemu for each guest connection to the API) copy stdin/stdout to ADDR.
+    #[command(hide = true)]
+    Connect { addr: std::net::SocketAddr },
     /// (inside a pod namespace) answer HTTP with this pod's name.
     #[command(hide = true)]
     PodHttp {
@@ -77,6 +104,31 @@ enum Cmd {
         #[arg(long)]
         name: String,
     },
+}
+
+/// Flags of `ringlb-lab ipvs-vm`.
+#[derive(Debug, clap::Args)]
+struct IpvsVmArgs {
+    /// A kernel line of the matrix (5.10, 6.1, 6.12, newest) or a linux-image-* package.
+    #[arg(long, short = 'k', default_value = "6.12")]
+    kernel: String,
+    /// Kernels kept between runs (the kernel matrix's cache).
+    #[arg(long, env = "RINGLB_KERNEL_CACHE")]
+    cache: Option<PathBuf>,
+    /// Images, console, results.
+    #[arg(long, default_value = "target/ipvs-vm")]
+    out: PathBuf,
+    /// Flows (client source ports 40001..) in the per-flow maps.
+    #[arg(long, default_value_t = 30, value_parser = clap::value_parser!(u16).range(1..=999))]
+    flows: u16,
+    /// Long downloads in flight when an edge is killed (source ports 41001..).
+    #[arg(long, default_value_t = 24, value_parser = clap::value_parser!(u16).range(1..=999))]
+    long_flows: u16,
+    /// Seconds the guest may take from boot to power-off.
+    #[arg(long, default_value_t = 900)]
+    timeout: u64,
+    #[arg(long, default_value_t = 2048)]
+    memory_mb: u32,
 }
 
 const SERVICE: &str = "web";
@@ -405,6 +457,57 @@ fn print_samples(samples: &[lab::measure::Sample]) {
     }
 }
 
+/// `ringlb-lab gtm-up`: [`lab::gtm::GtmLab::up`], kept running; prints how to poke it.
+fn gtm_up(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+    if let Some(why) = lab::skip_reason() {
+        bail!("{why}");
+    }
+    let bins = Bins::discover()?;
+    let t = Instant::now();
+    let mut g = match lab::gtm::GtmLab::up(prefix, dir, &bins) {
+        Ok(g) => g,
+        Err(e) => {
+            topology::teardown(prefix, dir);
+            return Err(e.into());
+        }
+    };
+    g.keep();
+    let (va, vb) = (&g.va, &g.vb);
+    let health = |topo: &Topology, vip: &str| {
+        lab::pdns::health_url(&topo.addrs.edges[0], lab::cluster::EDGE_HTTP_PORT, vip, 80)
+    };
+    println!(
+        "two-region lab {prefix} is up after {:.1} s (files in {}): VIP A {va}, VIP B {vb}, anycast {}. Try:",
+        t.elapsed().as_secs_f64(),
+        dir.display(),
+        lab::gtm::ANYCAST_VIP
+    );
+    println!("  {}", g.dns.dig_shown(&g.core.ns("client")));
+    println!(
+        "  ip netns exec {prefix}-dns curl -s {}",
+        health(&g.topo_a, va)
+    );
+    println!(
+        "  ip netns exec {prefix}-dns curl -s {}",
+        health(&g.topo_b, vb)
+    );
+    println!("  ip netns exec {prefix}-client curl -s http://{va}/");
+    println!(
+        "  ip netns exec {prefix}-client curl -s http://{}/",
+        lab::gtm::ANYCAST_VIP
+    );
+    println!(
+        "  {}",
+        g.ca.kubectl_shown("annotate pods -l app=web lab.ringlb.io/ready=false --overwrite")
+    );
+    println!(
+        "  {} --prefix {prefix} --dir {} down",
+        bins.lab.display(),
+        dir.display()
+    );
+    Ok(())
+}
+
 fn dir_of(args: &Args) -> PathBuf {
     args.dir
         .clone()
@@ -441,7 +544,7 @@ fn interrupted(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
 
 /// `ringlb-lab control-plane`: [`lab::api::LabApi`] until SIGTERM or SIGINT; dropping
 /// it stops the bridge, the kubelet and the control plane's processes.
-fn run_control_plane(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
+fn run_control_plane(prefix: &str, dir: &std::path::Path, addrs: Addrs) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
@@ -453,7 +556,7 @@ fn run_control_plane(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> 
         .build()?;
     rt.block_on(async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-        let api = lab::api::LabApi::start(dir, prefix, &Addrs::default())
+        let api = lab::api::LabApi::start(dir, prefix, &addrs)
             .await
             .context("starting the lab's control plane")?;
         tracing::info!(url = %api.control_plane().url(), "lab control plane ready");
@@ -467,12 +570,99 @@ fn run_control_plane(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> 
     })
 }
 
+/// `ringlb-lab ipvs-vm`: the IPVS lab inside a matrix kernel under qemu.
+fn run_ipvs_vm(a: IpvsVmArgs) -> anyhow::Result<()> {
+    let o = lab::vm::host::Options {
+        kernel: a.kernel,
+        cache: a.cache.unwrap_or_else(ringlb_kernels::default_cache),
+        out: std::path::absolute(&a.out)?,
+        flows: a.flows,
+        long_flows: a.long_flows,
+        timeout: Duration::from_secs(a.timeout),
+        memory_mb: a.memory_mb,
+    };
+    if !lab::cmd::is_root() {
+        bail!("ipvs-vm needs root (apt-get for the kernel, namespaces in the guest)");
+    }
+    if !lab::vm::host::run(&o)? {
+        bail!("the IPVS lab failed; see {}", o.out.display());
+    }
+    Ok(())
+}
+
+/// `ringlb-lab connect ADDR`: stdin to ADDR, ADDR to stdout (flushed after each
+/// read: TLS records carry no newlines); exits when ADDR closes.
+fn connect(addr: std::net::SocketAddr) -> anyhow::Result<()> {
+    use std::io::{Read, Write};
+    let s = std::net::TcpStream::connect(addr).with_context(|| format!("connecting {addr}"))?;
+    let mut to = s.try_clone()?;
+    std::thread::spawn(move || {
+        let _ = std::io::copy(&mut std::io::stdin().lock(), &mut to);
+        let _ = to.shutdown(std::net::Shutdown::Write);
+    });
+    let (mut from, mut out, mut buf) = (s, std::io::stdout().lock(), vec![0u8; 64 * 1024]);
+    loop {
+        match from.read(&mut buf) {
+            Ok(0) | Err(_) => return Ok(()),
+            Ok(n) => {
+                out.write_all(&buf[..n])?;
+                out.flush()?;
+            }
+        }
+    }
+}
+
+/// `ringlb-lab bench`: the lab up, `measure` in the ToR namespace, the lab down.
+fn run_bench(prefix: String, dir: PathBuf, services: usize) -> anyhow::Result<()> {
+    if let Some(why) = lab::skip_reason() {
+        bail!("{why}");
+    }
+    if !(1..=200).contains(&services) {
+        bail!("--services must be 1..=200 (the lab's pool has 241 addresses)");
+    }
+    let (p2, d2) = (prefix.clone(), dir.clone());
+    with_teardown_on_signal(prefix, dir, move || {
+        let mut p = Printer::new(9);
+        let result = bring_up(&p2, &d2, &mut p).and_then(|r| {
+            p.step(&format!("bench: {services} Services, one after the other"));
+            let tor = r.topo.ns("tor");
+            let kc = r.cluster.kubeconfig().display().to_string();
+            let lab_bin = r.cluster.bins.lab.display().to_string();
+            let n = services.to_string();
+            let status = std::process::Command::new("ip")
+                .args([
+                    "netns",
+                    "exec",
+                    &tor,
+                    &lab_bin,
+                    "measure",
+                    "--kubeconfig",
+                    &kc,
+                ])
+                .args(["--services", &n, "--edges", "2", "--port", "8080"])
+                .status()
+                .context("running ringlb-lab measure in the ToR namespace")?;
+            if !status.success() {
+                bail!("measure failed ({status})");
+            }
+            Ok(())
+        });
+        topology::teardown(&p2, &d2);
+        result
+    })
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let dir = dir_of(&args);
     let prefix = args.prefix.clone();
     match args.command {
-        Cmd::ControlPlane => run_control_plane(&prefix, &dir),
+        Cmd::ControlPlane { net, edges, nodes } => {
+            run_control_plane(&prefix, &dir, Addrs::region(net, edges, nodes))
+        }
+        Cmd::IpvsVm(a) => run_ipvs_vm(a),
+        Cmd::VmGuest { etc } => std::process::exit(lab::vm::guest::run(&etc)),
+        Cmd::Connect { addr } => connect(addr),
         Cmd::PodHttp { listen, name } => {
             let l =
                 std::net::TcpListener::bind(listen).with_context(|| format!("binding {listen}"))?;
@@ -492,44 +682,7 @@ fn main() -> anyhow::Result<()> {
             print_samples(&samples);
             Ok(())
         }
-        Cmd::Bench { services } => {
-            if let Some(why) = lab::skip_reason() {
-                bail!("{why}");
-            }
-            if !(1..=200).contains(&services) {
-                bail!("--services must be 1..=200 (the lab's pool has 241 addresses)");
-            }
-            let (p2, d2) = (prefix.clone(), dir.clone());
-            with_teardown_on_signal(prefix, dir, move || {
-                let mut p = Printer::new(9);
-                let result = bring_up(&p2, &d2, &mut p).and_then(|r| {
-                    p.step(&format!("bench: {services} Services, one after the other"));
-                    let tor = r.topo.ns("tor");
-                    let kc = r.cluster.kubeconfig().display().to_string();
-                    let lab_bin = r.cluster.bins.lab.display().to_string();
-                    let n = services.to_string();
-                    let status = std::process::Command::new("ip")
-                        .args([
-                            "netns",
-                            "exec",
-                            &tor,
-                            &lab_bin,
-                            "measure",
-                            "--kubeconfig",
-                            &kc,
-                        ])
-                        .args(["--services", &n, "--edges", "2", "--port", "8080"])
-                        .status()
-                        .context("running ringlb-lab measure in the ToR namespace")?;
-                    if !status.success() {
-                        bail!("measure failed ({status})");
-                    }
-                    Ok(())
-                });
-                topology::teardown(&p2, &d2);
-                result
-            })
-        }
+        Cmd::Bench { services } => run_bench(prefix, dir, services),
         Cmd::Down => {
             let removed = topology::teardown(&prefix, &dir);
             if removed.is_empty() {
@@ -577,6 +730,10 @@ fn main() -> anyhow::Result<()> {
                 );
                 Ok(())
             })
+        }
+        Cmd::GtmUp => {
+            let (p2, d2) = (prefix.clone(), dir.clone());
+            with_teardown_on_signal(prefix, dir, move || gtm_up(&p2, &d2))
         }
         Cmd::Up => {
             if let Some(why) = lab::skip_reason() {

@@ -16,6 +16,10 @@ use super::{Error, Result, api, config, wait_for};
 /// many routes it advertises.
 pub const PEER_STATUS: &str = r#"jsonpath={range .status.nodes[*]}{.node}{"  "}{.state}{"  advertised="}{.advertised}{"\n"}{end}"#;
 
+/// The port of the edges' HTTP server (`--metrics-addr 0.0.0.0:PORT`: /metrics and
+/// the per-VIP health endpoint, reachable over the fabric, where a GTM probes it).
+pub const EDGE_HTTP_PORT: u16 = 9090;
+
 /// Where the project's binaries and the built kubectl are.
 #[derive(Debug, Clone)]
 pub struct Bins {
@@ -77,6 +81,15 @@ impl Bins {
     }
 }
 
+/// The datapath the lab's edges run (`ringlb-edge run --datapath`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EdgeDatapath {
+    /// Native XDP on eth0 (the namespace lab, `make demo`).
+    Xdp,
+    /// Kernel IPVS with the `mh` scheduler and IPIP tunnels (the IPVS lab in a VM).
+    Ipvs,
+}
+
 /// The running programs of one lab; every daemon stops when this drops (and its log
 /// tail is printed when the drop happens during a panic, i.e. a failed test).
 #[derive(Debug)]
@@ -86,6 +99,7 @@ pub struct Cluster {
     pub addrs: Addrs,
     pub bins: Bins,
     pub daemons: Vec<Daemon>,
+    pub edge_datapath: EdgeDatapath,
     keep: bool,
 }
 
@@ -97,6 +111,7 @@ impl Cluster {
             addrs: topo.addrs.clone(),
             bins,
             daemons: Vec::new(),
+            edge_datapath: EdgeDatapath::Xdp,
             keep: false,
         }
     }
@@ -143,17 +158,29 @@ impl Cluster {
     /// `ringlb-lab pod-http` in every pod namespace, on 0.0.0.0:TARGET_PORT (the node
     /// agent maps the Service port to it).
     pub fn start_pods(&mut self) -> Result<()> {
+        (1..=self.addrs.pods.len()).try_for_each(|i| self.start_pod(i))
+    }
+
+    /// `ringlb-lab pod-http` in pod namespace `i` (1-based), replacing one that exited.
+    pub fn start_pod(&mut self, i: usize) -> Result<()> {
         let lab = self.bins.lab.display().to_string();
         let listen = format!("0.0.0.0:{}", self.addrs.target_port);
-        for i in 1..=self.addrs.pods.len() {
-            let name = format!("pod{i}");
-            self.spawn(
-                &name,
-                &name,
-                &[&lab, "pod-http", "--listen", &listen, "--name", &name],
-            )?;
-        }
-        Ok(())
+        let name = format!("pod{i}");
+        self.daemons.retain_mut(|d| d.name != name || d.alive());
+        self.spawn(
+            &name,
+            &name,
+            &[&lab, "pod-http", "--listen", &listen, "--name", &name],
+        )
+    }
+
+    /// Tells the lab kubelet whether the pods of Deployment `app` pass their
+    /// readiness probe (annotation [`crate::controlplane::kubelet::READY_ANNOTATION`]): what a
+    /// kubelet reports when a pod's process dies or comes back.
+    pub fn set_pods_ready(&self, app: &str, ready: bool) -> Result<String> {
+        let ann = format!("{}={ready}", crate::controlplane::kubelet::READY_ANNOTATION);
+        let sel = format!("app={app}");
+        self.kubectl(&["annotate", "pods", "-l", &sel, &ann, "--overwrite"])
     }
 
     /// BIRD in the ToR namespace; waits until `birdc` answers.
@@ -211,6 +238,11 @@ impl Cluster {
     pub fn start_control_plane(&mut self) -> Result<()> {
         let lab = self.bins.lab.display().to_string();
         let dir = self.dir.display().to_string();
+        let (net, edges, nodes) = (
+            self.addrs.net.to_string(),
+            self.addrs.edges.len().to_string(),
+            self.addrs.nodes.len().to_string(),
+        );
         let ready = self.dir.join(api::READY_FILE);
         let _ = std::fs::remove_file(&ready);
         // TMPDIR: the control plane's folder (PKI, etcd data, its PID file) goes under
@@ -226,6 +258,12 @@ impl Cluster {
                 "--dir",
                 &dir,
                 "control-plane",
+                "--net",
+                &net,
+                "--edges",
+                &edges,
+                "--nodes",
+                &nodes,
             ],
             &[("TMPDIR", &dir)],
         )?;
@@ -285,32 +323,39 @@ impl Cluster {
         let edge = self.bins.edge.display().to_string();
         let kubeconfig = self.edge_kubeconfig().display().to_string();
         let mtu = FABRIC_MTU.to_string();
-        let ip = self.addrs.edges[i - 1];
+        let ip = self.addrs.edges[i - 1].clone();
         let name = format!("edge{i}");
         let pin = pin_dir.display().to_string();
         self.daemons.retain_mut(|d| d.name != name || d.alive());
-        let mut argv: Vec<&str> = vec![
-            &edge,
+        let http = format!("0.0.0.0:{EDGE_HTTP_PORT}");
+        let mut argv = vec![
+            edge.as_str(),
             "--kubeconfig",
             &kubeconfig,
             "--metrics-addr",
-            "127.0.0.1:9090",
+            &http,
             "run",
             "--node-name",
             &name,
-            "--interface",
-            "eth0",
             "--source-v4",
-            ip,
-            "--xdp-mode",
-            "native",
-            "--pin-dir",
-            &pin,
-            "--mtu",
-            &mtu,
+            &ip,
             "--drain",
             "0s",
         ];
+        match self.edge_datapath {
+            EdgeDatapath::Xdp => argv.extend([
+                "--interface",
+                "eth0",
+                "--xdp-mode",
+                "native",
+                "--pin-dir",
+                &pin,
+                "--mtu",
+                &mtu,
+            ]),
+            // IPVS tunnels to the pod IPs with `mh` (mh-port, mh-fallback: the defaults)
+            EdgeDatapath::Ipvs => argv.extend(["--datapath", "ipvs", "--forwarding", "tunnel"]),
+        }
         argv.extend_from_slice(extra);
         self.spawn(&name, &name, &argv)
     }

@@ -17,7 +17,7 @@ log stderr all;
 timeformat protocol "%F %T.%3f";
 router id {tor};
 
-define VIP_RANGE = [ {vips}{{32,32}} ];
+define VIP_RANGE = [ {vips} ];
 
 protocol device {{ scan time 2; }}
 
@@ -48,13 +48,43 @@ template bgp edge {{
 "#,
         tor = a.tor_fabric,
         tor_asn = a.tor_asn,
-        vips = a.vip_range,
+        vips = a
+            .vip_ranges()
+            .iter()
+            .map(|r| format!("{r}{{32,32}}"))
+            .collect::<Vec<_>>()
+            .join(", "),
     );
     for (i, ip) in a.edges.iter().enumerate() {
         s.push_str(&format!(
             "\nprotocol bgp edge{n} from edge {{ neighbor {ip} as {asn}; }}\n",
             n = i + 1,
             asn = a.edge_asn
+        ));
+    }
+    if let Some(u) = &a.uplink {
+        // one region of several: tell the core router the VIPs (next hop: this ToR)
+        s.push_str(&format!(
+            r#"
+protocol bgp uplink {{
+	local {me} as {tor_asn};
+	neighbor {core} as {core_asn};
+	direct;
+	hold time 3;
+	keepalive time 1;
+	connect delay time 1;
+	connect retry time 1;
+	error wait time 1, 5;
+	ipv4 {{
+		import none;
+		export filter {{ if net ~ VIP_RANGE then accept; reject; }};
+	}};
+}}
+"#,
+            me = a.tor_client_side,
+            tor_asn = a.tor_asn,
+            core = a.client,
+            core_asn = u.asn,
         ));
     }
     s
@@ -249,6 +279,25 @@ mod tests {
         assert!(c.contains("protocol bgp edge1 from edge { neighbor 10.210.0.11 as 65001; }"));
         assert!(c.contains("protocol bgp edge2 from edge { neighbor 10.210.0.12 as 65001; }"));
         assert!(c.contains("[ 10.210.100.0/24{32,32} ]"));
+        assert_eq!(c.matches('{').count(), c.matches('}').count());
+        assert!(!c.contains("uplink"));
+    }
+
+    #[test]
+    fn a_region_with_an_uplink_exports_its_vips_to_the_core() {
+        use crate::lab::topology::Uplink;
+        let a = Addrs::region(220, 1, 2).with_uplink(Uplink {
+            ns: "x-core".into(),
+            ifname: "rb".into(),
+            asn: 64900,
+        });
+        let c = bird_conf(&a);
+        assert!(c.contains("router id 10.220.0.1;"));
+        assert!(c.contains("protocol bgp edge1 from edge { neighbor 10.220.0.11 as 65101; }"));
+        assert!(!c.contains("edge2"));
+        assert!(c.contains("local 10.220.1.1 as 65100;"));
+        assert!(c.contains("neighbor 10.220.1.2 as 64900;"));
+        assert!(c.contains("export filter { if net ~ VIP_RANGE then accept; reject; };"));
         assert_eq!(c.matches('{').count(), c.matches('}').count());
     }
 

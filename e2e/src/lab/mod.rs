@@ -31,7 +31,10 @@
 //! writers and parsers: BIRD config, Nodes, manifests, `birdc`/`ip route`/`nft`
 //! output), [`topology`] (the fabric above), [`api`] (control plane, kubelet, bridge,
 //! kubeconfigs), [`bridge`] (TCP from a namespace to the host), [`cluster`] (control
-//! plane daemon, controller, BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server).
+//! plane daemon, controller, BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server),
+//! [`gtm`] (two such regions behind a core router, for the global traffic manager),
+//! [`pdns`] (PowerDNS as that traffic manager) and [`vm`] (the same lab with IPVS
+//! edges inside a Debian kernel under qemu).
 
 pub mod api;
 pub mod bridge;
@@ -39,14 +42,17 @@ pub mod cluster;
 pub mod cmd;
 pub mod config;
 pub use ringlb_controlplane::daemon;
+pub mod gtm;
 pub mod httpd;
 pub mod measure;
 pub mod netns;
+pub mod pdns;
 pub mod topology;
+pub mod vm;
 
 use std::time::Duration;
 
-pub use cluster::{Bins, Cluster};
+pub use cluster::{Bins, Cluster, EdgeDatapath};
 pub use topology::{Addrs, Topology};
 
 /// What can go wrong in the lab.

@@ -22,23 +22,28 @@ use super::cmd::{run, run_in};
 use super::netns::{self, Netns};
 use super::{Error, Result, daemon};
 
-/// The lab's addresses and numbers (IPv4 only; see docs/lab.md).
+/// The lab's addresses and numbers (IPv4 only; see docs/lab.md). One value describes
+/// one region: a ToR with its edges, worker nodes and pods, all in `10.<net>.0.0/16`.
 #[derive(Debug, Clone)]
 pub struct Addrs {
-    pub tor_fabric: &'static str,
-    pub tor_client_side: &'static str,
-    pub tor_pod_side: &'static str,
-    pub client: &'static str,
-    pub edges: Vec<&'static str>,
+    /// The second octet of every address of this region (210 for the default lab).
+    pub net: u8,
+    pub tor_fabric: String,
+    pub tor_client_side: String,
+    pub tor_pod_side: String,
+    /// The far end of the ToR's `ve-cl` link: the client, or the core router's port
+    /// when [`Addrs::uplink`] is set.
+    pub client: String,
+    pub edges: Vec<String>,
     /// The worker nodes' uplink addresses (on br-pod).
-    pub nodes: Vec<&'static str>,
+    pub nodes: Vec<String>,
     /// One pod per node: its IP, in its node's pod CIDR.
-    pub pods: Vec<&'static str>,
+    pub pods: Vec<String>,
     /// Each node's pod CIDR (the ToR routes it to the node).
-    pub pod_cidrs: Vec<&'static str>,
-    pub vip_range: &'static str,
-    pub vip_first: &'static str,
-    pub vip_last: &'static str,
+    pub pod_cidrs: Vec<String>,
+    pub vip_range: String,
+    pub vip_first: String,
+    pub vip_last: String,
     pub tor_asn: u32,
     pub edge_asn: u32,
     /// The Service port; the node agent maps it to `target_port`.
@@ -46,28 +51,85 @@ pub struct Addrs {
     /// The pods' port.
     pub target_port: u16,
     pub api_port: u16,
+    /// `None`: the ToR's `ve-cl` link goes to a client namespace of this lab.
+    /// `Some`: it goes to a router of a larger lab (the two-region lab's core), which
+    /// the ToR peers with over BGP and uses as its default route.
+    pub uplink: Option<Uplink>,
+    /// A range of VIPs several regions announce (anycast): the ToR accepts /32s from
+    /// it besides `vip_range`, and exports them to the core.
+    pub anycast_range: Option<String>,
+}
+
+/// Where a region's ToR connects when it is one region of several: the namespace
+/// and interface name of the far end (which takes [`Addrs::client`]) and its ASN.
+#[derive(Debug, Clone)]
+pub struct Uplink {
+    pub ns: String,
+    pub ifname: String,
+    pub asn: u32,
 }
 
 impl Default for Addrs {
     fn default() -> Self {
+        Addrs::region(210, 2, 2)
+    }
+}
+
+impl Addrs {
+    /// A region in `10.<net>.0.0/16` with `edges` edges and `nodes` worker nodes (one
+    /// pod each): ToR `.0.1` (br-lb), `.1.1` (toward the client), `.2.1` (br-pod);
+    /// edges `.0.11..`, nodes `.2.11..`, pod `i` in `.<2+i>.0/24`, VIPs from
+    /// `.100.0/24`. The ToR's ASN is `65000 + 10 * (net - 210)`, the edges' one more.
+    pub fn region(net: u8, edges: usize, nodes: usize) -> Addrs {
+        let ip = |rest: &str| format!("10.{net}.{rest}");
+        let tor_asn = 65000 + 10 * u32::from(net.saturating_sub(210));
         Addrs {
-            tor_fabric: "10.210.0.1",
-            tor_client_side: "10.210.1.1",
-            tor_pod_side: "10.210.2.1",
-            client: "10.210.1.2",
-            edges: vec!["10.210.0.11", "10.210.0.12"],
-            nodes: vec!["10.210.2.11", "10.210.2.12"],
-            pods: vec!["10.210.3.21", "10.210.4.22"],
-            pod_cidrs: vec!["10.210.3.0/24", "10.210.4.0/24"],
-            vip_range: "10.210.100.0/24",
-            vip_first: "10.210.100.10",
-            vip_last: "10.210.100.250",
-            tor_asn: 65000,
-            edge_asn: 65001,
+            net,
+            tor_fabric: ip("0.1"),
+            tor_client_side: ip("1.1"),
+            tor_pod_side: ip("2.1"),
+            client: ip("1.2"),
+            edges: (1..=edges).map(|i| ip(&format!("0.{}", 10 + i))).collect(),
+            nodes: (1..=nodes).map(|i| ip(&format!("2.{}", 10 + i))).collect(),
+            pods: (1..=nodes)
+                .map(|i| ip(&format!("{}.{}", 2 + i, 20 + i)))
+                .collect(),
+            pod_cidrs: (1..=nodes)
+                .map(|i| ip(&format!("{}.0/24", 2 + i)))
+                .collect(),
+            vip_range: ip("100.0/24"),
+            vip_first: ip("100.10"),
+            vip_last: ip("100.250"),
+            tor_asn,
+            edge_asn: tor_asn + 1,
             port: 80,
             target_port: 8080,
             api_port: 6443,
+            uplink: None,
+            anycast_range: None,
         }
+    }
+
+    /// The same region, its ToR's `ve-cl` connected to `uplink` instead of a client.
+    pub fn with_uplink(mut self, uplink: Uplink) -> Addrs {
+        self.uplink = Some(uplink);
+        self
+    }
+
+    /// The prefixes the ToR accepts /32 VIP routes from: the region's pool and the
+    /// anycast range, if any.
+    pub fn vip_ranges(&self) -> Vec<&str> {
+        std::iter::once(self.vip_range.as_str())
+            .chain(self.anycast_range.as_deref())
+            .collect()
+    }
+}
+
+impl Addrs {
+    /// The IPVS lab's fabric (`ringlb-lab ipvs-vm`): the same, with a third worker
+    /// node and pod, so that removing one backend leaves two whose flows must stay.
+    pub fn three_workers() -> Addrs {
+        Addrs::region(210, 2, 3)
     }
 }
 
@@ -129,7 +191,10 @@ impl Topology {
         let edges: Vec<String> = (1..=a.edges.len()).map(|i| format!("edge{i}")).collect();
         let nodes: Vec<String> = (1..=a.nodes.len()).map(|i| format!("node{i}")).collect();
         let pods: Vec<String> = (1..=a.pods.len()).map(|i| format!("pod{i}")).collect();
-        let mut roles = vec!["tor".to_string(), "client".to_string()];
+        let mut roles = vec!["tor".to_string()];
+        if a.uplink.is_none() {
+            roles.push("client".to_string());
+        }
         roles.extend(edges.iter().cloned());
         roles.extend(nodes.iter().cloned());
         roles.extend(pods.iter().cloned());
@@ -156,13 +221,20 @@ impl Topology {
             ],
         )?;
 
-        // client
-        let client = self.ns("client");
-        netns::veth(&client, "eth0", &tor, "ve-cl", 1500)?;
-        netns::addr(&client, "eth0", &format!("{}/24", a.client))?;
+        // the client, or the uplink to a core router (which then takes the client's
+        // address on this link, and is the ToR's way to everything else)
+        let (far_ns, far_dev) = match &a.uplink {
+            None => (self.ns("client"), "eth0".to_string()),
+            Some(u) => (u.ns.clone(), u.ifname.clone()),
+        };
+        netns::veth(&far_ns, &far_dev, &tor, "ve-cl", 1500)?;
+        netns::addr(&far_ns, &far_dev, &format!("{}/24", a.client))?;
         netns::addr(&tor, "ve-cl", &format!("{}/24", a.tor_client_side))?;
-        netns::default_route(&client, a.tor_client_side)?;
-        run_in(&client, &["ethtool", "-K", "eth0", "tx", "off"])?;
+        match a.uplink {
+            None => netns::default_route(&far_ns, &a.tor_client_side)?,
+            Some(_) => netns::default_route(&tor, &a.client)?,
+        }
+        run_in(&far_ns, &["ethtool", "-K", &far_dev, "tx", "off"])?;
 
         // edges on br-lb
         let mut lb_ports = Vec::new();
@@ -171,7 +243,7 @@ impl Topology {
             let port = format!("ve-e{}", i + 1);
             netns::veth(&ns, "eth0", &tor, &port, FABRIC_MTU)?;
             netns::addr(&ns, "eth0", &format!("{ip}/24"))?;
-            netns::default_route(&ns, a.tor_fabric)?;
+            netns::default_route(&ns, &a.tor_fabric)?;
             netns::sysctls(&ns, &["net.ipv4.ip_forward=1"])?;
             run(&[
                 "ip",
@@ -228,9 +300,9 @@ impl Topology {
             let port = format!("ve-n{}", i + 1);
             netns::veth(&node, "eth0", &tor, &port, FABRIC_MTU)?;
             netns::addr(&node, "eth0", &format!("{}/24", a.nodes[i]))?;
-            netns::default_route(&node, a.tor_pod_side)?;
+            netns::default_route(&node, &a.tor_pod_side)?;
             netns::sysctls(&node, &["net.ipv4.ip_forward=1"])?;
-            let gw = pod_gateway(a.pod_cidrs[i])?;
+            let gw = pod_gateway(&a.pod_cidrs[i])?;
             let prefix = a.pod_cidrs[i].rsplit('/').next().unwrap_or("24");
             netns::veth(&pod, "eth0", &node, &format!("v{}", pods[i]), FABRIC_MTU)?;
             netns::addr(&node, &format!("v{}", pods[i]), &format!("{gw}/{prefix}"))?;
@@ -313,6 +385,14 @@ fn pod_gateway(cidr: &str) -> Result<String> {
 /// a lab that is half built or already gone. Returns what it removed.
 pub fn teardown(prefix: &str, dir: &Path) -> Vec<String> {
     let mut removed = Vec::new();
+    // the regions of a two-region lab: `<dir>/<name>` holds lab `<prefix>-<name>`
+    for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+        let sub = entry.path();
+        if sub.join("pids").is_file() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            removed.extend(teardown(&format!("{prefix}-{name}"), &sub));
+        }
+    }
     let mut stopped = daemon::stop_recorded(dir);
     // the control plane's own processes, should its daemon have died without
     // stopping them (its folder is under the lab's: TMPDIR)

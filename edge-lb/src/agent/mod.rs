@@ -28,7 +28,7 @@
 //! ```
 
 use std::net::{Ipv4Addr, Ipv6Addr};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -286,6 +286,11 @@ pub fn established_sessions(speaker: &Arc<Speaker>) -> Box<dyn Fn() -> usize + S
 /// start there, before anything is changed.
 pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let router_id = args.check()?;
+    // an old kernel is refused by name here, not by a verifier log or netlink later
+    ringlb_ops::kernel::require(match args.datapath {
+        DatapathKind::Xdp => &ringlb_ops::kernel::XDP_EDGE,
+        DatapathKind::Ipvs => &ringlb_ops::kernel::IPVS_EDGE,
+    })?;
     let client = common.connect().await?;
     api::check_crds(&client).await?;
 
@@ -417,10 +422,34 @@ fn load_datapath(
             let kernel = NetlinkKernel::open().context("starting the IPVS datapath")?;
             let dp =
                 IpvsDatapath::new(kernel, args.ipvs_config()).context("reading what IPVS holds")?;
+            sloppy_tcp(Path::new(SLOPPY_TCP))?;
             let kept = !dp.held().services.is_empty();
             (Box::new(dp), kept)
         }
     })
+}
+
+/// This network namespace's `sloppy_tcp` switch (Documentation/networking/ipvs-sysctl.rst).
+const SLOPPY_TCP: &str = "/proc/sys/net/ipv4/vs/sloppy_tcp";
+
+/// Lets IPVS take up a connection from any packet, not only a SYN. When the ToR
+/// moves a flow from another edge to this one (that edge died or drained), the
+/// flow's next packet arrives here without a SYN; without this switch IPVS passes
+/// it to the local stack, which holds the VIP on `lo` and answers with an RST.
+/// With it, `mh` picks the same pod the other edge picked (docs/ipvs.md). Found in
+/// the IPVS lab (docs/lab.md): 15 of 24 moved downloads were reset without it.
+fn sloppy_tcp(path: &Path) -> anyhow::Result<()> {
+    if std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "1") {
+        return Ok(());
+    }
+    std::fs::write(path, "1\n").with_context(|| {
+        format!(
+            "setting {} to 1 (flows moved here from another edge need it)",
+            path.display()
+        )
+    })?;
+    tracing::info!(sysctl = %path.display(), "IPVS sloppy_tcp on: flows moved from another edge are taken up");
+    Ok(())
 }
 
 /// On exit, once the routes are withdrawn: IPVS services and the VIPs bound on `lo`
@@ -565,5 +594,26 @@ impl Agent {
         };
         self.health.set_ready(false);
         (self.speaker, self.dp, sig)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sloppy_tcp_is_switched_on_or_refused_with_the_path() {
+        let dir = std::env::temp_dir().join(format!("ringlb-sloppy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("sloppy_tcp");
+        std::fs::write(&f, "0\n").unwrap();
+        sloppy_tcp(&f).unwrap();
+        assert_eq!(std::fs::read_to_string(&f).unwrap(), "1\n");
+        sloppy_tcp(&f).unwrap();
+        // a kernel without IPVS has no such file (its start fails earlier, at the
+        // netlink family); a missing directory is refused with the path
+        let e = sloppy_tcp(&dir.join("missing/sloppy_tcp")).unwrap_err();
+        assert!(format!("{e:#}").contains("missing/sloppy_tcp"), "{e:#}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -110,6 +110,7 @@ pub async fn run(common: &CommonArgs, args: &NodeArgs) -> anyhow::Result<()> {
         return Ok(());
     }
     let node_name = args.node_name.clone().context("--node-name is required")?;
+    ringlb_ops::kernel::require(&ringlb_ops::kernel::NODE)?;
     let interfaces = if args.interfaces.is_empty() {
         default_uplinks()?
     } else {

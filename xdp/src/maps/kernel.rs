@@ -11,6 +11,7 @@ use aya::{
 };
 
 use super::Maps;
+use crate::vip_filter::VipFilter;
 use crate::{
     BpfError, Counters, Error, Vip, VipAbi, abi,
     batch::{BPF_F_MMAPABLE, read_mmapped_u32, update_batch, write_mmapped_u32},
@@ -29,11 +30,18 @@ pub struct KernelMaps {
     /// knows which service each id belongs to, also ids no ring names (a
     /// draining pod that only keeps its established flows).
     owners: Option<Array<MapData, u32>>,
+    /// What this layer last wrote into `vip_filter` (`None`: not written yet, the
+    /// kernel map may hold anything a pinned earlier run left).
+    filter: Option<VipFilter>,
 }
 
 impl KernelMaps {
     pub fn new(ebpf: Ebpf, owners: Option<Array<MapData, u32>>) -> Self {
-        Self { ebpf, owners }
+        Self {
+            ebpf,
+            owners,
+            filter: None,
+        }
     }
 
     pub fn ebpf(&self) -> &Ebpf {
@@ -182,6 +190,33 @@ impl Maps for KernelMaps {
             .filter(|&(_, owner)| owner != 0)
             .map(|(id, owner)| (id, owner - 1))
             .collect())
+    }
+
+    fn vip_filter_add(&mut self, addr: std::net::IpAddr) -> Result<(), Error> {
+        let (w, v) = match self.filter.as_mut() {
+            Some(f) => f.set(addr),
+            None => {
+                // not rebuilt yet: add to what the kernel map holds
+                let mut f = VipFilter::default();
+                let (w, _) = f.set(addr);
+                let m: Array<_, u64> = self.map(abi::map::VIP_FILTER)?;
+                let old = m.get(&w, 0).map_err(map_err(abi::map::VIP_FILTER))?;
+                (w, old | f.0[w as usize])
+            }
+        };
+        let mut m: Array<_, u64> = self.map_mut(abi::map::VIP_FILTER)?;
+        m.set(w, v, 0).map_err(map_err(abi::map::VIP_FILTER))
+    }
+
+    fn vip_filter_set(&mut self, filter: &VipFilter) -> Result<(), Error> {
+        let words = filter.changed_since(self.filter.as_ref());
+        if !words.is_empty() {
+            let (keys, vals): (Vec<u32>, Vec<u64>) = words.into_iter().unzip();
+            let m: Array<&MapData, u64> = self.map(abi::map::VIP_FILTER)?;
+            update_batch(m.map().fd().as_fd(), &keys, &vals)?;
+        }
+        self.filter = Some(filter.clone());
+        Ok(())
     }
 
     fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error> {

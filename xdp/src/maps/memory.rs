@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Maps;
-use crate::{BpfError, Counters, Error, Vip, abi};
+use crate::{BpfError, Counters, Error, Vip, abi, vip_filter::VipFilter};
 
 /// The XDP program's maps as plain collections.
 #[derive(Clone, Debug, Default)]
@@ -14,6 +14,7 @@ pub struct MemoryMaps {
     pub rings: BTreeMap<u32, Vec<u32>>,
     pub backends: BTreeMap<u32, abi::BackendValue>,
     pub owners: BTreeMap<u32, u32>,
+    pub vip_filter: VipFilter,
     /// Writes left before one fails (`None`: never). Each trait call that writes
     /// counts once; the failing one changes nothing.
     pub fail_after: Option<usize>,
@@ -138,6 +139,18 @@ impl Maps for MemoryMaps {
     fn owners(&self) -> Result<BTreeMap<u32, u32>, Error> {
         self.read("owners")?;
         Ok(self.owners.clone())
+    }
+
+    fn vip_filter_add(&mut self, addr: std::net::IpAddr) -> Result<(), Error> {
+        self.write("vip_filter_add")?;
+        self.vip_filter.set(addr);
+        Ok(())
+    }
+
+    fn vip_filter_set(&mut self, filter: &VipFilter) -> Result<(), Error> {
+        self.write("vip_filter_set")?;
+        self.vip_filter = filter.clone();
+        Ok(())
     }
 
     /// No packets cross memory: every counter is zero.

@@ -21,7 +21,7 @@ use std::net::IpAddr;
 
 use ringlb_nexthop::{NextHop, Resolver};
 
-use crate::{ApplyStats, Counters, Error, MapOp, Vip, abi, state::ReadBack};
+use crate::{ApplyStats, Counters, Error, MapOp, Vip, abi, state::ReadBack, vip_filter::VipFilter};
 
 /// The BPF maps of the XDP program, as the loader writes and reads them.
 pub trait Maps {
@@ -48,6 +48,11 @@ pub trait Maps {
     fn set_owners(&mut self, ids: &[u32], owner: u32) -> Result<(), Error>;
     /// Every non-zero `owners` entry as id -> vip_id (empty without an owners map).
     fn owners(&self) -> Result<BTreeMap<u32, u32>, Error>;
+    /// Sets `addr`'s bit in `vip_filter` (before its `vips` entry is written).
+    fn vip_filter_add(&mut self, addr: IpAddr) -> Result<(), Error>;
+    /// Makes `vip_filter` exactly `filter` (writes the words that differ from
+    /// what this layer last wrote; all of them the first time).
+    fn vip_filter_set(&mut self, filter: &VipFilter) -> Result<(), Error>;
     /// The global counters, and the per-VIP ones of `vips` (VIP, vip_id), summed
     /// over CPUs.
     fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error>;
@@ -102,6 +107,8 @@ pub fn run_ops(
                 st.slots_written += slots.len();
             }
             MapOp::PutVip { vip, info } => {
+                // the filter bit first: a packet never finds the entry hidden
+                maps.vip_filter_add(vip.addr)?;
                 maps.put_vip(vip, info)?;
                 st.vips_written += 1;
             }

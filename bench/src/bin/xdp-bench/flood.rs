@@ -1,0 +1,168 @@
+//! Section `flood`: 1 M SYNs (new source address/port each, never followed
+//! by an ACK: a spoofed SYN flood) to VIP A while established flows of VIP B
+//! keep sending; B's ring changed before the flood (its backends doubled, the
+//! old ones all kept), so a flow whose conntrack entry the flood evicts
+//! follows the new ring and moves. Counts the flows that moved, for the
+//! program before the SYN change and now, in one run.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::{IpAddr, Ipv4Addr};
+
+use anyhow::{Context, bail, ensure};
+use ringlb_maglev::{Backend, Table, flow_hash};
+use ringlb_xdp::{
+    Datapath, DesiredState,
+    xdp::{XdpDatapath, test_run},
+};
+
+use crate::Args;
+use crate::check;
+use crate::setup::{XDP_TX, ack, backend_addr, counter, load, service, syn, syn_frame, variants};
+
+const A: u32 = 0;
+const B: u32 = 1;
+/// Flow numbers of B's established flows (sources apart from the flood's).
+const FLOW0: u32 = 4_000_000;
+
+/// Sends `p` for VIP `vip` (backends `0..nb`): the backend it went to.
+fn send(dp: &XdpDatapath, p: &[u8], vip: u32, nb: u32) -> anyhow::Result<Ipv4Addr> {
+    let mut out = [0u8; 256];
+    let (verdict, len, _) = test_run(dp.program()?, p, &mut out, 1)?;
+    ensure!(verdict == XDP_TX, "verdict {verdict}");
+    check::encapped(p, &out[..len], vip, nb)
+}
+
+/// B's flows whose backend on B's new ring differs from their backend now:
+/// those a lost conntrack entry would move.
+fn exposed(a: &Args, now: &BTreeMap<u32, Ipv4Addr>) -> anyhow::Result<usize> {
+    let bs: Vec<Backend> = (0..2 * a.backends)
+        .map(|b| Backend {
+            addr: backend_addr(B, b),
+            port: 8080,
+            weight: 1,
+        })
+        .collect();
+    let table = Table::build(&bs, a.ring).context("maglev table")?;
+    let mut n = 0;
+    for (k, was) in now {
+        let f = syn_frame(B, *k);
+        let to = table
+            .lookup(flow_hash(f.src, f.dst, f.sport, f.dport, 6))
+            .addr;
+        n += usize::from(to != IpAddr::V4(*was));
+    }
+    Ok(n)
+}
+
+struct Outcome {
+    moved: usize,
+    exposed: usize,
+    rounds: u32,
+    syn_ring: u64,
+    hits: u64,
+    misses: u64,
+    secs: f64,
+}
+
+fn run_one(a: &Args, prod: &'static [u8]) -> anyhow::Result<Outcome> {
+    let nb = a.backends;
+    let mut d = DesiredState::default();
+    for v in [A, B] {
+        let (vip, s) = service(v, nb, a.ring, 0)?;
+        d.services.insert(vip, s);
+    }
+    let mut dp = load(prod, &d)?;
+    // B's flows: the handshake, then one more packet each (a hit)
+    let mut was = BTreeMap::new();
+    for k in FLOW0..FLOW0 + a.flood_flows {
+        let to = send(&dp, &syn(B, k), B, nb)?;
+        ensure!(
+            send(&dp, &ack(B, k), B, nb)? == to,
+            "flow {k}: ACK elsewhere"
+        );
+        ensure!(
+            send(&dp, &ack(B, k), B, nb)? == to,
+            "flow {k}: ACK elsewhere"
+        );
+        was.insert(k, to);
+    }
+    // B's ring changes: twice the backends, every old one kept
+    let (vb, sb) = service(B, 2 * nb, a.ring, 0)?;
+    dp.apply_service(&vb, Some(&sb))?;
+    let exposed = exposed(a, &was)?;
+    let (syn0, hit0, miss0) = (
+        counter(&dp, "ct_syn_ring")?,
+        counter(&dp, "ct_hit")?,
+        counter(&dp, "ct_miss")?,
+    );
+    let mut moved = BTreeSet::new();
+    let mut rounds = 0;
+    let t = std::time::Instant::now();
+    let mut round = |dp: &XdpDatapath| -> anyhow::Result<()> {
+        for (k, to) in &was {
+            if send(dp, &ack(B, *k), B, 2 * nb)? != *to {
+                moved.insert(*k);
+            }
+        }
+        rounds += 1;
+        Ok(())
+    };
+    for i in 0..a.flood_syns {
+        send(&dp, &syn(A, i), A, nb).with_context(|| format!("SYN {i}"))?;
+        if (i + 1) % a.flood_every == 0 {
+            round(&dp)?;
+        }
+    }
+    round(&dp)?;
+    let secs = t.elapsed().as_secs_f64();
+    if counter(&dp, "drop_no_backend")? != 0 {
+        bail!("drops during the flood");
+    }
+    Ok(Outcome {
+        moved: moved.len(),
+        exposed,
+        rounds,
+        syn_ring: counter(&dp, "ct_syn_ring")? - syn0,
+        hits: counter(&dp, "ct_hit")? - hit0,
+        misses: counter(&dp, "ct_miss")? - miss0,
+        secs,
+    })
+}
+
+pub fn section_flood(a: &Args) -> anyhow::Result<()> {
+    let cpu = ringlb_testkit::bench::pin_to_current_cpu().context("sched_setaffinity")?;
+    println!("## SYN flood: established flows of another VIP\n");
+    println!(
+        "BPF_PROG_TEST_RUN on CPU {cpu}, production objects. VIP B: {} established flows (SYN, ACK, ACK), then B's ring \
+         changes ({} -> {} backends, all old ones kept). Then {} SYNs to VIP A from new sources, never followed by an \
+         ACK; every {} SYNs, and once at the end, each of B's flows sends an ACK. Every output is checked (outer header, \
+         a backend of the VIP). `moved` = B's flows whose ACK reached another backend than before the flood; \
+         `exposed` = those B's new ring would move if their entry were lost.\n",
+        a.flood_flows,
+        a.backends,
+        2 * a.backends,
+        a.flood_syns,
+        a.flood_every
+    );
+    println!(
+        "| program | moved | exposed | ACK rounds | ct_syn_ring | ct_hit (B's ACKs) | ct_miss | seconds |"
+    );
+    println!("|---|---|---|---|---|---|---|---|");
+    for v in variants() {
+        let o = run_one(a, v.prod)?;
+        println!(
+            "| {} | **{}** of {} | {} | {} | {} | {} | {} | {:.1} |",
+            v.name,
+            o.moved,
+            a.flood_flows,
+            o.exposed,
+            o.rounds,
+            o.syn_ring,
+            o.hits,
+            o.misses,
+            o.secs
+        );
+    }
+    println!();
+    Ok(())
+}

@@ -1,0 +1,228 @@
+//! Section `packet`: ns/packet by BPF_PROG_TEST_RUN, the program before the
+//! SYN/VIP-filter changes and now side by side, against the floors.
+
+use std::{
+    net::{IpAddr, Ipv4Addr},
+    time::{Duration, Instant},
+};
+
+use anyhow::{Context, bail};
+use ringlb_xdp::{abi, xdp::test_run};
+
+use crate::Args;
+use crate::check;
+use crate::setup::{
+    Variant, XDP_PASS, XDP_TX, ack, counter, desired, load, syn, syn_frame, variants,
+};
+
+type Prog = aya::programs::Xdp;
+
+/// Method R: one call with `repeat`; the kernel's average. Checks the verdict
+/// and the output frame (`check(input, output)`).
+fn method_r(
+    prog: &Prog,
+    pkt: &[u8],
+    repeat: u32,
+    want: u32,
+    check: impl Fn(&[u8], &[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    let mut out = vec![0u8; pkt.len() + 64];
+    let (verdict, len, d) = test_run(prog, pkt, &mut out, repeat)?;
+    if verdict != want {
+        bail!("verdict {verdict}, expected {want}");
+    }
+    check(pkt, &out[..len])?;
+    Ok(d.as_nanos() as f64)
+}
+
+/// One call with repeat = 1: the kernel-reported duration. Checks the verdict
+/// and the output frame.
+fn once(
+    prog: &Prog,
+    p: &[u8],
+    want: u32,
+    check: impl Fn(&[u8], &[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<Duration> {
+    let mut out = [0u8; 256];
+    let (verdict, len, d) = test_run(prog, p, &mut out, 1)?;
+    if verdict != want {
+        bail!("verdict {verdict}, expected {want}");
+    }
+    check(p, &out[..len])?;
+    Ok(d)
+}
+
+/// Method S: `calls` calls with repeat = 1, `pkt(i)` each; mean kernel duration.
+fn method_s(
+    prog: &Prog,
+    calls: u32,
+    want: u32,
+    pkt: impl Fn(u32) -> Vec<u8>,
+    check: impl Fn(&[u8], &[u8]) -> anyhow::Result<()>,
+) -> anyhow::Result<f64> {
+    let mut total = Duration::ZERO;
+    for i in 0..calls {
+        total += once(prog, &pkt(i), want, &check).with_context(|| format!("call {i}"))?;
+    }
+    Ok(total.as_nanos() as f64 / f64::from(calls))
+}
+
+/// New flows `first..first + n` of VIP `vip`: each flow's SYN, then its first
+/// ACK (the handshake), timed apart (method S). Both must reach the same
+/// backend of the VIP. Returns the mean ns of the SYNs and of the ACKs.
+fn handshakes(
+    prog: &Prog,
+    vip: u32,
+    backends: u32,
+    first: u32,
+    n: u32,
+) -> anyhow::Result<(f64, f64)> {
+    let (mut s, mut a) = (Duration::ZERO, Duration::ZERO);
+    let mut out = [0u8; 256];
+    for i in first..first + n {
+        let mut dst = [Ipv4Addr::UNSPECIFIED; 2];
+        for (k, p) in [syn(vip, i), ack(vip, i)].iter().enumerate() {
+            let (verdict, len, d) = test_run(prog, p, &mut out, 1)?;
+            if verdict != XDP_TX {
+                bail!("flow {i} packet {k}: verdict {verdict}");
+            }
+            dst[k] = check::encapped(p, &out[..len], vip, backends)
+                .with_context(|| format!("flow {i}"))?;
+            if k == 0 {
+                s += d;
+            } else {
+                a += d;
+            }
+        }
+        if dst[0] != dst[1] {
+            bail!("flow {i}: SYN to {}, its ACK to {}", dst[0], dst[1]);
+        }
+    }
+    let n = f64::from(n);
+    Ok((s.as_nanos() as f64 / n, a.as_nanos() as f64 / n))
+}
+
+fn floors(a: &Args) -> anyhow::Result<()> {
+    let mut floor = aya::Ebpf::load(ringlb_testkit::objects::XDP_FLOOR)?;
+    for (name, path, want) in [
+        ("ringlb_pass", "XDP_PASS", XDP_PASS),
+        ("ringlb_floor", "MAC swap + XDP_TX (floor)", XDP_TX),
+    ] {
+        let prog: &mut Prog = floor.program_mut(name).context(name)?.try_into()?;
+        prog.load()?;
+        let chk = |i: &[u8], o: &[u8]| {
+            if want == XDP_PASS {
+                check::unchanged(i, o)
+            } else {
+                check::macs_swapped(i, o)
+            }
+        };
+        let r = method_r(prog, &syn(0, 0), a.repeat, want, |_, _| Ok(()))?;
+        let s = method_s(prog, a.calls, want, |_| syn(0, 0), chk)?;
+        println!("| {name} | {path} | - | {r:.1} | {s:.1} |");
+    }
+    Ok(())
+}
+
+/// Rows of one program variant with `vips` VIPs.
+fn rows(
+    a: &Args,
+    v: &Variant,
+    d: &ringlb_xdp::DesiredState,
+    vips: u32,
+    cpus: u32,
+) -> anyhow::Result<()> {
+    let target = vips / 2;
+    let nb = a.backends;
+    let enc = |i: &[u8], o: &[u8]| check::encapped(i, o, target, nb).map(|_| ());
+    // R: the restoring bench build, flow established first (SYN + ACK)
+    let t = Instant::now();
+    let bench = load(v.bench, d)?;
+    eprintln!("{} {vips} VIPs: maps {:?}", v.name, t.elapsed());
+    let prog = bench.program()?;
+    method_r(prog, &syn(target, 7), 1, XDP_TX, check::unchanged)?;
+    method_r(prog, &ack(target, 7), 1, XDP_TX, check::unchanged)?;
+    let hits0 = counter(&bench, "ct_hit")?;
+    let hit_r = method_r(prog, &ack(target, 7), a.repeat, XDP_TX, check::unchanged)?;
+    if counter(&bench, "ct_hit")? - hits0 < u64::from(a.repeat) {
+        bail!("{}: expected {} conntrack hits", v.name, a.repeat);
+    }
+    drop(bench);
+    let miss = load(v.miss, d)?;
+    let miss_r = method_r(
+        miss.program()?,
+        &syn(target, 7),
+        a.repeat,
+        XDP_TX,
+        check::unchanged,
+    )?;
+    drop(miss);
+    // S: the production object
+    let prod = load(v.prod, d)?;
+    let prog = prod.program()?;
+    handshakes(prog, target, nb, 7, 1)?;
+    let hit_s = method_s(prog, a.calls, XDP_TX, |_| ack(target, 7), enc)?;
+    // traffic for the node itself (not a VIP address)
+    let not_vip = |n| {
+        let mut f = syn_frame(target, n).established();
+        f.dst = IpAddr::V4(Ipv4Addr::new(10, 255, 255, 254));
+        f.bytes()
+    };
+    let pass_r = method_r(prog, &not_vip(7), a.repeat, XDP_PASS, check::unchanged)?;
+    let pass_s = method_s(prog, a.calls, XDP_PASS, not_vip, check::unchanged)?;
+    // New flows: SYN, then its first ACK. Two regimes of the LRU, which the
+    // test runs on this CPU's list (capacity CT_SIZE / possible CPUs): with
+    // free entries, and full, where every insert first evicts.
+    let cap = abi::CT_SIZE / cpus;
+    let room = a.calls.min(cap / 2);
+    let (syn_s, ack_s) = handshakes(prog, target, nb, 100, room)?;
+    let fill = cap + cap / 10 - room; // past capacity: from here on, inserts evict
+    handshakes(prog, target, nb, 100 + room, fill)?;
+    let (syn_full, ack_full) = handshakes(prog, target, nb, 100 + room + fill, a.calls.min(cap))?;
+    let n = v.name;
+    println!("| {n} | conntrack hit (ACK) | {vips} | {hit_r:.1} | {hit_s:.1} |");
+    println!("| {n} | not a VIP: XDP_PASS | {vips} | {pass_r:.1} | {pass_s:.1} |");
+    println!("| {n} | new flow: SYN | {vips} | {miss_r:.1} | {syn_s:.1} |");
+    println!("| {n} | new flow: its first ACK | {vips} | - | {ack_s:.1} |");
+    println!("| {n} | new flow, LRU full: SYN | {vips} | - | {syn_full:.1} |");
+    println!("| {n} | new flow, LRU full: its first ACK | {vips} | - | {ack_full:.1} |");
+    Ok(())
+}
+
+pub fn section_packet(a: &Args) -> anyhow::Result<()> {
+    // One CPU for the whole section: the conntrack LRU keeps a free list per
+    // CPU, and the "LRU full" rows must know which list they fill.
+    let cpu = ringlb_testkit::bench::pin_to_current_cpu().context("sched_setaffinity")?;
+    let cpus = u32::try_from(aya::util::nr_cpus().map_err(|(_, e)| e)?)?;
+    println!("## packet path (BPF_PROG_TEST_RUN, 64-byte TCP packets)\n");
+    println!(
+        "R = one call, repeat={}, kernel average; S = calls with repeat=1 ({} for the floor, hit and not-VIP rows), \
+         mean of the kernel-reported duration. Pinned to CPU {cpu} of {cpus} possible. `before` = the program \
+         before the SYN-insert and VIP-filter changes (same source, -DRINGLB_CT_INSERT_ON_SYN -DRINGLB_NO_VIP_FILTER). \
+         Every output frame is checked (outer header, destination a backend of the VIP, inner packet; \
+         a flow's SYN and ACK to the same backend).\n",
+        a.repeat, a.calls
+    );
+    println!("| program | path | VIPs | R ns/pkt | S ns/pkt |");
+    println!("|---|---|---|---|---|");
+    floors(a)?;
+    for vips in [1, a.vips] {
+        let t = Instant::now();
+        let d = desired(vips, a.backends, a.ring)?;
+        eprintln!(
+            "{vips} VIPs x {} backends, ring {}: tables {:?}",
+            a.backends,
+            a.ring,
+            t.elapsed()
+        );
+        for v in variants() {
+            rows(a, &v, &d, vips, cpus)?;
+        }
+    }
+    println!(
+        "\nR for ringlb_xdp uses the benchmark builds (-DRINGLB_BENCH_RESTORE, and -DRINGLB_BENCH_NO_CT_INSERT for the SYN row: \
+         the ring lookup without any insert); S uses the production objects. `before` inserts on the SYN (its first ACK is a hit); \
+         ringlb_xdp inserts on the first ACK.\n"
+    );
+    Ok(())
+}

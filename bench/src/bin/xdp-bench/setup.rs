@@ -1,0 +1,171 @@
+//! The maps and packets every section shares: VIPs, backends, the objects
+//! compared side by side.
+
+use std::{
+    collections::BTreeMap,
+    net::{IpAddr, Ipv4Addr},
+};
+
+use anyhow::Context;
+use ringlb_maglev::{Backend, Table};
+use ringlb_nexthop::{NextHop, StaticResolver};
+use ringlb_testkit::packet::Frame;
+use ringlb_xdp::{
+    Datapath, DesiredState, Proto, ServiceEntry, Vip,
+    xdp::{XdpDatapath, XdpOptions},
+};
+
+pub const XDP_PASS: u32 = 2;
+pub const XDP_TX: u32 = 3;
+
+pub fn resolver() -> Box<StaticResolver> {
+    Box::new(StaticResolver::everywhere(NextHop {
+        ifindex: 0,
+        smac: [2, 0, 0, 0, 0, 1],
+        dmac: [2, 0, 0, 0, 0, 2],
+        vlan: None,
+    }))
+}
+
+pub fn vip_addr(i: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 96, 0, 0)) + i))
+}
+
+pub fn backend_addr(vip: u32, b: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::from(
+        u32::from(Ipv4Addr::new(10, 128, 0, 0)) + vip * 128 + b,
+    ))
+}
+
+pub fn service(
+    i: u32,
+    backends: u32,
+    ring: u32,
+    shift: u32,
+) -> anyhow::Result<(Vip, ServiceEntry)> {
+    let vip = Vip {
+        addr: vip_addr(i),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+    let bs: Vec<Backend> = (0..backends)
+        .map(|b| Backend {
+            addr: backend_addr(i, b + shift),
+            port: 8080,
+            weight: 1,
+        })
+        .collect();
+    let table = Table::build(&bs, ring).context("maglev table")?;
+    Ok((vip, ServiceEntry::from_table(&vip, &table)?))
+}
+
+pub fn desired(vips: u32, backends: u32, ring: u32) -> anyhow::Result<DesiredState> {
+    let mut services = BTreeMap::new();
+    for i in 0..vips {
+        let (v, s) = service(i, backends, ring, 0)?;
+        services.insert(v, s);
+    }
+    Ok(DesiredState { services })
+}
+
+pub fn load(object: &'static [u8], d: &DesiredState) -> anyhow::Result<XdpDatapath> {
+    let opts = XdpOptions {
+        pin_dir: None,
+        src4: Some(SRC4),
+        src6: None,
+        mtu: 1500,
+        fib_fallback: false,
+        object,
+    };
+    let mut dp = XdpDatapath::load(&opts, resolver())?;
+    dp.apply(d)?;
+    Ok(dp)
+}
+
+/// A 64-byte TCP SYN to VIP `vip` from a client chosen by `n`.
+pub fn syn_frame(vip: u32, n: u32) -> Frame {
+    let src = IpAddr::V4(Ipv4Addr::from(
+        u32::from(Ipv4Addr::new(192, 168, 0, 0)) + (n >> 14),
+    ));
+    let mut f = Frame::tcp(src, vip_addr(vip), 1024 + (n & 0x3fff) as u16, 80);
+    f.payload = 10;
+    f
+}
+
+pub fn syn(vip: u32, n: u32) -> Vec<u8> {
+    syn_frame(vip, n).bytes()
+}
+
+/// The same flow's packet once the connection is up: an ACK (the program skips
+/// the conntrack lookup for a SYN, so a SYN never "hits").
+pub fn ack(vip: u32, n: u32) -> Vec<u8> {
+    syn_frame(vip, n).established().bytes()
+}
+
+/// Method R: one call with `repeat`; the kernel's average. Checks the verdict.
+/// The outer source of every encapsulated frame (`load`).
+pub const SRC4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
+
+/// A program build compared side by side: the production object and its two
+/// benchmark builds (restoring; restoring without conntrack insert).
+pub struct Variant {
+    pub name: &'static str,
+    pub prod: &'static [u8],
+    pub bench: &'static [u8],
+    pub miss: &'static [u8],
+}
+
+/// The program before the SYN-insert and VIP-filter changes, now, and now
+/// without the SYN's conntrack lookup; and
+/// experiments: `RINGLB_BENCH_EXTRA=name=object.o,...` adds production
+/// objects built by hand (their R rows use ringlb_xdp's bench builds).
+pub fn variants() -> Vec<Variant> {
+    use ringlb_testkit::objects as t;
+    let mut v = vec![
+        Variant {
+            name: "before",
+            prod: t::XDP_LB_BEFORE,
+            bench: t::XDP_LB_BEFORE_BENCH,
+            miss: t::XDP_LB_BEFORE_BENCH_MISS,
+        },
+        Variant {
+            name: "ringlb_xdp",
+            prod: ringlb_xdp::xdp::objects::XDP_LB,
+            bench: t::XDP_LB_BENCH,
+            miss: t::XDP_LB_BENCH_MISS,
+        },
+        // the SYN without its conntrack lookup (benchmark-only: it cannot
+        // rewrite a reused 5-tuple's entry); R rows as ringlb_xdp's
+        Variant {
+            name: "syn_nolookup",
+            prod: t::XDP_LB_SYN_NOLOOKUP,
+            bench: t::XDP_LB_BENCH,
+            miss: t::XDP_LB_BENCH_MISS,
+        },
+    ];
+    for e in std::env::var("RINGLB_BENCH_EXTRA")
+        .unwrap_or_default()
+        .split(',')
+    {
+        if let Some((name, path)) = e.split_once('=') {
+            let bytes = std::fs::read(path).unwrap_or_else(|err| panic!("{path}: {err}"));
+            v.push(Variant {
+                name: Box::leak(name.to_string().into_boxed_str()),
+                prod: Box::leak(bytes.into_boxed_slice()),
+                bench: t::XDP_LB_BENCH,
+                miss: t::XDP_LB_BENCH_MISS,
+            });
+        }
+    }
+    v
+}
+
+/// A global counter of the program, summed over CPUs.
+pub fn counter(dp: &XdpDatapath, label: &str) -> anyhow::Result<u64> {
+    let c = dp.read_counters()?;
+    c.global
+        .iter()
+        .find(|(l, _)| *l == label)
+        .map(|x| x.1)
+        .with_context(|| format!("no counter {label}"))
+}

@@ -1,0 +1,460 @@
+//! The guest half of the IPVS lab (`ringlb-lab vm-guest`, run as `/tests/ipvs_lab`
+//! by the kernel matrix's /init): the lab's fabric in namespaces, BIRD, two
+//! `ringlb-edge run --datapath ipvs`, three worker nodes with `ringlb-edge node`
+//! and a pod each, against the host's kube-apiserver; then the checks, each
+//! printed as a libtest line (`test ipvs_lab::NAME ... ok|FAILED`) that the
+//! matrix's report parser reads, and the measured figures as `FIGURE` lines.
+//!
+//! 1. both edges program IPVS and announce the VIP; the ToR has 2 next hops; the
+//!    two edges' real-server lists are equal, in the same order (`ipvsadm -Ln`);
+//! 2. HTTP from the client reaches every pod through both edges; every client
+//!    packet was IPIP from an edge; replies bypass the edges (DSR);
+//! 3. edge1 killed (`kill -9`) with long downloads in flight: every download ends
+//!    whole from the pod that started it, and flows asked again through edge2
+//!    alone get the pod they had (the edges agree); edge1 comes back;
+//! 4. the same with edge1 drained (SIGTERM: withdraw, then its IPVS services go);
+//! 5. pod3 stops being ready: only the flows that pod3 had move.
+
+use std::net::{Ipv4Addr, SocketAddrV4};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{ListParams, Patch, PatchParams};
+
+use super::flows::{self, FlowMap};
+use super::{FIGURE, GUEST_ADMIN_KUBECONFIG, GUEST_API, VmConfig};
+use crate::lab::bridge::Bridge;
+use crate::lab::cmd::run_in;
+use crate::lab::httpd::SLOW_LINES;
+use crate::lab::{Addrs, Bins, Cluster, EdgeDatapath, Topology, wait_for};
+
+/// Where the guest's binaries are (`host` packs them there).
+pub const BIN_DIR: &str = "/usr/local/bin";
+/// First source port of the per-flow maps; the long downloads use the next thousand.
+const FLOW_PORT: u16 = 40001;
+const LONG_PORT: u16 = 41001;
+/// Generous: everything runs under emulation.
+const LONG: Duration = Duration::from_secs(180);
+
+/// The running lab; fields drop in order: daemons, then the fabric.
+struct Lab {
+    _bridge: Bridge,
+    cluster: Cluster,
+    topo: Topology,
+    cfg: VmConfig,
+    a: Addrs,
+    kube: kube::Client,
+    /// Which pod each flow had with every pod ready (step 2).
+    map1: FlowMap,
+    rt: tokio::runtime::Runtime,
+}
+
+/// One check of the scenario; the first one makes the lab.
+type Step = fn(&mut Option<Lab>, &Path) -> anyhow::Result<()>;
+
+/// Runs every step; the process exit code (0: all passed).
+pub fn run(etc: &Path) -> i32 {
+    let t0 = Instant::now();
+    let mut results = (0, 0);
+    let mut lab = None;
+    let steps: [(&str, Step); 5] = [
+        ("two_ipvs_edges_agree_and_announce_the_vip", start),
+        (
+            "http_reaches_every_pod_through_both_edges_with_dsr",
+            traffic,
+        ),
+        ("edge_killed_flows_keep_their_pod", edge_killed),
+        ("edge_drained_flows_keep_their_pod", edge_drained),
+        ("backend_removed_only_its_flows_move", backend_removed),
+    ];
+    let mut failed = false;
+    for (name, step) in steps {
+        print!("test {name} ... ");
+        if failed {
+            println!("ignored, an earlier step failed");
+            continue;
+        }
+        let t = Instant::now();
+        match step(&mut lab, etc) {
+            Ok(()) => {
+                println!("({:.1}s)\nok", t.elapsed().as_secs_f64());
+                results.0 += 1;
+            }
+            Err(e) => {
+                println!("\n{e:#}");
+                if let Some(l) = &lab {
+                    println!("{}", l.cluster.log_tails(15));
+                }
+                println!("FAILED");
+                results.1 += 1;
+                failed = true;
+            }
+        }
+    }
+    println!(
+        "{FIGURE}guest scenario: {:.0}s from start to the last check",
+        t0.elapsed().as_secs_f64()
+    );
+    let word = if failed { "FAILED" } else { "ok" };
+    println!(
+        "\ntest result: {word}. {} passed; {} failed",
+        results.0, results.1
+    );
+    drop(lab);
+    i32::from(failed)
+}
+
+fn lab(l: &mut Option<Lab>) -> anyhow::Result<&mut Lab> {
+    l.as_mut().context("the lab did not start")
+}
+
+/// Fabric, bridge to the API, pods, BIRD, both IPVS edges, the node agents.
+fn start(slot: &mut Option<Lab>, etc: &Path) -> anyhow::Result<()> {
+    let cfg: VmConfig = serde_json::from_str(&std::fs::read_to_string(etc.join("vm.json"))?)?;
+    let a = Addrs::three_workers();
+    let dir = PathBuf::from("/run/ringlb-lab/vm");
+    let topo = Topology::up("vm", &dir, a.clone()).context("building the fabric")?;
+    for f in [
+        "kubeconfig",
+        "ringlb-edge.kubeconfig",
+        "ringlb-node.kubeconfig",
+    ] {
+        std::fs::copy(etc.join(f), dir.join(f)).with_context(|| f.to_string())?;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?;
+    let listen = format!("{}:{}", a.tor_fabric, a.api_port).parse()?;
+    let bridge = {
+        let _g = rt.enter();
+        Bridge::start(&topo.ns("tor"), listen, GUEST_API.parse()?)?
+    };
+    let kube = rt.block_on(crate::controlplane::client_for(
+        &etc.join(GUEST_ADMIN_KUBECONFIG),
+    ))?;
+    let bin = |n: &str| Path::new(BIN_DIR).join(n);
+    let bins = Bins {
+        kubectl: PathBuf::from("/bin/false"),
+        controller: PathBuf::from("/bin/false"),
+        edge: bin("ringlb-edge"),
+        lab: bin("ringlb-lab"),
+    };
+    let mut cluster = Cluster::new(&topo, bins);
+    cluster.edge_datapath = EdgeDatapath::Ipvs;
+    let l = slot.insert(Lab {
+        _bridge: bridge,
+        cluster,
+        topo,
+        cfg,
+        a,
+        kube,
+        map1: FlowMap::new(),
+        rt,
+    });
+    l.cluster.start_pods()?;
+    l.cluster.start_bird()?;
+    // nothing is set for IPVS here: `ringlb-edge` switches on sloppy_tcp itself
+    // (flows the ToR moves to an edge arrive without a SYN; step 3 fails without it)
+    let pins: Vec<_> = (1..=l.a.edges.len()).map(|i| l.topo.pin_dir(i)).collect();
+    let t = Instant::now();
+    l.cluster.start_edges(&pins)?;
+    let vip = l.cfg.vip.clone();
+    l.cluster.wait_ecmp(&vip, 2, LONG)?;
+    println!(
+        "{FIGURE}both IPVS edges announced {vip} {:.1}s after they started",
+        t.elapsed().as_secs_f64()
+    );
+    let pins: Vec<_> = (1..=l.a.nodes.len())
+        .map(|i| l.topo.node_pin_dir(i))
+        .collect();
+    l.cluster.start_node_agents(&pins)?;
+    l.cluster.wait_tc(LONG)?;
+    l.cluster.wait_node_services(&vip, LONG)?;
+    let lists = agreeing_dests(l, 3)?;
+    println!(
+        "both edges' real servers, in IPVS's order:\n  {}",
+        lists.join("\n  ")
+    );
+    Ok(())
+}
+
+/// The real servers of the VIP's service on edge `i`, in the kernel's order
+/// (`ipvsadm -Ln --nosort`: `ADDR:PORT FORWARD WEIGHT`).
+fn dests(l: &Lab, i: usize) -> crate::lab::Result<Vec<String>> {
+    let svc = format!("{}:{}", l.cfg.vip, l.a.port);
+    let ns = l.topo.ns(&format!("edge{i}"));
+    // --nosort: ipvsadm sorts by address unless told not to
+    let out = run_in(&ns, &["ipvsadm", "-Ln", "--nosort", "-t", &svc])?;
+    Ok(parse_dests(&out))
+}
+
+/// `ADDR:PORT FORWARD WEIGHT` of each `->` line of `ipvsadm -Ln` (not the header).
+pub fn parse_dests(ipvsadm: &str) -> Vec<String> {
+    ipvsadm
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("->"))
+        .map(|r| r.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .filter(|r| !r.starts_with("RemoteAddress"))
+        .collect()
+}
+
+/// Waits until both edges hold `n` real servers of weight > 0, the same list in the
+/// same order; that list.
+fn agreeing_dests(l: &mut Lab, n: usize) -> anyhow::Result<Vec<String>> {
+    let what = format!("both edges to hold the same {n} real servers");
+    Ok(wait_for(&what, LONG, Duration::from_millis(500), || {
+        l.cluster.check_daemons()?;
+        let (e1, e2) = (dests(l, 1)?, dests(l, 2)?);
+        let live = e1.iter().filter(|d| !d.ends_with(" 0")).count();
+        Ok(if e1 == e2 && live == n && e1.len() == n {
+            Ok(e1)
+        } else {
+            Err(format!("edge1 {e1:?}, edge2 {e2:?}"))
+        })
+    })?)
+}
+
+/// One GET from each flow's source port; which pod answered each.
+fn flow_map(l: &Lab) -> anyhow::Result<FlowMap> {
+    let client: Ipv4Addr = l.a.client.parse()?;
+    let dst = SocketAddrV4::new(l.cfg.vip.parse()?, l.a.port);
+    let ns = l.topo.ns("client");
+    let mut m = FlowMap::new();
+    for port in FLOW_PORT..FLOW_PORT + l.cfg.flows {
+        let body = flows::get(&ns, client, port, dst, "/", Duration::from_secs(10))
+            .with_context(|| format!("flow from port {port}"))?;
+        let pod = body.split_whitespace().next().unwrap_or("(empty)");
+        m.insert(port, pod.to_string());
+    }
+    Ok(m)
+}
+
+fn traffic(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
+    let l = lab(slot)?;
+    let before = l.topo.counters()?;
+    let m = flow_map(l)?;
+    let after = l.topo.counters()?;
+    let d = |k: &str| after[k] - before[k];
+    let pods = flows::per_pod(&m);
+    println!("flows per pod: {pods:?}; ToR counters: {after:?}");
+    ensure!(pods.len() == 3, "every pod answers: {pods:?}");
+    ensure!(
+        d("ipip_from_edge1") > 0 && d("ipip_from_edge2") > 0,
+        "both edges carried traffic (ECMP)"
+    );
+    ensure!(
+        d("ipip_from_edge1") + d("ipip_from_edge2") == d("to_vip"),
+        "every client packet to the VIP left an edge as IPIP"
+    );
+    ensure!(
+        d("replies_to_client") >= 2 * u64::from(l.cfg.flows),
+        "replies went from the pods to the client"
+    );
+    ensure!(
+        d("replies_toward_edges") == 0,
+        "DSR: no reply passed an edge"
+    );
+    l.map1 = m;
+    Ok(())
+}
+
+/// What one long download ended with (the pod that sent the whole body, or the
+/// error), and when.
+type Finished = (Result<String, String>, Instant);
+
+/// `n` long downloads (`/slow`) from their own source ports, each on a thread.
+fn long_downloads(l: &Lab) -> anyhow::Result<Vec<std::thread::JoinHandle<Finished>>> {
+    let client: Ipv4Addr = l.a.client.parse()?;
+    let dst = SocketAddrV4::new(l.cfg.vip.parse()?, l.a.port);
+    Ok((LONG_PORT..LONG_PORT + l.cfg.long_flows)
+        .map(|port| {
+            let ns = l.topo.ns("client");
+            std::thread::spawn(move || {
+                let got = flows::get(&ns, client, port, dst, "/slow", Duration::from_secs(60))
+                    .map_err(|e| e.to_string())
+                    .and_then(|body| {
+                        flows::single_pod(&body, SLOW_LINES)
+                            .ok_or_else(|| format!("port {port}: not whole from one pod: {body:?}"))
+                    });
+                (got, Instant::now())
+            })
+        })
+        .collect())
+}
+
+/// How edge1 goes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Loss {
+    /// `kill -9`: the kernel closes its BGP session; its IPVS services stay.
+    Kill,
+    /// SIGTERM: GRACEFUL_SHUTDOWN, withdraw, then its IPVS services and VIPs go.
+    Drain,
+}
+
+impl Loss {
+    fn what(self) -> &'static str {
+        match self {
+            Loss::Kill => "edge killed",
+            Loss::Drain => "edge drained",
+        }
+    }
+}
+
+fn edge_killed(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
+    edge_lost(lab(slot)?, Loss::Kill)
+}
+
+fn edge_drained(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
+    edge_lost(lab(slot)?, Loss::Drain)
+}
+
+/// Long downloads in flight, some through edge1; edge1 goes; every download ends
+/// whole from its pod, and the flows of step 2 asked again (all through edge2)
+/// get the pod they had. Then edge1 starts again and both edges agree.
+fn edge_lost(l: &mut Lab, loss: Loss) -> anyhow::Result<()> {
+    let what = loss.what();
+    let vip = l.cfg.vip.clone();
+    let running = long_downloads(l)?;
+    let (w0, started) = (l.topo.counters()?, Instant::now());
+    // a second of the downloads, some of them through edge1
+    wait_for(
+        "long downloads through edge1",
+        Duration::from_secs(10),
+        Duration::from_millis(200),
+        || {
+            let w = l.topo.counters()?;
+            let grew = w["ipip_from_edge1"] > w0["ipip_from_edge1"];
+            Ok(if grew && started.elapsed() >= Duration::from_secs(1) {
+                Ok(())
+            } else {
+                Err(format!("edge1's IPIP packets: {}", w["ipip_from_edge1"]))
+            })
+        },
+    )?;
+    let t = Instant::now();
+    match loss {
+        Loss::Kill => l.cluster.kill("edge1")?,
+        Loss::Drain => l.cluster.terminate("edge1", Duration::from_secs(60))?,
+    }
+    l.cluster.wait_ecmp(&vip, 1, Duration::from_secs(60))?;
+    println!(
+        "{loss:?} of edge1: the ToR has one next hop after {:?}",
+        t.elapsed()
+    );
+    let outcomes: Vec<Finished> = running
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .unwrap_or_else(|_| (Err("thread panicked".into()), Instant::now()))
+        })
+        .collect();
+    let broken: Vec<&String> = outcomes.iter().filter_map(|o| o.0.as_ref().err()).collect();
+    let kept = outcomes.len() - broken.len();
+    // started before the kill; those that ended after it were in flight
+    let in_flight = outcomes.iter().filter(|o| o.1 > t).count();
+    println!(
+        "{FIGURE}{what}: {kept} of {} long downloads finished whole from the pod that started them ({in_flight} were in flight when edge1 went)",
+        outcomes.len()
+    );
+    ensure!(
+        2 * in_flight >= outcomes.len(),
+        "only {in_flight} of {} downloads were in flight when edge1 went",
+        outcomes.len()
+    );
+    let after = flow_map(l)?;
+    let moved = flows::moved(&l.map1, &after);
+    println!(
+        "{FIGURE}{what}: {} of {} flows asked again through edge2 alone got the pod they had with both edges",
+        l.map1.len() - moved.len(),
+        l.map1.len()
+    );
+    ensure!(broken.is_empty(), "broken downloads: {broken:#?}");
+    ensure!(moved.is_empty(), "flows that changed pod: {moved:?}");
+    l.cluster.start_edge(1, &l.topo.pin_dir(1))?;
+    l.cluster.wait_ecmp(&vip, 2, LONG)?;
+    agreeing_dests(l, 3)?;
+    Ok(())
+}
+
+/// Marks pod3 not ready (as a failing readiness probe would: the kubelet's status
+/// with Ready=False); the EndpointSlice drops it.
+async fn unready(kube: &kube::Client, ip: &str) -> anyhow::Result<String> {
+    let pods: kube::Api<Pod> = kube::Api::namespaced(kube.clone(), "default");
+    let list = pods.list(&ListParams::default().labels("app=web")).await?;
+    let p = list
+        .items
+        .into_iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(ip))
+        .with_context(|| format!("no web pod with IP {ip}"))?;
+    let host_ip = p
+        .status
+        .as_ref()
+        .and_then(|s| s.host_ip.clone())
+        .unwrap_or_default();
+    let status = crate::controlplane::kubelet::running_status(&p, &[ip.parse()?], &host_ip, false);
+    let name = p.metadata.name.clone().unwrap_or_default();
+    pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+        .await?;
+    Ok(name)
+}
+
+fn backend_removed(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
+    let l = lab(slot)?;
+    // with both edges back, the flows still have the pods of step 2
+    let again = flow_map(l)?;
+    let drift = flows::moved(&l.map1, &again);
+    ensure!(
+        drift.is_empty(),
+        "before the removal, flows changed pod: {drift:?}"
+    );
+    let gone_ip = l.a.pods[2].to_string();
+    let gone = "pod3";
+    let name = l.rt.block_on(unready(&l.kube, &gone_ip))?;
+    println!("pod {name} ({gone_ip}, {gone}) marked not ready");
+    let lists = agreeing_dests(l, 2)?;
+    if lists.iter().any(|d| d.starts_with(&gone_ip)) {
+        bail!("{gone_ip} is still a real server: {lists:?}");
+    }
+    let after = flow_map(l)?;
+    let moved = flows::moved(&l.map1, &after);
+    let had = flows::per_pod(&l.map1).get(gone).copied().unwrap_or(0);
+    let of_gone = moved.iter().filter(|(_, b, _)| b == gone).count();
+    let others = moved.len() - of_gone;
+    println!("moved flows (port, before, after): {moved:?}");
+    println!(
+        "{FIGURE}backend removed: {} of {} flows moved: {of_gone} of the {had} that {gone} had, {others} of other pods",
+        moved.len(),
+        l.map1.len()
+    );
+    ensure!(had > 0, "{gone} had flows before");
+    ensure!(of_gone == had, "every flow of {gone} moved");
+    ensure!(others == 0, "only {gone}'s flows move");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ipvsadm_lists_real_servers_in_order() {
+        let out = "IP Virtual Server version 1.2.1 (size=4096)\n\
+Prot LocalAddress:Port Scheduler Flags\n\
+  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n\
+TCP  10.210.100.10:80 mh (mh-fallback,mh-port)\n\
+  -> 10.210.5.23:80               Tunnel  1      0          0\n\
+  -> 10.210.4.22:80               Tunnel  1      3          0\n\
+  -> 10.210.3.21:80               Tunnel  0      0          0\n";
+        assert_eq!(
+            parse_dests(out),
+            [
+                "10.210.5.23:80 Tunnel 1",
+                "10.210.4.22:80 Tunnel 1",
+                "10.210.3.21:80 Tunnel 0"
+            ]
+        );
+    }
+}

@@ -1,0 +1,390 @@
+//! Issue 14, "what it must show": two regions behind a core router, PowerDNS as the
+//! global traffic manager probing the edges' per-VIP health endpoints.
+//!
+//! Each region is the one-region lab's unit (`lab::gtm`): a BIRD ToR, one
+//! `ringlb-edge run` (XDP, BGP), two worker nodes running `ringlb-edge node` with a
+//! pod each, its own real control plane and ringlb-controller, and a Service `web`
+//! with a VIP from the region's pool. The core router (BIRD) hears both regions'
+//! VIPs from their ToRs; a client and PowerDNS (`pdns_server`, bind backend, LUA
+//! records, `ifurlextup` over `http://EDGE:9090/health/vip/VIP/80`) hang off it.
+//!
+//! - both regions healthy: the health endpoints answer 200, an unknown VIP 404, and
+//!   `dig @pdns app.gtm.test` answers both VIPs; the client reaches both;
+//! - every pod of region A killed (processes gone, pods not Ready): region A's edge
+//!   answers 503 with a JSON reason, the core loses the route to VIP A, and PowerDNS
+//!   answers only VIP B (seconds measured: kill -> 503, 503 -> DNS); VIP B serves;
+//! - region A's pods back: 200 again, and the answer includes VIP A again.
+//!
+//! Needs root, BIRD, nftables, ethtool, `pdns_server` (pdns-server,
+//! pdns-backend-bind) and `dig` (bind9-dnsutils); skips loudly otherwise. Needs the
+//! binaries (`make test` builds them) and the control plane (`make k8s`).
+
+use std::time::{Duration, Instant};
+
+use ringlb_e2e::lab::cluster::EDGE_HTTP_PORT;
+use ringlb_e2e::lab::gtm::{self, Core, GtmLab};
+use ringlb_e2e::lab::pdns::{self, PowerDns};
+use ringlb_e2e::lab::{self, Bins, Topology, cmd};
+
+fn bins() -> Bins {
+    let lab_bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ringlb-lab"));
+    let mut dirs = vec![lab_bin.parent().unwrap().to_path_buf()];
+    if let Some(d) = std::env::var_os("RINGLB_BIN_DIR") {
+        dirs.insert(0, d.into());
+    }
+    Bins::find_in(&dirs).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn skip_reason() -> Option<String> {
+    lab::skip_reason().or_else(|| {
+        [("pdns_server", "pdns-server"), ("dig", "bind9-dnsutils")]
+            .into_iter()
+            .find(|(tool, _)| cmd::which(tool).is_none())
+            .map(|(tool, pkg)| format!("`{tool}` is not installed ({pkg}; scripts/setup.sh)"))
+    })
+}
+
+/// The health URL of region `topo`'s first edge for `vip`.
+fn health(topo: &Topology, vip: &str) -> String {
+    pdns::health_url(&topo.addrs.edges[0], EDGE_HTTP_PORT, vip, topo.addrs.port)
+}
+
+/// Waits until the health endpoint at `url` (asked from the DNS namespace, as
+/// PowerDNS asks) answers `code`; returns the body.
+fn wait_health(core: &Core, url: &str, code: u16, limit: Duration) -> String {
+    lab::wait_for(
+        &format!("{url} to answer {code}"),
+        limit,
+        Duration::from_millis(50),
+        || {
+            let (c, body) = core.http_status("dns", url)?;
+            Ok(if c == code {
+                Ok(body)
+            } else {
+                Err(format!("{c} {body}"))
+            })
+        },
+    )
+    .unwrap()
+}
+
+const HOLD: u64 = gtm::HOLD_DOWN_S;
+
+/// What the GTM saw at one instant: region A's health code and the DNS answer.
+#[derive(Debug)]
+#[allow(dead_code)] // printed on failure
+struct Sample {
+    at: Instant,
+    code: u16,
+    answer: Vec<String>,
+}
+
+/// Samples region A's health URL and the DNS answer until `va` is in the answer for
+/// two samples in a row, or `limit` passes.
+fn sample_until_a_is_back(
+    core: &Core,
+    dns: &PowerDns,
+    health_a: &str,
+    va: &str,
+    limit: Duration,
+) -> Vec<Sample> {
+    let start = Instant::now();
+    let mut out: Vec<Sample> = Vec::new();
+    while start.elapsed() < limit {
+        let code = core.http_status("dns", health_a).map_or(0, |(c, _)| c);
+        let answer = dns.app_addresses(&core.ns("client")).unwrap_or_default();
+        let back = answer.iter().any(|a| a == va);
+        out.push(Sample {
+            at: Instant::now(),
+            code,
+            answer,
+        });
+        let n = out.len();
+        if back && n >= 2 && out[n - 2].answer.iter().any(|a| a == va) {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    out
+}
+
+/// Waits until PowerDNS answers exactly `want` (sorted) for app.gtm.test.
+fn wait_dns(core: &Core, dns: &PowerDns, want: &[&str], limit: Duration) {
+    lab::wait_for(
+        &format!("dig {} to answer {want:?}", pdns::APP),
+        limit,
+        Duration::from_millis(50),
+        || {
+            let got = dns.app_addresses(&core.ns("client"))?;
+            Ok(if got == want {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            })
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
+    if let Some(why) = skip_reason() {
+        eprintln!("SKIPPED gtm_e2e: {why}");
+        return;
+    }
+    let bins = bins();
+    let start = Instant::now();
+    let pid = std::process::id();
+    let prefix = format!("rlg{pid}");
+    let dir = std::env::temp_dir().join(format!("ringlb-gtm-test-{pid}"));
+    // declared first, dropped last: daemons stop before their namespaces go
+    let t = Instant::now();
+    let mut g = GtmLab::up(&prefix, &dir, &bins).unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "two regions, core and PowerDNS up in {:?}: VIP A {}, VIP B {}",
+        t.elapsed(),
+        g.va,
+        g.vb
+    );
+    both_regions_serve_and_pdns_answers_both(&g);
+    region_a_loses_its_pods(&mut g);
+    region_a_comes_back_after_the_hold_down(&mut g);
+    anycast_is_depreferred_below_its_threshold(&mut g);
+    eprintln!("gtm e2e done in {:?}", start.elapsed());
+}
+
+/// Both regions healthy: routes, traffic, health 200 / 404, both VIPs in DNS.
+fn both_regions_serve_and_pdns_answers_both(g: &GtmLab) {
+    let (core, dns, topo_a, topo_b) = (&g.core, &g.dns, &g.topo_a, &g.topo_b);
+    let (va, vb) = (g.va.clone(), g.vb.clone());
+    let (tor_a, tor_b) = (
+        topo_a.addrs.tor_client_side.as_str(),
+        topo_b.addrs.tor_client_side.as_str(),
+    );
+    for vip in [&va, &vb] {
+        let body = core.http_get(&format!("http://{vip}/")).unwrap();
+        assert!(body.starts_with("pod"), "the client reaches {vip}: {body}");
+    }
+    // the anycast VIP: both regions announce it, the core spreads over both ToRs
+    core.wait_route(gtm::ANYCAST_VIP, &[tor_a, tor_b], Duration::from_secs(20))
+        .unwrap();
+
+    // the health endpoints, as PowerDNS sees them
+    let (ha, hb) = (health(topo_a, &va), health(topo_b, &vb));
+    wait_health(core, &ha, 200, Duration::from_secs(15));
+    wait_health(core, &hb, 200, Duration::from_secs(15));
+    let unknown = health(topo_a, "10.210.100.99");
+    let (code, body) = core.http_status("dns", &unknown).unwrap();
+    assert_eq!(code, 404, "an unknown VIP is 404: {body}");
+    wait_dns(core, dns, &[&va, &vb], Duration::from_secs(5));
+}
+
+/// Region A's pods killed: 503, only VIP B in DNS, routes move; the figures.
+fn region_a_loses_its_pods(g: &mut GtmLab) {
+    let (core, dns, topo_a, topo_b) = (&g.core, &g.dns, &g.topo_a, &g.topo_b);
+    let ca = &mut g.ca;
+    let (va, vb) = (g.va.clone(), g.vb.clone());
+    let tor_b = topo_b.addrs.tor_client_side.as_str();
+    let (ha, hb) = (health(topo_a, &va), health(topo_b, &vb));
+    // region A loses every pod
+    let t0 = Instant::now();
+    for i in 1..=topo_a.addrs.pods.len() {
+        ca.kill(&format!("pod{i}")).unwrap();
+    }
+    ca.set_pods_ready("web", false).unwrap();
+    // watch everything at once: health, DNS, the core's routes
+    let (mut to_503, mut to_dns, mut to_any, mut to_gone) = (None, None, None, None);
+    let mut reason = String::new();
+    let client = core.ns("client");
+    let (want_b, want_any): (Vec<String>, Vec<std::net::IpAddr>) =
+        (vec![vb.clone()], vec![tor_b.parse().unwrap()]);
+    lab::wait_for(
+        "region A's 503, only VIP B in DNS, the core's routes moved",
+        Duration::from_secs(45),
+        Duration::from_millis(50),
+        || {
+            if to_503.is_none() {
+                let (code, body) = core.http_status("dns", &ha)?;
+                if code == 503 {
+                    (to_503, reason) = (Some(t0.elapsed()), body);
+                }
+            }
+            if to_dns.is_none() && dns.app_addresses(&client)? == want_b {
+                to_dns = Some(t0.elapsed());
+            }
+            if to_any.is_none() && core.next_hops(gtm::ANYCAST_VIP)? == want_any {
+                to_any = Some(t0.elapsed());
+            }
+            if to_gone.is_none() && core.next_hops(&va)?.is_empty() {
+                to_gone = Some(t0.elapsed());
+            }
+            let all = [to_503, to_dns, to_any, to_gone];
+            Ok(if all.iter().all(Option::is_some) {
+                Ok(())
+            } else {
+                Err(format!("503/DNS/anycast/VIP A route after {all:?}"))
+            })
+        },
+    )
+    .unwrap();
+    let (to_503, to_dns, to_any, to_gone) = (
+        to_503.unwrap(),
+        to_dns.unwrap(),
+        to_any.unwrap(),
+        to_gone.unwrap(),
+    );
+    let json: serde_json::Value = serde_json::from_str(reason.trim())
+        .unwrap_or_else(|e| panic!("the 503 body is JSON ({e}): {reason}"));
+    eprintln!(
+        "region A lost its pods: 503 after {to_503:?} ({json}); dig answers only VIP B after {to_dns:?} \
+         (probe interval {} s); the core's route to VIP A gone after {to_gone:?}, the anycast VIP only via region B after {to_any:?}",
+        pdns::CHECK_INTERVAL_S
+    );
+    let dns_lag = to_dns.saturating_sub(to_503);
+    assert!(
+        dns_lag <= Duration::from_secs(3 * pdns::CHECK_INTERVAL_S + 2),
+        "PowerDNS followed the health endpoint within a few probe intervals: {dns_lag:?}"
+    );
+    wait_health(core, &hb, 200, Duration::from_secs(5));
+    for _ in 0..5 {
+        let body = core.http_get(&format!("http://{vb}/")).unwrap();
+        assert!(body.starts_with("pod"), "VIP B serves: {body}");
+    }
+    // a client holding the anycast address is served by region B
+    for _ in 0..5 {
+        let body = core
+            .http_get(&format!("http://{}/", gtm::ANYCAST_VIP))
+            .unwrap();
+        assert!(
+            body.contains(&format!("10.{}.", topo_b.addrs.net)),
+            "the anycast VIP is served by a region B pod: {body}"
+        );
+    }
+}
+
+/// Region A's pods back, flapping faster than the hold-down: no flapping of health
+/// or DNS; VIP A returns after the hold-down.
+fn region_a_comes_back_after_the_hold_down(g: &mut GtmLab) {
+    let (core, dns, topo_a, topo_b) = (&g.core, &g.dns, &g.topo_a, &g.topo_b);
+    let ca = &mut g.ca;
+    let (va, vb) = (g.va.clone(), g.vb.clone());
+    let (tor_a, tor_b) = (
+        topo_a.addrs.tor_client_side.as_str(),
+        topo_b.addrs.tor_client_side.as_str(),
+    );
+    let ha = health(topo_a, &va);
+    // region A comes back, its pods flapping (Ready, not Ready, Ready) faster than the
+    // hold-down: PowerDNS must not hand out VIP A until the hold-down after the last
+    for i in 1..=topo_a.addrs.pods.len() {
+        ca.start_pod(i).unwrap();
+    }
+    let t2 = Instant::now();
+    let samples = std::thread::scope(|s| {
+        let flap = s.spawn(|| {
+            for ready in [true, false, true] {
+                ca.set_pods_ready("web", ready).unwrap();
+                std::thread::sleep(Duration::from_millis(1500));
+            }
+            Instant::now() - Duration::from_millis(1500)
+        });
+        let samples = sample_until_a_is_back(core, dns, &ha, &va, Duration::from_secs(60));
+        (flap.join().unwrap(), samples)
+    });
+    let (last_ready, samples) = samples;
+    let first_back = samples
+        .iter()
+        .find(|s| s.answer.contains(&va))
+        .map(|s| s.at)
+        .expect("VIP A back in the DNS answer");
+    let first_200 = samples.iter().find(|s| s.code == 200).map(|s| s.at);
+    let flapping: Vec<&Sample> = samples
+        .iter()
+        // a sample whose curl or dig failed (loaded machine) is no evidence either way
+        .filter(|s| s.at < last_ready && (s.code == 200 || s.answer.contains(&va)))
+        .collect();
+    eprintln!(
+        "region A back: pods flapped for {:?}; after the last Ready, 200 after {:?} and VIP A in the DNS answer after {:?} (hold-down {HOLD} s); {} samples",
+        last_ready - t2,
+        first_200.map(|t| t.saturating_duration_since(last_ready)),
+        first_back.saturating_duration_since(last_ready),
+        samples.len(),
+    );
+    assert!(
+        flapping.is_empty(),
+        "no flapping while the pods flap: never 200, never VIP A in DNS: {flapping:?}"
+    );
+    assert!(
+        first_back >= last_ready + Duration::from_secs(HOLD) - Duration::from_millis(500),
+        "VIP A returns only after the hold-down"
+    );
+    wait_dns(core, dns, &[&va, &vb], Duration::from_secs(15));
+    core.wait_route(&va, &[tor_a], Duration::from_secs(15))
+        .unwrap();
+    core.wait_route(gtm::ANYCAST_VIP, &[tor_a, tor_b], Duration::from_secs(15))
+        .unwrap();
+    let body = core.http_get(&format!("http://{va}/")).unwrap();
+    assert!(body.starts_with("pod"), "VIP A serves again: {body}");
+}
+
+/// The de-preference variant: region A's anycast Service asks for 2 ready backends
+/// and `prepend=3` below that; with one of A's pods gone, A still announces the
+/// anycast VIP, but with a longer AS path, so the core routes it only to region B.
+/// `web` (threshold 1) stays healthy in A, and DNS keeps answering both regions.
+fn anycast_is_depreferred_below_its_threshold(g: &mut GtmLab) {
+    let (core, dns, topo_a) = (&g.core, &g.dns, &g.topo_a);
+    let (tor_a, tor_b) = (
+        topo_a.addrs.tor_client_side.as_str(),
+        g.topo_b.addrs.tor_client_side.as_str(),
+    );
+    let ca = &mut g.ca;
+    let any_a = health(topo_a, gtm::ANYCAST_VIP);
+    ca.kubectl(&[
+        "annotate",
+        "svc",
+        "anycast",
+        "ringlb.io/min-ready-backends=2",
+        "ringlb.io/unhealthy-bgp=prepend=3",
+        "--overwrite",
+    ])
+    .unwrap();
+    // pod1 of region A dies: its process and its readiness
+    let pods = ca
+        .kubectl(&[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            r#"jsonpath={range .items[*]}{.metadata.name} {.status.podIP}{"\n"}{end}"#,
+        ])
+        .unwrap();
+    let pod1 = pods
+        .lines()
+        .find_map(|l| l.strip_suffix(&format!(" {}", topo_a.addrs.pods[0])))
+        .unwrap_or_else(|| panic!("pod1 of region A in {pods}"))
+        .to_string();
+    let t0 = Instant::now();
+    ca.kill("pod1").unwrap();
+    let ann = "lab.ringlb.io/ready=false";
+    ca.kubectl(&["annotate", "pod", &pod1, ann, "--overwrite"])
+        .unwrap();
+    let body = wait_health(core, &any_a, 503, Duration::from_secs(30));
+    let json: serde_json::Value = serde_json::from_str(body.trim()).unwrap();
+    assert_eq!(json["depreferred"], true, "{json}");
+    assert_eq!(json["readyBackends"], 1, "{json}");
+    core.wait_route(gtm::ANYCAST_VIP, &[tor_b], Duration::from_secs(15))
+        .unwrap();
+    let moved = t0.elapsed();
+    // BIRD at the core still knows region A's (longer) path: de-preferred, not gone
+    let bird = core
+        .birdc(&["show", "route", "for", gtm::ANYCAST_VIP, "all"])
+        .unwrap();
+    assert!(
+        bird.contains(tor_a) && bird.contains(tor_b),
+        "the core has both paths: {bird}"
+    );
+    wait_dns(core, dns, &[&g.va, &g.vb], Duration::from_secs(5));
+    eprintln!(
+        "anycast de-preferred in region A (1 of 2 pods, prepend=3): the core routes it only to region B {moved:?} after the kill; {json}"
+    );
+}
