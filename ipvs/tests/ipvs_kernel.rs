@@ -34,13 +34,17 @@ fn dests(
         .collect()
 }
 
-fn three_services() -> DesiredState {
+/// TCP and UDP on one VIP, an IPv6 VIP, and an IPv4 VIP with an IPv6 pod (tunnel
+/// only: IPv4 in IPv6).
+fn four_services() -> DesiredState {
     let (v80, v53, v6) = (tcp(VIP, 80), udp(VIP, 53), tcp(VIP6, 443));
+    let mixed = tcp(VIP, 8080);
     DesiredState {
         services: [
             (v80, entry(&v80, &PODS, &[PODS[2]])),
             (v53, entry(&v53, &PODS[..2], &[])),
             (v6, entry(&v6, &POD6, &[])),
+            (mixed, entry(&mixed, &POD6[..1], &[])),
         ]
         .into(),
     }
@@ -53,13 +57,13 @@ fn the_seam_programs_ipvs_and_the_kernel_reads_back_exactly_that() {
     }
     let ns = Netns::new(&format!("rlbvk{}a", std::process::id()));
     let mut dp = datapath_in(&ns.0, Config::default());
-    let state = three_services();
+    let state = four_services();
     let st = Datapath::apply(&mut dp, &state).unwrap();
-    assert_eq!((st.vips_written, st.backends_written), (3, 7), "{st:?}");
+    assert_eq!((st.vips_written, st.backends_written), (4, 8), "{st:?}");
 
     // our codec: the services with mh, mh-port and mh-fallback, a host netmask
     let services = dp.kernel_mut().services().unwrap();
-    assert_eq!(services.len(), 3, "{services:?}");
+    assert_eq!(services.len(), 4, "{services:?}");
     for (s, _) in &services {
         assert_eq!(s.sched_name, "mh", "{s:?}");
         let both = IP_VS_SVC_F_SCHED1 | IP_VS_SVC_F_SCHED2;
@@ -84,6 +88,8 @@ fn the_seam_programs_ipvs_and_the_kernel_reads_back_exactly_that() {
         dests(&mut dp, &k6),
         [(ip(POD6[1]), 443, t, 1), (ip(POD6[0]), 443, t, 1)]
     );
+    let mixed = service_key(&tcp(VIP, 8080));
+    assert_eq!(dests(&mut dp, &mixed), [(ip(POD6[0]), 8080, t, 1)]);
     // what the datapath believes is what the kernel holds (but for the flags
     // ringlb does not manage: the kernel adds IP_VS_SVC_F_HASHED)
     let managed = |h: &Held| {
@@ -99,7 +105,7 @@ fn the_seam_programs_ipvs_and_the_kernel_reads_back_exactly_that() {
     // ipvsadm, independently
     let adm = ipvsadm(&ns.0);
     eprintln!("{}", nsx(&ns.0, &["ipvsadm", "-Ln", "--nosort"]));
-    assert_eq!(adm.len(), 3, "{adm:?}");
+    assert_eq!(adm.len(), 4, "{adm:?}");
     let s80 = &adm["TCP 10.203.100.1:80"];
     for word in ["mh", "mh-fallback", "mh-port"] {
         assert!(s80.line.contains(word), "{word} in {:?}", s80.line);
@@ -127,6 +133,11 @@ fn the_seam_programs_ipvs_and_the_kernel_reads_back_exactly_that() {
             (format!("[{}]:443", POD6[1]), "Tunnel".into(), 1),
             (format!("[{}]:443", POD6[0]), "Tunnel".into(), 1)
         ]
+    );
+
+    assert_eq!(
+        adm["TCP 10.203.100.1:8080"].dests,
+        [(format!("[{}]:8080", POD6[0]), "Tunnel".into(), 1)]
     );
 
     // the VIPs are local addresses (IPVS works in LOCAL_IN)
