@@ -6,6 +6,7 @@
 //! [`app`] starts the tasks in order.
 
 pub mod app;
+pub mod backends;
 pub mod events;
 pub mod ipam;
 pub mod leader;

@@ -6,7 +6,9 @@
 //!  watch Services ──reflect──► Store ──► Controller ──► reconcile(svc) ──► status patch
 //!        │ Delete / relist                     ▲   ▲                    └─► Event, metrics
 //!        └──► forget(key): release ────────────┘   │ retry pending (IP released)
-//!  watch IPPools ──► set_pools ──► reconcile_all ───┘
+//!  watch IPPools ──► set_pools ──► reconcile_all ───┤
+//!  watch EndpointSlices ──reflect──► Store ─────────┤ its Service (kubernetes.io/service-name);
+//!        └─ listed (InitDone) ──► reconcile_all ────┘ the BackendsReady condition
 //! ```
 //!
 //! Releasing is derived from state, not a finalizer: a Delete seen on the watch (or
@@ -14,12 +16,14 @@
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
 use futures::{Stream, TryStreamExt};
 use k8s_openapi::api::core::v1::{Namespace, Service};
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Patch, PatchParams};
@@ -31,6 +35,7 @@ use kube::{Api, Client, ResourceExt};
 use ringlb_ops::Heartbeat;
 use tracing::Instrument;
 
+use crate::backends::{BackendsState, SERVICE_NAME_LABEL, backends_state, slice_of};
 use crate::events::Events;
 use crate::ipam::request::{is_ours, request_from_service, service_key, status_ips};
 use crate::ipam::{Family, Ipam};
@@ -66,6 +71,11 @@ pub struct Ctx {
     /// The Service reflector's cache (the Controller's own store).
     services: Store<Service>,
     services_writer: Mutex<Option<reflector::store::Writer<Service>>>,
+    /// EndpointSlices of Services (for the BackendsReady condition), and whether
+    /// they have been listed once (before that the condition is left as it is).
+    slices: Store<EndpointSlice>,
+    slices_writer: Mutex<Option<reflector::store::Writer<EndpointSlice>>>,
+    slices_listed: AtomicBool,
     /// Set when allocations change, so the pool status writer runs.
     pub pools_dirty: Arc<tokio::sync::Notify>,
     /// Refused Services, retried when an address is released.
@@ -95,6 +105,7 @@ impl Ctx {
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<ObjectRef<Service>>) {
         let (retry_tx, retry_rx) = mpsc::unbounded();
         let (services, services_writer) = reflector::store();
+        let (slices, slices_writer) = reflector::store();
         let ctx = Ctx {
             client,
             ipam,
@@ -104,6 +115,9 @@ impl Ctx {
             namespaces,
             services,
             services_writer: Mutex::new(Some(services_writer)),
+            slices,
+            slices_writer: Mutex::new(Some(slices_writer)),
+            slices_listed: AtomicBool::new(false),
             pools_dirty,
             pending: Mutex::default(),
             retry_tx,
@@ -134,6 +148,22 @@ impl Ctx {
         released
     }
 
+    /// The BackendsReady condition `svc` should carry; `None` until the
+    /// EndpointSlices are listed.
+    fn backends(&self, svc: &Service) -> Option<BackendsState> {
+        if !self.slices_listed.load(Ordering::Acquire) {
+            return None;
+        }
+        let own: Vec<Arc<EndpointSlice>> = self
+            .slices
+            .state()
+            .into_iter()
+            .filter(|s| slice_of(s, svc))
+            .collect();
+        let own: Vec<&EndpointSlice> = own.iter().map(AsRef::as_ref).collect();
+        Some(backends_state(svc, &own))
+    }
+
     /// After a (re)list: releases Services the allocator knows but the list lacks.
     fn forget_missing(&self, present: &HashSet<String>) {
         let gone: Vec<String> = lock(&self.ipam)
@@ -147,15 +177,21 @@ impl Ctx {
     }
 }
 
+/// Writes the status when it differs; returns whether the allocation part (ingress,
+/// IPAllocated) changed, i.e. whether there is something to announce.
 async fn write_status(
     api: &Api<Service>,
     svc: &Service,
     key: &str,
     wanted: &WantedStatus,
+    backends: Option<&BackendsState>,
 ) -> Result<bool, Error> {
-    let Some(patch) = status_patch(svc, wanted, Time(Timestamp::now())) else {
+    let now = Time(Timestamp::now());
+    let Some(patch) = status_patch(svc, wanted, backends, now.clone()) else {
         return Ok(false);
     };
+    // A BackendsReady flip alone is no new allocation or refusal to announce.
+    let allocation_changed = backends.is_none() || status_patch(svc, wanted, None, now).is_some();
     let pp = PatchParams {
         field_manager: Some(FIELD_MANAGER.into()),
         ..Default::default()
@@ -166,7 +202,7 @@ async fn write_status(
             key: key.to_string(),
             source,
         })?;
-    Ok(true)
+    Ok(allocation_changed)
 }
 
 /// Reconciles one Service. Idempotent: with nothing to change it writes nothing.
@@ -200,7 +236,7 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
         lock(&ctx.pending).remove(&oref);
         let released = ctx.forget(key);
         if has_our_status(svc) {
-            write_status(&api, svc, key, &WantedStatus::Clear).await?;
+            write_status(&api, svc, key, &WantedStatus::Clear, None).await?;
             let note = if released.is_empty() {
                 "no longer a ringlb Service; status cleared".to_string()
             } else {
@@ -227,6 +263,7 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
         return Ok(Action::await_change());
     }
 
+    let backends = ctx.backends(svc);
     match result {
         Ok(out) => {
             lock(&ctx.pending).remove(&oref);
@@ -254,7 +291,8 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
             for m in &out.missing_optional {
                 tracing::debug!(reason = %m, "optional family not allocated (PreferDualStack)");
             }
-            if write_status(&api, svc, key, &WantedStatus::Allocated(out.ips.clone())).await? {
+            let wanted = WantedStatus::Allocated(out.ips.clone());
+            if write_status(&api, svc, key, &wanted, backends.as_ref()).await? {
                 tracing::info!(ips = %join(&out.ips), "allocated");
                 ctx.events
                     .normal(svc, "IPAllocated", format!("allocated {}", join(&out.ips)))
@@ -268,7 +306,7 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
                 reason: refusal.reason().into(),
                 message: refusal.to_string(),
             };
-            if write_status(&api, svc, key, &wanted).await? {
+            if write_status(&api, svc, key, &wanted, backends.as_ref()).await? {
                 tracing::warn!(reason = refusal.reason(), "{refusal}");
                 ctx.metrics.refused(refusal.metric_label());
                 ctx.events
@@ -340,6 +378,33 @@ fn service_stream(
         .applied_objects()
 }
 
+/// The EndpointSlice watch (only slices of a Service), feeding `ctx.slices`; every
+/// (re)list done marks them listed and re-checks all Services through `relisted`.
+fn slice_stream(
+    api: Api<EndpointSlice>,
+    writer: reflector::store::Writer<EndpointSlice>,
+    ctx: Arc<Ctx>,
+    relisted: mpsc::UnboundedSender<()>,
+) -> impl Stream<Item = Result<EndpointSlice, watcher::Error>> + Send {
+    watcher(api, watcher::Config::default().labels(SERVICE_NAME_LABEL))
+        .backoff(ringlb_ops::WatchBackoff::default())
+        .modify(|s| s.managed_fields_mut().clear())
+        .reflect(writer)
+        .inspect_ok(move |ev| {
+            if let Event::InitDone = ev {
+                ctx.slices_listed.store(true, Ordering::Release);
+                let _ = relisted.unbounded_send(());
+            }
+        })
+        .touched_objects()
+}
+
+/// The Service an EndpointSlice belongs to.
+fn owning_service(slice: EndpointSlice) -> Option<ObjectRef<Service>> {
+    let name = slice.labels().get(SERVICE_NAME_LABEL)?;
+    Some(ObjectRef::new(name).within(&slice.namespace()?))
+}
+
 /// Runs the Service controller until the watch ends (it does not, normally), beating
 /// `heartbeat` while it waits for the next reconcile to finish.
 pub async fn run(
@@ -355,7 +420,17 @@ pub async fn run(
         );
         return;
     };
+    let Some(slices_writer) = lock(&ctx.slices_writer).take() else {
+        return;
+    };
     let stream = service_stream(api, writer, ctx.clone());
+    let (relisted_tx, relisted_rx) = mpsc::unbounded();
+    let slices = slice_stream(
+        Api::all(ctx.client.clone()),
+        slices_writer,
+        ctx.clone(),
+        relisted_tx,
+    );
     let results = Controller::for_stream(stream, ctx.services.clone())
         // The Controller backs its trigger stream off again on top of the watch's
         // own backoff; kube-runtime's default there (up to 30 s and more) delayed
@@ -363,6 +438,8 @@ pub async fn run(
         .trigger_backoff(ringlb_ops::WatchBackoff::default())
         .reconcile_on(retry_rx)
         .reconcile_all_on(reconcile_all)
+        .watches_stream(slices, owning_service)
+        .reconcile_all_on(relisted_rx)
         .run(reconcile, error_policy, ctx);
     let mut results = std::pin::pin!(results);
     while let Some(res) = heartbeat.next(&mut results).await {

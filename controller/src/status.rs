@@ -8,6 +8,8 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
 
+use crate::backends::{BACKENDS_CONDITION_TYPE, BackendsState};
+
 /// The Service condition tools can wait on (`kubectl wait --for=condition=...`).
 pub const CONDITION_TYPE: &str = "ringlb.io/IPAllocated";
 /// The one field manager every write of the controller uses.
@@ -27,18 +29,56 @@ pub enum WantedStatus {
 /// (status, reason, message) of the condition to write.
 type CondWant<'a> = Option<(&'a str, String, String)>;
 
-fn our_condition(svc: &Service) -> Option<&Condition> {
+/// Every condition type this controller writes (and so replaces in the list).
+const OUR_TYPES: [&str; 2] = [CONDITION_TYPE, BACKENDS_CONDITION_TYPE];
+
+fn condition<'a>(svc: &'a Service, type_: &str) -> Option<&'a Condition> {
     svc.status
         .as_ref()?
         .conditions
         .as_ref()?
         .iter()
-        .find(|c| c.type_ == CONDITION_TYPE)
+        .find(|c| c.type_ == type_)
+}
+
+/// The condition to write, keeping `lastTransitionTime` while the status holds.
+fn build(
+    existing: Option<&Condition>,
+    type_: &str,
+    (status, reason, message): (&str, String, String),
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
+    let last_transition_time = match existing {
+        Some(e) if e.status == status => e.last_transition_time.clone(),
+        _ => now.clone(),
+    };
+    Condition {
+        type_: type_.to_string(),
+        status: status.to_string(),
+        reason,
+        message,
+        observed_generation: generation,
+        last_transition_time,
+    }
+}
+
+fn differs(want: Option<&Condition>, existing: Option<&Condition>) -> bool {
+    match (want, existing) {
+        (Some(c), Some(e)) => {
+            c.status != e.status
+                || c.reason != e.reason
+                || c.message != e.message
+                || c.observed_generation != e.observed_generation
+        }
+        (None, None) => false,
+        _ => true,
+    }
 }
 
 /// Whether the Service carries anything this controller wrote.
 pub fn has_our_status(svc: &Service) -> bool {
-    our_condition(svc).is_some()
+    OUR_TYPES.iter().any(|t| condition(svc, t).is_some())
 }
 
 fn current_ingress(svc: &Service) -> Vec<(Option<String>, Option<String>)> {
@@ -55,7 +95,16 @@ fn current_ingress(svc: &Service) -> Vec<(Option<String>, Option<String>)> {
 }
 
 /// The status merge patch to send, or `None` when nothing would change.
-pub fn status_patch(svc: &Service, wanted: &WantedStatus, now: Time) -> Option<Value> {
+///
+/// `backends` is the `ringlb.io/BackendsReady` condition to write; `None` leaves the
+/// one there as it is (the EndpointSlices are not listed yet). [`WantedStatus::Clear`]
+/// removes both of this controller's conditions; other writers' conditions are kept.
+pub fn status_patch(
+    svc: &Service,
+    wanted: &WantedStatus,
+    backends: Option<&BackendsState>,
+    now: Time,
+) -> Option<Value> {
     let generation = svc.metadata.generation;
     let others: Vec<Condition> = svc
         .status
@@ -63,9 +112,10 @@ pub fn status_patch(svc: &Service, wanted: &WantedStatus, now: Time) -> Option<V
         .and_then(|s| s.conditions.clone())
         .unwrap_or_default()
         .into_iter()
-        .filter(|c| c.type_ != CONDITION_TYPE)
+        .filter(|c| !OUR_TYPES.contains(&c.type_.as_str()))
         .collect();
-    let existing = our_condition(svc);
+    let existing = condition(svc, CONDITION_TYPE);
+    let existing_backends = condition(svc, BACKENDS_CONDITION_TYPE);
 
     let (want_ingress, want_cond): (Option<Vec<IpAddr>>, CondWant) = match wanted {
         WantedStatus::Allocated(ips) => (
@@ -98,33 +148,19 @@ pub fn status_patch(svc: &Service, wanted: &WantedStatus, now: Time) -> Option<V
                     || cur_mode.as_deref().is_some_and(|m| m != "VIP")
             })
     });
-    let cond = want_cond.map(|(status, reason, message)| {
-        let same_status = existing.is_some_and(|c| c.status == status);
-        Condition {
-            type_: CONDITION_TYPE.to_string(),
-            status: status.to_string(),
-            reason,
-            message,
-            observed_generation: generation,
-            last_transition_time: if same_status {
-                existing
-                    .map(|c| c.last_transition_time.clone())
-                    .unwrap_or(now.clone())
-            } else {
-                now.clone()
-            },
+    let cond = want_cond.map(|w| build(existing, CONDITION_TYPE, w, generation, &now));
+    let backends_cond = match (wanted, backends) {
+        (WantedStatus::Clear, _) => None,
+        (_, Some(b)) => {
+            let status = if b.ready { "True" } else { "False" };
+            let w = (status, b.reason.to_string(), b.message.clone());
+            let t = BACKENDS_CONDITION_TYPE;
+            Some(build(existing_backends, t, w, generation, &now))
         }
-    });
-    let cond_changed = match (&cond, existing) {
-        (Some(c), Some(e)) => {
-            c.status != e.status
-                || c.reason != e.reason
-                || c.message != e.message
-                || c.observed_generation != e.observed_generation
-        }
-        (None, None) => false,
-        _ => true,
+        (_, None) => existing_backends.cloned(),
     };
+    let cond_changed =
+        differs(cond.as_ref(), existing) || differs(backends_cond.as_ref(), existing_backends);
     if !ingress_changed && !cond_changed {
         return None;
     }
@@ -146,6 +182,7 @@ pub fn status_patch(svc: &Service, wanted: &WantedStatus, now: Time) -> Option<V
     if cond_changed {
         let mut all = others;
         all.extend(cond);
+        all.extend(backends_cond);
         status.insert(
             "conditions".into(),
             if all.is_empty() {
@@ -198,14 +235,14 @@ mod tests {
     fn allocated_then_idempotent() {
         let mut svc = Service::default();
         let ips = vec!["192.0.2.1".parse().unwrap(), "2001:db8::1".parse().unwrap()];
-        let p = status_patch(&svc, &WantedStatus::Allocated(ips.clone()), t(10)).unwrap();
+        let p = status_patch(&svc, &WantedStatus::Allocated(ips.clone()), None, t(10)).unwrap();
         assert_eq!(
             p["status"]["loadBalancer"]["ingress"],
             json!([{"ip": "192.0.2.1", "ipMode": "VIP"}, {"ip": "2001:db8::1", "ipMode": "VIP"}])
         );
         apply(&mut svc, &p);
         assert_eq!(
-            status_patch(&svc, &WantedStatus::Allocated(ips.clone()), t(20)),
+            status_patch(&svc, &WantedStatus::Allocated(ips.clone()), None, t(20)),
             None
         );
         assert!(has_our_status(&svc));
@@ -224,7 +261,7 @@ mod tests {
             ing.ip_mode = None;
         }
         assert_eq!(
-            status_patch(&svc, &WantedStatus::Allocated(ips.clone()), t(30)),
+            status_patch(&svc, &WantedStatus::Allocated(ips.clone()), None, t(30)),
             None
         );
         // A different mode, or a different address, is a change.
@@ -238,7 +275,7 @@ mod tests {
             .as_mut()
             .unwrap()[0]
             .ip_mode = Some("Proxy".into());
-        assert!(status_patch(&svc, &WantedStatus::Allocated(ips), t(40)).is_some());
+        assert!(status_patch(&svc, &WantedStatus::Allocated(ips), None, t(40)).is_some());
     }
 
     #[test]
@@ -266,27 +303,27 @@ mod tests {
             reason: "PoolExhausted".into(),
             message: "full".into(),
         };
-        let p = status_patch(&svc, &refused, t(10)).unwrap();
+        let p = status_patch(&svc, &refused, None, t(10)).unwrap();
         assert!(p["status"].get("loadBalancer").is_none());
         apply(&mut svc, &p);
         let conds = svc.status.as_ref().unwrap().conditions.as_ref().unwrap();
         assert_eq!(conds.len(), 2);
         assert_eq!(conds[1].status, "False");
         // Same refusal: no write. A new message: write, transition time kept.
-        assert_eq!(status_patch(&svc, &refused, t(20)), None);
+        assert_eq!(status_patch(&svc, &refused, None, t(20)), None);
         let refused2 = WantedStatus::Refused {
             reason: "PoolExhausted".into(),
             message: "still full".into(),
         };
-        let p = status_patch(&svc, &refused2, t(30)).unwrap();
+        let p = status_patch(&svc, &refused2, None, t(30)).unwrap();
         apply(&mut svc, &p);
-        let c = our_condition(&svc).unwrap();
+        let c = condition(&svc, CONDITION_TYPE).unwrap();
         assert_eq!(
             (c.message.as_str(), c.last_transition_time.clone()),
             ("still full", t(10))
         );
         // Clear removes our condition and the ingress, keeps the other condition.
-        let p = status_patch(&svc, &WantedStatus::Clear, t(40)).unwrap();
+        let p = status_patch(&svc, &WantedStatus::Clear, None, t(40)).unwrap();
         apply(&mut svc, &p);
         assert!(!has_our_status(&svc));
         assert_eq!(
@@ -300,6 +337,116 @@ mod tests {
             1
         );
         assert!(crate::ipam::request::status_ips(&svc).is_empty());
-        assert_eq!(status_patch(&svc, &WantedStatus::Clear, t(50)), None);
+        assert_eq!(status_patch(&svc, &WantedStatus::Clear, None, t(50)), None);
+    }
+
+    fn backends(ready: bool, reason: &'static str, message: &str) -> BackendsState {
+        BackendsState {
+            ready,
+            reason,
+            message: message.into(),
+        }
+    }
+
+    fn types(svc: &Service) -> Vec<(String, String)> {
+        let conds = svc.status.as_ref().unwrap().conditions.as_ref().unwrap();
+        conds
+            .iter()
+            .map(|c| (c.type_.clone(), c.status.clone()))
+            .collect()
+    }
+
+    #[test]
+    fn both_conditions_are_kept_and_each_changes_alone() {
+        let mut svc = Service::default();
+        svc.status = Some(ServiceStatus {
+            conditions: Some(vec![Condition {
+                type_: "other.io/Thing".into(),
+                status: "True".into(),
+                reason: "X".into(),
+                message: String::new(),
+                observed_generation: None,
+                last_transition_time: t(1),
+            }]),
+            ..Default::default()
+        });
+        let alloc = WantedStatus::Allocated(vec!["192.0.2.1".parse().unwrap()]);
+        let up = backends(true, "BackendsReady", "80/TCP 2");
+        let p = status_patch(&svc, &alloc, Some(&up), t(10)).unwrap();
+        apply(&mut svc, &p);
+        let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+        assert_eq!(
+            types(&svc),
+            [
+                s("other.io/Thing", "True"),
+                s(CONDITION_TYPE, "True"),
+                s(BACKENDS_CONDITION_TYPE, "True")
+            ]
+        );
+        assert_eq!(status_patch(&svc, &alloc, Some(&up), t(20)), None);
+        // The EndpointSlices not listed yet: the backends condition is left as it is.
+        assert_eq!(status_patch(&svc, &alloc, None, t(20)), None);
+
+        // Backends go away: only that condition flips; the allocation keeps its time.
+        let down = backends(false, "NoReadyBackends", "80/TCP 0");
+        let p = status_patch(&svc, &alloc, Some(&down), t(30)).unwrap();
+        apply(&mut svc, &p);
+        assert_eq!(crate::ipam::request::status_ips(&svc).len(), 1);
+        let b = condition(&svc, BACKENDS_CONDITION_TYPE).unwrap();
+        assert_eq!(
+            (b.status.as_str(), b.reason.as_str()),
+            ("False", "NoReadyBackends")
+        );
+        assert_eq!(b.last_transition_time, t(30));
+        assert_eq!(
+            condition(&svc, CONDITION_TYPE)
+                .unwrap()
+                .last_transition_time,
+            t(10)
+        );
+        assert_eq!(types(&svc).len(), 3);
+
+        // A refusal rewrites the allocation condition and keeps the backends one.
+        let refused = WantedStatus::Refused {
+            reason: "PoolExhausted".into(),
+            message: "full".into(),
+        };
+        let p = status_patch(&svc, &refused, None, t(40)).unwrap();
+        apply(&mut svc, &p);
+        assert_eq!(
+            types(&svc),
+            [
+                s("other.io/Thing", "True"),
+                s(CONDITION_TYPE, "False"),
+                s(BACKENDS_CONDITION_TYPE, "False")
+            ]
+        );
+        // Back up: True again, with a new transition time.
+        let p = status_patch(&svc, &refused, Some(&up), t(50)).unwrap();
+        apply(&mut svc, &p);
+        let b = condition(&svc, BACKENDS_CONDITION_TYPE).unwrap();
+        assert_eq!(
+            (b.status.as_str(), b.last_transition_time.clone()),
+            ("True", t(50))
+        );
+
+        // Clear removes both of ours, keeps the other writer's.
+        let p = status_patch(&svc, &WantedStatus::Clear, Some(&up), t(60)).unwrap();
+        apply(&mut svc, &p);
+        assert_eq!(types(&svc), [s("other.io/Thing", "True")]);
+        assert!(!has_our_status(&svc));
+        // Only the backends condition left (an older controller wrote the other):
+        // still ours, still cleared.
+        let p = status_patch(&Service::default(), &alloc, Some(&up), t(70)).unwrap();
+        let mut only = Service::default();
+        apply(&mut only, &p);
+        only.status
+            .as_mut()
+            .unwrap()
+            .conditions
+            .as_mut()
+            .unwrap()
+            .remove(0);
+        assert!(has_our_status(&only));
     }
 }

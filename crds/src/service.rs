@@ -94,6 +94,22 @@ pub fn status_ips(svc: &Service) -> Vec<IpAddr> {
         .unwrap_or_default()
 }
 
+/// Whether an EndpointSlice endpoint takes new flows, the rule the edges forward by
+/// and the controller's `ringlb.io/BackendsReady` condition counts by: `ready` (unset
+/// means ready) and not `terminating`.
+pub fn endpoint_takes_new_flows(
+    c: Option<&k8s_openapi::api::discovery::v1::EndpointConditions>,
+) -> bool {
+    let ready = c.and_then(|c| c.ready).unwrap_or(true);
+    let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+    ready && !terminating
+}
+
+/// `ringlb.io/min-ready-backends`: a whole number >= 1, `None` when it is not one.
+pub fn parse_min_ready(v: &str) -> Option<u32> {
+    v.trim().parse::<u32>().ok().filter(|n| *n >= 1)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,5 +170,22 @@ mod tests {
                 "2001:db8::1".parse().unwrap()
             ]
         );
+    }
+
+    #[test]
+    fn new_flows_go_to_ready_endpoints_not_terminating() {
+        use k8s_openapi::api::discovery::v1::EndpointConditions;
+        let c = |ready, terminating| EndpointConditions {
+            ready,
+            serving: None,
+            terminating,
+        };
+        assert!(endpoint_takes_new_flows(None), "unset means ready");
+        assert!(endpoint_takes_new_flows(Some(&c(Some(true), Some(false)))));
+        assert!(!endpoint_takes_new_flows(Some(&c(Some(false), None))));
+        assert!(!endpoint_takes_new_flows(Some(&c(Some(true), Some(true)))));
+        assert_eq!(parse_min_ready(" 3 "), Some(3));
+        assert_eq!(parse_min_ready("0"), None);
+        assert_eq!(parse_min_ready("two"), None);
     }
 }

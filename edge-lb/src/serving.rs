@@ -193,6 +193,7 @@ fn endpoints(
             let ready = c.and_then(|c| c.ready).unwrap_or(true);
             let serving = c.and_then(|c| c.serving).unwrap_or(ready);
             let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+            let takes_new_flows = ringlb_crds::service::endpoint_takes_new_flows(c);
             let Some(addr) = ep.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
                 continue;
             };
@@ -201,7 +202,7 @@ fn endpoints(
                 port: target_port,
                 weight: 1,
             };
-            if ready && !terminating {
+            if takes_new_flows {
                 ready_out.push(backend);
             } else if serving && terminating {
                 draining_out.push(backend);

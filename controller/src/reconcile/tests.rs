@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use http::{Method, Request, Response};
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::client::Body;
 use kube::runtime::controller::Action;
@@ -18,6 +19,7 @@ use tokio::task::JoinHandle;
 use tower_test::mock::{self, Handle};
 
 use super::{Ctx, Error, REFUSED_RETRY, RESYNC, lock, reconcile};
+use crate::backends::BACKENDS_CONDITION_TYPE;
 use crate::events::Events;
 use crate::ipam::Ipam;
 use crate::metrics::Metrics;
@@ -300,6 +302,65 @@ async fn a_service_that_stops_being_ours_is_released_and_cleared() {
     );
     assert_eq!(run.await.unwrap().unwrap(), Action::await_change());
     assert!(held(&ctx).is_empty());
+    drop(ctx);
+    api.expect_nothing_more().await;
+}
+
+/// Puts `shop/web`'s EndpointSlice (one endpoint, ready or not) in the controller's
+/// cache and marks the slices listed, as the EndpointSlice watch would have.
+fn slice_seen(ctx: &Ctx, ready: bool) {
+    let slice: EndpointSlice = serde_json::from_value(json!({
+        "metadata": {"name": "web-abc", "namespace": "shop",
+                     "labels": {"kubernetes.io/service-name": "web"}},
+        "addressType": "IPv4",
+        "ports": [{"name": "", "port": 8080, "protocol": "TCP"}],
+        "endpoints": [{"addresses": ["10.0.0.1"], "conditions": {"ready": ready}}]
+    }))
+    .unwrap();
+    let mut guard = lock(&ctx.slices_writer);
+    let writer = guard.as_mut().expect("the controller was not started");
+    writer.apply_watcher_event(&watcher::Event::Apply(slice));
+    ctx.slices_listed
+        .store(true, std::sync::atomic::Ordering::Release);
+}
+
+fn condition<'a>(patch: &'a Value, type_: &str) -> &'a Value {
+    patch["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == type_))
+        .unwrap_or_else(|| panic!("no {type_} in {patch}"))
+}
+
+#[tokio::test]
+async fn the_backends_condition_follows_the_endpoint_slices_without_events() {
+    let (ctx, mut api) = setup();
+    slice_seen(&ctx, true);
+    let svc = web(json!({}));
+    let run = start(&ctx, &svc);
+    let (_, patch) = api.expect_status_patch(&svc).await;
+    assert_eq!(condition(&patch, CONDITION_TYPE)["status"], "True");
+    let backends = condition(&patch, BACKENDS_CONDITION_TYPE);
+    assert_eq!(
+        (&backends["status"], &backends["reason"]),
+        (&json!("True"), &json!("BackendsReady"))
+    );
+    api.expect_event().await; // IPAllocated
+    run.await.unwrap().unwrap();
+
+    // Its only endpoint goes unready: one patch flips BackendsReady, the allocation
+    // condition is kept, and no Event is sent (the edges report VIPUnhealthy).
+    let mut allocated = svc.clone();
+    allocated.status = serde_json::from_value(patch["status"].clone()).unwrap();
+    slice_seen(&ctx, false);
+    let run = start(&ctx, &allocated);
+    let (_, flip) = api.expect_status_patch(&allocated).await;
+    assert_eq!(condition(&flip, CONDITION_TYPE)["status"], "True");
+    let backends = condition(&flip, BACKENDS_CONDITION_TYPE);
+    assert_eq!(
+        (&backends["status"], &backends["reason"]),
+        (&json!("False"), &json!("NoReadyBackends"))
+    );
+    assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
     drop(ctx);
     api.expect_nothing_more().await;
 }

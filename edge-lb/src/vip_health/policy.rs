@@ -53,9 +53,9 @@ pub fn from_annotations(ann: Option<&BTreeMap<String, String>>) -> (HealthPolicy
         problems.push(format!("annotation {key}={v:?}: {why}; using the default"));
     };
     if let Some(v) = ann.get(ANNOTATION_MIN_READY) {
-        match v.trim().parse::<u32>() {
-            Ok(n) if n >= 1 => p.min_ready = n,
-            _ => bad(ANNOTATION_MIN_READY, v, "not a whole number >= 1".into()),
+        match ringlb_crds::service::parse_min_ready(v) {
+            Some(n) => p.min_ready = n,
+            None => bad(ANNOTATION_MIN_READY, v, "not a whole number >= 1".into()),
         }
     }
     if let Some(v) = ann.get(ANNOTATION_UNHEALTHY_BGP) {
