@@ -358,18 +358,20 @@ mod tests {
 
     #[test]
     fn both_conditions_are_kept_and_each_changes_alone() {
-        let mut svc = Service::default();
-        svc.status = Some(ServiceStatus {
-            conditions: Some(vec![Condition {
-                type_: "other.io/Thing".into(),
-                status: "True".into(),
-                reason: "X".into(),
-                message: String::new(),
-                observed_generation: None,
-                last_transition_time: t(1),
-            }]),
+        let mut svc = Service {
+            status: Some(ServiceStatus {
+                conditions: Some(vec![Condition {
+                    type_: "other.io/Thing".into(),
+                    status: "True".into(),
+                    reason: "X".into(),
+                    message: String::new(),
+                    observed_generation: None,
+                    last_transition_time: t(1),
+                }]),
+                ..Default::default()
+            }),
             ..Default::default()
-        });
+        };
         let alloc = WantedStatus::Allocated(vec!["192.0.2.1".parse().unwrap()]);
         let up = backends(true, "BackendsReady", "80/TCP 2");
         let p = status_patch(&svc, &alloc, Some(&up), t(10)).unwrap();

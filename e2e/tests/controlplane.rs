@@ -359,9 +359,70 @@ async fn kubectl_expose_gets_an_external_ip_from_the_controller_under_chart_rbac
         "Ready pods {pod_ips:?}; EndpointSlice of web: {}",
         slices.trim()
     );
+
+    // The controller's ringlb.io/BackendsReady condition follows the real slice: True
+    // with both pods ready; False (NoReadyBackends) once the Deployment is scaled to 0
+    // (its pods terminating, then gone); True again when it is scaled back.
+    let t0 = Instant::now();
+    backends_condition_becomes(&cp, &mut ctrl, "True BackendsReady", "80/TCP 2;").await;
+    run(&["scale", "deployment", "web", "--replicas=0"]);
+    backends_condition_becomes(&cp, &mut ctrl, "False NoReadyBackends", "80/TCP 0;").await;
+    run(&["scale", "deployment", "web", "--replicas=2"]);
+    backends_condition_becomes(&cp, &mut ctrl, "True BackendsReady", "80/TCP 2;").await;
+    eprintln!("BackendsReady True -> False -> True in {:?}", t0.elapsed());
+    let conditions = run(&[
+        "get",
+        "svc",
+        "web",
+        "-o",
+        "jsonpath={range .status.conditions[*]}{.type}={.status}{\"\\n\"}{end}",
+    ]);
+    assert_eq!(
+        conditions.trim(),
+        "ringlb.io/IPAllocated=True\nringlb.io/BackendsReady=True",
+        "both of the controller's conditions are kept"
+    );
     ctrl.check_alive().expect("ringlb-controller still runs");
     cp.check_controller_manager()
         .expect("kube-controller-manager still runs");
+}
+
+/// Waits (60 s at most) until web's `ringlb.io/BackendsReady` condition reads
+/// `"<status> <reason>"` with `message_part` in its message.
+async fn backends_condition_becomes(
+    cp: &ControlPlane,
+    ctrl: &mut Daemon,
+    want: &str,
+    message_part: &str,
+) {
+    let t0 = Instant::now();
+    loop {
+        let got = kubectl(
+            cp,
+            &[
+                "get",
+                "svc",
+                "web",
+                "-o",
+                "jsonpath={.status.conditions[?(@.type==\"ringlb.io/BackendsReady\")]\
+                 ['status','reason','message']}",
+            ],
+        );
+        if got.starts_with(want) && got.contains(message_part) {
+            eprintln!("BackendsReady after {:?}: {got}", t0.elapsed());
+            return;
+        }
+        if let Err(e) = ctrl.check_alive() {
+            panic!("ringlb-controller exited: {e}");
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(60),
+            "BackendsReady is {got:?}, not {want:?} with {message_part:?}, after 60 s\n\
+             controller log:\n{}",
+            ctrl.log_tail(30)
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 /// `kubectl args`, which must succeed: its output.
