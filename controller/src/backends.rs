@@ -10,7 +10,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use ringlb_crds::service::{ANNOTATION_MIN_READY, endpoint_takes_new_flows, parse_min_ready};
 
 /// The condition type.
-pub const BACKENDS_CONDITION_TYPE: &str = "ringlb.io/BackendsReady";
+pub const BACKENDS_CONDITION_TYPE: &str = ringlb_crds::service::CONDITION_BACKENDS_READY;
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 

@@ -11,7 +11,7 @@ use serde_json::{Value, json};
 use crate::backends::{BACKENDS_CONDITION_TYPE, BackendsState};
 
 /// The Service condition tools can wait on (`kubectl wait --for=condition=...`).
-pub const CONDITION_TYPE: &str = "ringlb.io/IPAllocated";
+pub const CONDITION_TYPE: &str = ringlb_crds::service::CONDITION_IP_ALLOCATED;
 /// The one field manager every write of the controller uses.
 pub const FIELD_MANAGER: &str = "ringlb-controller";
 

@@ -91,6 +91,16 @@ pub fn reference_markdown(crds: &[CustomResourceDefinition]) -> String {
     for (name, by, what) in crate::service::ANNOTATIONS {
         let _ = writeln!(md, "| `{name}` | {by} | {what} |");
     }
+    md.push_str(
+        "\n## Service conditions\n\nNot a CRD either: the conditions `ringlb-controller` \
+         writes to a ringlb Service's `status.conditions` (other writers' conditions are \
+         kept). `kubectl describe svc NAME` lists them; `kubectl get svc NAME -o \
+         jsonpath='{.status.conditions[?(@.type==\"ringlb.io/BackendsReady\")]}'` gives one.\n\n\
+         | type | meaning |\n|---|---|\n",
+    );
+    for (name, what) in crate::service::CONDITIONS {
+        let _ = writeln!(md, "| `{name}` | {what} |");
+    }
     md
 }
 

@@ -22,6 +22,24 @@ pub const ANNOTATION_UNHEALTHY_BGP: &str = "ringlb.io/unhealthy-bgp";
 /// edges treat it as healthy again (default 15s; `0s` turns the hold-down off).
 pub const ANNOTATION_HOLD_DOWN: &str = "ringlb.io/health-hold-down";
 
+/// The controller's condition on the address allocation.
+pub const CONDITION_IP_ALLOCATED: &str = "ringlb.io/IPAllocated";
+/// The controller's condition on the Service's ready backends.
+pub const CONDITION_BACKENDS_READY: &str = "ringlb.io/BackendsReady";
+
+/// Every Service condition ringlb writes (`status.conditions`), with its reasons
+/// (for the generated docs/crd-reference.md).
+pub const CONDITIONS: &[(&str, &str)] = &[
+    (
+        CONDITION_IP_ALLOCATED,
+        "`True`/`Allocated` once the VIPs are in `status.loadBalancer.ingress`; `False` with the refusal's reason (`PoolExhausted`, `IPOutsidePools`, `IPInUse`, ...; docs/controller.md) otherwise. `kubectl wait --for=condition=ringlb.io/IPAllocated svc/NAME`.",
+    ),
+    (
+        CONDITION_BACKENDS_READY,
+        "Whether every TCP/UDP port of the Service has at least `ringlb.io/min-ready-backends` (default 1) endpoints taking new flows in its EndpointSlices (the edges' rule: ready and not terminating; one count per port, over both address families): `True`/`BackendsReady`, `False`/`NoReadyBackends` (a port has none: the edges withdraw its VIP), `False`/`BelowMinReady` (a port has fewer: the edges withdraw or de-prefer per `ringlb.io/unhealthy-bgp`). The message gives the count per port. Cluster-wide, from the EndpointSlices: an edge's own view (its hold-down, its BGP state) is in its `VIPHealthy`/`VIPUnhealthy` Events and metrics.",
+    ),
+];
+
 /// Every Service annotation ringlb reads, with what it means (for the generated
 /// docs/crd-reference.md).
 pub const ANNOTATIONS: &[(&str, &str, &str)] = &[
@@ -42,8 +60,8 @@ pub const ANNOTATIONS: &[(&str, &str, &str)] = &[
     ),
     (
         ANNOTATION_MIN_READY,
-        "edges",
-        "Whole number >= 1, default 1. A VIP:port is healthy on an edge while it is programmed, announced and has at least this many ready backends; `GET /health/vip/<ip>[/<port>]` on the edge answers 200 then, 503 otherwise.",
+        "edges, controller",
+        "Whole number >= 1, default 1. A VIP:port is healthy on an edge while it is programmed, announced and has at least this many ready backends; `GET /health/vip/<ip>[/<port>]` on the edge answers 200 then, 503 otherwise. The controller's `ringlb.io/BackendsReady` condition uses the same threshold.",
     ),
     (
         ANNOTATION_UNHEALTHY_BGP,
