@@ -8,6 +8,7 @@
 //!  running (the leader only):
 //!   namespace watch ─► Store<Namespace> ──────────────────────────┐
 //!   IPPool watch ─► pools::sync_pools ─► reconcile_all ─► reconcile::run (Service controller)
+//!                                        (its EndpointSlice watch: the BackendsReady condition)
 //!   pools::status_writer ◄── pools_dirty ◄────────────────────────┘
 //! ```
 //!
