@@ -284,8 +284,11 @@ protocol bgp e1v6 {{
         lab.birdc(&["show", "protocols"]),
         lab.logs()
     );
-    // keepalives flow both ways for a while
-    std::thread::sleep(Duration::from_millis(2500));
+    // keepalives flow both ways for a while (polled: a loaded machine may take longer
+    // than the 1 s keepalive interval suggests to send a few)
+    wait_until(Duration::from_secs(20), || {
+        counter(&lab, "v4ttl1") > 3 && counter(&lab, "v6hl3") > 3
+    });
     let (v4_1, v4_other) = (counter(&lab, "v4ttl1"), counter(&lab, "v4other"));
     let (v6_3, v6_other) = (counter(&lab, "v6hl3"), counter(&lab, "v6other"));
     eprintln!(
