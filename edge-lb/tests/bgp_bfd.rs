@@ -18,7 +18,7 @@
 mod bgp_support;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bgp_support::{Lab, TOR_V4, edge_v4, wait_until};
 
@@ -81,8 +81,7 @@ fn bird_conf(extra: &str) -> String {
 }
 
 fn route(lab: &Lab) -> String {
-    lab.exec("tor", "ip", &["-4", "route", "show", VIP4])
-        .unwrap_or_default()
+    lab.tor_route(VIP4)
 }
 
 fn metrics(lab: &Lab, edge: &str) -> String {
@@ -147,14 +146,7 @@ fn bird_bfd_removes_a_frozen_edge_within_the_detection_time() {
     let via1 = format!("via {}", edge_v4(1));
     let via2 = format!("via {}", edge_v4(2));
     lab.signal(e1, "STOP");
-    let t0 = Instant::now();
-    let end = t0 + Duration::from_secs(8);
-    let mut r = route(&lab);
-    while r.contains(&via1) && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(5));
-        r = route(&lab);
-    }
-    let took = t0.elapsed();
+    let (r, took) = lab.wait_route_without(VIP4, &via1, Duration::from_secs(8));
     let e1_state = lab.birdc(&["show", "protocols", "all", "e1"]);
     lab.signal(e1, "CONT");
     eprintln!("BFD 100 ms x 3: frozen edge removed from the ToR's ECMP route after {took:?}");
@@ -294,14 +286,7 @@ fn bird_bfd_removes_a_killed_graceful_restart_edge_within_the_detection_time() {
     // kill -9 closes the TCP session: alone, that starts BIRD's graceful restart and
     // keeps the stale routes for 30 s (edge-lb/tests/bgp_bird_gr.rs shows it).
     lab.signal(e1, "KILL");
-    let t0 = Instant::now();
-    let end = t0 + Duration::from_secs(8);
-    let mut r = route(&lab);
-    while r.contains(&via1) && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(5));
-        r = route(&lab);
-    }
-    let took = t0.elapsed();
+    let (r, took) = lab.wait_route_without(VIP4, &via1, Duration::from_secs(8));
     eprintln!(
         "BFD 100 ms x 3, graceful restart 30 s: killed edge removed from the ToR's ECMP \
          route after {took:?}"

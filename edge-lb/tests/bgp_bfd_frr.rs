@@ -6,7 +6,7 @@
 mod bgp_support;
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use bgp_support::{Lab, TOR_V4, edge_v4, wait_until};
 
@@ -104,8 +104,7 @@ fn vtysh(lab: &Lab, dir: &Path, cmd: &str) -> String {
 }
 
 fn route(lab: &Lab) -> String {
-    lab.exec("tor", "ip", &["-4", "route", "show", VIP4])
-        .unwrap_or_default()
+    lab.tor_route(VIP4)
 }
 
 fn spawn_edge(lab: &mut Lab, i: u8) -> usize {
@@ -149,14 +148,7 @@ fn frr_bfd_removes_a_frozen_edge_within_the_detection_time() {
     );
 
     lab.signal(e1, "STOP");
-    let t0 = Instant::now();
-    let end = t0 + Duration::from_secs(8);
-    let mut r = route(&lab);
-    while r.contains(&via1) && Instant::now() < end {
-        std::thread::sleep(Duration::from_millis(5));
-        r = route(&lab);
-    }
-    let took = t0.elapsed();
+    let (r, took) = lab.wait_route_without(VIP4, &via1, Duration::from_secs(8));
     let neighbor = vtysh(&lab, &dir, &format!("show bgp neighbors {}", edge_v4(1)));
     lab.signal(e1, "CONT");
     eprintln!("FRR, BFD 100 ms x 3: frozen edge removed from the ToR's ECMP route after {took:?}");

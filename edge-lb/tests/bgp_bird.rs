@@ -30,16 +30,10 @@ fn established(lab: &Lab, proto: &str) -> bool {
         .contains("Established")
 }
 
-fn kernel_route(lab: &Lab, vip: &str) -> String {
-    let fam = if vip.contains(':') { "-6" } else { "-4" };
-    lab.exec("tor", "ip", &[fam, "route", "show", vip])
-        .unwrap_or_default()
-}
-
 fn in_fib(lab: &Lab, vip: &str, via: &str) -> bool {
     let want = format!("via {via}");
     wait_until(Duration::from_secs(5), || {
-        kernel_route(lab, vip).contains(&want)
+        lab.tor_route(vip).contains(&want)
     })
 }
 
@@ -102,7 +96,7 @@ protocol bgp e1i from edge {{
     assert!(
         in_fib(&lab, VIP4, &edge_v4(1)),
         "VIP not in the ToR's kernel FIB: {}",
-        kernel_route(&lab, VIP4)
+        lab.tor_route(VIP4)
     );
 
     let mut v6 = String::new();
@@ -126,19 +120,19 @@ protocol bgp e1i from edge {{
     assert!(
         in_fib(&lab, VIP6, &edge_v6(1)),
         "IPv6 VIP not in the ToR's kernel FIB: {}",
-        kernel_route(&lab, VIP6)
+        lab.tor_route(VIP6)
     );
 
     // Graceful shutdown withdraws both families (IPv6 through MP_UNREACH_NLRI).
     lab.signal(e1, "TERM");
     let gone = wait_until(Duration::from_secs(5), || {
-        !kernel_route(&lab, VIP4).contains("via") && !kernel_route(&lab, VIP6).contains("via")
+        !lab.tor_route(VIP4).contains("via") && !lab.tor_route(VIP6).contains("via")
     });
     assert!(
         gone,
         "VIPs still routed after SIGTERM: {} / {}",
-        kernel_route(&lab, VIP4),
-        kernel_route(&lab, VIP6)
+        lab.tor_route(VIP4),
+        lab.tor_route(VIP6)
     );
     // BIRD's route log (debug routes): both families were withdrawn by UPDATE (IPv6
     // through MP_UNREACH_NLRI) before the Cease arrived, not flushed by the session end.
@@ -222,14 +216,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; pass
 fn bird_ecmp_then_sigterm_drains_and_kill9_drops_the_nexthop() {
     require_lab!("bird", "birdc");
     let mut lab = Lab::new("ecmp", 2);
-    lab.start_bird(&format!(
-        r#"
-protocol bgp e1 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65011; ipv4 {{ import all; export none; }}; }}
-protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4 {{ import all; export none; }}; }}
-"#,
-        edge_v4(1),
-        edge_v4(2)
-    ));
+    lab.start_bird_two_edges();
     let prefixes = format!("  - prefix: {VIP4}/32\n");
     let drain = 2;
     let y1 = speaker_yaml(1, &ebgp_v4_peer(65011, ""), &prefixes, drain);
@@ -239,13 +226,13 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
     let via1 = format!("via {}", edge_v4(1));
     let via2 = format!("via {}", edge_v4(2));
     let both = |lab: &Lab| {
-        let r = kernel_route(lab, VIP4);
+        let r = lab.tor_route(VIP4);
         r.contains(&via1) && r.contains(&via2)
     };
     assert!(
         wait_until(Duration::from_secs(15), || both(&lab)),
         "no ECMP route with two nexthops: {}\n{}",
-        kernel_route(&lab, VIP4),
+        lab.tor_route(VIP4),
         lab.logs()
     );
 
@@ -273,15 +260,11 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
         t0.elapsed()
     );
     let gone = wait_until(Duration::from_secs(drain + 3), || {
-        let r = kernel_route(&lab, VIP4);
+        let r = lab.tor_route(VIP4);
         !r.contains(&via1) && r.contains(&via2)
     });
     let withdrawn_after = t0.elapsed();
-    assert!(
-        gone,
-        "edge1 nexthop still there: {}",
-        kernel_route(&lab, VIP4)
-    );
+    assert!(gone, "edge1 nexthop still there: {}", lab.tor_route(VIP4));
     assert!(
         withdrawn_after >= Duration::from_secs(drain) - Duration::from_millis(100),
         "withdrawn after {withdrawn_after:?}, before the {drain}s drain"
@@ -306,19 +289,19 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
     assert!(
         wait_until(Duration::from_secs(20), || both(&lab)),
         "edge1 did not come back: {}\n{}",
-        kernel_route(&lab, VIP4),
+        lab.tor_route(VIP4),
         lab.logs()
     );
     let t1 = Instant::now();
     lab.signal(e1b, "KILL");
     let dropped = wait_until(Duration::from_secs(3), || {
-        let r = kernel_route(&lab, VIP4);
+        let r = lab.tor_route(VIP4);
         !r.contains(&via1) && r.contains(&via2)
     });
     assert!(
         dropped,
         "ToR kept edge1's nexthop past the 3 s hold time: {}",
-        kernel_route(&lab, VIP4)
+        lab.tor_route(VIP4)
     );
     eprintln!("kill -9 -> nexthop dropped after {:?}", t1.elapsed());
     assert!(established(&lab, "e2"));
@@ -356,7 +339,7 @@ protocol bgp e1 from edge {{
     assert!(
         in_fib(&lab, VIP4, "10.91.0.21"),
         "next-hop self must be the session's source address: {}",
-        kernel_route(&lab, VIP4)
+        lab.tor_route(VIP4)
     );
 }
 
@@ -397,14 +380,6 @@ protocol bgp e1 from edge {{
         lab.logs()
     );
     assert!(r.contains(&format!("BGP.next_hop: {}", edge_v6(1))), "{r}");
-    assert!(
-        in_fib(&lab, VIP6, &edge_v6(1)),
-        "{}",
-        kernel_route(&lab, VIP6)
-    );
-    assert!(
-        in_fib(&lab, VIP4, &edge_v4(1)),
-        "{}",
-        kernel_route(&lab, VIP4)
-    );
+    assert!(in_fib(&lab, VIP6, &edge_v6(1)), "{}", lab.tor_route(VIP6));
+    assert!(in_fib(&lab, VIP4, &edge_v4(1)), "{}", lab.tor_route(VIP4));
 }

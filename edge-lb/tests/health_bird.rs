@@ -178,8 +178,7 @@ fn peer(i: u8, asn: u32) -> PeerConfig {
 }
 
 fn fib(lab: &Lab) -> String {
-    lab.exec("tor", "ip", &["-4", "route", "show", VIP])
-        .unwrap_or_default()
+    lab.tor_route(VIP)
 }
 
 /// The README's command, `curl -s -w '%{http_code}\n' URL`, from the ToR (where a GTM's
@@ -203,14 +202,7 @@ fn probe(lab: &Lab, edge: &Edge, path: &str) -> (u16, String, serde_json::Value)
 fn bird_sees_prepend_med_and_withdraw_below_the_threshold_with_hold_down() {
     require_lab!("bird", "birdc", "curl");
     let mut lab = Lab::new("health", 2);
-    lab.start_bird(&format!(
-        r#"
-protocol bgp e1 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65011; ipv4 {{ import all; export none; }}; }}
-protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4 {{ import all; export none; }}; }}
-"#,
-        edge_v4(1),
-        edge_v4(2)
-    ));
+    lab.start_bird_two_edges();
     let e1 = Edge::start(&lab, 1, 65011);
     let e2 = Edge::start(&lab, 2, 65012);
     let prepend = || (web("prepend=3"), pods(2));

@@ -320,6 +320,19 @@ template bgp edge {{
         )
     }
 
+    /// Start BIRD with two plain eBGP protocols, e1 (AS 65011) and e2 (AS 65012), for
+    /// edges 1 and 2.
+    pub fn start_bird_two_edges(&mut self) -> usize {
+        self.start_bird(&format!(
+            r#"
+protocol bgp e1 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65011; ipv4 {{ import all; export none; }}; }}
+protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4 {{ import all; export none; }}; }}
+"#,
+            edge_v4(1),
+            edge_v4(2)
+        ))
+    }
+
     pub fn birdc(&self, args: &[&str]) -> String {
         let sock = self.path("bird.ctl").display().to_string();
         let mut a = vec!["-s", sock.as_str()];
@@ -368,6 +381,33 @@ impl Drop for Lab {
         if std::env::var_os("RINGLB_KEEP_LAB").is_none() {
             let _ = std::fs::remove_dir_all(&self.dir);
         }
+    }
+}
+
+impl Lab {
+    /// The ToR's kernel route to `vip` (`ip route show`), empty if none.
+    pub fn tor_route(&self, vip: &str) -> String {
+        let fam = if vip.contains(':') { "-6" } else { "-4" };
+        self.exec("tor", "ip", &[fam, "route", "show", vip])
+            .unwrap_or_default()
+    }
+
+    /// Poll the ToR's route to `vip` every 5 ms, for at most `timeout`, until it no
+    /// longer contains `via`: (the last route seen, the time from the call).
+    pub fn wait_route_without(
+        &self,
+        vip: &str,
+        via: &str,
+        timeout: Duration,
+    ) -> (String, Duration) {
+        let t0 = Instant::now();
+        let end = t0 + timeout;
+        let mut r = self.tor_route(vip);
+        while r.contains(via) && Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(5));
+            r = self.tor_route(vip);
+        }
+        (r, t0.elapsed())
     }
 }
 
