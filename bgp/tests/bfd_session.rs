@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 use ringlb_bgp::bfd::fsm::{Action, Event, Session};
 use ringlb_bgp::bfd::packet::{self, Control, State as BfdState};
 use ringlb_bgp::bfd::{BfdConfig, CEASE_BFD_DOWN};
-use ringlb_bgp::codec::{self, Afi, Decoded, Message, Notification, Open, notif};
+use ringlb_bgp::codec::{Afi, Message, Notification, Open, notif};
 use ringlb_bgp::config::ExportPolicy;
 use ringlb_bgp::fsm::State;
 use ringlb_bgp::{PeerConfig, Speaker};
@@ -19,6 +19,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream, UdpSocket};
 use tokio::sync::watch;
 use tokio::time::timeout;
+
+mod fake_peer;
+use fake_peer::accept;
 
 const LO: IpAddr = IpAddr::V4(Ipv4Addr::LOCALHOST);
 const LO6: IpAddr = IpAddr::V6(std::net::Ipv6Addr::LOCALHOST);
@@ -56,43 +59,15 @@ fn peer_cfg(address: IpAddr, bgp_port: u16, bfd_port: u16) -> PeerConfig {
     }
 }
 
-async fn read_msg(s: &mut TcpStream) -> Option<Message> {
-    loop {
-        let mut h = [0u8; 19];
-        timeout(Duration::from_secs(6), s.read_exact(&mut h))
-            .await
-            .ok()?
-            .ok()?;
-        let len = usize::from(u16::from_be_bytes([h[16], h[17]]));
-        let mut m = vec![0u8; len];
-        m[..19].copy_from_slice(&h);
-        s.read_exact(&mut m[19..]).await.ok()?;
-        let m = match codec::decode(&m, true).ok()? {
-            Decoded::Message(m) => m,
-            Decoded::Update(u) => Message::Update(u.update),
-        };
-        if m != Message::Keepalive {
-            return Some(m);
-        }
-    }
-}
-
 async fn bgp_handshake(l: &TcpListener) -> TcpStream {
-    let (mut s, _) = timeout(Duration::from_secs(8), l.accept())
-        .await
-        .expect("no BGP connection")
-        .unwrap();
-    let Some(Message::Open(_)) = read_msg(&mut s).await else {
+    let mut p = accept(l).await;
+    let Some(Message::Open(_)) = p.read().await else {
         panic!("expected OPEN")
     };
     let open = Open::new(65000, 9, Ipv4Addr::new(10, 0, 0, 1), &[Afi::Ipv4]);
-    s.write_all(&Message::Open(open).encode().unwrap())
-        .await
-        .unwrap();
-    s.write_all(&Message::Keepalive.encode().unwrap())
-        .await
-        .unwrap();
-    s
+    p.send(&Message::Open(open)).await;
+    p.send(&Message::Keepalive).await;
+    p.s
 }
 
 /// The scripted BFD peer: the same pure state machine, driven by a loop that sends

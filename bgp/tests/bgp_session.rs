@@ -15,9 +15,11 @@ use ringlb_bgp::codec::{
 use ringlb_bgp::config::{ExportPolicy, GRACEFUL_SHUTDOWN};
 use ringlb_bgp::fsm::State;
 use ringlb_bgp::{PeerConfig, RouteAttrs, Speaker};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
+
+mod fake_peer;
+use fake_peer::{FakePeer, accept};
 
 const LOCAL_ASN: u32 = 65011;
 const PEER_ASN: u32 = 65000;
@@ -48,92 +50,6 @@ fn peer_cfg(port: u16, passive: bool) -> PeerConfig {
         policy: ExportPolicy::default(),
         bfd: None,
     }
-}
-
-/// The scripted peer's side of one connection.
-struct FakePeer {
-    s: TcpStream,
-}
-
-impl FakePeer {
-    async fn read_raw(&mut self) -> Option<Vec<u8>> {
-        let mut h = [0u8; 19];
-        timeout(Duration::from_secs(6), self.s.read_exact(&mut h))
-            .await
-            .ok()?
-            .ok()?;
-        let len = usize::from(u16::from_be_bytes([h[16], h[17]]));
-        let mut m = vec![0u8; len];
-        m[..19].copy_from_slice(&h);
-        timeout(Duration::from_secs(6), self.s.read_exact(&mut m[19..]))
-            .await
-            .ok()?
-            .ok()?;
-        Some(m)
-    }
-
-    /// Next message that is not a KEEPALIVE.
-    async fn read(&mut self) -> Option<Message> {
-        loop {
-            let raw = self.read_raw().await?;
-            let m = match codec::decode(&raw, true).expect("speaker sent a malformed message") {
-                Decoded::Message(m) => m,
-                Decoded::Update(u) => Message::Update(u.update),
-            };
-            if m != Message::Keepalive {
-                return Some(m);
-            }
-        }
-    }
-
-    async fn send(&mut self, m: &Message) {
-        self.s.write_all(&m.encode().unwrap()).await.unwrap();
-    }
-
-    async fn send_raw(&mut self, b: &[u8]) {
-        let _ = self.s.write_all(b).await;
-    }
-
-    /// OPEN exchange up to Established; returns the speaker's OPEN.
-    async fn handshake(&mut self, asn: u32) -> Open {
-        let Some(Message::Open(theirs)) = self.read().await else {
-            panic!("expected OPEN")
-        };
-        self.send(&Message::Open(Open::new(
-            asn,
-            3,
-            Ipv4Addr::new(10, 0, 0, 1),
-            &[Afi::Ipv4, Afi::Ipv6],
-        )))
-        .await;
-        self.send(&Message::Keepalive).await;
-        theirs
-    }
-
-    /// Collect UPDATEs until both End-of-RIB markers arrived.
-    async fn initial_dump(&mut self) -> Vec<Update> {
-        let mut ups = Vec::new();
-        let mut eors = 0;
-        while eors < 2 {
-            match self.read().await {
-                Some(Message::Update(u)) if u == Update::default() => eors += 1,
-                Some(Message::Update(u)) if u.attrs.is_none() && u.withdrawn.is_empty() => {
-                    eors += 1
-                }
-                Some(Message::Update(u)) => ups.push(u),
-                other => panic!("expected UPDATE, got {other:?}"),
-            }
-        }
-        ups
-    }
-}
-
-async fn accept(l: &TcpListener) -> FakePeer {
-    let (s, _) = timeout(Duration::from_secs(8), l.accept())
-        .await
-        .expect("the speaker did not connect")
-        .unwrap();
-    FakePeer { s }
 }
 
 async fn setup() -> (Speaker, TcpListener, Registry) {
