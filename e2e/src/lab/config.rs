@@ -8,6 +8,16 @@ use std::net::IpAddr;
 use super::topology::Addrs;
 use crate::controlplane::LabNode;
 
+/// `a`'s VIP ranges as the members of a BIRD prefix set that matches their /32s:
+/// `10.0.0.0/24{32,32}, ...`.
+pub fn bird_vip_set(a: &Addrs) -> String {
+    a.vip_ranges()
+        .iter()
+        .map(|r| format!("{r}{{32,32}}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// BIRD 2 as the ToR: eBGP to every edge, accept only /32s from the VIP range, install
 /// them into the kernel as one multipath (ECMP) route.
 pub fn bird_conf(a: &Addrs) -> String {
@@ -48,12 +58,7 @@ template bgp edge {{
 "#,
         tor = a.tor_fabric,
         tor_asn = a.tor_asn,
-        vips = a
-            .vip_ranges()
-            .iter()
-            .map(|r| format!("{r}{{32,32}}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+        vips = bird_vip_set(a),
     );
     for (i, ip) in a.edges.iter().enumerate() {
         s.push_str(&format!(

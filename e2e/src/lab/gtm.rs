@@ -24,6 +24,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::cmd::run_in;
+use super::config;
 use super::daemon::Daemon;
 use super::netns::{self, Netns};
 use super::topology::{Addrs, Uplink};
@@ -123,12 +124,7 @@ protocol bgp region_{name} from tor {{
             me = a.client,
             tor = a.tor_client_side,
             asn = a.tor_asn,
-            vips = a
-                .vip_ranges()
-                .iter()
-                .map(|r| format!("{r}{{32,32}}"))
-                .collect::<Vec<_>>()
-                .join(", "),
+            vips = config::bird_vip_set(a),
         ));
     }
     s
@@ -258,7 +254,7 @@ impl Core {
     /// The core kernel's next hops for `vip` (empty: no route).
     pub fn next_hops(&self, vip: &str) -> Result<Vec<std::net::IpAddr>> {
         let json = run_in(&self.ns("core"), &["ip", "-j", "route", "show", vip])?;
-        super::config::kernel_next_hops(&json).map_err(|detail| Error::Parse {
+        config::kernel_next_hops(&json).map_err(|detail| Error::Parse {
             what: "ip -j route".into(),
             detail,
         })
