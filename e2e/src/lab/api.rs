@@ -43,6 +43,28 @@ pub fn sa_kubeconfig(dir: &Path, sa: &str) -> PathBuf {
     dir.join(format!("{sa}.kubeconfig"))
 }
 
+/// The control plane (its serving certificate also for `extra_sans`) with the chart's
+/// RBAC in [`RELEASE_NAMESPACE`] and the lab kubelet for `a`'s Nodes (no pods).
+pub async fn start_control_plane(
+    a: &Addrs,
+    extra_sans: Vec<IpAddr>,
+) -> crate::controlplane::Result<(ControlPlane, LabKubelet)> {
+    let cp = ControlPlane::start(Options {
+        extra_sans,
+        ..Options::default()
+    })
+    .await?;
+    cp.apply_chart_rbac(RELEASE_NAMESPACE).await?;
+    let kubelet = cp
+        .start_kubelet(KubeletOptions {
+            nodes: config::lab_nodes(a),
+            pod_ips: Vec::new(),
+            pod_cidrs: Vec::new(),
+        })
+        .await?;
+    Ok((cp, kubelet))
+}
+
 /// The running control plane, kubelet and bridge (dropped in this order: bridge,
 /// kubelet, then the control plane's processes).
 pub struct LabApi {
@@ -59,19 +81,7 @@ impl LabApi {
             .tor_fabric
             .parse()
             .map_err(|e| Error::Unsupported(format!("ToR address {}: {e}", a.tor_fabric)))?;
-        let cp = ControlPlane::start(Options {
-            extra_sans: vec![tor],
-            ..Options::default()
-        })
-        .await?;
-        cp.apply_chart_rbac(RELEASE_NAMESPACE).await?;
-        let kubelet = cp
-            .start_kubelet(KubeletOptions {
-                nodes: config::lab_nodes(a),
-                pod_ips: Vec::new(),
-                pod_cidrs: Vec::new(),
-            })
-            .await?;
+        let (cp, kubelet) = start_control_plane(a, vec![tor]).await?;
         let listen = SocketAddr::new(tor, a.api_port);
         let bridge = Bridge::start(&format!("{prefix}-tor"), listen, cp.api_addr())?;
         let api = LabApi {

@@ -18,7 +18,7 @@ use super::guest::BIN_DIR;
 use super::{
     FIGURE, GUEST_ADDR, GUEST_ADMIN_KUBECONFIG, GUEST_API, GUEST_ETC, TEST_NAME, VmConfig,
 };
-use crate::controlplane::{ControlPlane, KubeletOptions, LabKubelet, Options as CpOptions};
+use crate::controlplane::{ControlPlane, LabKubelet};
 use crate::lab::daemon::Daemon;
 use crate::lab::{Addrs, Bins, api, config};
 
@@ -168,19 +168,7 @@ pub fn run(o: &Options) -> anyhow::Result<bool> {
 async fn start_api(a: &Addrs, etc: &Path) -> anyhow::Result<Api> {
     let tor: IpAddr = a.tor_fabric.parse()?;
     let guest_api: SocketAddr = GUEST_API.parse()?;
-    let cp = ControlPlane::start(CpOptions {
-        extra_sans: vec![tor, guest_api.ip()],
-        ..CpOptions::default()
-    })
-    .await?;
-    cp.apply_chart_rbac(api::RELEASE_NAMESPACE).await?;
-    let kubelet = cp
-        .start_kubelet(KubeletOptions {
-            nodes: config::lab_nodes(a),
-            pod_ips: Vec::new(),
-            pod_cidrs: Vec::new(),
-        })
-        .await?;
+    let (cp, kubelet) = api::start_control_plane(a, vec![tor, guest_api.ip()]).await?;
     let bridge = SocketAddr::new(tor, a.api_port);
     // the guest has its own copy of the CA, at a path of its own
     std::fs::copy(cp.ca_cert(), etc.join("ca.crt"))?;
