@@ -27,12 +27,8 @@ use ringlb_e2e::lab::pdns::{self, PowerDns};
 use ringlb_e2e::lab::{self, Bins, Topology, cmd};
 
 fn bins() -> Bins {
-    let lab_bin = std::path::PathBuf::from(env!("CARGO_BIN_EXE_ringlb-lab"));
-    let mut dirs = vec![lab_bin.parent().unwrap().to_path_buf()];
-    if let Some(d) = std::env::var_os("RINGLB_BIN_DIR") {
-        dirs.insert(0, d.into());
-    }
-    Bins::find_in(&dirs).unwrap_or_else(|e| panic!("{e}"))
+    Bins::beside(std::path::Path::new(env!("CARGO_BIN_EXE_ringlb-lab")))
+        .unwrap_or_else(|e| panic!("{e}"))
 }
 
 fn skip_reason() -> Option<String> {

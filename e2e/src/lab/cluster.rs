@@ -49,6 +49,16 @@ impl Bins {
         Self::find_in(&dirs)
     }
 
+    /// For the lab's integration tests: looks in `$RINGLB_BIN_DIR`, then beside
+    /// `lab_bin` (the test's `env!("CARGO_BIN_EXE_ringlb-lab")`).
+    pub fn beside(lab_bin: &Path) -> Result<Bins> {
+        let mut dirs = vec![lab_bin.parent().unwrap_or(Path::new(".")).to_path_buf()];
+        if let Some(d) = std::env::var_os("RINGLB_BIN_DIR") {
+            dirs.insert(0, d.into());
+        }
+        Self::find_in(&dirs)
+    }
+
     /// Finds the project's three binaries in the first of `dirs` that has them, and
     /// kubectl among the control-plane assets.
     pub fn find_in(dirs: &[PathBuf]) -> Result<Bins> {
