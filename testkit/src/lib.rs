@@ -1,13 +1,14 @@
 //! ringlb's test kit, for tests and benchmarks only (never a dependency of a
 //! program): network namespaces and commands (`netns`), packet builders for
-//! BPF_PROG_TEST_RUN fixtures (`packet`), test-only BPF objects (`objects`), and
-//! what the benchmark programs share (`bench`).
+//! BPF_PROG_TEST_RUN fixtures (`packet`), the test pods' client (`pod`), test-only
+//! BPF objects (`objects`), and what the benchmark programs share (`bench`).
 
 pub mod bench;
 pub mod cargo;
 pub mod fuzz;
 pub mod netns;
 pub mod packet;
+pub mod pod;
 
 /// Test-only BPF objects (built by build.rs from `bpf/`).
 pub mod objects {

@@ -14,13 +14,14 @@ mod xdp_support;
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader, Write},
+    io::BufReader,
     net::{IpAddr, TcpStream},
     time::Duration,
 };
 
 use ringlb_maglev::{Backend, Table};
 use ringlb_nexthop::KernelResolver;
+use ringlb_testkit::pod::ask;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
     xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
@@ -69,17 +70,6 @@ fn veth(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
 
 fn sysctl(ns: &str, kv: &str) {
     nsx(ns, &["sysctl", "-qw", kv]);
-}
-
-/// Sends one line and reads the answer (the pod's name).
-fn ask(c: &mut BufReader<TcpStream>) -> std::io::Result<String> {
-    c.get_mut().write_all(b"hello\n")?;
-    let mut s = String::new();
-    c.read_line(&mut s)?;
-    if s.is_empty() {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    Ok(s.trim().to_string())
 }
 
 #[test]

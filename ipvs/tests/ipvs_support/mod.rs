@@ -28,6 +28,7 @@ use std::{
 use ringlb_datapath::{DesiredState, Proto, ServiceEntry, Vip};
 use ringlb_ipvs::{Config, IpvsDatapath, kernel::netlink::NetlinkKernel};
 pub use ringlb_testkit::netns::{Netns, in_netns, is_root, nsx, sh};
+pub use ringlb_testkit::pod::ask;
 
 pub const VIP: &str = "10.203.100.1";
 pub const PODS: [&str; 3] = ["10.203.0.21", "10.203.0.22", "10.203.0.23"];
@@ -342,17 +343,6 @@ pub fn connect(sport: Option<u16>) -> std::io::Result<BufReader<TcpStream>> {
     let s: TcpStream = s.into();
     s.set_read_timeout(Some(Duration::from_secs(6)))?;
     Ok(BufReader::new(s))
-}
-
-/// Sends one line, reads the answer (the pod's name).
-pub fn ask(c: &mut BufReader<TcpStream>) -> std::io::Result<String> {
-    c.get_mut().write_all(b"hello\n")?;
-    let mut s = String::new();
-    c.read_line(&mut s)?;
-    if s.is_empty() {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
-    }
-    Ok(s.trim().to_string())
 }
 
 /// One short connection: connect, ask, close. The pod that answered.
