@@ -22,12 +22,6 @@ use bgp_support::{Lab, TOR_V4, TOR_V6, edge_v4, edge_v6, wait_until};
 const VIP: &str = "10.92.100.1";
 const EXTRA: &str = "10.92.100.2";
 
-fn kernel_route(lab: &Lab, vip: &str) -> String {
-    let fam = if vip.contains(':') { "-6" } else { "-4" };
-    lab.exec("tor", "ip", &[fam, "route", "show", vip])
-        .unwrap_or_default()
-}
-
 fn established(lab: &Lab, proto: &str) -> bool {
     lab.birdc(&["show", "protocols", proto])
         .contains("Established")
@@ -102,9 +96,10 @@ fn bird_keeps_the_nexthop_through_a_hitless_restart_then_flushes_the_stale() {
     );
     let via = format!("via {}", edge_v4(1));
     assert!(
-        wait_until(Duration::from_secs(20), || kernel_route(&lab, VIP)
+        wait_until(Duration::from_secs(20), || lab
+            .tor_route(VIP)
             .contains(&via)
-            && kernel_route(&lab, EXTRA).contains(&via)),
+            && lab.tor_route(EXTRA).contains(&via)),
         "routes never reached the ToR's FIB\n{}",
         lab.logs()
     );
@@ -128,7 +123,7 @@ fn bird_keeps_the_nexthop_through_a_hitless_restart_then_flushes_the_stale() {
     assert!(!established(&lab, "e1"), "BIRD still sees the old session");
     let stale = lab.birdc(&["show", "route", "for", VIP, "all"]);
     assert!(
-        kernel_route(&lab, VIP).contains(&via),
+        lab.tor_route(VIP).contains(&via),
         "the nexthop left the FIB while the speaker was down: {stale}"
     );
 
@@ -144,7 +139,7 @@ fn bird_keeps_the_nexthop_through_a_hitless_restart_then_flushes_the_stale() {
         ),
     );
     let back = wait_until(Duration::from_secs(20), || {
-        established(&lab, "e1") && !kernel_route(&lab, EXTRA).contains(&via)
+        established(&lab, "e1") && !lab.tor_route(EXTRA).contains(&via)
     });
     let restart = t0.elapsed();
     let recovery = t1.elapsed();
@@ -188,7 +183,8 @@ fn bird_keeps_a_killed_gr_edge_for_the_restart_time() {
     );
     let via = format!("via {}", edge_v4(1));
     assert!(
-        wait_until(Duration::from_secs(20), || kernel_route(&lab, VIP)
+        wait_until(Duration::from_secs(20), || lab
+            .tor_route(VIP)
             .contains(&via)),
         "no route\n{}",
         lab.logs()
@@ -198,18 +194,14 @@ fn bird_keeps_a_killed_gr_edge_for_the_restart_time() {
     // Past the hold time (3 s) the route is still there: graceful restart holds it.
     std::thread::sleep(Duration::from_millis(3200));
     assert!(
-        kernel_route(&lab, VIP).contains(&via),
+        lab.tor_route(VIP).contains(&via),
         "gone before the restart time"
     );
     let gone = wait_until(Duration::from_secs(restart + 5), || {
-        !kernel_route(&lab, VIP).contains(&via)
+        !lab.tor_route(VIP).contains(&via)
     });
     let after = t0.elapsed();
-    assert!(
-        gone,
-        "kept past the restart time: {}",
-        kernel_route(&lab, VIP)
-    );
+    assert!(gone, "kept past the restart time: {}", lab.tor_route(VIP));
     assert!(
         after >= Duration::from_secs(restart - 1),
         "gone after {after:?}"
@@ -342,7 +334,8 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {e2} as 65012; tt
         lab.logs()
     );
     assert!(
-        wait_until(Duration::from_secs(10), || kernel_route(&lab, VIP)
+        wait_until(Duration::from_secs(10), || lab
+            .tor_route(VIP)
             .contains(&format!("via {}", edge_v4(1)))),
         "no route over the GTSM session"
     );
@@ -400,7 +393,7 @@ fn bird_bfd_graceful_keeps_a_hitless_restart_bfd_on_does_not() {
             == 2
     };
     let both = |lab: &Lab| {
-        let r = kernel_route(lab, VIP);
+        let r = lab.tor_route(VIP);
         r.contains(&via1) && r.contains(&via2)
     };
     assert!(
