@@ -167,10 +167,7 @@ fn bird_bfd_removes_a_frozen_edge_within_the_detection_time() {
     );
 
     // Thawed, our side hears BIRD's BFD Down, resets its BGP session and comes back.
-    let back = wait_until(Duration::from_secs(20), || {
-        let r = route(&lab);
-        r.contains(&via1) && r.contains(&via2)
-    });
+    let back = wait_until(Duration::from_secs(20), || lab.routes_via_both_edges(VIP4));
     assert!(
         back,
         "edge1 did not come back: {}\n{}",

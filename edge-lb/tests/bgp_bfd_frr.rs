@@ -168,10 +168,7 @@ fn frr_bfd_removes_a_frozen_edge_within_the_detection_time() {
         reset.contains("BFD"),
         "FRR's session did not end by BFD:\n{neighbor}"
     );
-    let back = wait_until(Duration::from_secs(30), || {
-        let r = route(&lab);
-        r.contains(&via1) && r.contains(&via2)
-    });
+    let back = wait_until(Duration::from_secs(30), || lab.routes_via_both_edges(VIP4));
     assert!(
         back,
         "edge1 did not come back: {}\n{}",

@@ -225,10 +225,7 @@ fn bird_ecmp_then_sigterm_drains_and_kill9_drops_the_nexthop() {
     lab.start_speaker("edge2", "e2", &y2);
     let via1 = format!("via {}", edge_v4(1));
     let via2 = format!("via {}", edge_v4(2));
-    let both = |lab: &Lab| {
-        let r = lab.tor_route(VIP4);
-        r.contains(&via1) && r.contains(&via2)
-    };
+    let both = |lab: &Lab| lab.routes_via_both_edges(VIP4);
     assert!(
         wait_until(Duration::from_secs(15), || both(&lab)),
         "no ECMP route with two nexthops: {}\n{}",

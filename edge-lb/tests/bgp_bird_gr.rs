@@ -392,10 +392,7 @@ fn bird_bfd_graceful_keeps_a_hitless_restart_bfd_on_does_not() {
             .count()
             == 2
     };
-    let both = |lab: &Lab| {
-        let r = lab.tor_route(VIP);
-        r.contains(&via1) && r.contains(&via2)
-    };
+    let both = |lab: &Lab| lab.routes_via_both_edges(VIP);
     assert!(
         wait_until(Duration::from_secs(30), || both(&lab) && bfd_up(&lab)),
         "no ECMP route with BFD up on both\n{}",

@@ -209,10 +209,7 @@ fn bird_sees_prepend_med_and_withdraw_below_the_threshold_with_hold_down() {
     e1.sync(prepend());
     e2.sync(prepend());
     let (via1, via2) = (format!("via {}", edge_v4(1)), format!("via {}", edge_v4(2)));
-    let ecmp = |lab: &Lab| {
-        let r = fib(lab);
-        r.contains(&via1) && r.contains(&via2)
-    };
+    let ecmp = |lab: &Lab| lab.routes_via_both_edges(VIP);
     let only_e1 = |lab: &Lab| {
         let r = fib(lab);
         r.contains(&via1) && !r.contains(&via2)

@@ -392,6 +392,12 @@ impl Lab {
             .unwrap_or_default()
     }
 
+    /// Whether the ToR routes `vip` via both edge 1 and edge 2 (ECMP).
+    pub fn routes_via_both_edges(&self, vip: &str) -> bool {
+        let r = self.tor_route(vip);
+        r.contains(&format!("via {}", edge_v4(1))) && r.contains(&format!("via {}", edge_v4(2)))
+    }
+
     /// Poll the ToR's route to `vip` every 5 ms, for at most `timeout`, until it no
     /// longer contains `via`: (the last route seen, the time from the call).
     pub fn wait_route_without(
