@@ -383,6 +383,11 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         Exit::Drain => {
             stop::drain(args, speaker, bgp_task).await;
             if args.datapath == DatapathKind::Ipvs {
+                // The withdrawal is out, but the ToR may send this edge packets for a
+                // moment more: forward them before the services go (a VIP left on lo
+                // without its service would answer them with a RST).
+                tracing::info!(linger = ?stop::IPVS_LINGER, "withdrawn; IPVS forwards on for the peers to converge");
+                tokio::time::sleep(stop::IPVS_LINGER).await;
                 remove_ipvs(dp);
             }
         }

@@ -116,6 +116,11 @@ pub async fn restart(speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()
     );
 }
 
+/// After a drain's withdrawal, how long an IPVS edge keeps its services before
+/// removing them: the peers' time to act on the withdrawal (a ToR under load took
+/// ~0.5 s in the IPVS lab). The chart's grace period is the drain time + 15 s.
+pub const IPVS_LINGER: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// The drain exit: GRACEFUL_SHUTDOWN, the drain time, withdraw, Cease; XDP's
 /// program and maps stay (the caller removes IPVS services afterwards).
 pub async fn drain(args: &RunArgs, speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()>) {

@@ -379,8 +379,10 @@ fn edge_lost(l: &mut Lab, loss: Loss) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Marks pod3 not ready (as a failing readiness probe would: the kubelet's status
-/// with Ready=False); the EndpointSlice drops it.
+/// Marks pod3 not ready as a failing readiness probe would: the lab kubelet's
+/// readiness annotation, after which that kubelet writes Ready=False (it owns the
+/// pod's status and would put back a Ready written by anyone else); the
+/// EndpointSlice drops it.
 async fn unready(kube: &kube::Client, ip: &str) -> anyhow::Result<String> {
     let pods: kube::Api<Pod> = kube::Api::namespaced(kube.clone(), "default");
     let list = pods.list(&ListParams::default().labels("app=web")).await?;
@@ -389,14 +391,10 @@ async fn unready(kube: &kube::Client, ip: &str) -> anyhow::Result<String> {
         .into_iter()
         .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(ip))
         .with_context(|| format!("no web pod with IP {ip}"))?;
-    let host_ip = p
-        .status
-        .as_ref()
-        .and_then(|s| s.host_ip.clone())
-        .unwrap_or_default();
-    let status = crate::controlplane::kubelet::running_status(&p, &[ip.parse()?], &host_ip, false);
     let name = p.metadata.name.clone().unwrap_or_default();
-    pods.patch_status(&name, &PatchParams::default(), &Patch::Merge(&status))
+    let ann = crate::controlplane::kubelet::READY_ANNOTATION;
+    let patch = serde_json::json!({ "metadata": { "annotations": { ann: "false" } } });
+    pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
         .await?;
     Ok(name)
 }
