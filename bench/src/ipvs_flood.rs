@@ -162,17 +162,21 @@ pub fn section(
             t.entry(path).or_default().push(pps);
         }
     }
+    let mut ratios: Vec<f64> = (0..t["ipvs"].len())
+        .map(|r| t["xdp"][r] / t["ipvs"][r])
+        .collect();
     let per_round: Vec<String> = (0..t["ipvs"].len())
         .map(|r| {
             let ns = |k: &str| 1e9 / t[k][r];
             let share = (ns("ipvs") - ns("floor")) / (ns("xdp") - ns("floor"));
-            format!("{:.2} ({share:.2})", t["xdp"][r] / t["ipvs"][r])
+            format!("{:.2} ({share:.2})", ratios[r])
         })
         .collect();
     println!(
         "\nper round, xdp/ipvs packets/s (in brackets: ipvs/xdp of the edge's share, ns/packet \
-         minus the floor's): {}",
-        per_round.join(", ")
+         minus the floor's): {}; median of the rounds' xdp/ipvs: {:.2}",
+        per_round.join(", "),
+        median(&mut ratios)
     );
     let m: std::collections::BTreeMap<&str, f64> =
         t.iter_mut().map(|(k, v)| (*k, median(v))).collect();
