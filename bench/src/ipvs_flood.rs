@@ -162,6 +162,12 @@ pub fn section(
             t.entry(path).or_default().push(pps);
         }
     }
+    summary(&mut t);
+    Ok(())
+}
+
+/// The per-round ratios and the medians of each path's packets/s.
+fn summary(t: &mut std::collections::BTreeMap<&str, Vec<f64>>) {
     let mut ratios: Vec<f64> = (0..t["ipvs"].len())
         .map(|r| t["xdp"][r] / t["ipvs"][r])
         .collect();
@@ -195,5 +201,4 @@ pub fn section(
         x - f,
         (i - f) / (x - f)
     );
-    Ok(())
 }
