@@ -63,6 +63,8 @@ pub const MODULES: &[&str] = &[
     "virtio_net",
     // the IPVS lab's ToR counters (`counter name`): a module before 6.12
     "nft_objref",
+    // ipvs-bench's flood section: the kernel's packet generator
+    "pktgen",
 ];
 
 /// A directory being filled as the guest's root.

@@ -23,6 +23,12 @@
 //!   packet read by the pod, through each edge and straight to the pod (the base);
 //!   the edge's share is the difference from the base.
 //!
+//! - Flood (`--only flood` alone): the two above are bound by the userspace
+//!   sender under emulation, so here the kernel's pktgen in the ToR namespace
+//!   floods one edge's veth directly (`--flood-packets`, 3,072 flows) and the
+//!   ToR drops what comes back with XDP: packets/s each edge forwards when it is
+//!   the bottleneck, against a floor with no edge (bench/src/ipvs_flood.rs).
+//!
 //! Each edge's own counter must show it carried the traffic. Under qemu's
 //! emulation absolute figures mean nothing; the ratios, measured side by side in
 //! one run, are the result.
@@ -50,12 +56,18 @@ use ringlb_xdp::{
     xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
 };
 
+#[path = "../ipvs_flood.rs"]
+mod flood;
+#[path = "../pktgen.rs"]
+mod pktgen;
 #[allow(unsafe_code)]
 #[path = "../raw.rs"]
 mod raw;
 
 #[derive(Parser, Debug)]
-#[command(about = "IPVS edge vs XDP edge, requests/s of short TCP connections (needs root, IPVS)")]
+#[command(
+    about = "IPVS edge vs XDP edge: short TCP connections, UDP, a pktgen flood (needs root, IPVS)"
+)]
 struct Args {
     /// Seconds per edge per round.
     #[arg(long, default_value_t = 5)]
@@ -69,6 +81,12 @@ struct Args {
     /// UDP packets per measurement.
     #[arg(long, default_value_t = 5_000)]
     packets: u32,
+    /// Run only this section: tcp, udp or flood (default: all three).
+    #[arg(long)]
+    only: Option<String>,
+    /// pktgen packets per edge per round (the flood section).
+    #[arg(long, default_value_t = 200_000)]
+    flood_packets: u64,
 }
 
 const VIP: &str = "10.204.100.1";
@@ -274,7 +292,7 @@ fn main() -> anyhow::Result<()> {
     if !ringlb_testkit::netns::is_root() {
         bail!("ipvs-bench needs root (namespaces, IPVS, XDP)");
     }
-    for m in ["ip_vs", "ip_vs_mh", "ipip"] {
+    for m in ["ip_vs", "ip_vs_mh", "ipip", "pktgen"] {
         let _ = std::process::Command::new("modprobe").arg(m).output();
     }
     if !std::path::Path::new("/proc/net/ip_vs").exists() {
@@ -304,7 +322,7 @@ fn main() -> anyhow::Result<()> {
         .context("ringlb_pass")?
         .try_into()?;
     prog.load()?;
-    ringlb_testkit::netns::in_netns(&l.t.0, || {
+    let pass_link = ringlb_testkit::netns::in_netns(&l.t.0, || {
         prog.attach("ve-x", aya::programs::XdpMode::Driver)
     })?;
     let opts = XdpOptions {
@@ -326,8 +344,39 @@ fn main() -> anyhow::Result<()> {
     println!(
         "XDP attached {mode}; IPVS scheduler mh, IPIP tunnel; the pod decapsulates with tunl0 for both\n"
     );
-    section_tcp(&a, &l, &mut ipvs, &xdp)?;
-    section_udp(&a, &l, &mut ipvs, &xdp)?;
+    let want = |s: &str| a.only.as_deref().is_none_or(|o| o == s);
+    if let Some(o) = a
+        .only
+        .as_deref()
+        .filter(|o| !["tcp", "udp", "flood"].contains(o))
+    {
+        bail!("--only {o}: one of tcp, udp, flood");
+    }
+    if want("tcp") {
+        section_tcp(&a, &l, &mut ipvs, &xdp)?;
+    }
+    if want("udp") {
+        section_udp(&a, &l, &mut ipvs, &xdp)?;
+    }
+    if want("flood") {
+        // last: it swaps the ToR's XDP programs for ringlb_drop
+        let prog: &mut aya::programs::Xdp = pass
+            .program_mut("ringlb_pass")
+            .context("ringlb_pass")?
+            .try_into()?;
+        ringlb_testkit::netns::in_netns(&l.t.0, || prog.detach(pass_link))?;
+        let drop: &mut aya::programs::Xdp = pass
+            .program_mut("ringlb_drop")
+            .context("ringlb_drop")?
+            .try_into()?;
+        drop.load()?;
+        for dev in ["ve-i", "ve-x"] {
+            ringlb_testkit::netns::in_netns(&l.t.0, || {
+                drop.attach(dev, aya::programs::XdpMode::Driver)
+            })?;
+        }
+        flood::section(&a, &l, &mut ipvs, &xdp)?;
+    }
     ipvs.uninstall()?;
     xdp.uninstall()?;
     drop(pass);
