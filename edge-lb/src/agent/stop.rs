@@ -10,17 +10,17 @@
 //!  SIGINT ─────────────────────────────────────────────> drain
 //!  SIGTERM, --on-sigterm drain ────────────────────────> drain
 //!  SIGTERM, --on-sigterm restart, Node cordoned ───────> drain
+//!            (or the Node cannot be read within 3 s)
 //!  SIGTERM, --on-sigterm restart, a peer without
 //!           gracefulRestart (or no peer at all) ───────> drain
 //!  SIGTERM, --on-sigterm restart, Node schedulable ────> restart
-//!            (or the Node cannot be read within 3 s)
 //! ```
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Node;
-use kube::{Api, Client};
+use kube::{Api, Client, api::ListParams};
 use ringlb_bgp::Speaker;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -77,17 +77,26 @@ pub fn decide(
             "--on-sigterm restart and the Node is schedulable",
         ),
         (Stop::Term, OnSigterm::Restart, None) => (
-            Exit::Restart,
-            "--on-sigterm restart (the Node could not be read)",
+            Exit::Drain,
+            "the Node could not be read, so it may be leaving: draining (the safe side)",
         ),
     }
 }
 
-/// The Node's `spec.unschedulable` (cordon), read once with a short deadline.
+/// The Node's `spec.unschedulable` (cordon), read once with a short deadline. A
+/// list with a `metadata.name` field selector, as the agent's Node reflector does:
+/// the chart's RBAC grants list/watch on nodes, not get.
 pub async fn node_cordoned(client: &Client, name: &str) -> Option<bool> {
     let nodes = Api::<Node>::all(client.clone());
-    match tokio::time::timeout(Duration::from_secs(3), nodes.get(name)).await {
-        Ok(Ok(n)) => Some(n.spec.and_then(|s| s.unschedulable).unwrap_or(false)),
+    let lp = ListParams::default().fields(&format!("metadata.name={name}"));
+    match tokio::time::timeout(Duration::from_secs(3), nodes.list(&lp)).await {
+        Ok(Ok(l)) => match l.items.into_iter().next() {
+            Some(n) => Some(n.spec.and_then(|s| s.unschedulable).unwrap_or(false)),
+            None => {
+                tracing::warn!(node = name, "reading the Node at SIGTERM: no such Node");
+                None
+            }
+        },
         Ok(Err(e)) => {
             tracing::warn!(error = %e, node = name, "reading the Node at SIGTERM");
             None
@@ -164,7 +173,7 @@ mod tests {
         assert_eq!(d(OnSigterm::Drain, Stop::Term, Some(false)), Drain);
         assert_eq!(d(OnSigterm::Drain, Stop::Term, None), Drain);
         assert_eq!(d(OnSigterm::Restart, Stop::Term, Some(false)), Restart);
-        assert_eq!(d(OnSigterm::Restart, Stop::Term, None), Restart);
+        assert_eq!(d(OnSigterm::Restart, Stop::Term, None), Drain);
         assert_eq!(d(OnSigterm::Restart, Stop::Term, Some(true)), Drain);
         assert_eq!(d(OnSigterm::Restart, Stop::Int, Some(false)), Drain);
         let no_gr = decide(OnSigterm::Restart, Stop::Term, Some(false), false);
