@@ -27,15 +27,24 @@ pub struct Applier<M> {
 }
 
 impl<M: Maps> Applier<M> {
-    /// Reads what `maps` hold (pinned maps of an earlier run, or nothing).
+    /// Reads what `maps` hold (pinned maps of an earlier run, or nothing) and
+    /// rebuilds the VIP address filter from them: the owner of the maps (the edge).
     pub fn new(maps: M, resolver: Box<dyn Resolver>) -> Result<Self, Error> {
+        let mut me = Self::observer(maps, resolver)?;
+        me.rebuild_vip_filter()?;
+        Ok(me)
+    }
+
+    /// Reads what `maps` hold and writes nothing: for the operator CLI beside a
+    /// running edge, whose filter words a rebuild from this (older) read could
+    /// overwrite, clearing the bit of a VIP the edge has just added.
+    pub fn observer(maps: M, resolver: Box<dyn Resolver>) -> Result<Self, Error> {
         let mut me = Self {
             maps,
             view: View::default(),
             resolver,
         };
         me.view.set(me.read_programmed()?);
-        me.rebuild_vip_filter()?;
         Ok(me)
     }
 
@@ -291,6 +300,36 @@ mod tests {
         }
         let (ops, _) = plan(a.programmed(), want).unwrap();
         assert!(ops.is_empty(), "{ops:?}");
+    }
+
+    /// The operator CLI's view beside a running edge writes nothing, not even the
+    /// filter an owner's start rebuilds (it could clear a bit the edge just set).
+    #[test]
+    fn an_observer_reads_and_writes_nothing() {
+        let v = vip(1);
+        let mut owner = applier(MemoryMaps::default());
+        owner
+            .apply(&desired(&[(v, entry(&v, &[1, 2], 7))]))
+            .unwrap();
+        let mut maps = owner.maps().clone();
+        maps.vip_filter = crate::vip_filter::VipFilter::default();
+        let before = maps.writes;
+        let seen = Applier::observer(maps, Box::new(StaticResolver::default())).unwrap();
+        assert_eq!(seen.maps().writes, before, "an observer wrote");
+        assert_eq!(
+            seen.maps().vip_filter,
+            crate::vip_filter::VipFilter::default()
+        );
+        assert!(
+            seen.programmed().vips.contains_key(&v),
+            "it still reads the maps"
+        );
+        // the owner's constructor does rebuild it
+        let rebuilt = applier(seen.maps().clone());
+        assert_ne!(
+            rebuilt.maps().vip_filter,
+            crate::vip_filter::VipFilter::default()
+        );
     }
 
     /// The real apply path with a map write failing at every point of a change:

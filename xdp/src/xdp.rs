@@ -160,7 +160,7 @@ impl XdpDatapath {
         let maps = KernelMaps::new(ebpf, owners);
         let resolver = Box::new(ringlb_nexthop::StaticResolver::default());
         Ok(Self {
-            applier: Applier::new(maps, resolver)?,
+            applier: Applier::observer(maps, resolver)?,
             pin_dir: Some(dir.to_path_buf()),
             link_pin: None,
             link: None,
