@@ -239,7 +239,13 @@ impl Speaker {
             }
         }
         let (cmd_tx, cmd_rx) = mpsc::channel(4);
-        let bfd = self.start_bfd(&cfg, cmd_tx.clone())?;
+        // A BFD that cannot start (port 3784 taken, source address not yet on the
+        // node) must not cost the peer its BGP session: run it without BFD, loudly.
+        let bfd = self.start_bfd(&cfg, cmd_tx.clone()).unwrap_or_else(|e| {
+            tracing::error!(peer = %cfg.address, error = %e,
+                "BFD could not start: the BGP session runs without BFD until the BGPPeer changes");
+            None
+        });
         let (in_tx, in_rx) = mpsc::channel(4);
         let (st_tx, st_rx) = watch::channel(PeerStatus::default());
         let span = tracing::info_span!("bgp_peer", peer = %cfg.address);
@@ -304,6 +310,7 @@ impl Speaker {
                 self.remove_peer(*addr).await;
             }
         }
+        let mut first_err = None;
         for w in want {
             match current.get(&w.address) {
                 Some(c) if *c == w => {}
@@ -319,10 +326,15 @@ impl Speaker {
                         let _ = cmd.send(PeerCmd::SetPolicy(w.policy)).await;
                     }
                 }
-                _ => self.add_peer(w)?,
+                // one peer's failure does not keep the others from starting
+                _ => {
+                    if let Err(e) = self.add_peer(w) {
+                        first_err.get_or_insert(e);
+                    }
+                }
             }
         }
-        Ok(())
+        first_err.map_or(Ok(()), Err)
     }
 
     /// Announce (or change the attributes of) a prefix to every peer whose policy

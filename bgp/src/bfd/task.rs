@@ -153,6 +153,17 @@ impl SessionTask {
                 _ = &mut stop => {
                     self.session.event(Event::AdminDown);
                     self.carry_out();
+                    // RFC 5880 §6.8.16: AdminDown for a Detection Time, not once, so
+                    // one lost datagram does not read as a failure at the peer (which
+                    // would end the graceful restart this AdminDown announces).
+                    // Bounded well inside the 2 s `stop` allows.
+                    let gap = self.tx_every.unwrap_or(Duration::from_millis(100));
+                    let gap = gap.min(Duration::from_millis(500));
+                    for _ in 1..self.session.periodic().detect_mult.clamp(1, 3) {
+                        tokio::time::sleep(gap).await;
+                        let p = self.session.periodic();
+                        self.send(&p);
+                    }
                     self.metrics.session_state.remove(&self.label);
                     self.metrics.detection_time_ms.remove(&self.label);
                     return;
