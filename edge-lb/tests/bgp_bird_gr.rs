@@ -249,9 +249,9 @@ fn single_hop_ebgp_sends_ttl_1_and_multihop_sets_the_ipv6_hop_limit() {
     count_ttl(&lab);
     lab.start_bird(&format!(
         r#"
-protocol bgp e1 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65011; ipv4 {{ import all; export none; }}; }}
+protocol bgp e1 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65011; passive on; ipv4 {{ import all; export none; }}; }}
 protocol bgp e1v6 {{
-  local {TOR_V6} as 65000; neighbor {} as 65011; multihop 3; hold time 3; keepalive time 1;
+  local {TOR_V6} as 65000; neighbor {} as 65011; multihop 3; passive on; hold time 3; keepalive time 1;
   connect delay time 1; connect retry time 1;
   ipv6 {{ import all; export none; }};
 }}
@@ -277,7 +277,9 @@ protocol bgp e1v6 {{
         lab.logs()
     );
     // keepalives flow both ways for a while (polled: a loaded machine may take longer
-    // than the 1 s keepalive interval suggests to send a few)
+    // than the 1 s keepalive interval suggests to send a few). The ToR is passive, so
+    // the edge's connection is the session and its packets go to port 179, which
+    // is what the counters match (a session BIRD opened would go unseen).
     wait_until(Duration::from_secs(20), || {
         counter(&lab, "v4ttl1") > 3 && counter(&lab, "v6hl3") > 3
     });
