@@ -162,17 +162,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let get = |p: &'static str| async move {
-            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.write_all(
-                format!("GET {p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-            )
-            .await
-            .unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).await.unwrap();
-            out
-        };
+        let get = |p: &'static str| get(addr, p);
         assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
         assert!(get("/readyz").await.starts_with("HTTP/1.1 503"));
         health.set_ready(true);
@@ -203,6 +193,19 @@ mod tests {
         task.abort();
     }
 
+    /// One `GET path` on a fresh connection; the whole answer.
+    async fn get(addr: std::net::SocketAddr, path: &str) -> String {
+        let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+        s.write_all(
+            format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
+        )
+        .await
+        .unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    }
+
     struct Echo;
     impl ExtraPages for Echo {
         fn answer(&self, path: &str) -> Option<Page> {
@@ -225,17 +228,7 @@ mod tests {
         )
         .await
         .unwrap();
-        let get = |p: &'static str| async move {
-            let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-            s.write_all(
-                format!("GET {p} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes(),
-            )
-            .await
-            .unwrap();
-            let mut out = String::new();
-            s.read_to_string(&mut out).await.unwrap();
-            out
-        };
+        let get = |p: &'static str| get(addr, p);
         let ok = get("/echo/a").await;
         assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
         assert!(ok.contains("content-type: application/json"), "{ok}");
