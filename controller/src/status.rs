@@ -288,14 +288,7 @@ mod tests {
                         ..Default::default()
                     }]),
                 }),
-                conditions: Some(vec![Condition {
-                    type_: "other.io/Thing".into(),
-                    status: "True".into(),
-                    reason: "X".into(),
-                    message: String::new(),
-                    observed_generation: None,
-                    last_transition_time: t(1),
-                }]),
+                conditions: Some(vec![foreign_condition()]),
             }),
             ..Default::default()
         };
@@ -356,18 +349,23 @@ mod tests {
             .collect()
     }
 
+    /// A condition another writer owns, which every patch must keep.
+    fn foreign_condition() -> Condition {
+        Condition {
+            type_: "other.io/Thing".into(),
+            status: "True".into(),
+            reason: "X".into(),
+            message: String::new(),
+            observed_generation: None,
+            last_transition_time: t(1),
+        }
+    }
+
     #[test]
     fn both_conditions_are_kept_and_each_changes_alone() {
         let mut svc = Service {
             status: Some(ServiceStatus {
-                conditions: Some(vec![Condition {
-                    type_: "other.io/Thing".into(),
-                    status: "True".into(),
-                    reason: "X".into(),
-                    message: String::new(),
-                    observed_generation: None,
-                    last_transition_time: t(1),
-                }]),
+                conditions: Some(vec![foreign_condition()]),
                 ..Default::default()
             }),
             ..Default::default()
