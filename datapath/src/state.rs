@@ -1,7 +1,7 @@
 //! The desired state every datapath programs: VIP:port:protocol -> the backend pod
 //! addresses and the Maglev ring over them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
@@ -37,6 +37,13 @@ pub struct ServiceEntry {
     backends: Vec<IpAddr>,
     ring: Vec<u32>,
     conntrack: bool,
+    /// Backends that are another region's VIP (a failover VIP, issue 14): the
+    /// datapath encapsulates to them as to a pod, and the remote edge decapsulates.
+    remote: BTreeSet<IpAddr>,
+    /// This entry is another region's VIP accepted here for failover: served only
+    /// for IPIP packets whose outer destination is one of this edge's own VIPs,
+    /// never announced, and never forwarded to a remote backend (the loop guard).
+    failover_alias: bool,
 }
 
 impl ServiceEntry {
@@ -70,6 +77,8 @@ impl ServiceEntry {
             backends,
             ring,
             conntrack: true,
+            remote: BTreeSet::new(),
+            failover_alias: false,
         })
     }
 
@@ -83,6 +92,56 @@ impl ServiceEntry {
     pub fn without_conntrack(mut self) -> Self {
         self.conntrack = false;
         self
+    }
+    /// Marks `addrs` as remote VIPs (failover targets). Each must be a backend,
+    /// and a failover alias may have none (a failed-over packet must not travel on).
+    pub fn with_remote(
+        mut self,
+        vip: &Vip,
+        addrs: impl IntoIterator<Item = IpAddr>,
+    ) -> Result<Self, Error> {
+        for a in addrs {
+            if !self.backends.contains(&a) {
+                return Err(Error::invalid_service(
+                    vip,
+                    format!("remote VIP {a} is not one of the backends"),
+                ));
+            }
+            self.remote.insert(a);
+        }
+        self.check_loop(vip)?;
+        Ok(self)
+    }
+
+    /// Makes this entry a failover alias (see the field). Refused when it has a
+    /// remote backend: that would forward failed-over traffic again (a loop).
+    pub fn as_failover_alias(mut self, vip: &Vip) -> Result<Self, Error> {
+        self.failover_alias = true;
+        self.check_loop(vip)?;
+        Ok(self)
+    }
+
+    fn check_loop(&self, vip: &Vip) -> Result<(), Error> {
+        if self.failover_alias && !self.remote.is_empty() {
+            return Err(Error::invalid_service(
+                vip,
+                "a failover alias cannot itself fail over to a remote VIP (loop)",
+            ));
+        }
+        Ok(())
+    }
+
+    /// The backends that are another region's VIP.
+    pub fn remote_backends(&self) -> &BTreeSet<IpAddr> {
+        &self.remote
+    }
+    /// Whether `addr` is a remote VIP rather than a pod.
+    pub fn is_remote(&self, addr: &IpAddr) -> bool {
+        self.remote.contains(addr)
+    }
+    /// Whether this entry is another region's VIP accepted for failover.
+    pub fn failover_alias(&self) -> bool {
+        self.failover_alias
     }
     pub fn backends(&self) -> &[IpAddr] {
         &self.backends
@@ -133,6 +192,24 @@ mod tests {
         assert!(ServiceEntry::new(&v, vec![], vec![0]).is_err());
         assert!(ServiceEntry::new(&v, vec![ip], vec![]).is_err());
         assert_eq!(v.to_string(), "[2001:db8::5]:443/udp");
+    }
+
+    #[test]
+    fn a_failover_alias_never_forwards_to_a_remote_vip() {
+        let v = vip();
+        let pod: IpAddr = "10.1.0.1".parse().unwrap();
+        let remote: IpAddr = "2001:db8:2::5".parse().unwrap();
+        let e = ServiceEntry::new(&v, vec![pod, remote], vec![0, 1]).unwrap();
+        let with = e.clone().with_remote(&v, [remote]).unwrap();
+        assert!(with.is_remote(&remote) && !with.is_remote(&pod));
+        let err = with.as_failover_alias(&v).unwrap_err();
+        assert!(err.to_string().contains("loop"), "{err}");
+        let alias = e.clone().as_failover_alias(&v).unwrap();
+        assert!(alias.failover_alias());
+        assert!(alias.with_remote(&v, [remote]).is_err());
+        let stranger: IpAddr = "10.9.9.9".parse().unwrap();
+        let err = e.with_remote(&v, [stranger]).unwrap_err();
+        assert!(err.to_string().contains("not one of the backends"), "{err}");
     }
 
     #[test]
