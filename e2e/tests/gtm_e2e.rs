@@ -15,6 +15,17 @@
 //!   answers only VIP B (seconds measured: kill -> 503, 503 -> DNS); VIP B serves;
 //! - region A's pods back: 200 again, and the answer includes VIP A again.
 //!
+//! The failover VIP: Service `fo` (`gtm::FAILOVER_SVC`) exists in both regions, each
+//! naming the other's VIP (`ringlb.io/failover-vip`) and accepting it
+//! (`ringlb.io/accept-failover-from`):
+//! - healthy: each region's `fo` VIP is served by its own pods; with
+//!   `ringlb.io/failover-weight=50` region A's is served by both regions' pods;
+//! - region A's pods killed: a client that still uses A's `fo` VIP (as one that cached
+//!   the DNS answer would) is served by region B's pods (A's edge encapsulates to B's
+//!   VIP, B's edge decapsulates), the core keeps routing it to region A, and A's health
+//!   page answers 503 naming B's VIP (seconds to recovery measured);
+//! - region A back: its own pods serve it again.
+//!
 //! Needs root, BIRD, nftables, ethtool, `pdns_server` (pdns-server,
 //! pdns-backend-bind) and `dig` (bind9-dnsutils); skips loudly otherwise. Needs the
 //! binaries (`make test` builds them) and the control plane (`make k8s`).
@@ -25,6 +36,45 @@ use ringlb_e2e::lab::cluster::EDGE_HTTP_PORT;
 use ringlb_e2e::lab::gtm::{self, Core, GtmLab};
 use ringlb_e2e::lab::pdns::{self, PowerDns};
 use ringlb_e2e::lab::{self, Bins, Topology, cmd};
+
+/// Which region's pod answered a GET of `vip` from the client ("a" or "b"), by the
+/// pod address in the body; a failed GET (1 s at most) is an error.
+fn served_by(core: &Core, vip: &str) -> Result<&'static str, String> {
+    let url = format!("http://{vip}/");
+    let argv = ["curl", "--noproxy", "*", "-sS", "--max-time", "1", &url];
+    let body = cmd::run_in(&core.ns("client"), &argv).map_err(|e| e.to_string())?;
+    if body.contains(" 10.210.") {
+        Ok("a")
+    } else if body.contains(" 10.220.") {
+        Ok("b")
+    } else {
+        Err(format!("an answer from neither region: {body}"))
+    }
+}
+
+/// Waits until `n` GETs of `vip` in a row are served by `region`'s pods.
+fn wait_served_by(core: &Core, vip: &str, region: &str, n: usize, limit: Duration) {
+    let mut streak = 0;
+    lab::wait_for(
+        &format!("{n} GETs of {vip} in a row served by region {region}"),
+        limit,
+        Duration::from_millis(50),
+        || {
+            let got = served_by(core, vip);
+            streak = if got.as_deref() == Ok(region) {
+                streak + 1
+            } else {
+                0
+            };
+            Ok(if streak >= n {
+                Ok(())
+            } else {
+                Err(format!("{got:?}"))
+            })
+        },
+    )
+    .unwrap()
+}
 
 fn bins() -> Bins {
     Bins::beside(std::path::Path::new(env!("CARGO_BIN_EXE_ringlb-lab")))
@@ -143,6 +193,7 @@ fn powerdns_answers_only_the_healthy_region_and_takes_a_back() {
         g.vb
     );
     both_regions_serve_and_pdns_answers_both(&g);
+    failover_vips_serve_locally_and_trickle(&g);
     region_a_loses_its_pods(&mut g);
     region_a_comes_back_after_the_hold_down(&mut g);
     anycast_is_depreferred_below_its_threshold(&mut g);
@@ -175,6 +226,44 @@ fn both_regions_serve_and_pdns_answers_both(g: &GtmLab) {
     wait_dns(core, dns, &[&va, &vb], Duration::from_secs(5));
 }
 
+/// Each region's `fo` VIP is served by its own pods; with a failover weight of 50 %
+/// region A's is served by both regions' pods, and only by its own again without it.
+fn failover_vips_serve_locally_and_trickle(g: &GtmLab) {
+    let core = &g.core;
+    wait_served_by(core, &g.fa, "a", 5, Duration::from_secs(15));
+    wait_served_by(core, &g.fb, "b", 5, Duration::from_secs(15));
+    let svc = gtm::FAILOVER_SVC;
+    g.ca.kubectl(&["annotate", "svc", svc, "ringlb.io/failover-weight=50"])
+        .unwrap();
+    let (mut a, mut b, mut failed) = (0, 0, Vec::new());
+    lab::wait_for(
+        "GETs of region A's fo VIP served by both regions",
+        Duration::from_secs(20),
+        Duration::from_millis(20),
+        || {
+            match served_by(core, &g.fa) {
+                Ok("a") => a += 1,
+                Ok(_) => b += 1,
+                Err(e) => failed.push(e),
+            }
+            Ok(if a >= 3 && b >= 3 {
+                Ok(())
+            } else {
+                Err(format!("a {a}, b {b}"))
+            })
+        },
+    )
+    .unwrap();
+    eprintln!(
+        "failover weight 50: region A's fo VIP served {a} times by A, {b} by B; {} failed GETs {failed:?}",
+        failed.len()
+    );
+    assert!(failed.len() <= 1, "a trickle loses no GETs: {failed:?}");
+    g.ca.kubectl(&["annotate", "svc", svc, "ringlb.io/failover-weight-"])
+        .unwrap();
+    wait_served_by(core, &g.fa, "a", 10, Duration::from_secs(15));
+}
+
 /// Region A's pods killed: 503, only VIP B in DNS, routes move; the figures.
 fn region_a_loses_its_pods(g: &mut GtmLab) {
     let (core, dns, topo_a, topo_b) = (&g.core, &g.dns, &g.topo_a, &g.topo_b);
@@ -190,6 +279,7 @@ fn region_a_loses_its_pods(g: &mut GtmLab) {
     ca.set_pods_ready("web", false).unwrap();
     // watch everything at once: health, DNS, the core's routes
     let (mut to_503, mut to_dns, mut to_any, mut to_gone) = (None, None, None, None);
+    let mut to_fo = None;
     let mut reason = String::new();
     let client = core.ns("client");
     let (want_b, want_any): (Vec<String>, Vec<std::net::IpAddr>) =
@@ -214,11 +304,16 @@ fn region_a_loses_its_pods(g: &mut GtmLab) {
             if to_gone.is_none() && core.next_hops(&va)?.is_empty() {
                 to_gone = Some(t0.elapsed());
             }
-            let all = [to_503, to_dns, to_any, to_gone];
+            if to_fo.is_none() && served_by(core, &g.fa) == Ok("b") {
+                to_fo = Some(t0.elapsed());
+            }
+            let all = [to_503, to_dns, to_any, to_gone, to_fo];
             Ok(if all.iter().all(Option::is_some) {
                 Ok(())
             } else {
-                Err(format!("503/DNS/anycast/VIP A route after {all:?}"))
+                Err(format!(
+                    "503/DNS/anycast/VIP A route/failover after {all:?}"
+                ))
             })
         },
     )
@@ -229,6 +324,7 @@ fn region_a_loses_its_pods(g: &mut GtmLab) {
         to_any.unwrap(),
         to_gone.unwrap(),
     );
+    a_cached_client_is_served_through_the_failover_vip(g, to_fo.unwrap());
     let json: serde_json::Value = serde_json::from_str(reason.trim())
         .unwrap_or_else(|e| panic!("the 503 body is JSON ({e}): {reason}"));
     eprintln!(
@@ -256,6 +352,36 @@ fn region_a_loses_its_pods(g: &mut GtmLab) {
             "the anycast VIP is served by a region B pod: {body}"
         );
     }
+}
+
+/// While region A has no pods: its `fo` VIP stays routed to region A, its health page
+/// says it fails over to B's VIP, and every GET of it is served by region B.
+fn a_cached_client_is_served_through_the_failover_vip(g: &GtmLab, after: Duration) {
+    let (core, topo_a) = (&g.core, &g.topo_a);
+    let tor_a: std::net::IpAddr = topo_a.addrs.tor_client_side.parse().unwrap();
+    assert_eq!(
+        core.next_hops(&g.fa).unwrap(),
+        vec![tor_a],
+        "a VIP that fails over stays announced by its region"
+    );
+    let body = wait_health(core, &health(topo_a, &g.fa), 503, Duration::from_secs(10));
+    assert!(
+        body.contains(&g.fb),
+        "the 503 names the failover VIP: {body}"
+    );
+    for _ in 0..10 {
+        assert_eq!(
+            served_by(core, &g.fa),
+            Ok("b"),
+            "region B serves VIP {}",
+            g.fa
+        );
+    }
+    eprintln!(
+        "failover VIP: a client of region A's {} served by region B's pods {after:?} after the kill; health: {}",
+        g.fa,
+        body.trim()
+    );
 }
 
 /// Region A's pods back, flapping faster than the hold-down: no flapping of health
@@ -320,6 +446,7 @@ fn region_a_comes_back_after_the_hold_down(g: &mut GtmLab) {
         .unwrap();
     let body = core.http_get(&format!("http://{va}/")).unwrap();
     assert!(body.starts_with("pod"), "VIP A serves again: {body}");
+    wait_served_by(core, &g.fa, "a", 10, Duration::from_secs(20));
 }
 
 /// The de-preference variant: region A's anycast Service asks for 2 ready backends

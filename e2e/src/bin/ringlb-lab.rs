@@ -477,10 +477,14 @@ fn gtm_up(prefix: &str, dir: &std::path::Path) -> anyhow::Result<()> {
         lab::pdns::health_url(&topo.addrs.edges[0], lab::cluster::EDGE_HTTP_PORT, vip, 80)
     };
     println!(
-        "two-region lab {prefix} is up after {:.1} s (files in {}): VIP A {va}, VIP B {vb}, anycast {}. Try:",
+        "two-region lab {prefix} is up after {:.1} s (files in {}): VIP A {va}, VIP B {vb}, anycast {}, \
+         failover pair (Service {}) {} / {}. Try:",
         t.elapsed().as_secs_f64(),
         dir.display(),
-        lab::gtm::ANYCAST_VIP
+        lab::gtm::ANYCAST_VIP,
+        lab::gtm::FAILOVER_SVC,
+        g.fa,
+        g.fb
     );
     println!("  {}", g.dns.dig_shown(&g.core.ns("client")));
     println!(

@@ -43,6 +43,10 @@ pub const ANYCAST_VIP: &str = "10.240.0.10";
 /// The Services' hold-down (`ringlb.io/health-hold-down`): a region that lost its
 /// pods is healthy again only after its pods have been back this long.
 pub const HOLD_DOWN_S: u64 = 5;
+/// The Service that fails over across regions: in each region it names the other
+/// region's VIP of the same Service (`ringlb.io/failover-vip`) and accepts it
+/// (`ringlb.io/accept-failover-from`).
+pub const FAILOVER_SVC: &str = "fo";
 
 /// Region `name` (`a`, `b`, ...) of the lab `prefix`: its namespaces are
 /// `<prefix>-<name>-*`, its addresses `10.<net>.0.0/16`, its ToR linked to the core's
@@ -58,9 +62,11 @@ pub fn region_addrs(prefix: &str, name: &str, net: u8, edges: usize, nodes: usiz
 }
 
 /// The manifests a region adds to the one-region lab's: IPPool `anycast` (only
-/// [`ANYCAST_VIP`], never auto-assigned, announced like the lab's pool) and Service
-/// `anycast` over the same pods, drawing from it; both Services get the hold-down.
-pub fn anycast_manifests() -> Vec<(&'static str, String)> {
+/// [`ANYCAST_VIP`], never auto-assigned, announced like the lab's pool), Service
+/// `anycast` over the same pods, drawing from it, and Service [`FAILOVER_SVC`] over
+/// the same pods from the lab's pool (its failover annotations come once both
+/// regions' VIPs are known: [`GtmLab::up`]); all get the hold-down.
+pub fn region_manifests() -> Vec<(&'static str, String)> {
     vec![
         (
             "60-anycast-pool.yaml",
@@ -72,6 +78,12 @@ pub fn anycast_manifests() -> Vec<(&'static str, String)> {
             "70-anycast-service.yaml",
             format!(
                 "apiVersion: v1\nkind: Service\nmetadata:\n  name: anycast\n  annotations:\n    ringlb.io/ip-pool: anycast\n    ringlb.io/health-hold-down: {HOLD_DOWN_S}s\nspec:\n  type: LoadBalancer\n  selector:\n    app: web\n  ports:\n  - port: 80\n    targetPort: 8080\n"
+            ),
+        ),
+        (
+            "80-failover-service.yaml",
+            format!(
+                "apiVersion: v1\nkind: Service\nmetadata:\n  name: {FAILOVER_SVC}\n  annotations:\n    ringlb.io/health-hold-down: {HOLD_DOWN_S}s\nspec:\n  type: LoadBalancer\n  selector:\n    app: web\n  ports:\n  - port: 80\n    targetPort: 8080\n"
             ),
         ),
     ]
@@ -329,10 +341,11 @@ impl Drop for Core {
 /// Brings one region's programs up, as the one-region lab does: pods, BIRD, its
 /// control plane, the controller, the manifests, the edges (XDP), the node agents, the
 /// Service `web` (`kubectl expose`, then the hold-down annotation) and, with an
-/// anycast range, Service `anycast` ([`anycast_manifests`]); waits until the node
-/// agents map the VIP and the ToR has a path through every edge for both. Returns
-/// `web`'s VIP.
-pub fn start_region(topo: &Topology, cluster: &mut Cluster) -> Result<String> {
+/// anycast range, Services `anycast` and [`FAILOVER_SVC`] ([`region_manifests`]);
+/// waits until the node agents map the VIP and the ToR has a path through every edge
+/// for each. Returns the VIPs of `web` and of [`FAILOVER_SVC`] (empty without an
+/// anycast range).
+pub fn start_region(topo: &Topology, cluster: &mut Cluster) -> Result<(String, String)> {
     let n_edges = topo.addrs.edges.len();
     cluster.start_pods()?;
     cluster.start_bird()?;
@@ -340,7 +353,7 @@ pub fn start_region(topo: &Topology, cluster: &mut Cluster) -> Result<String> {
     cluster.start_controller()?;
     let manifests = cluster.write_manifests()?;
     if topo.addrs.anycast_range.is_some() {
-        for (name, yaml) in anycast_manifests() {
+        for (name, yaml) in region_manifests() {
             let p = manifests.join(name);
             std::fs::write(&p, yaml).map_err(Error::io(format!("writing {}", p.display())))?;
         }
@@ -372,8 +385,22 @@ pub fn start_region(topo: &Topology, cluster: &mut Cluster) -> Result<String> {
             });
         }
         cluster.wait_ecmp(&any, n_edges, Duration::from_secs(30))?;
+        let fo = cluster.wait_vip(FAILOVER_SVC, Duration::from_secs(30))?;
+        cluster.wait_ecmp(&fo, n_edges, Duration::from_secs(30))?;
+        return Ok((vip, fo));
     }
-    Ok(vip)
+    Ok((vip, String::new()))
+}
+
+/// Each region's [`FAILOVER_SVC`] names the other's VIP as its failover VIP and
+/// accepts it as an alias.
+fn pair_failover(ca: &Cluster, fa: &str, cb: &Cluster, fb: &str) -> Result<()> {
+    for (c, remote) in [(ca, fb), (cb, fa)] {
+        let failover = format!("ringlb.io/failover-vip={remote}");
+        let accept = format!("ringlb.io/accept-failover-from={remote}");
+        c.kubectl(&["annotate", "svc", FAILOVER_SVC, &failover, &accept])?;
+    }
+    Ok(())
 }
 
 /// The whole two-region lab, running (`ringlb-lab gtm-up`). Fields drop in this
@@ -391,6 +418,9 @@ pub struct GtmLab {
     /// Service `web`'s VIP in region A and in region B.
     pub va: String,
     pub vb: String,
+    /// Service [`FAILOVER_SVC`]'s VIP in region A and in region B.
+    pub fa: String,
+    pub fb: String,
 }
 
 impl GtmLab {
@@ -407,7 +437,7 @@ impl GtmLab {
         let (va, vb) = std::thread::scope(|s| {
             let a = s.spawn(|| start_region(&topo_a, &mut ca));
             let b = s.spawn(|| start_region(&topo_b, &mut cb));
-            let join = |h: std::thread::ScopedJoinHandle<'_, Result<String>>| {
+            let join = |h: std::thread::ScopedJoinHandle<'_, Result<(String, String)>>| {
                 h.join()
                     .unwrap_or_else(|_| Err(Error::Unsupported("a region thread panicked".into())))
             };
@@ -420,7 +450,8 @@ impl GtmLab {
                 cb.log_tails(15)
             ))
         };
-        let (va, vb) = (va.map_err(logs)?, vb.map_err(logs)?);
+        let ((va, fa), (vb, fb)) = (va.map_err(logs)?, vb.map_err(logs)?);
+        pair_failover(&ca, &fa, &cb, &fb)?;
         let core_bird = core.start_bird(&[("a", &topo_a.addrs), ("b", &topo_b.addrs)])?;
         core.wait_route(
             &va,
@@ -473,6 +504,8 @@ impl GtmLab {
             core,
             va,
             vb,
+            fa,
+            fb,
         })
     }
 
