@@ -134,6 +134,9 @@ pub struct Negotiated {
     pub families: Vec<Afi>,
     pub route_refresh: bool,
     pub peer_bgp_id: Ipv4Addr,
+    /// The peer's OPEN carried the graceful restart capability (RFC 4724 §3): it
+    /// can keep our routes while we restart.
+    pub peer_graceful_restart: bool,
 }
 
 /// Static FSM configuration of one peer.
@@ -506,6 +509,7 @@ impl Fsm {
             families,
             route_refresh: open.route_refresh(),
             peer_bgp_id: open.bgp_id,
+            peer_graceful_restart: super::gr::GrCapability::from_open(open).is_some(),
         };
         self.push(Action::Send(Message::Keepalive));
         if hold > 0 {

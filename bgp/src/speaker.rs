@@ -97,6 +97,12 @@ async fn accept_loop(l: Arc<TcpListener>, inbound: InboundMap) {
     }
 }
 
+/// Whether a session in `state` with `negotiated` keeps our routes across a
+/// restart: not up (it holds none), or up with the peer's graceful restart.
+fn gr_holds(state: crate::fsm::State, negotiated: Option<&crate::fsm::Negotiated>) -> bool {
+    state != crate::fsm::State::Established || negotiated.is_some_and(|n| n.peer_graceful_restart)
+}
+
 impl Speaker {
     /// Start the speaker: listen on `listen_port` (0: no passive open) on every IPv4
     /// and IPv6 address, and register the metrics.
@@ -375,14 +381,18 @@ impl Speaker {
         lock(&self.peers).get(&addr).map(|h| h.status.clone())
     }
 
-    /// True when there are peers and every one has graceful restart configured:
-    /// only then can a restart without a drain keep the routes everywhere.
+    /// True when there are peers, every one has graceful restart configured, and
+    /// every Established session negotiated it (the peer's OPEN carried the
+    /// capability): only then can a restart without a drain keep the routes
+    /// everywhere. A peer whose session is not up holds none of our routes, so it
+    /// does not stand in the way.
     pub fn all_peers_graceful_restart(&self) -> bool {
         let peers = lock(&self.peers);
         !peers.is_empty()
-            && peers
-                .values()
-                .all(|h| h.cfg.graceful_restart_time.is_some())
+            && peers.values().all(|h| {
+                let st = h.status.borrow();
+                h.cfg.graceful_restart_time.is_some() && gr_holds(st.state, st.negotiated.as_ref())
+            })
     }
 
     pub fn peers(&self) -> Vec<IpAddr> {
@@ -442,5 +452,32 @@ impl Drop for Speaker {
         for h in lock(&self.peers).values() {
             h.task.abort();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::fsm::{Negotiated, State};
+
+    #[test]
+    fn only_an_established_session_without_the_peers_gr_blocks_a_restart() {
+        let n = |gr| Negotiated {
+            hold_time: Duration::from_secs(9),
+            keepalive: Duration::from_secs(3),
+            four_octet_asn: true,
+            families: vec![],
+            route_refresh: true,
+            peer_bgp_id: "10.0.0.1".parse().unwrap(),
+            peer_graceful_restart: gr,
+        };
+        assert!(gr_holds(State::Established, Some(&n(true))));
+        assert!(!gr_holds(State::Established, Some(&n(false))));
+        assert!(!gr_holds(State::Established, None));
+        assert!(
+            gr_holds(State::Active, None),
+            "a session that is down holds nothing"
+        );
+        assert!(gr_holds(State::Idle, Some(&n(false))));
     }
 }

@@ -481,7 +481,15 @@ fn downloads_survive_losing_an_edge(
     let t = Instant::now();
     let name = format!("edge{victim}");
     match loss {
-        Loss::Drain => cluster.terminate(&name, Duration::from_secs(10)).unwrap(),
+        Loss::Drain => {
+            cluster.terminate(&name, Duration::from_secs(10)).unwrap();
+            // the whole agent (BGPPeer status task and all) ends with a Cease
+            let bird = cluster.birdc(&["show", "protocols", "all", &name]).unwrap();
+            assert!(
+                bird.contains("Administrative shutdown"),
+                "the ToR got {name}'s Cease (Administrative shutdown):\n{bird}"
+            );
+        }
         Loss::Kill => cluster.kill(&name).unwrap(),
     }
     cluster.wait_ecmp(vip, 1, Duration::from_secs(6)).unwrap();

@@ -113,16 +113,32 @@ pub async fn node_cordoned(client: &Client, name: &str) -> Option<bool> {
 pub async fn restart(speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()>) {
     bgp_task.abort();
     let _ = bgp_task.await;
-    match Arc::try_unwrap(speaker) {
-        Ok(speaker) => {
-            speaker.bfd_admin_down().await;
-            speaker.abandon()
-        }
-        Err(_) => tracing::warn!("speaker still shared at exit; sessions close with the process"),
+    if let Some(speaker) = sole(speaker).await {
+        speaker.bfd_admin_down().await;
+        speaker.abandon()
     }
     tracing::info!(
         "edge agent stopped for a restart: routes left to the peers' graceful restart, datapath forwarding"
     );
+}
+
+/// The speaker, once nothing else holds it. The tasks that shared it are aborted
+/// by then, but an aborted task drops what it holds only when the runtime next
+/// polls it, so this waits up to a second. `None` (logged): the sessions end with
+/// the process, without a Cease.
+async fn sole(mut speaker: Arc<Speaker>) -> Option<Speaker> {
+    for _ in 0..20 {
+        match Arc::try_unwrap(speaker) {
+            Ok(s) => return Some(s),
+            Err(shared) => speaker = shared,
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tracing::warn!(
+        holders = Arc::strong_count(&speaker),
+        "speaker still shared at exit; sessions close with the process, without a Cease"
+    );
+    None
 }
 
 /// After a drain's withdrawal, how long an IPVS edge keeps its services before
@@ -148,9 +164,8 @@ pub async fn drain(args: &RunArgs, speaker: Arc<Speaker>, bgp_task: tokio::task:
     }
     bgp_task.abort();
     let _ = bgp_task.await;
-    match Arc::try_unwrap(speaker) {
-        Ok(speaker) => speaker.shutdown().await,
-        Err(_) => tracing::warn!("speaker still shared at exit; sessions close with the process"),
+    if let Some(speaker) = sole(speaker).await {
+        speaker.shutdown().await
     }
     match args.datapath {
         DatapathKind::Xdp => {

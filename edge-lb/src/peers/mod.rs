@@ -116,10 +116,12 @@ pub async fn run(
         dirty.clone(),
     );
     let names: Arc<Mutex<Vec<(String, IpAddr)>>> = Arc::default();
+    // A Weak reference: the status loop must not keep the speaker alive, or the
+    // agent's exit could not take it back to send its Cease (`agent::stop`).
     let status_task = tokio::spawn(status_loop(
         client.clone(),
         node.node_name.clone(),
-        speaker.clone(),
+        Arc::downgrade(&speaker),
         names.clone(),
     ));
 
@@ -178,7 +180,7 @@ pub async fn run(
 async fn status_loop(
     client: Client,
     node: String,
-    speaker: Arc<Speaker>,
+    speaker: std::sync::Weak<Speaker>,
     names: Arc<Mutex<Vec<(String, IpAddr)>>>,
 ) {
     let api: Api<BGPPeer> = Api::all(client);
@@ -188,10 +190,15 @@ async fn status_loop(
         tick.tick().await;
         let list = names.lock().unwrap_or_else(|p| p.into_inner()).clone();
         for (name, addr) in list {
-            let Some(st) = speaker.peer_status(addr) else {
+            // the strong reference lives only for this read, never across an await
+            let Some(sp) = speaker.upgrade() else {
+                return; // the agent is stopping
+            };
+            let Some(st) = sp.peer_status(addr) else {
                 continue;
             };
             let entry = node_session(&node, &st.borrow());
+            drop((st, sp));
             if written.get(&name) == Some(&entry) {
                 continue;
             }
