@@ -15,6 +15,7 @@ pub const TESTS: &[(&str, &str)] = &[
     ("ringlb-xdp", "xdp_fixtures"),
     ("ringlb-xdp", "xdp_vlan"),
     ("ringlb-xdp", "xdp_ptb"),
+    ("ringlb-xdp", "xdp_conntrack"),
     ("ringlb-node", "node_fixtures"),
     ("ringlb-node", "node_icmp"),
     ("ringlb-xdp", "xdp_netns"),
