@@ -5,13 +5,12 @@
 
 mod bgp_support;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
-use bgp_support::{Lab, TOR_V4, edge_v4, wait_until};
+use bgp_support::{Lab, TOR_V4, edge_v4, frr, wait_until};
 
 const VIP4: &str = "10.91.100.1";
-const FRR: &str = "/usr/lib/frr";
 
 fn speaker_yaml(i: u8) -> String {
     format!(
@@ -24,12 +23,8 @@ fn speaker_yaml(i: u8) -> String {
     )
 }
 
-/// zebra, bfdd and bgpd in the ToR namespace, their sockets and logs in DIR/frr
-/// (writable by the `frr` user the daemons switch to).
-fn start_frr(lab: &mut Lab) -> PathBuf {
-    let dir = lab.path("frr");
-    std::fs::create_dir_all(&dir).unwrap();
-    std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+/// bgpd's configuration: both edges as eBGP neighbours with the BFD profile `fast`.
+fn bgpd_conf() -> String {
     let mut bgp = format!(
         "router bgp 65000\n bgp router-id {TOR_V4}\n no bgp ebgp-requires-policy\n \
          bgp bestpath as-path multipath-relax\n"
@@ -43,65 +38,11 @@ fn start_frr(lab: &mut Lab) -> PathBuf {
         ));
     }
     bgp.push_str(" address-family ipv4 unicast\n  maximum-paths 16\n exit-address-family\n!\n");
-    let confs = [
-        ("zebra", "hostname tor\n".to_string()),
-        (
-            "bfdd",
-            "bfd\n profile fast\n  receive-interval 100\n  transmit-interval 100\n  \
-             detect-multiplier 3\n !\n!\n"
-                .to_string(),
-        ),
-        ("bgpd", bgp),
-    ];
-    let d = dir.display().to_string();
-    for (daemon, conf) in confs {
-        let f = dir.join(format!("{daemon}.conf"));
-        std::fs::write(&f, conf).unwrap();
-        let (f, pid, log, zs) = (
-            f.display().to_string(),
-            format!("{d}/{daemon}.pid"),
-            format!("file:{d}/{daemon}.log"),
-            format!("{d}/zserv.api"),
-        );
-        let mut args = vec![
-            "-f",
-            &f,
-            "-i",
-            &pid,
-            "--vty_socket",
-            &d,
-            "-z",
-            &zs,
-            "-P",
-            "0",
-            "--log",
-            &log,
-        ];
-        let ctl = format!("{d}/bfdd.sock");
-        if daemon == "bfdd" {
-            args.extend(["--bfdctl", ctl.as_str()]);
-        }
-        lab.spawn(daemon, "tor", &Path::new(FRR).join(daemon), &args);
-        // zebra first: the others connect to its socket at start.
-        let sock = if daemon == "zebra" {
-            dir.join("zserv.api")
-        } else {
-            dir.join(format!("{daemon}.vty"))
-        };
-        assert!(
-            wait_until(Duration::from_secs(10), || sock.exists()),
-            "{daemon} did not start:\n{}",
-            lab.logs()
-        );
-    }
-    dir
+    bgp
 }
 
-fn vtysh(lab: &Lab, dir: &Path, cmd: &str) -> String {
-    let d = dir.display().to_string();
-    lab.exec("tor", "vtysh", &["--vty_socket", &d, "-c", cmd])
-        .unwrap_or_else(|e| e)
-}
+const BFDD_FAST: &str = "bfd\n profile fast\n  receive-interval 100\n  transmit-interval 100\n  \
+                         detect-multiplier 3\n !\n!\n";
 
 fn route(lab: &Lab) -> String {
     lab.tor_route(VIP4)
@@ -122,34 +63,32 @@ fn spawn_edge(lab: &mut Lab, i: u8) -> usize {
 #[test]
 fn frr_bfd_removes_a_frozen_edge_within_the_detection_time() {
     require_lab!("vtysh");
-    for d in ["zebra", "bgpd", "bfdd"] {
-        if !Path::new(FRR).join(d).is_file() {
-            eprintln!("SKIPPED frr_bfd: {FRR}/{d} missing (scripts/setup.sh installs frr)");
-            return;
-        }
+    if let Some(why) = frr::missing() {
+        eprintln!("SKIPPED frr_bfd: {why}");
+        return;
     }
     let mut lab = Lab::new("frrbfd", 2);
-    let dir = start_frr(&mut lab);
+    let dir = frr::start_frr(&mut lab, &bgpd_conf(), BFDD_FAST);
     let e1 = spawn_edge(&mut lab, 1);
     spawn_edge(&mut lab, 2);
     let (via1, via2) = (format!("via {}", edge_v4(1)), format!("via {}", edge_v4(2)));
     let ok = wait_until(Duration::from_secs(30), || {
         let r = route(&lab);
-        let bfd = vtysh(&lab, &dir, "show bfd peers brief");
+        let bfd = frr::vtysh(&lab, &dir, "show bfd peers brief");
         r.contains(&via1) && r.contains(&via2) && bfd.matches(" up ").count() >= 2
     });
     assert!(
         ok,
         "no ECMP with BFD up at FRR: {}\n{}\n{}\n{}",
         route(&lab),
-        vtysh(&lab, &dir, "show bfd peers"),
-        vtysh(&lab, &dir, "show bgp summary"),
+        frr::vtysh(&lab, &dir, "show bfd peers"),
+        frr::vtysh(&lab, &dir, "show bgp summary"),
         lab.logs()
     );
 
     lab.signal(e1, "STOP");
     let (r, took) = lab.wait_route_without(VIP4, &via1, Duration::from_secs(8));
-    let neighbor = vtysh(&lab, &dir, &format!("show bgp neighbors {}", edge_v4(1)));
+    let neighbor = frr::vtysh(&lab, &dir, &format!("show bgp neighbors {}", edge_v4(1)));
     lab.signal(e1, "CONT");
     eprintln!("FRR, BFD 100 ms x 3: frozen edge removed from the ToR's ECMP route after {took:?}");
     assert!(

@@ -13,10 +13,9 @@
 
 mod bgp_support;
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use bgp_support::poll::Poller;
 use bgp_support::{Lab, TOR_V4, TOR_V6, edge_v4, edge_v6, wait_until};
 
 const VIP: &str = "10.92.100.1";
@@ -48,40 +47,6 @@ protocol bgp e1 from edge {
   ipv4 { import all; export none; };
 }
 "#;
-
-/// Polls the ToR's kernel route for `vip` in a thread until stopped; counts the
-/// samples without `via`.
-struct Poller {
-    stop: Arc<AtomicBool>,
-    handle: std::thread::JoinHandle<(usize, usize, Vec<String>)>,
-}
-
-impl Poller {
-    fn start(ns: String, vip: &'static str, via: String) -> Poller {
-        let stop = Arc::new(AtomicBool::new(false));
-        let s = stop.clone();
-        let handle = std::thread::spawn(move || {
-            let (mut samples, mut missing, mut seen) = (0, 0, Vec::new());
-            while !s.load(Ordering::Relaxed) {
-                let r = bgp_support::run("ip", &["-n", &ns, "-4", "route", "show", vip])
-                    .unwrap_or_default();
-                samples += 1;
-                if !r.contains(&via) {
-                    missing += 1;
-                    seen.push(r);
-                }
-                std::thread::sleep(Duration::from_millis(10));
-            }
-            (samples, missing, seen)
-        });
-        Poller { stop, handle }
-    }
-
-    fn finish(self) -> (usize, usize, Vec<String>) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.handle.join().unwrap()
-    }
-}
 
 #[test]
 fn bird_keeps_the_nexthop_through_a_hitless_restart_then_flushes_the_stale() {

@@ -6,6 +6,9 @@
 
 #![allow(dead_code)]
 
+pub mod frr;
+pub mod poll;
+
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU32, Ordering};
