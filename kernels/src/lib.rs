@@ -88,7 +88,7 @@ pub fn run_guests(plan: &Plan, kernels: &[Kernel], common: &Path) -> Vec<(String
                     let next = queue.lock().unwrap().pop();
                     let Some((i, k)) = next else { break };
                     let dir = plan.out.join(&k.label);
-                    let g = match qemu::boot(k, common, &dir, &plan.boot) {
+                    let g = match boot_retrying_an_early_panic(k, common, &dir, &plan.boot) {
                         Ok(b) => {
                             eprintln!(
                                 "kernel-matrix: {} ({}) finished in {:.1}s{}; console: {}",
@@ -113,6 +113,35 @@ pub fn run_guests(plan: &Plan, kernels: &[Kernel], common: &Path) -> Vec<(String
     let mut v = done.into_inner().unwrap();
     v.sort_by_key(|(i, _, _)| *i);
     v.into_iter().map(|(_, l, g)| (l, g)).collect()
+}
+
+/// Boots `k`, and once more when its kernel panicked before the guest reported
+/// anything: under TCG on a loaded host the boot itself can fail (the IO-APIC
+/// timer check, before `no_timer_check`). A failing test always reports first,
+/// so this never hides one. The first console is kept beside the second.
+fn boot_retrying_an_early_panic(
+    k: &Kernel,
+    common: &Path,
+    dir: &Path,
+    o: &BootOptions,
+) -> Result<qemu::Boot> {
+    let b = qemu::boot(k, common, dir, o)?;
+    if !b.results.trim().is_empty() || b.timed_out {
+        return Ok(b);
+    }
+    let console = std::fs::read_to_string(&b.console).unwrap_or_default();
+    let Some(panic) = console.lines().find(|l| l.contains("Kernel panic")) else {
+        return Ok(b);
+    };
+    let first = dir.join("console-first-boot.log");
+    std::fs::rename(&b.console, &first)?;
+    eprintln!(
+        "kernel-matrix: {} panicked while booting, before any test ({}); booting it once more (first console: {})",
+        k.label,
+        panic.trim(),
+        first.display()
+    );
+    qemu::boot(k, common, dir, o)
 }
 
 /// A benchmark in each guest instead of the tests: its output per kernel on
