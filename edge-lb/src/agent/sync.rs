@@ -17,7 +17,7 @@ use ringlb_bgp::{RouteAttrs, Speaker};
 use ringlb_datapath::Datapath;
 
 use super::metrics::DatapathMetrics;
-use crate::vip_health::{Board, Changed, Tracker};
+use crate::vip_health::{Board, Changed, FailoverChanged, Tracker};
 use crate::{serving, tables};
 
 /// What one sync leaves for the next.
@@ -39,6 +39,10 @@ pub struct SyncState {
     pub due: Option<Instant>,
     /// Health transitions of the last sync (for Events and metrics).
     pub changed: Vec<Changed>,
+    /// VIP:ports that started or stopped failing over in the last sync (for Events).
+    pub failovers: Vec<FailoverChanged>,
+    /// Failover aliases programmed by the last sync that reached the datapath.
+    pub aliases: usize,
 }
 
 /// The reflectors the sync reads.
@@ -84,7 +88,7 @@ pub fn sync(
         tracing::warn!(service = %s.service, reason = %s.reason, "not served");
     }
     for s in &want.bad_annotations {
-        tracing::warn!(service = %s.service, reason = %s.reason, "bad health annotation");
+        tracing::warn!(service = %s.service, reason = %s.reason, "bad annotation");
     }
     let (state, problems) = tables::datapath_state(&want, cfg.ring_size, &mut st.tables);
     for p in &problems {
@@ -94,6 +98,7 @@ pub fn sync(
     let result = dp.apply(&state);
     metrics.observe_apply(applied.elapsed().as_secs_f64(), result.as_ref().map(|_| ()));
     st.changed.clear();
+    st.failovers.clear();
     let routes = match result {
         Ok(stats) => {
             tracing::debug!(?stats, vips = state.services.len(), "datapath applied");
@@ -103,9 +108,15 @@ pub fn sync(
                 tracing::info!(vip = %c.vip, service = %c.service, transition = ?c.transition,
                     ready = c.ready, min_ready = c.min_ready, "VIP health changed");
             }
+            for c in &ev.failovers {
+                tracing::warn!(vip = %c.vip, service = %c.service, remote = %c.remote,
+                    active = c.active, "failover changed");
+            }
             st.board.publish(ev.facts, ev.routes.clone());
             st.due = ev.due;
             st.changed = ev.changed;
+            st.failovers = ev.failovers;
+            st.aliases = ev.aliases;
             ev.routes
         }
         Err(e) => {
