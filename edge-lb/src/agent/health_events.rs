@@ -7,11 +7,16 @@
 //! Failover (issue 14): Warning `FailoverActive` when a VIP:port with a failover VIP
 //! has no ready local backend left and its new flows go to the remote VIP, Normal
 //! `FailoverEnded` when local backends take them again; once per change.
+//!
+//! Bad annotations (health or failover; the Service is served without them): Warning
+//! `BadAnnotation`, once per Service and reason while this edge runs.
 
 use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
+
+use crate::serving::Skipped;
 
 use crate::vip_health::hysteresis::Transition;
 use crate::vip_health::{Changed, FailoverChanged};
@@ -86,6 +91,19 @@ pub fn failover_event_for(c: &FailoverChanged, node: &str) -> Event {
 pub struct HealthEvents {
     recorder: Recorder,
     node: String,
+    /// (Service, reason) of the bad annotations already reported.
+    reported: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
+}
+
+/// The Warning of one bad annotation.
+pub fn bad_annotation_event(s: &Skipped, node: &str) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: "BadAnnotation".into(),
+        note: Some(format!("edge {node}: {}", s.reason)),
+        action: "ReadAnnotations".into(),
+        secondary: None,
+    }
 }
 
 impl HealthEvents {
@@ -97,6 +115,7 @@ impl HealthEvents {
         HealthEvents {
             recorder: Recorder::new(client, reporter),
             node,
+            reported: Default::default(),
         }
     }
 
@@ -115,6 +134,22 @@ impl HealthEvents {
         for c in changed {
             self.send(services, &c.service, failover_event_for(c, &self.node));
         }
+    }
+
+    /// Publishes a Warning per bad annotation not reported before; one that went away
+    /// is forgotten, so it is reported again if it comes back.
+    pub fn publish_bad_annotations(&self, services: &Store<Service>, bad: &[Skipped]) {
+        let now: std::collections::BTreeSet<(String, String)> = bad
+            .iter()
+            .map(|s| (s.service.clone(), s.reason.clone()))
+            .collect();
+        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        for s in bad {
+            if !reported.contains(&(s.service.clone(), s.reason.clone())) {
+                self.send(services, &s.service, bad_annotation_event(s, &self.node));
+            }
+        }
+        *reported = now;
     }
 
     /// Sends `ev` about the Service `service` (`namespace/name`) in the background;

@@ -568,6 +568,8 @@ impl Agent {
                     .publish(&self.stores.services, &state.changed);
                 self.health_events
                     .publish_failovers(&self.stores.services, &state.failovers);
+                self.health_events
+                    .publish_bad_annotations(&self.stores.services, &state.bad_annotations);
                 next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
                 // A hold-down that ends before then: sync at its end (plus a little,
                 // so the step sees it elapsed).

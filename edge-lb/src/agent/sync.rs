@@ -43,6 +43,8 @@ pub struct SyncState {
     pub failovers: Vec<FailoverChanged>,
     /// Failover aliases programmed by the last sync that reached the datapath.
     pub aliases: usize,
+    /// The bad annotations of the last sync (for Events).
+    pub bad_annotations: Vec<serving::Skipped>,
 }
 
 /// The reflectors the sync reads.
@@ -90,6 +92,7 @@ pub fn sync(
     for s in &want.bad_annotations {
         tracing::warn!(service = %s.service, reason = %s.reason, "bad annotation");
     }
+    st.bad_annotations.clone_from(&want.bad_annotations);
     let (state, problems) = tables::datapath_state(&want, cfg.ring_size, &mut st.tables);
     for p in &problems {
         tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
