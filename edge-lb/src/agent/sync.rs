@@ -314,6 +314,53 @@ mod tests {
         assert!(edge.dp.maps().live().is_empty(), "no backend left live");
     }
 
+    #[tokio::test]
+    async fn a_vip_with_a_failover_vip_stays_announced_and_rings_only_the_remote() {
+        let mut edge = Edge::new();
+        let mut a = web("10.100.0.1");
+        a.metadata.annotations = Some(
+            [
+                (
+                    "ringlb.io/failover-vip".to_string(),
+                    "10.200.0.1".to_string(),
+                ),
+                // A region-B role too: accepts another region's VIP as an alias.
+                (
+                    "ringlb.io/accept-failover-from".to_string(),
+                    "10.150.0.1".to_string(),
+                ),
+            ]
+            .into(),
+        );
+        edge.sync(&stores(
+            vec![a.clone()],
+            vec![web_slice(&[("10.1.0.1", true)])],
+        ));
+        assert_eq!(
+            edge.announced(),
+            ["10.100.0.1/32"],
+            "the alias is not announced"
+        );
+        assert_eq!(edge.st.aliases, 1);
+        assert_eq!(edge.dp.maps().vips.len(), 2, "the VIP and the alias");
+        assert!(edge.st.failovers.is_empty());
+        // Every pod gone: still announced, the ring holds only the remote VIP, and
+        // the change is reported once.
+        let gone = stores(vec![a], vec![web_slice(&[("10.1.0.1", false)])]);
+        edge.sync(&gone);
+        assert_eq!(edge.announced(), ["10.100.0.1/32"]);
+        assert_eq!(edge.ring_pods(), ["10.200.0.1"].map(String::from).into());
+        assert_eq!(
+            edge.dp.maps().vips.len(),
+            1,
+            "the alias has no backend left"
+        );
+        assert_eq!(edge.st.failovers.len(), 1);
+        assert!(edge.st.failovers[0].active);
+        edge.sync(&gone);
+        assert!(edge.st.failovers.is_empty(), "once per change");
+    }
+
     /// `web` on 10.100.0.1 and `api` (one pod, 10.1.0.9) on 10.100.0.2.
     fn web_and_api() -> Stores {
         stores(
