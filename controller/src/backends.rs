@@ -2,17 +2,27 @@
 //! and its EndpointSlices: whether every TCP/UDP port of the Service has at least
 //! `ringlb.io/min-ready-backends` endpoints that take new flows, counted by the rule
 //! the edges forward by ([`endpoint_takes_new_flows`]).
+//!
+//! Beside it, on a Service with `ringlb.io/failover-vip` only, the
+//! `ringlb.io/FailoverActive` condition: `True` while a port has no endpoint taking
+//! new flows (the edges send that port's new flows to the failover VIP).
 
 use std::collections::BTreeSet;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use ringlb_crds::service::{ANNOTATION_MIN_READY, endpoint_takes_new_flows, parse_min_ready};
+use ringlb_crds::failover::{self, ANNOTATION_FAILOVER_VIP};
+use ringlb_crds::service::{
+    ANNOTATION_MIN_READY, endpoint_takes_new_flows, parse_min_ready, status_ips,
+};
 
 /// The condition type.
 pub const BACKENDS_CONDITION_TYPE: &str = ringlb_crds::service::CONDITION_BACKENDS_READY;
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
+
+/// The FailoverActive condition type.
+pub const FAILOVER_CONDITION_TYPE: &str = failover::CONDITION_FAILOVER_ACTIVE;
 
 /// What the condition should say.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -20,6 +30,60 @@ pub struct BackendsState {
     pub ready: bool,
     pub reason: &'static str,
     pub message: String,
+    /// The FailoverActive condition; `None` on a Service without a failover VIP.
+    pub failover: Option<FailoverState>,
+}
+
+/// What the FailoverActive condition should say.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FailoverState {
+    pub active: bool,
+    pub reason: &'static str,
+    pub message: String,
+}
+
+/// The FailoverActive condition from the ready count of each port (`"80/TCP"`, n);
+/// `None` without the annotation, `False`/`InvalidFailoverVIP` with a bad one.
+fn failover_state(svc: &Service, counts: &[(String, usize)]) -> Option<FailoverState> {
+    let ann = svc.metadata.annotations.as_ref();
+    ann?.get(ANNOTATION_FAILOVER_VIP)?;
+    let spec = failover::from_annotations(ann, &status_ips(svc));
+    let Some(remote) = spec.remote else {
+        return Some(FailoverState {
+            active: false,
+            reason: "InvalidFailoverVIP",
+            message: spec.problems.join("; "),
+        });
+    };
+    let empty: Vec<&str> = counts
+        .iter()
+        .filter(|(_, n)| *n == 0)
+        .map(|(p, _)| p.as_str())
+        .collect();
+    let mut state = if empty.is_empty() {
+        let share = match spec.weight {
+            0 => "no new flows".to_string(),
+            w => format!("{w}% of new flows"),
+        };
+        FailoverState {
+            active: false,
+            reason: "LocalBackendsReady",
+            message: format!("every port has ready endpoints; failover VIP {remote} takes {share}"),
+        }
+    } else {
+        FailoverState {
+            active: true,
+            reason: "NoReadyBackends",
+            message: format!(
+                "no ready endpoint on {}: the edges send its new flows to failover VIP {remote}",
+                empty.join(", ")
+            ),
+        }
+    };
+    if !spec.problems.is_empty() {
+        state.message = format!("{}; {}", state.message, spec.problems.join("; "));
+    }
+    Some(state)
 }
 
 /// Whether `slice` belongs to `svc` (same namespace, `kubernetes.io/service-name`).
@@ -114,6 +178,7 @@ pub fn backends_state(svc: &Service, slices: &[&EndpointSlice]) -> BackendsState
         ready,
         reason,
         message,
+        failover: failover_state(svc, &counts),
     }
 }
 
@@ -228,5 +293,44 @@ mod tests {
             st.message.contains("\"zero\" is not a whole number"),
             "{st:?}"
         );
+    }
+
+    #[test]
+    fn failover_active_only_with_a_failover_vip_while_a_port_has_no_ready_endpoint() {
+        let ports = json!([{"name": "http", "port": 80}]);
+        let ready = slice("shop", "web", http(), json!([ep("10.0.0.1", true, false)]));
+        let gone = slice("shop", "web", http(), json!([ep("10.0.0.1", false, false)]));
+        assert_eq!(
+            backends_state(&svc(json!({}), ports.clone()), &[&gone]).failover,
+            None
+        );
+        let fo = svc(
+            json!({ANNOTATION_FAILOVER_VIP: "198.51.100.7", "ringlb.io/failover-weight": "1"}),
+            ports.clone(),
+        );
+        let st = backends_state(&fo, &[&ready]).failover.unwrap();
+        assert_eq!(
+            (st.active, st.reason),
+            (false, "LocalBackendsReady"),
+            "{st:?}"
+        );
+        assert_eq!(
+            st.message,
+            "every port has ready endpoints; failover VIP 198.51.100.7 takes 1% of new flows"
+        );
+        for slices in [vec![&gone], vec![]] {
+            let st = backends_state(&fo, &slices).failover.unwrap();
+            assert_eq!((st.active, st.reason), (true, "NoReadyBackends"), "{st:?}");
+            assert_eq!(
+                st.message,
+                "no ready endpoint on 80/TCP: the edges send its new flows to failover VIP \
+                 198.51.100.7"
+            );
+        }
+        // A bad value: False, and the message says why (the edges only log it).
+        let bad = svc(json!({ANNOTATION_FAILOVER_VIP: "region-b"}), ports);
+        let st = backends_state(&bad, &[&gone]).failover.unwrap();
+        assert_eq!((st.active, st.reason), (false, "InvalidFailoverVIP"));
+        assert!(st.message.contains("not an IPv4 or IPv6 address"), "{st:?}");
     }
 }

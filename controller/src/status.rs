@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
 
-use crate::backends::{BACKENDS_CONDITION_TYPE, BackendsState};
+use crate::backends::{BACKENDS_CONDITION_TYPE, BackendsState, FAILOVER_CONDITION_TYPE};
 
 /// The Service condition tools can wait on (`kubectl wait --for=condition=...`).
 pub const CONDITION_TYPE: &str = ringlb_crds::service::CONDITION_IP_ALLOCATED;
@@ -30,7 +30,11 @@ pub enum WantedStatus {
 type CondWant<'a> = Option<(&'a str, String, String)>;
 
 /// Every condition type this controller writes (and so replaces in the list).
-const OUR_TYPES: [&str; 2] = [CONDITION_TYPE, BACKENDS_CONDITION_TYPE];
+const OUR_TYPES: [&str; 3] = [
+    CONDITION_TYPE,
+    BACKENDS_CONDITION_TYPE,
+    FAILOVER_CONDITION_TYPE,
+];
 
 fn condition<'a>(svc: &'a Service, type_: &str) -> Option<&'a Condition> {
     svc.status
@@ -96,9 +100,10 @@ fn current_ingress(svc: &Service) -> Vec<(Option<String>, Option<String>)> {
 
 /// The status merge patch to send, or `None` when nothing would change.
 ///
-/// `backends` is the `ringlb.io/BackendsReady` condition to write; `None` leaves the
-/// one there as it is (the EndpointSlices are not listed yet). [`WantedStatus::Clear`]
-/// removes both of this controller's conditions; other writers' conditions are kept.
+/// `backends` is the `ringlb.io/BackendsReady` condition to write, with the
+/// `ringlb.io/FailoverActive` one (removed when it has none); `None` leaves both as
+/// they are (the EndpointSlices are not listed yet). [`WantedStatus::Clear`] removes
+/// all of this controller's conditions; other writers' conditions are kept.
 pub fn status_patch(
     svc: &Service,
     wanted: &WantedStatus,
@@ -116,6 +121,7 @@ pub fn status_patch(
         .collect();
     let existing = condition(svc, CONDITION_TYPE);
     let existing_backends = condition(svc, BACKENDS_CONDITION_TYPE);
+    let existing_failover = condition(svc, FAILOVER_CONDITION_TYPE);
 
     let (want_ingress, want_cond): (Option<Vec<IpAddr>>, CondWant) = match wanted {
         WantedStatus::Allocated(ips) => (
@@ -159,8 +165,24 @@ pub fn status_patch(
         }
         (_, None) => existing_backends.cloned(),
     };
-    let cond_changed =
-        differs(cond.as_ref(), existing) || differs(backends_cond.as_ref(), existing_backends);
+    let failover_cond = match (wanted, backends) {
+        (WantedStatus::Clear, _) => None,
+        (_, Some(b)) => b.failover.as_ref().map(|f| {
+            let status = if f.active { "True" } else { "False" };
+            let w = (status, f.reason.to_string(), f.message.clone());
+            build(
+                existing_failover,
+                FAILOVER_CONDITION_TYPE,
+                w,
+                generation,
+                &now,
+            )
+        }),
+        (_, None) => existing_failover.cloned(),
+    };
+    let cond_changed = differs(cond.as_ref(), existing)
+        || differs(backends_cond.as_ref(), existing_backends)
+        || differs(failover_cond.as_ref(), existing_failover);
     if !ingress_changed && !cond_changed {
         return None;
     }
@@ -183,6 +205,7 @@ pub fn status_patch(
         let mut all = others;
         all.extend(cond);
         all.extend(backends_cond);
+        all.extend(failover_cond);
         status.insert(
             "conditions".into(),
             if all.is_empty() {
@@ -338,6 +361,7 @@ mod tests {
             ready,
             reason,
             message: message.into(),
+            failover: None,
         }
     }
 
@@ -448,5 +472,54 @@ mod tests {
             .unwrap()
             .remove(0);
         assert!(has_our_status(&only));
+    }
+
+    #[test]
+    fn the_failover_condition_follows_the_backends_and_leaves_with_the_annotation() {
+        use crate::backends::FailoverState;
+        let mut svc = Service::default();
+        let alloc = WantedStatus::Allocated(vec!["192.0.2.1".parse().unwrap()]);
+        let failover = |active, reason: &'static str| FailoverState {
+            active,
+            reason,
+            message: "m".into(),
+        };
+        let mut down = backends(false, "NoReadyBackends", "80/TCP 0");
+        down.failover = Some(failover(true, "NoReadyBackends"));
+        let p = status_patch(&svc, &alloc, Some(&down), t(10)).unwrap();
+        apply(&mut svc, &p);
+        let s = |a: &str, b: &str| (a.to_string(), b.to_string());
+        let step = |svc: &mut Service, w: &WantedStatus, b: &BackendsState, at| {
+            let p = status_patch(svc, w, Some(b), t(at)).unwrap();
+            apply(svc, &p);
+        };
+        assert_eq!(
+            types(&svc),
+            [
+                s(CONDITION_TYPE, "True"),
+                s(BACKENDS_CONDITION_TYPE, "False"),
+                s(FAILOVER_CONDITION_TYPE, "True")
+            ]
+        );
+        assert_eq!(status_patch(&svc, &alloc, Some(&down), t(20)), None);
+        assert_eq!(
+            status_patch(&svc, &alloc, None, t(20)),
+            None,
+            "slices not listed"
+        );
+        let mut up = backends(true, "BackendsReady", "80/TCP 1");
+        up.failover = Some(failover(false, "LocalBackendsReady"));
+        step(&mut svc, &alloc, &up, 30);
+        let f = condition(&svc, FAILOVER_CONDITION_TYPE).unwrap();
+        assert_eq!(
+            (f.status.as_str(), f.last_transition_time.clone()),
+            ("False", t(30))
+        );
+        // The annotation removed: the condition goes; Clear removes it too.
+        step(&mut svc, &alloc, &backends(true, "BackendsReady", ""), 40);
+        assert!(condition(&svc, FAILOVER_CONDITION_TYPE).is_none());
+        step(&mut svc, &alloc, &down, 50);
+        step(&mut svc, &WantedStatus::Clear, &down, 60);
+        assert!(!has_our_status(&svc));
     }
 }

@@ -11,6 +11,7 @@ pub mod admission;
 pub mod bgpadvertisement;
 pub mod bgppeer;
 pub mod common;
+pub mod failover;
 pub mod generate;
 pub mod ippool;
 pub mod labels;

@@ -6,6 +6,10 @@ use std::net::IpAddr;
 use k8s_openapi::api::core::v1::Service;
 
 use crate::LOAD_BALANCER_CLASS;
+use crate::failover::{
+    ANNOTATION_ACCEPT_FAILOVER_FROM, ANNOTATION_FAILOVER_VIP, ANNOTATION_FAILOVER_WEIGHT,
+    CONDITION_FAILOVER_ACTIVE,
+};
 
 /// Specific IPs, comma-separated, at most one per family.
 pub const ANNOTATION_IPS: &str = "ringlb.io/load-balancer-ips";
@@ -37,6 +41,10 @@ pub const CONDITIONS: &[(&str, &str)] = &[
     (
         CONDITION_BACKENDS_READY,
         "Whether every TCP/UDP port of the Service has at least `ringlb.io/min-ready-backends` (default 1) endpoints taking new flows in its EndpointSlices (the edges' rule: ready and not terminating; one count per port, over both address families): `True`/`BackendsReady`, `False`/`NoReadyBackends` (a port has none: the edges withdraw its VIP), `False`/`BelowMinReady` (a port has fewer: the edges withdraw or de-prefer per `ringlb.io/unhealthy-bgp`). The message gives the count per port. Cluster-wide, from the EndpointSlices: an edge's own view (its hold-down, its BGP state) is in its `VIPHealthy`/`VIPUnhealthy` Events and metrics.",
+    ),
+    (
+        CONDITION_FAILOVER_ACTIVE,
+        "Only on a Service with a valid `ringlb.io/failover-vip`: `True`/`NoReadyBackends` while no endpoint of the Service takes new flows (the edges send its new flows to the failover VIP), `False`/`LocalBackendsReady` otherwise. The message names the failover VIP and the weight. Cluster-wide, from the EndpointSlices; each edge's own view is in its `FailoverActive`/`FailoverEnded` Events and `ringlb_vip_failover_active`.",
     ),
 ];
 
@@ -72,6 +80,21 @@ pub const ANNOTATIONS: &[(&str, &str, &str)] = &[
         ANNOTATION_HOLD_DOWN,
         "edges",
         "Duration (`30s`, `500ms`, `2m`; at most 1h), default `15s`. A VIP:port goes unhealthy at once and counts as healthy again only after it has stayed at or above its threshold this long, so flapping pods do not flap routes. `0s`: no hold-down. One that has never been healthy (a new Service, an edge just started) is healthy at once.",
+    ),
+    (
+        ANNOTATION_FAILOVER_VIP,
+        "edges, controller",
+        "Another region's VIP of the same app (same ports and protocols). While a VIP:port of this Service has no ready local backend, the edges send its new flows to that VIP (IPIP, as to a pod) instead of dropping them; the VIP stays announced whatever `ringlb.io/unhealthy-bgp` says, and its health page answers 503 `failing over to <ip>`. Applies to the Service's VIPs of the same family. The remote region must accept it (`ringlb.io/accept-failover-from`) and run the XDP datapath in IPIP mode. docs/failover.md.",
+    ),
+    (
+        ANNOTATION_FAILOVER_WEIGHT,
+        "edges",
+        "Whole percent 0..50, default 0: the share of new flows sent to `ringlb.io/failover-vip` while local backends ARE ready (e.g. `1`: 99% local, 1% remote).",
+    ),
+    (
+        ANNOTATION_ACCEPT_FAILOVER_FROM,
+        "edges",
+        "Other regions' VIPs, comma-separated, accepted as failover aliases of each port of this Service: the edges serve `<ip>:port` with this Service's ready backends for the IPIP packets another region's edges send to this Service's VIP. Never announced, no health page. An alias equal to one of this edge's own VIP:ports is ignored (the real VIP wins).",
     ),
 ];
 

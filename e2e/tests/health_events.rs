@@ -14,8 +14,9 @@ use kube::runtime::watcher;
 use ringlb_datapath::{Proto, Vip};
 use ringlb_e2e::controlplane::{ControlPlane, Options, client_for};
 use ringlb_edge::agent::health_events::HealthEvents;
-use ringlb_edge::vip_health::Changed;
+use ringlb_edge::serving::Skipped;
 use ringlb_edge::vip_health::hysteresis::Transition;
+use ringlb_edge::vip_health::{Changed, FailoverChanged};
 use serde_json::json;
 
 const RELEASE_NS: &str = "ringlb-system";
@@ -65,6 +66,22 @@ async fn health_changes_are_events_on_the_service_under_the_edge_role() {
             changed(Transition::Recovered),
         ],
     );
+    // Failover (issue 14): one Event per change.
+    let failover = |active| FailoverChanged {
+        vip: changed(Transition::Healthy).vip,
+        service: "default/web".into(),
+        remote: "198.51.100.7".parse().unwrap(),
+        active,
+    };
+    events.publish_failovers(&store, &[failover(true), failover(false)]);
+    // A bad annotation: once, however many syncs report it.
+    let bad = Skipped {
+        service: "default/web".into(),
+        reason: "annotation ringlb.io/failover-vip=\"x\": not an address; ignored".into(),
+    };
+    for _ in 0..3 {
+        events.publish_bad_annotations(&store, std::slice::from_ref(&bad));
+    }
 
     let api = Api::<Event>::namespaced(admin, "default");
     let mut seen = Vec::new();
@@ -87,33 +104,45 @@ async fn health_changes_are_events_on_the_service_under_the_edge_role() {
                 )
             })
             .collect();
-        if seen.len() >= 2 {
+        if seen.len() >= 5 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(250)).await;
     }
+    // A moment more: a duplicate would show up now.
+    tokio::time::sleep(Duration::from_millis(500)).await;
     seen.sort();
+    let reasons: Vec<(&str, &str)> = seen.iter().map(|e| (e.0.as_str(), e.1.as_str())).collect();
     assert_eq!(
-        seen.len(),
-        2,
+        reasons,
+        [
+            ("Normal", "FailoverEnded"),
+            ("Normal", "VIPHealthy"),
+            ("Warning", "BadAnnotation"),
+            ("Warning", "FailoverActive"),
+            ("Warning", "VIPUnhealthy"),
+        ],
         "one Event per change but the first-time healthy: {seen:?}"
     );
-    assert_eq!(
-        (seen[0].0.as_str(), seen[0].1.as_str()),
-        ("Normal", "VIPHealthy")
-    );
-    assert_eq!(
-        (seen[1].0.as_str(), seen[1].1.as_str()),
-        ("Warning", "VIPUnhealthy")
-    );
     assert!(
-        seen[1].2.starts_with(
+        seen[4].2.starts_with(
             "edge edge-1: VIP 192.0.2.10:80/TCP unhealthy (1 ready backends, 2 required)"
         ),
         "{seen:?}"
     );
     assert_eq!(
-        seen[1].3, "edge-1",
+        seen[3].2,
+        "edge edge-1: VIP 192.0.2.10:80/TCP has no ready pods; new flows go to remote VIP \
+         198.51.100.7"
+    );
+    assert!(
+        seen[2]
+            .2
+            .starts_with("edge edge-1: annotation ringlb.io/failover-vip"),
+        "{seen:?}"
+    );
+    assert_eq!(
+        seen[4].3, "edge-1",
         "the reporting instance is the edge's node"
     );
 }

@@ -8,12 +8,21 @@
 //! VIP's own family are used when there are any, else the other family's (the datapath
 //! encapsulates 4-in-6 and 6-in-4). Every edge sorts backends the same way, so every
 //! edge builds the same Maglev table.
+//!
+//! Cross-region failover (issue 14, `ringlb_crds::failover`): a VIP:port whose Service
+//! names a failover VIP of its family carries it in [`VipBackends::failover`] (the
+//! datapath adds it as a remote backend, see `tables`). Each address a Service accepts
+//! (`ringlb.io/accept-failover-from`) becomes one more VIP:port per Service port, a
+//! failover alias ([`VipBackends::alias`]) with the same backends as the port; aliases
+//! are placed after every real VIP:port, and one that equals a real VIP:port (of any
+//! Service) or another Service's alias is left out and reported in `bad_annotations`.
 
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
+use ringlb_crds::failover;
 use ringlb_crds::service::{is_ours, service_key, status_ips};
 
 use ringlb_datapath::{Proto, Vip};
@@ -35,6 +44,27 @@ pub struct VipBackends {
     pub draining: Vec<Backend>,
     /// The Service's health policy (its annotations; see `vip_health::policy`).
     pub policy: HealthPolicy,
+    /// Another region's VIP that takes new flows while `ready` is empty.
+    pub failover: Option<Failover>,
+    /// This VIP:port is another region's VIP accepted for failover: served only for
+    /// packets that other region's edges tunnel here, never announced, no health page.
+    pub alias: bool,
+}
+
+/// A VIP:port's failover target (`ringlb.io/failover-vip`, `ringlb.io/failover-weight`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failover {
+    /// The remote VIP (same port and protocol).
+    pub remote: IpAddr,
+    /// Percent (0..=50) of new flows sent to `remote` while local backends are ready.
+    pub weight: u8,
+}
+
+impl VipBackends {
+    /// No ready local backend, and a failover VIP to send new flows to.
+    pub fn failing_over(&self) -> bool {
+        self.ready.is_empty() && self.failover.is_some()
+    }
 }
 
 /// Something in the API objects the edge cannot serve, for a log line or an Event.
@@ -49,7 +79,8 @@ pub struct Skipped {
 pub struct Serving {
     pub vips: BTreeMap<Vip, VipBackends>,
     pub skipped: Vec<Skipped>,
-    /// Bad health annotations (the Service is served with the defaults).
+    /// Bad health or failover annotations (the Service is served with the defaults,
+    /// or without the failover part).
     pub bad_annotations: Vec<Skipped>,
 }
 
@@ -85,13 +116,17 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
     });
 
     let mut out = Serving::default();
+    let mut aliases = Vec::new();
     for svc in ours {
         let key = service_key(svc);
         let vips = status_ips(svc);
         if vips.is_empty() {
             continue;
         }
-        let (health, problems) = policy::from_annotations(svc.metadata.annotations.as_ref());
+        let ann = svc.metadata.annotations.as_ref();
+        let (health, mut problems) = policy::from_annotations(ann);
+        let fo = failover::from_annotations(ann, &vips);
+        problems.extend(fo.problems.iter().cloned());
         out.bad_annotations
             .extend(problems.into_iter().map(|reason| Skipped {
                 service: key.clone(),
@@ -127,26 +162,43 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
                 continue;
             };
             let (all_ready, all_draining) = endpoints(svc_slices, port.name.as_deref(), protocol);
+            let backends_of = |addr: IpAddr| {
+                let (ready, draining) = for_family(addr, &all_ready, &all_draining);
+                VipBackends {
+                    service: key.clone(),
+                    ready,
+                    draining,
+                    policy: health,
+                    failover: None,
+                    alias: false,
+                }
+            };
+            for addr in &fo.accept {
+                let vip = Vip {
+                    addr: *addr,
+                    port: vip_port,
+                    proto,
+                };
+                let alias = VipBackends {
+                    alias: true,
+                    ..backends_of(*addr)
+                };
+                aliases.push((vip, alias));
+            }
             for addr in &vips {
                 let vip = Vip {
                     addr: *addr,
                     port: vip_port,
                     proto,
                 };
-                let pick = |list: &[Backend], same_family: bool| -> Vec<Backend> {
-                    list.iter()
-                        .copied()
-                        .filter(|b| (b.addr.is_ipv4() == addr.is_ipv4()) == same_family)
-                        .collect()
+                let failover = fo.remote_for(*addr).map(|remote| Failover {
+                    remote,
+                    weight: fo.weight,
+                });
+                let backends = VipBackends {
+                    failover,
+                    ..backends_of(*addr)
                 };
-                let (mut ready, mut draining) = (pick(&all_ready, true), pick(&all_draining, true));
-                if ready.is_empty() && draining.is_empty() {
-                    ready = pick(&all_ready, false);
-                    draining = pick(&all_draining, false);
-                }
-                normalize(&mut ready);
-                normalize(&mut draining);
-                draining.retain(|b| !ready.contains(b));
                 if let Some(owner) = out.vips.get(&vip) {
                     out.skipped.push(Skipped {
                         service: key.clone(),
@@ -154,19 +206,61 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
                     });
                     continue;
                 }
-                out.vips.insert(
-                    vip,
-                    VipBackends {
-                        service: key.clone(),
-                        ready,
-                        draining,
-                        policy: health,
-                    },
-                );
+                out.vips.insert(vip, backends);
             }
         }
     }
+    add_aliases(&mut out, aliases);
     out
+}
+
+/// The backends of a VIP of `addr`'s family: its own family's endpoints when there
+/// are any, else the other family's; sorted, and a ready one never also draining.
+fn for_family(
+    addr: IpAddr,
+    ready: &[Backend],
+    draining: &[Backend],
+) -> (Vec<Backend>, Vec<Backend>) {
+    let pick = |list: &[Backend], same_family: bool| -> Vec<Backend> {
+        list.iter()
+            .copied()
+            .filter(|b| (b.addr.is_ipv4() == addr.is_ipv4()) == same_family)
+            .collect()
+    };
+    let (mut r, mut d) = (pick(ready, true), pick(draining, true));
+    if r.is_empty() && d.is_empty() {
+        r = pick(ready, false);
+        d = pick(draining, false);
+    }
+    normalize(&mut r);
+    normalize(&mut d);
+    d.retain(|b| !r.contains(b));
+    (r, d)
+}
+
+/// Adds the failover aliases after every real VIP:port: a real VIP:port wins over an
+/// alias of the same address, port and protocol, and the first Service to accept an
+/// alias (oldest, then by name) keeps it.
+fn add_aliases(out: &mut Serving, aliases: Vec<(Vip, VipBackends)>) {
+    for (vip, b) in aliases {
+        let why = match out.vips.get(&vip) {
+            None => {
+                out.vips.insert(vip, b);
+                continue;
+            }
+            Some(o) if !o.alias => {
+                format!("is one of this edge's own VIPs (served for {})", o.service)
+            }
+            Some(o) => format!("is already accepted by {}", o.service),
+        };
+        out.bad_annotations.push(Skipped {
+            reason: format!(
+                "annotation {}: failover alias {vip} {why}; ignored",
+                failover::ANNOTATION_ACCEPT_FAILOVER_FROM
+            ),
+            service: b.service,
+        });
+    }
 }
 
 /// (ready, draining) endpoints of one Service port, as (pod IP, target port).
@@ -403,5 +497,143 @@ mod tests {
             "default/b"
         );
         assert!(d.skipped[0].reason.contains("already served for default/a"));
+    }
+
+    fn annotated(name: &str, vips: &[&str], ann: serde_json::Value) -> Service {
+        let mut s = service(
+            name,
+            vips,
+            json!([{"name": "http", "port": 80, "targetPort": 8080},
+                   {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 5353}]),
+        );
+        s.metadata.annotations = serde_json::from_value(ann).unwrap();
+        s
+    }
+
+    fn web_slice(svc: &str, family: &str, ips: &[&str]) -> EndpointSlice {
+        let eps: Vec<_> = ips.iter().map(|ip| ep(ip, true, true, false)).collect();
+        slice(
+            svc,
+            &format!("{svc}-{family}"),
+            family,
+            json!([{"name": "http", "port": 8080, "protocol": "TCP"},
+                   {"name": "dns", "port": 5353, "protocol": "UDP"}]),
+            json!(eps),
+        )
+    }
+
+    #[test]
+    fn the_failover_vip_goes_to_the_vips_of_its_family() {
+        let a = annotated(
+            "web",
+            &["192.0.2.1", "2001:db8::1"],
+            json!({"ringlb.io/failover-vip": "198.51.100.7", "ringlb.io/failover-weight": "1"}),
+        );
+        let d = build(&[a], &[web_slice("web", "IPv4", &["10.0.0.1"])], true);
+        assert!(d.bad_annotations.is_empty(), "{:?}", d.bad_annotations);
+        let v4 = &d.vips[&vip("192.0.2.1", 80, Proto::Tcp)];
+        assert_eq!(
+            v4.failover,
+            Some(Failover {
+                remote: "198.51.100.7".parse().unwrap(),
+                weight: 1
+            })
+        );
+        assert!(!v4.failing_over() && !v4.alias);
+        assert_eq!(
+            d.vips[&vip("192.0.2.1", 53, Proto::Udp)].failover,
+            v4.failover
+        );
+        assert_eq!(d.vips[&vip("2001:db8::1", 80, Proto::Tcp)].failover, None);
+        // No ready pod: failing over.
+        let a = annotated(
+            "web",
+            &["192.0.2.1"],
+            json!({"ringlb.io/failover-vip": "198.51.100.7"}),
+        );
+        let d = build(&[a], &[], true);
+        assert!(d.vips[&vip("192.0.2.1", 80, Proto::Tcp)].failing_over());
+    }
+
+    #[test]
+    fn accepted_aliases_serve_every_port_with_the_services_backends() {
+        let b_ = annotated(
+            "web",
+            &["198.51.100.7"],
+            json!({"ringlb.io/accept-failover-from": "192.0.2.1, 2001:db8::1"}),
+        );
+        let slices = [
+            web_slice("web", "IPv4", &["10.2.0.1", "10.2.0.2"]),
+            web_slice("web", "IPv6", &["fd00:2::1"]),
+        ];
+        let d = build(&[b_], &slices, true);
+        assert!(d.bad_annotations.is_empty(), "{:?}", d.bad_annotations);
+        let real = &d.vips[&vip("198.51.100.7", 80, Proto::Tcp)];
+        let alias = &d.vips[&vip("192.0.2.1", 80, Proto::Tcp)];
+        assert!(alias.alias && !real.alias);
+        assert_eq!((&alias.ready, &alias.service), (&real.ready, &real.service));
+        assert!(d.vips[&vip("192.0.2.1", 53, Proto::Udp)].alias);
+        // An IPv6 alias gets the IPv6 pods, as an IPv6 VIP would.
+        let v6 = &d.vips[&vip("2001:db8::1", 80, Proto::Tcp)];
+        assert_eq!(v6.ready, vec![b("fd00:2::1", 8080)]);
+        assert_eq!(d.vips.len(), 6);
+    }
+
+    #[test]
+    fn a_real_vip_wins_over_an_alias_and_the_first_service_keeps_an_alias() {
+        let mut a = service("a-real", &["192.0.2.1"], json!([{"port": 80}]));
+        a.metadata.creation_timestamp = None;
+        let b1 = annotated(
+            "b1",
+            &["198.51.100.7"],
+            json!({"ringlb.io/accept-failover-from": "192.0.2.1,203.0.113.9"}),
+        );
+        let b2 = annotated(
+            "b2",
+            &["198.51.100.8"],
+            json!({"ringlb.io/accept-failover-from": "203.0.113.9"}),
+        );
+        let d = build(&[b2, b1, a], &[], true);
+        let real = &d.vips[&vip("192.0.2.1", 80, Proto::Tcp)];
+        assert_eq!(
+            (real.service.as_str(), real.alias),
+            ("default/a-real", false)
+        );
+        // The alias of 192.0.2.1 on port 53/UDP does not collide: it is kept.
+        assert!(d.vips[&vip("192.0.2.1", 53, Proto::Udp)].alias);
+        assert_eq!(
+            d.vips[&vip("203.0.113.9", 80, Proto::Tcp)].service,
+            "default/b1"
+        );
+        let reasons: Vec<&str> = d
+            .bad_annotations
+            .iter()
+            .map(|s| s.reason.as_str())
+            .collect();
+        assert_eq!(reasons.len(), 3, "{reasons:?}");
+        assert!(
+            reasons[0].contains(
+                "192.0.2.1:80/tcp is one of this edge's own VIPs (served for default/a-real)"
+            ),
+            "{reasons:?}"
+        );
+        assert!(
+            reasons[1].contains("already accepted by default/b1"),
+            "{reasons:?}"
+        );
+        assert_eq!(d.bad_annotations[1].service, "default/b2");
+        // A bad failover value leaves the Service served, without that part.
+        let own = annotated(
+            "own",
+            &["192.0.2.5"],
+            json!({"ringlb.io/failover-vip": "192.0.2.5"}),
+        );
+        let d = build(&[own], &[], true);
+        assert_eq!(d.vips[&vip("192.0.2.5", 80, Proto::Tcp)].failover, None);
+        assert!(
+            d.bad_annotations[0].reason.contains("own VIP"),
+            "{:?}",
+            d.bad_annotations
+        );
     }
 }

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::serving::{Serving, VipBackends};
+use crate::serving::{Failover, Serving, VipBackends};
 use ringlb_datapath::{DesiredState, ServiceEntry, Vip};
 use ringlb_maglev::{Backend, Table};
 
@@ -19,7 +19,29 @@ pub struct Problem {
 /// about a millisecond; comparing backend lists costs next to nothing).
 #[derive(Debug, Default)]
 pub struct Tables {
-    built: BTreeMap<Vip, (u32, Vec<Backend>, Vec<Backend>, ServiceEntry)>,
+    built: BTreeMap<Vip, (Inputs, ServiceEntry)>,
+}
+
+/// Everything an entry is built from: the cache key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Inputs {
+    ring_size: u32,
+    ready: Vec<Backend>,
+    draining: Vec<Backend>,
+    failover: Option<Failover>,
+    alias: bool,
+}
+
+impl Inputs {
+    fn of(b: &VipBackends, ring_size: u32) -> Self {
+        Inputs {
+            ring_size,
+            ready: b.ready.clone(),
+            draining: b.draining.clone(),
+            failover: b.failover,
+            alias: b.alias,
+        }
+    }
 }
 
 impl Tables {
@@ -42,6 +64,12 @@ impl Tables {
 /// for the traffic that still arrives while the withdrawal spreads: [`routes`] stops
 /// announcing a VIP that has no ready backend. Terminating backends that are not in the
 /// table stay in the backend set, so conntrack keeps their established flows.
+///
+/// A VIP:port with a failover VIP (issue 14) has it as a remote backend, always in the
+/// backend set (established cross-region flows finish after the local pods return):
+/// with no ready local backend it is the only member of the table (draining ones
+/// keep their flows only); with ready ones it takes `weight`% of the slots (each local
+/// backend weighs 100 - p, the remote p * n). A failover alias is marked as such.
 pub fn datapath_state(
     desired: &Serving,
     ring_size: u32,
@@ -51,24 +79,20 @@ pub fn datapath_state(
     let mut problems = Vec::new();
     tables.built.retain(|vip, _| desired.vips.contains_key(vip));
     for (vip, b) in &desired.vips {
-        if b.ready.is_empty() && b.draining.is_empty() {
+        if b.ready.is_empty() && b.draining.is_empty() && b.failover.is_none() {
             tables.built.remove(vip);
             continue;
         }
-        if let Some((size, ready, draining, entry)) = tables.built.get(vip)
-            && *size == ring_size
-            && *ready == b.ready
-            && *draining == b.draining
+        let inputs = Inputs::of(b, ring_size);
+        if let Some((built, entry)) = tables.built.get(vip)
+            && *built == inputs
         {
             state.services.insert(*vip, entry.clone());
             continue;
         }
         match entry_for(vip, b, ring_size) {
             Ok(e) => {
-                tables.built.insert(
-                    *vip,
-                    (ring_size, b.ready.clone(), b.draining.clone(), e.clone()),
-                );
+                tables.built.insert(*vip, (inputs, e.clone()));
                 state.services.insert(*vip, e);
             }
             Err(reason) => {
@@ -83,20 +107,52 @@ pub fn datapath_state(
     (state, problems)
 }
 
-fn entry_for(vip: &Vip, b: &VipBackends, ring_size: u32) -> Result<ServiceEntry, String> {
-    let table_backends = if b.ready.is_empty() {
-        &b.draining
-    } else {
-        &b.ready
+/// The backends of the Maglev table: ready ones (with the failover VIP's share), else
+/// the failover VIP alone, else the draining ones.
+fn table_backends(vip: &Vip, b: &VipBackends) -> Vec<Backend> {
+    let remote = |weight| Backend {
+        addr: b.failover.map(|f| f.remote).unwrap_or(vip.addr),
+        port: vip.port,
+        weight,
     };
-    let table = Table::build(table_backends, ring_size).map_err(|e| e.to_string())?;
+    match b.failover {
+        Some(f) if !b.ready.is_empty() && f.weight > 0 => {
+            let p = u32::from(f.weight);
+            let n = u32::try_from(b.ready.len()).unwrap_or(u32::MAX);
+            let local = b.ready.iter().map(|r| Backend {
+                weight: 100 - p,
+                ..*r
+            });
+            local.chain([remote(p.saturating_mul(n))]).collect()
+        }
+        Some(_) if b.ready.is_empty() => vec![remote(1)],
+        _ if b.ready.is_empty() => b.draining.clone(),
+        _ => b.ready.clone(),
+    }
+}
+
+fn entry_for(vip: &Vip, b: &VipBackends, ring_size: u32) -> Result<ServiceEntry, String> {
+    let table = Table::build(&table_backends(vip, b), ring_size).map_err(|e| e.to_string())?;
     let mut ips: Vec<_> = table.backends().iter().map(|b| b.addr).collect();
-    for d in &b.draining {
-        if !ips.contains(&d.addr) {
-            ips.push(d.addr);
+    let remote = b.failover.map(|f| f.remote);
+    if let Some(r) = remote
+        && b.ready.iter().chain(&b.draining).any(|l| l.addr == r)
+    {
+        return Err(format!("failover VIP {r} is also a local backend"));
+    }
+    for addr in b.draining.iter().map(|d| d.addr).chain(remote) {
+        if !ips.contains(&addr) {
+            ips.push(addr);
         }
     }
-    ServiceEntry::new(vip, ips, table.slots().to_vec()).map_err(|e| e.to_string())
+    let mut e = ServiceEntry::new(vip, ips, table.slots().to_vec()).map_err(|e| e.to_string())?;
+    if let Some(r) = remote {
+        e = e.with_remote(vip, [r]).map_err(|e| e.to_string())?;
+    }
+    if b.alias {
+        e = e.as_failover_alias(vip).map_err(|e| e.to_string())?;
+    }
+    Ok(e)
 }
 
 #[cfg(test)]
@@ -137,7 +193,7 @@ mod tests {
                     service: "default/web".into(),
                     ready,
                     draining,
-                    policy: Default::default(),
+                    ..Default::default()
                 },
             );
         }
@@ -219,5 +275,112 @@ mod tests {
         // A new ring size rebuilds too.
         let (bigger, _) = datapath_state(&desired(one), 257, &mut tables);
         assert_eq!(bigger.services[&vip("192.0.2.1", 80)].ring().len(), 257);
+    }
+
+    fn with_failover(ready: usize, draining: usize, weight: u8) -> Serving {
+        let mut d = desired(vec![(
+            vip("192.0.2.1", 80),
+            (1..=ready).map(|i| b(&format!("10.0.0.{i}"))).collect(),
+            (1..=draining).map(|i| b(&format!("10.0.1.{i}"))).collect(),
+        )]);
+        for v in d.vips.values_mut() {
+            v.failover = Some(Failover {
+                remote: remote(),
+                weight,
+            });
+        }
+        d
+    }
+
+    fn remote() -> std::net::IpAddr {
+        "198.51.100.7".parse().unwrap()
+    }
+
+    /// The share of the ring's slots that go to the remote VIP.
+    fn remote_share(e: &ServiceEntry) -> f64 {
+        let idx = e.backends().iter().position(|a| *a == remote()).unwrap();
+        let n = e.ring().iter().filter(|&&i| i as usize == idx).count();
+        n as f64 / e.ring().len() as f64
+    }
+
+    #[test]
+    fn the_failover_weight_is_the_remote_share_of_the_ring() {
+        for (ready, weight, lo, hi) in [
+            (1, 1, 0.009, 0.011),
+            (3, 1, 0.009, 0.011),
+            (10, 1, 0.009, 0.011),
+            (4, 10, 0.099, 0.101),
+            (2, 50, 0.499, 0.501),
+            (5, 0, 0.0, 0.0),
+        ] {
+            let d = with_failover(ready, 1, weight);
+            let (s, problems) = datapath_state(&d, 65537, &mut Tables::default());
+            assert!(problems.is_empty(), "{problems:?}");
+            let e = &s.services[&vip("192.0.2.1", 80)];
+            let share = remote_share(e);
+            eprintln!("{ready} ready, weight {weight}%: remote share {:.4}", share);
+            assert!(
+                (lo..=hi).contains(&share),
+                "{ready} ready, weight {weight}: share {share}"
+            );
+            assert!(e.is_remote(&remote()), "the remote VIP is marked remote");
+            assert_eq!(e.backends().len(), ready + 2, "local, draining and remote");
+            assert!(!e.failover_alias());
+        }
+    }
+
+    #[test]
+    fn with_no_ready_pod_the_remote_vip_is_the_only_ring_member() {
+        for draining in [0, 2] {
+            let d = with_failover(0, draining, 1);
+            let (s, problems) = datapath_state(&d, 251, &mut Tables::default());
+            assert!(problems.is_empty(), "{problems:?}");
+            let e = &s.services[&vip("192.0.2.1", 80)];
+            assert_eq!(remote_share(e), 1.0, "{draining} draining");
+            assert_eq!(
+                e.backends().len(),
+                draining + 1,
+                "draining kept for their flows"
+            );
+            assert_eq!(e.remote_backends().len(), 1);
+            // Still announced: clients that cached the address are forwarded.
+            assert_eq!(routes(&d, &s).len(), 1);
+        }
+    }
+
+    #[test]
+    fn an_alias_is_programmed_as_such_and_never_announced() {
+        let mut d = desired(vec![(vip("192.0.2.1", 80), vec![b("10.2.0.1")], vec![])]);
+        d.vips.values_mut().for_each(|v| v.alias = true);
+        let mut tables = Tables::default();
+        let (s, _) = datapath_state(&d, 251, &mut tables);
+        let e = &s.services[&vip("192.0.2.1", 80)];
+        assert!(e.failover_alias() && e.remote_backends().is_empty());
+        assert!(routes(&d, &s).is_empty(), "an alias is never announced");
+        // The cache key holds the alias flag and the failover target.
+        d.vips.values_mut().for_each(|v| v.alias = false);
+        let (s, _) = datapath_state(&d, 251, &mut tables);
+        assert!(!s.services[&vip("192.0.2.1", 80)].failover_alias());
+        d.vips.values_mut().for_each(|v| {
+            v.failover = Some(Failover {
+                remote: remote(),
+                weight: 0,
+            })
+        });
+        let (s, _) = datapath_state(&d, 251, &mut tables);
+        assert!(s.services[&vip("192.0.2.1", 80)].is_remote(&remote()));
+        // A failover VIP that is also a local pod is refused, not programmed.
+        d.vips.values_mut().for_each(|v| {
+            v.ready.push(Backend {
+                addr: remote(),
+                ..b("10.0.0.1")
+            })
+        });
+        let (s, problems) = datapath_state(&d, 251, &mut tables);
+        assert!(s.services.is_empty());
+        assert!(
+            problems[0].reason.contains("also a local backend"),
+            "{problems:?}"
+        );
     }
 }

@@ -19,7 +19,7 @@ use tokio::task::JoinHandle;
 use tower_test::mock::{self, Handle};
 
 use super::{Ctx, Error, REFUSED_RETRY, RESYNC, lock, reconcile};
-use crate::backends::BACKENDS_CONDITION_TYPE;
+use crate::backends::{BACKENDS_CONDITION_TYPE, FAILOVER_CONDITION_TYPE};
 use crate::events::Events;
 use crate::ipam::Ipam;
 use crate::metrics::Metrics;
@@ -360,6 +360,62 @@ async fn the_backends_condition_follows_the_endpoint_slices_without_events() {
         (&backends["status"], &backends["reason"]),
         (&json!("False"), &json!("NoReadyBackends"))
     );
+    assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
+    drop(ctx);
+    api.expect_nothing_more().await;
+}
+
+#[tokio::test]
+async fn the_failover_condition_follows_the_endpoint_slices_beside_backends_ready() {
+    let (ctx, mut api) = setup();
+    slice_seen(&ctx, true);
+    let ann = json!({"metadata": {"annotations": {"ringlb.io/failover-vip": "198.51.100.7"}}});
+    let svc = web(ann);
+    let run = start(&ctx, &svc);
+    let (_, patch) = api.expect_status_patch(&svc).await;
+    let f = condition(&patch, FAILOVER_CONDITION_TYPE);
+    assert_eq!(
+        (&f["status"], &f["reason"]),
+        (&json!("False"), &json!("LocalBackendsReady"))
+    );
+    api.expect_event().await; // IPAllocated
+    run.await.unwrap().unwrap();
+
+    // Its only endpoint goes unready: FailoverActive True beside BackendsReady False,
+    // in one patch, and no Event (the edges report FailoverActive themselves).
+    let mut allocated = svc.clone();
+    allocated.status = serde_json::from_value(patch["status"].clone()).unwrap();
+    slice_seen(&ctx, false);
+    let run = start(&ctx, &allocated);
+    let (_, flip) = api.expect_status_patch(&allocated).await;
+    assert_eq!(condition(&flip, BACKENDS_CONDITION_TYPE)["status"], "False");
+    let f = condition(&flip, FAILOVER_CONDITION_TYPE);
+    assert_eq!(
+        (&f["status"], &f["reason"], &f["message"]),
+        (
+            &json!("True"),
+            &json!("NoReadyBackends"),
+            &json!(
+                "no ready endpoint on 80/TCP: the edges send its new flows to failover VIP \
+                 198.51.100.7"
+            )
+        )
+    );
+    assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
+
+    // The annotation removed: the condition goes, nothing else changes.
+    let mut failed_over = allocated.clone();
+    failed_over.status = serde_json::from_value(flip["status"].clone()).unwrap();
+    failed_over.metadata.annotations = None;
+    let run = start(&ctx, &failed_over);
+    let (_, gone) = api.expect_status_patch(&failed_over).await;
+    let types: Vec<&Value> = gone["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| &c["type"])
+        .collect();
+    assert_eq!(types, [CONDITION_TYPE, BACKENDS_CONDITION_TYPE]);
     assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
     drop(ctx);
     api.expect_nothing_more().await;

@@ -3,22 +3,36 @@
 //! `ringlb-edge` with the node name as the instance, so each edge's view shows.
 //! A VIP:port that is healthy for the first time (a new Service, an edge starting)
 //! makes no Event.
+//!
+//! Failover (issue 14): Warning `FailoverActive` when a VIP:port with a failover VIP
+//! has no ready local backend left and its new flows go to the remote VIP, Normal
+//! `FailoverEnded` when local backends take them again; once per change.
+//!
+//! Bad annotations (health or failover; the Service is served without them): Warning
+//! `BadAnnotation`, once per Service and reason while this edge runs.
 
 use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
 use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::reflector::{ObjectRef, Store};
 
-use crate::vip_health::Changed;
-use crate::vip_health::hysteresis::Transition;
+use crate::serving::Skipped;
 
-/// The Event for one change, or `None` for a first-time healthy.
-pub fn event_for(c: &Changed, node: &str) -> Option<Event> {
-    let proto = match c.vip.proto {
+use crate::vip_health::hysteresis::Transition;
+use crate::vip_health::{Changed, FailoverChanged};
+
+/// `edge <node>: VIP <addr>:<port>/<PROTO>`.
+fn what(vip: &ringlb_datapath::Vip, node: &str) -> String {
+    let proto = match vip.proto {
         ringlb_datapath::Proto::Tcp => "TCP",
         ringlb_datapath::Proto::Udp => "UDP",
     };
-    let what = format!("edge {node}: VIP {}:{}/{proto}", c.vip.addr, c.vip.port);
+    format!("edge {node}: VIP {}:{}/{proto}", vip.addr, vip.port)
+}
+
+/// The Event for one change, or `None` for a first-time healthy.
+pub fn event_for(c: &Changed, node: &str) -> Option<Event> {
+    let what = what(&c.vip, node);
     let counts = format!("{} ready backends, {} required", c.ready, c.min_ready);
     let (type_, reason, note) = match c.transition {
         Transition::Healthy => return None,
@@ -42,10 +56,54 @@ pub fn event_for(c: &Changed, node: &str) -> Option<Event> {
     })
 }
 
+/// The Event of a VIP:port that started or stopped failing over.
+pub fn failover_event_for(c: &FailoverChanged, node: &str) -> Event {
+    let what = what(&c.vip, node);
+    let (type_, reason, note) = if c.active {
+        (
+            EventType::Warning,
+            "FailoverActive",
+            format!(
+                "{what} has no ready pods; new flows go to remote VIP {}",
+                c.remote
+            ),
+        )
+    } else {
+        (
+            EventType::Normal,
+            "FailoverEnded",
+            format!(
+                "{what}: new flows go to local pods again, no longer to remote VIP {}",
+                c.remote
+            ),
+        )
+    };
+    Event {
+        type_,
+        reason: reason.into(),
+        note: Some(note),
+        action: "Failover".into(),
+        secondary: None,
+    }
+}
+
 /// Writes the Events of health changes.
 pub struct HealthEvents {
     recorder: Recorder,
     node: String,
+    /// (Service, reason) of the bad annotations already reported.
+    reported: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
+}
+
+/// The Warning of one bad annotation.
+pub fn bad_annotation_event(s: &Skipped, node: &str) -> Event {
+    Event {
+        type_: EventType::Warning,
+        reason: "BadAnnotation".into(),
+        note: Some(format!("edge {node}: {}", s.reason)),
+        action: "ReadAnnotations".into(),
+        secondary: None,
+    }
 }
 
 impl HealthEvents {
@@ -57,6 +115,7 @@ impl HealthEvents {
         HealthEvents {
             recorder: Recorder::new(client, reporter),
             node,
+            reported: Default::default(),
         }
     }
 
@@ -64,22 +123,50 @@ impl HealthEvents {
     /// costs a log line, never the sync).
     pub fn publish(&self, services: &Store<Service>, changed: &[Changed]) {
         for c in changed {
-            let Some(ev) = event_for(c, &self.node) else {
-                continue;
-            };
-            let Some((ns, name)) = c.service.split_once('/') else {
-                continue;
-            };
-            let Some(svc) = services.get(&ObjectRef::new(name).within(ns)) else {
-                continue;
-            };
-            let (recorder, obj) = (self.recorder.clone(), svc.object_ref(&()));
-            tokio::spawn(async move {
-                if let Err(e) = recorder.publish(&ev, &obj).await {
-                    tracing::warn!(error = %e, reason = %ev.reason, "writing Event failed");
-                }
-            });
+            if let Some(ev) = event_for(c, &self.node) {
+                self.send(services, &c.service, ev);
+            }
         }
+    }
+
+    /// Publishes the Events of failover changes, as [`HealthEvents::publish`] does.
+    pub fn publish_failovers(&self, services: &Store<Service>, changed: &[FailoverChanged]) {
+        for c in changed {
+            self.send(services, &c.service, failover_event_for(c, &self.node));
+        }
+    }
+
+    /// Publishes a Warning per bad annotation not reported before; one that went away
+    /// is forgotten, so it is reported again if it comes back.
+    pub fn publish_bad_annotations(&self, services: &Store<Service>, bad: &[Skipped]) {
+        let now: std::collections::BTreeSet<(String, String)> = bad
+            .iter()
+            .map(|s| (s.service.clone(), s.reason.clone()))
+            .collect();
+        let mut reported = self.reported.lock().unwrap_or_else(|e| e.into_inner());
+        for s in bad {
+            if !reported.contains(&(s.service.clone(), s.reason.clone())) {
+                self.send(services, &s.service, bad_annotation_event(s, &self.node));
+            }
+        }
+        *reported = now;
+    }
+
+    /// Sends `ev` about the Service `service` (`namespace/name`) in the background;
+    /// a Service that is gone gets none.
+    fn send(&self, services: &Store<Service>, service: &str, ev: Event) {
+        let Some((ns, name)) = service.split_once('/') else {
+            return;
+        };
+        let Some(svc) = services.get(&ObjectRef::new(name).within(ns)) else {
+            return;
+        };
+        let (recorder, obj) = (self.recorder.clone(), svc.object_ref(&()));
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &obj).await {
+                tracing::warn!(error = %e, reason = %ev.reason, "writing Event failed");
+            }
+        });
     }
 }
 
@@ -120,5 +207,32 @@ mod tests {
             (n.type_, n.reason.as_str()),
             (EventType::Normal, "VIPHealthy")
         );
+    }
+
+    #[test]
+    fn warning_when_failing_over_normal_when_it_ends() {
+        let mut c = FailoverChanged {
+            vip: changed(Transition::Healthy).vip,
+            service: "default/web".into(),
+            remote: "198.51.100.7".parse().unwrap(),
+            active: true,
+        };
+        let w = failover_event_for(&c, "edge-1");
+        assert_eq!(
+            (w.type_, w.reason.as_str()),
+            (EventType::Warning, "FailoverActive")
+        );
+        assert_eq!(
+            w.note.unwrap(),
+            "edge edge-1: VIP 192.0.2.1:80/TCP has no ready pods; new flows go to remote \
+             VIP 198.51.100.7"
+        );
+        c.active = false;
+        let n = failover_event_for(&c, "edge-1");
+        assert_eq!(
+            (n.type_, n.reason.as_str()),
+            (EventType::Normal, "FailoverEnded")
+        );
+        assert!(n.note.unwrap().contains("198.51.100.7"));
     }
 }

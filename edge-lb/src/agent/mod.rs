@@ -563,8 +563,13 @@ impl Agent {
                 self.health_metrics.count(&state.changed);
                 self.health_metrics
                     .update(&self.board.reports(std::time::Instant::now()));
+                self.health_metrics.set_aliases(state.aliases);
                 self.health_events
                     .publish(&self.stores.services, &state.changed);
+                self.health_events
+                    .publish_failovers(&self.stores.services, &state.failovers);
+                self.health_events
+                    .publish_bad_annotations(&self.stores.services, &state.bad_annotations);
                 next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
                 // A hold-down that ends before then: sync at its end (plus a little,
                 // so the step sees it elapsed).

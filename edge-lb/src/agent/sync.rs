@@ -17,7 +17,7 @@ use ringlb_bgp::{RouteAttrs, Speaker};
 use ringlb_datapath::Datapath;
 
 use super::metrics::DatapathMetrics;
-use crate::vip_health::{Board, Changed, Tracker};
+use crate::vip_health::{Board, Changed, FailoverChanged, Tracker};
 use crate::{serving, tables};
 
 /// What one sync leaves for the next.
@@ -39,6 +39,12 @@ pub struct SyncState {
     pub due: Option<Instant>,
     /// Health transitions of the last sync (for Events and metrics).
     pub changed: Vec<Changed>,
+    /// VIP:ports that started or stopped failing over in the last sync (for Events).
+    pub failovers: Vec<FailoverChanged>,
+    /// Failover aliases programmed by the last sync that reached the datapath.
+    pub aliases: usize,
+    /// The bad annotations of the last sync (for Events).
+    pub bad_annotations: Vec<serving::Skipped>,
 }
 
 /// The reflectors the sync reads.
@@ -84,8 +90,9 @@ pub fn sync(
         tracing::warn!(service = %s.service, reason = %s.reason, "not served");
     }
     for s in &want.bad_annotations {
-        tracing::warn!(service = %s.service, reason = %s.reason, "bad health annotation");
+        tracing::warn!(service = %s.service, reason = %s.reason, "bad annotation");
     }
+    st.bad_annotations.clone_from(&want.bad_annotations);
     let (state, problems) = tables::datapath_state(&want, cfg.ring_size, &mut st.tables);
     for p in &problems {
         tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
@@ -94,6 +101,7 @@ pub fn sync(
     let result = dp.apply(&state);
     metrics.observe_apply(applied.elapsed().as_secs_f64(), result.as_ref().map(|_| ()));
     st.changed.clear();
+    st.failovers.clear();
     let routes = match result {
         Ok(stats) => {
             tracing::debug!(?stats, vips = state.services.len(), "datapath applied");
@@ -103,9 +111,15 @@ pub fn sync(
                 tracing::info!(vip = %c.vip, service = %c.service, transition = ?c.transition,
                     ready = c.ready, min_ready = c.min_ready, "VIP health changed");
             }
+            for c in &ev.failovers {
+                tracing::warn!(vip = %c.vip, service = %c.service, remote = %c.remote,
+                    active = c.active, "failover changed");
+            }
             st.board.publish(ev.facts, ev.routes.clone());
             st.due = ev.due;
             st.changed = ev.changed;
+            st.failovers = ev.failovers;
+            st.aliases = ev.aliases;
             ev.routes
         }
         Err(e) => {
@@ -298,6 +312,53 @@ mod tests {
         assert!(edge.announced().is_empty(), "no ready backend, no route");
         assert!(edge.dp.maps().vips.is_empty());
         assert!(edge.dp.maps().live().is_empty(), "no backend left live");
+    }
+
+    #[tokio::test]
+    async fn a_vip_with_a_failover_vip_stays_announced_and_rings_only_the_remote() {
+        let mut edge = Edge::new();
+        let mut a = web("10.100.0.1");
+        a.metadata.annotations = Some(
+            [
+                (
+                    "ringlb.io/failover-vip".to_string(),
+                    "10.200.0.1".to_string(),
+                ),
+                // A region-B role too: accepts another region's VIP as an alias.
+                (
+                    "ringlb.io/accept-failover-from".to_string(),
+                    "10.150.0.1".to_string(),
+                ),
+            ]
+            .into(),
+        );
+        edge.sync(&stores(
+            vec![a.clone()],
+            vec![web_slice(&[("10.1.0.1", true)])],
+        ));
+        assert_eq!(
+            edge.announced(),
+            ["10.100.0.1/32"],
+            "the alias is not announced"
+        );
+        assert_eq!(edge.st.aliases, 1);
+        assert_eq!(edge.dp.maps().vips.len(), 2, "the VIP and the alias");
+        assert!(edge.st.failovers.is_empty());
+        // Every pod gone: still announced, the ring holds only the remote VIP, and
+        // the change is reported once.
+        let gone = stores(vec![a], vec![web_slice(&[("10.1.0.1", false)])]);
+        edge.sync(&gone);
+        assert_eq!(edge.announced(), ["10.100.0.1/32"]);
+        assert_eq!(edge.ring_pods(), ["10.200.0.1"].map(String::from).into());
+        assert_eq!(
+            edge.dp.maps().vips.len(),
+            1,
+            "the alias has no backend left"
+        );
+        assert_eq!(edge.st.failovers.len(), 1);
+        assert!(edge.st.failovers[0].active);
+        edge.sync(&gone);
+        assert!(edge.st.failovers.is_empty(), "once per change");
     }
 
     /// `web` on 10.100.0.1 and `api` (one pod, 10.1.0.9) on 10.100.0.2.

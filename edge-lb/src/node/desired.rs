@@ -18,6 +18,13 @@
 //! has only IPv6 endpoints: 4-in-6), the pod's own address of the VIP's family is the
 //! translated destination; a single-stack pod cannot take such traffic (no NAT46).
 //!
+//! A failover alias (another region's VIP this Service accepts,
+//! `ringlb.io/accept-failover-from`) is one more VIP:port of the same pods: the edge
+//! decapsulates the other region's tunnel and re-tunnels the inner packet (destination
+//! the other region's VIP) to the pod, so the pod gets the same entry with the alias
+//! as the VIP. The reply rewrite takes the VIP from the flow the ingress recorded (the
+//! inner destination), so clients see replies from the VIP they asked.
+//!
 //! The local pods are the Pods whose `spec.nodeName` is this node and that have not
 //! finished (a Succeeded or Failed pod's address may already be another pod's), with
 //! every address in `status.podIPs`; hostNetwork pods included (their address is the
@@ -530,5 +537,41 @@ mod tests {
         let d = build(NODE, &[sctp], &[], &[], true);
         assert!(d.state.services.is_empty());
         assert_eq!(d.not_served.len(), 1);
+    }
+
+    #[test]
+    fn failover_aliases_get_the_same_entries_as_the_real_vip() {
+        let mut svc = web();
+        svc.metadata.annotations = Some(
+            [(
+                "ringlb.io/accept-failover-from".to_string(),
+                "198.51.100.7,2001:db8:a::7".to_string(),
+            )]
+            .into(),
+        );
+        let d = build(
+            NODE,
+            &[svc],
+            &[web_slice(json!([
+                ep("10.1.0.1", true, true, false),
+                ep("10.2.0.1", true, true, false),
+            ]))],
+            &[
+                pod("a", NODE, &["10.1.0.1", "fd00::1"]),
+                pod("b", "node-2", &["10.2.0.1"]),
+            ],
+            true,
+        );
+        let want = Some((ip("10.1.0.1"), 8080));
+        assert_eq!(entry(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp), want);
+        assert_eq!(entry(&d, "10.1.0.1", "198.51.100.7", 80, Proto::Tcp), want);
+        // An IPv6 alias of IPv4 endpoints: 6-in-4, to the pod's own IPv6 address.
+        assert_eq!(
+            entry(&d, "10.1.0.1", "2001:db8:a::7", 80, Proto::Tcp),
+            Some((ip("fd00::1"), 8080))
+        );
+        assert_eq!(d.state.services.len(), 3, "{:?}", d.state.services);
+        assert!(d.skipped.is_empty(), "{:?}", d.skipped);
+        assert!(d.state.validate().is_ok());
     }
 }

@@ -24,12 +24,19 @@ pub struct PortFacts {
     pub policy: HealthPolicy,
     /// Where the VIP:port is in its hold-down.
     pub phase: Phase,
+    /// The failover VIP (`ringlb.io/failover-vip`) of this VIP:port, if any.
+    pub failover: Option<IpAddr>,
 }
 
 impl PortFacts {
     /// Programmed, with enough ready backends: what the hold-down is fed.
     pub fn good(&self) -> bool {
         self.programmed && self.ready >= self.policy.min_ready
+    }
+
+    /// Programmed with no ready local backend: new flows go to the failover VIP.
+    pub fn failing_over(&self) -> Option<IpAddr> {
+        self.failover.filter(|_| self.programmed && self.ready == 0)
     }
 }
 
@@ -44,14 +51,22 @@ pub enum Verdict {
 /// The route one VIP:port asks for: withdrawn without a ready backend or a datapath
 /// entry (nothing could serve it), as announced while healthy, as its policy says
 /// below its threshold or during the hold-down.
+///
+/// A programmed VIP:port with a failover VIP always has somewhere to send new flows
+/// (its pods or the remote VIP), so it is never withdrawn for its health: clients that
+/// cached its address keep reaching this region's edges, which forward to the remote
+/// VIP. `ringlb.io/unhealthy-bgp`'s `withdraw` reads as "announce" for it; a
+/// de-preference still applies below the threshold. The GTM learns from the health
+/// page (503 `failing over to ...`), not from BGP.
 pub fn verdict(f: &PortFacts) -> Verdict {
-    if !f.programmed || f.ready == 0 {
+    if !f.programmed || (f.ready == 0 && f.failover.is_none()) {
         return Verdict::Withdraw;
     }
     if f.phase == Phase::Healthy {
         return Verdict::Serve;
     }
     match f.policy.below {
+        Below::Withdraw if f.failover.is_some() => Verdict::Serve,
         Below::Withdraw => Verdict::Withdraw,
         Below::Deprefer(d) => Verdict::Deprefer(d),
     }
@@ -105,6 +120,12 @@ pub struct Report {
     pub min_ready: u32,
     pub state: State,
     pub reason: String,
+    /// The failover VIP (`ringlb.io/failover-vip`), when set.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub failover_vip: Option<IpAddr>,
+    /// New flows go to the failover VIP: no ready local backend.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub failing_over: bool,
     /// Every VIP:port the answer covers, when it covers more than one.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<Report>,
@@ -134,7 +155,10 @@ pub fn assess(f: &PortFacts, route: Option<&RouteAttrs>, peers_up: usize, now: I
         )),
         _ => None,
     };
-    let (state, reason) = if ready == 0 {
+    let (state, reason) = if let Some(r) = f.failing_over() {
+        let why = format!("failing over to {r}: no ready local backends ({min} required)");
+        (State::Down, why)
+    } else if ready == 0 {
         (State::Down, format!("no ready backends ({min} required)"))
     } else if !f.programmed {
         (State::Down, "not programmed in the datapath".to_string())
@@ -176,6 +200,8 @@ pub fn assess(f: &PortFacts, route: Option<&RouteAttrs>, peers_up: usize, now: I
         min_ready: min,
         state,
         reason,
+        failover_vip: f.failover,
+        failing_over: f.failing_over().is_some(),
         ports: Vec::new(),
     }
 }
@@ -212,6 +238,8 @@ pub fn aggregate(vip: IpAddr, port: Option<u16>, mut parts: Vec<Report>) -> Repo
         min_ready: worst.min_ready,
         state: worst.state,
         reason,
+        failover_vip: worst.failover_vip,
+        failing_over: parts.iter().any(|r| r.failing_over),
         ports: parts,
     }
 }
@@ -229,6 +257,8 @@ fn unknown(vip: IpAddr, port: Option<u16>) -> Report {
         min_ready: 0,
         state: State::Down,
         reason: "unknown".into(),
+        failover_vip: None,
+        failing_over: false,
         ports: Vec::new(),
     }
 }
@@ -265,6 +295,7 @@ mod tests {
                 hold_down: Duration::from_secs(30),
             },
             phase,
+            failover: None,
         }
     }
 

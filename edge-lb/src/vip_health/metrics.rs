@@ -5,8 +5,13 @@
 //! - `ringlb_vip_health_transitions_total{vip,port,protocol,service,to}`: hold-down
 //!   verdict changes, `to` = `healthy` (first time), `recovered` (after the
 //!   hold-down) or `unhealthy`
+//! - `ringlb_vip_failover_active{vip,port,protocol,service}`: 1 while the VIP:port
+//!   has no ready local backend and sends new flows to its failover VIP, 0 while it
+//!   has ready ones; only VIP:ports with a `ringlb.io/failover-vip`
+//! - `ringlb_failover_aliases`: other regions' VIP:ports this edge serves as
+//!   failover aliases (`ringlb.io/accept-failover-from`)
 //!
-//! A VIP:port the edge no longer serves loses its state series.
+//! A VIP:port the edge no longer serves loses its state and failover series.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -26,7 +31,10 @@ type Labels = Vec<(String, String)>;
 pub struct HealthMetrics {
     pub state: Family<Labels, Gauge>,
     pub transitions: Family<Labels, Counter>,
+    pub failover_active: Family<Labels, Gauge>,
+    pub aliases: Gauge,
     shown: Arc<Mutex<BTreeSet<Labels>>>,
+    shown_failover: Arc<Mutex<BTreeSet<Labels>>>,
 }
 
 fn labels(vip: String, port: String, protocol: &str, service: &str) -> Labels {
@@ -51,12 +59,23 @@ impl HealthMetrics {
             "Hold-down verdict changes of each VIP:port (to: healthy, recovered, unhealthy)",
             m.transitions.clone(),
         );
+        registry.register(
+            "vip_failover_active",
+            "1 while a VIP:port with a failover VIP has no ready local backend (new flows go to the failover VIP)",
+            m.failover_active.clone(),
+        );
+        registry.register(
+            "failover_aliases",
+            "Other regions' VIP:ports served here as failover aliases",
+            m.aliases.clone(),
+        );
         m
     }
 
     /// The state of every VIP:port in `reports`; series of the others are removed.
     pub fn update(&self, reports: &[Report]) {
         let mut now = BTreeSet::new();
+        let mut failover = BTreeSet::new();
         for r in reports {
             let port = r.port.map(|p| p.to_string()).unwrap_or_default();
             let l = labels(
@@ -71,13 +90,20 @@ impl HealthMetrics {
                 State::Down => 0,
             };
             self.state.get_or_create(&l).set(v);
+            if r.failover_vip.is_some() {
+                let active = self.failover_active.get_or_create(&l);
+                active.set(i64::from(r.failing_over));
+                failover.insert(l.clone());
+            }
             now.insert(l);
         }
-        let mut shown = self.shown.lock().unwrap_or_else(|e| e.into_inner());
-        for gone in shown.difference(&now) {
-            self.state.remove(gone);
-        }
-        *shown = now;
+        forget(&self.state, &self.shown, now);
+        forget(&self.failover_active, &self.shown_failover, failover);
+    }
+
+    /// The number of failover aliases in the datapath.
+    pub fn set_aliases(&self, n: usize) {
+        self.aliases.set(i64::try_from(n).unwrap_or(i64::MAX));
     }
 
     pub fn count(&self, changed: &[Changed]) {
@@ -101,6 +127,15 @@ impl HealthMetrics {
             self.transitions.get_or_create(&l).inc();
         }
     }
+}
+
+/// Removes the series of `family` shown last time and not `now`.
+fn forget(family: &Family<Labels, Gauge>, shown: &Mutex<BTreeSet<Labels>>, now: BTreeSet<Labels>) {
+    let mut shown = shown.lock().unwrap_or_else(|e| e.into_inner());
+    for gone in shown.difference(&now) {
+        family.remove(gone);
+    }
+    *shown = now;
 }
 
 #[cfg(test)]
@@ -174,5 +209,43 @@ mod tests {
         assert!(out.contains(r#"to="unhealthy"} 1"#), "{out}");
         m.update(&[]);
         assert!(!text(&reg).contains("ringlb_vip_health_state{"));
+    }
+
+    #[test]
+    fn failover_active_per_vip_port_with_a_failover_vip() {
+        let mut reg = Registry::with_prefix("ringlb");
+        let m = HealthMetrics::register(&mut reg);
+        let vip = Vip {
+            addr: "192.0.2.1".parse().unwrap(),
+            port: 80,
+            proto: Proto::Tcp,
+        };
+        let remote = "198.51.100.7".parse().unwrap();
+        let mut s = Serving::default();
+        s.vips.insert(
+            vip,
+            VipBackends {
+                service: "default/web".into(),
+                failover: Some(crate::serving::Failover { remote, weight: 0 }),
+                ..Default::default()
+            },
+        );
+        let mut d = DesiredState::default();
+        let e = ServiceEntry::new(&vip, vec![remote], vec![0; 251]).unwrap();
+        d.services
+            .insert(vip, e.with_remote(&vip, [remote]).unwrap());
+        let now = Instant::now();
+        let ev = Tracker::default().evaluate(&s, &d, now);
+        m.update(&[assess(&ev.facts[0], ev.routes.values().next(), 1, now)]);
+        m.set_aliases(2);
+        let out = text(&reg);
+        let series = r#"{vip="192.0.2.1",port="80",protocol="TCP",service="default/web"}"#;
+        assert!(
+            out.contains(&format!("ringlb_vip_failover_active{series} 1")),
+            "{out}"
+        );
+        assert!(out.contains("ringlb_failover_aliases 2"), "{out}");
+        m.update(&[]);
+        assert!(!text(&reg).contains("ringlb_vip_failover_active{"));
     }
 }

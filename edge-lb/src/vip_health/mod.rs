@@ -17,7 +17,14 @@
 //! - `pages`: the HTTP answers on the ops endpoint.
 //! - `metrics`: `ringlb_vip_health_state`, `ringlb_vip_health_transitions_total`.
 //!
-//! The Events (`VIPUnhealthy`, `VIPHealthy`) are written by `agent::health_events`.
+//! Failover (issue 14): a VIP:port with a failover VIP is never withdrawn for its
+//! health while programmed (see `assess::verdict`); with no ready local backend its
+//! health answer is 503 `failing over to <ip>` and `Tracker::evaluate` reports the
+//! start and the end of the failover once each. Failover aliases (other regions'
+//! VIPs accepted here) are not tracked: never announced, no health page (404).
+//!
+//! The Events (`VIPUnhealthy`, `VIPHealthy`, `FailoverActive`, `FailoverEnded`) are
+//! written by `agent::health_events`.
 
 pub mod assess;
 pub mod hysteresis;
@@ -30,4 +37,4 @@ pub use assess::{PortFacts, Report, State};
 pub use metrics::HealthMetrics;
 pub use pages::Board;
 pub use policy::HealthPolicy;
-pub use tracker::{Changed, Tracker};
+pub use tracker::{Changed, FailoverChanged, Tracker};

@@ -1,8 +1,9 @@
 //! `GET /health/vip/<ip>` and `/health/vip/<ip>/<port>` on the edge's ops endpoint:
 //! what a global traffic manager (PowerDNS `ifurlup`, k8gb, NS1, F5 DNS) probes.
 //! 200 with a JSON body while the VIP (every port of it, or the one port) is healthy,
-//! 503 with the same body and the reason otherwise, 404 for a VIP or port this edge
-//! does not serve, 400 for a malformed address or port.
+//! 503 with the same body and the reason otherwise (`failing over to <ip>` while a
+//! VIP:port sends its new flows to its failover VIP), 404 for a VIP or port this edge
+//! does not serve (a failover alias included), 400 for a malformed address or port.
 //!
 //! The sync publishes its facts here; the answer is computed per request, so the BGP
 //! sessions and a running hold-down are read as they are now.
@@ -207,6 +208,7 @@ mod tests {
                 ..Default::default()
             },
             phase: Phase::Healthy,
+            failover: None,
         };
         let mut routes = BTreeMap::new();
         routes.insert(

@@ -26,6 +26,18 @@ pub struct Changed {
     pub min_ready: u32,
 }
 
+/// A VIP:port that started or stopped failing over (no ready local backend, new
+/// flows to its failover VIP).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailoverChanged {
+    pub vip: Vip,
+    pub service: String,
+    /// The failover VIP (while failing over, or the one it failed over to).
+    pub remote: IpAddr,
+    /// Failing over now.
+    pub active: bool,
+}
+
 /// The outcome of one step.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Evaluation {
@@ -33,6 +45,10 @@ pub struct Evaluation {
     /// Host routes to announce, with their attributes.
     pub routes: BTreeMap<IpNetwork, RouteAttrs>,
     pub changed: Vec<Changed>,
+    /// VIP:ports that started or stopped failing over.
+    pub failovers: Vec<FailoverChanged>,
+    /// Failover aliases in the datapath (never announced, no health page).
+    pub aliases: usize,
     /// The earliest end of a running hold-down: sync again then.
     pub due: Option<Instant>,
 }
@@ -41,6 +57,8 @@ pub struct Evaluation {
 #[derive(Debug, Default)]
 pub struct Tracker {
     states: BTreeMap<Vip, Hysteresis>,
+    /// The failover VIP of every VIP:port failing over.
+    failing: BTreeMap<Vip, IpAddr>,
 }
 
 impl Tracker {
@@ -52,9 +70,17 @@ impl Tracker {
         programmed: &DesiredState,
         now: Instant,
     ) -> Evaluation {
-        self.states.retain(|v, _| want.vips.contains_key(v));
-        let mut ev = Evaluation::default();
+        let real = |v: &Vip| want.vips.get(v).is_some_and(|b| !b.alias);
+        self.states.retain(|v, _| real(v));
+        let mut ev = Evaluation {
+            failovers: self.step_failovers(want, programmed),
+            ..Default::default()
+        };
         for (vip, b) in &want.vips {
+            if b.alias {
+                ev.aliases += usize::from(programmed.services.contains_key(vip));
+                continue;
+            }
             let mut f = PortFacts {
                 vip: *vip,
                 service: b.service.clone(),
@@ -62,6 +88,7 @@ impl Tracker {
                 programmed: programmed.services.contains_key(vip),
                 policy: b.policy,
                 phase: super::hysteresis::Phase::Unhealthy,
+                failover: b.failover.map(|f| f.remote),
             };
             let h = self.states.entry(*vip).or_default();
             if let Some(transition) = h.step(f.good(), now, b.policy.hold_down) {
@@ -88,6 +115,50 @@ impl Tracker {
             .filter_map(|(a, v)| Some((IpNetwork::from(a), route(v)?)))
             .collect();
         ev
+    }
+
+    /// The VIP:ports (not aliases) failing over now, programmed so, against the last
+    /// step: a change is reported once; one first seen failing over is reported too
+    /// (an edge that starts in that state says so), one first seen not, not.
+    fn step_failovers(
+        &mut self,
+        want: &Serving,
+        programmed: &DesiredState,
+    ) -> Vec<FailoverChanged> {
+        let mut now = BTreeMap::new();
+        for (vip, b) in &want.vips {
+            if let Some(f) = b.failover
+                && b.failing_over()
+                && !b.alias
+                && programmed.services.contains_key(vip)
+            {
+                now.insert(*vip, (f.remote, b.service.clone()));
+            }
+        }
+        let mut out = Vec::new();
+        for (vip, (remote, service)) in &now {
+            if self.failing.get(vip) != Some(remote) {
+                out.push(FailoverChanged {
+                    vip: *vip,
+                    service: service.clone(),
+                    remote: *remote,
+                    active: true,
+                });
+            }
+        }
+        for (vip, remote) in &self.failing {
+            if !now.contains_key(vip) {
+                let service = want.vips.get(vip).map(|b| b.service.clone());
+                out.push(FailoverChanged {
+                    vip: *vip,
+                    service: service.unwrap_or_default(),
+                    remote: *remote,
+                    active: false,
+                });
+            }
+        }
+        self.failing = now.into_iter().map(|(v, (r, _))| (v, r)).collect();
+        out
     }
 }
 
@@ -133,6 +204,7 @@ mod tests {
                 ready,
                 draining: vec![],
                 policy: *policy,
+                ..Default::default()
             };
             s.vips.insert(vip(*port), b);
         }
@@ -197,5 +269,104 @@ mod tests {
         let ev = t.evaluate(&Serving::default(), &DesiredState::default(), now);
         assert!(ev.facts.is_empty() && ev.routes.is_empty());
         assert!(t.states.is_empty());
+    }
+
+    #[test]
+    fn failing_over_stays_announced_reports_503_and_says_so_once() {
+        use crate::serving::Failover;
+        use crate::vip_health::assess::{State, assess};
+        let remote: IpAddr = "198.51.100.7".parse().unwrap();
+        let p = policy(1, Below::Withdraw);
+        let with_failover = |ready: usize| {
+            let (mut s, mut d) = serving(&[(80, ready, p)]);
+            let b = s.vips.get_mut(&vip(80)).unwrap();
+            b.failover = Some(Failover { remote, weight: 0 });
+            if ready == 0 {
+                let e = ServiceEntry::new(&vip(80), vec![remote], vec![0; 251]).unwrap();
+                d.services
+                    .insert(vip(80), e.with_remote(&vip(80), [remote]).unwrap());
+            }
+            // An alias accepted from another region: programmed, never announced.
+            let alias = Vip {
+                addr: "203.0.113.9".parse().unwrap(),
+                ..vip(80)
+            };
+            let mut a = s.vips[&vip(80)].clone();
+            (a.alias, a.failover, a.ready) = (
+                true,
+                None,
+                vec![Backend {
+                    addr: "10.2.0.1".parse().unwrap(),
+                    port: 8080,
+                    weight: 1,
+                }],
+            );
+            s.vips.insert(alias, a);
+            let e = ServiceEntry::new(&alias, vec!["10.2.0.1".parse().unwrap()], vec![0; 251]);
+            d.services
+                .insert(alias, e.unwrap().as_failover_alias(&alias).unwrap());
+            (s, d)
+        };
+        let t0 = Instant::now();
+        let mut t = Tracker::default();
+        let (s, d) = with_failover(2);
+        let ev = t.evaluate(&s, &d, t0);
+        assert!(
+            ev.failovers.is_empty(),
+            "not failing over at first: no change"
+        );
+        assert_eq!(ev.aliases, 1);
+        assert_eq!(ev.facts.len(), 1, "an alias has no health facts");
+        assert_eq!(
+            ev.routes.keys().collect::<Vec<_>>(),
+            vec![&net()],
+            "alias not announced"
+        );
+        // Every pod gone: still announced under `withdraw`, the health page says 503.
+        let (s0, d0) = with_failover(0);
+        let t1 = t0 + Duration::from_secs(1);
+        let ev = t.evaluate(&s0, &d0, t1);
+        assert_eq!(ev.routes[&net()].deprefer, None);
+        assert_eq!(
+            ev.failovers,
+            vec![FailoverChanged {
+                vip: vip(80),
+                service: "default/web".into(),
+                remote,
+                active: true
+            }]
+        );
+        let r = assess(&ev.facts[0], ev.routes.get(&net()), 1, t1);
+        assert_eq!((r.state, r.http_status()), (State::Down, 503));
+        assert_eq!(
+            r.reason,
+            "failing over to 198.51.100.7: no ready local backends (1 required)"
+        );
+        assert!(r.failing_over && r.announced && r.failover_vip == Some(remote));
+        let json = serde_json::to_value(&r).unwrap();
+        assert_eq!(
+            (&json["failingOver"], &json["failoverVip"]),
+            (&serde_json::json!(true), &serde_json::json!("198.51.100.7"))
+        );
+        assert!(
+            t.evaluate(&s0, &d0, t1).failovers.is_empty(),
+            "once per change"
+        );
+        // Pods back: new flows local at once (FailoverEnded), the page waits out the
+        // hold-down (503 recovering), and the VIP is never withdrawn on the way.
+        let t2 = t1 + Duration::from_secs(1);
+        let ev = t.evaluate(&s, &d, t2);
+        assert!(!ev.failovers[0].active);
+        assert!(ev.routes.contains_key(&net()));
+        let r = assess(&ev.facts[0], ev.routes.get(&net()), 1, t2);
+        assert!(!r.failing_over);
+        assert!(r.reason.starts_with("recovering"), "{}", r.reason);
+        assert_eq!(r.http_status(), 503);
+        let ev = t.evaluate(&s, &d, t2 + Duration::from_secs(10));
+        let r = assess(&ev.facts[0], ev.routes.get(&net()), 1, t2);
+        assert_eq!(r.http_status(), 200, "{}", r.reason);
+        // Without a failover VIP the same loss withdraws the route.
+        let (plain, dp) = serving(&[(80, 0, p)]);
+        assert!(t.evaluate(&plain, &dp, t2).routes.is_empty());
     }
 }
