@@ -87,7 +87,8 @@ fn backend_change_writes_only_changed_slots_and_frees_id_later() {
         MapOp::PutBackend {
             id: 3,
             addr: ip(3),
-            generation: 3
+            generation: 3,
+            remote: false,
         }
     );
     assert_eq!(
@@ -112,7 +113,8 @@ fn backend_change_writes_only_changed_slots_and_frees_id_later() {
         MapOp::PutBackend {
             id: 2,
             addr: ip(4),
-            generation: 4
+            generation: 4,
+            remote: false,
         }
     );
 }
@@ -213,6 +215,7 @@ fn regenerated_after_the_vip(ops: &[MapOp], p: &Programmed, v: &Vip) -> Vec<u32>
                 id: b.id,
                 addr: *a,
                 generation: b.generation,
+                remote: false,
             }
         });
         assert!(
@@ -496,7 +499,8 @@ fn restore_takes_ownership_from_the_rings() {
         vec![&MapOp::PutBackend {
             id: 2,
             addr: ip(2),
-            generation: 14
+            generation: 14,
+            remote: false,
         }],
         "b's .2: lowest free id, generation above the high-water mark"
     );
