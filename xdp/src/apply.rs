@@ -333,6 +333,44 @@ mod tests {
         assert!(ops.is_empty(), "{ops:?}");
     }
 
+    /// `vip_addrs` holds this edge's own VIP addresses, not a failover alias's,
+    /// after a full apply and through single-service changes.
+    #[test]
+    fn vip_addrs_follow_own_vips_but_not_aliases() {
+        let (own, own2, alias) = (
+            vip(1),
+            Vip {
+                port: 443,
+                ..vip(1)
+            },
+            vip(2),
+        );
+        let al = entry(&alias, &[3], 7).as_failover_alias(&alias).unwrap();
+        let mut a = applier(MemoryMaps::default());
+        a.apply(&desired(&[
+            (own, entry(&own, &[1], 7)),
+            (alias, al.clone()),
+        ]))
+        .unwrap();
+        let addrs = |a: &Applier<MemoryMaps>| a.maps().vip_addrs.clone();
+        assert_eq!(addrs(&a), [own.addr].into_iter().collect());
+        // a second VIP on the address, then the first one leaves: it stays
+        a.apply_service(&own2, Some(&entry(&own2, &[1], 7)))
+            .unwrap();
+        a.apply_service(&own, None).unwrap();
+        assert_eq!(addrs(&a), [own.addr].into_iter().collect());
+        a.apply_service(&own2, None).unwrap();
+        assert!(addrs(&a).is_empty());
+        // the alias's address turns into an own VIP's
+        a.apply_service(&alias, Some(&entry(&alias, &[3], 7)))
+            .unwrap();
+        assert_eq!(addrs(&a), [alias.addr].into_iter().collect());
+        // a full apply makes it exact whatever the map held
+        a.maps_mut().vip_addrs.insert(vip(9).addr);
+        a.apply(&desired(&[(alias, al)])).unwrap();
+        assert!(addrs(&a).is_empty());
+    }
+
     /// The operator CLI's view beside a running edge writes nothing, not even the
     /// filter an owner's start rebuilds (it could clear a bit the edge just set).
     #[test]

@@ -155,7 +155,7 @@ fn check_ids_available(
     merge(
         new_addrs,
         old.iter().flat_map(|o| &o.backends),
-        |a, b| missing += u64::from(!b.is_some_and(|b| b.remote == remote(&a))),
+        |a, b| missing += u64::from(b.is_none_or(|b| b.remote != remote(&a))),
         |_| {},
     );
     if missing > p.backend_ids.available() {
