@@ -12,6 +12,7 @@ const XDP_HEADERS: &[&str] = &[
     "../xdp/bpf/flow_hash.h",
     "../xdp/bpf/conntrack.h",
     "../xdp/bpf/vip_filter.h",
+    "../xdp/bpf/failover.h",
 ];
 
 /// The program before the SYN-insert and VIP-filter changes (both restored by

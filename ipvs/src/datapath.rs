@@ -69,6 +69,9 @@ impl<K: Kernel> IpvsDatapath<K> {
     pub fn kernel(&self) -> &K {
         &self.kernel
     }
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
     pub fn kernel_mut(&mut self) -> &mut K {
         &mut self.kernel
     }

@@ -4,12 +4,16 @@
 //! the Maglev ring names and 0 for the draining ones (not in the ring: their
 //! connections stay, new ones go elsewhere, `mh-fallback`). The ring itself is not
 //! programmed: the kernel's `mh` builds its own table (docs/ipvs.md). Port 0 (the
-//! XDP wildcard) is refused by the planner.
+//! XDP wildcard) is refused by the planner. Failover VIPs (docs/datapath.md): a
+//! backend that is another region's VIP is a real server like a pod (tunnel
+//! forwarding encapsulates to it); a failover alias is refused here, per VIP and
+//! before anything is written: IPVS cannot take an IPIP packet to one VIP apart
+//! and forward the inner packet by another VIP's service.
 
 use ringlb_datapath as seam;
 
 use crate::kernel::Kernel;
-use crate::model::{Proto, ServiceKey};
+use crate::model::{Forward, Proto, ServiceKey};
 use crate::plan::{Backend, Desired};
 use crate::{ApplyStats, Error, IpvsDatapath};
 
@@ -45,6 +49,34 @@ pub fn backends(entry: &seam::ServiceEntry) -> Vec<Backend> {
         .collect()
 }
 
+/// What IPVS cannot serve of a seam entry, as the planner's per-VIP error: a
+/// failover alias (no decapsulation), and a remote-VIP backend without tunnel
+/// forwarding (direct routing reaches on-link servers only).
+pub fn check_entry(
+    vip: &seam::Vip,
+    entry: &seam::ServiceEntry,
+    forward: Forward,
+) -> Result<(), Error> {
+    let bad = |reason: String| Error::InvalidService {
+        service: service_key(vip).to_string(),
+        reason,
+    };
+    if entry.failover_alias() {
+        return Err(bad(
+            "a failover alias needs the XDP datapath (IPVS cannot decapsulate failed-over traffic)"
+                .into(),
+        ));
+    }
+    if forward != Forward::Tunnel
+        && let Some(r) = entry.remote_backends().first()
+    {
+        return Err(bad(format!(
+            "remote VIP backend {r} needs tunnel forwarding"
+        )));
+    }
+    Ok(())
+}
+
 /// The planner's input for the seam's desired state.
 pub fn desired(state: &seam::DesiredState) -> Desired {
     Desired {
@@ -70,6 +102,9 @@ fn stats(st: ApplyStats) -> seam::ApplyStats {
 
 impl<K: Kernel> seam::Datapath for IpvsDatapath<K> {
     fn apply(&mut self, state: &seam::DesiredState) -> Result<seam::ApplyStats, seam::Error> {
+        for (vip, e) in &state.services {
+            check_entry(vip, e, self.config().forward)?;
+        }
         Ok(stats(IpvsDatapath::apply(self, &desired(state))?))
     }
 
@@ -78,6 +113,9 @@ impl<K: Kernel> seam::Datapath for IpvsDatapath<K> {
         vip: &seam::Vip,
         entry: Option<&seam::ServiceEntry>,
     ) -> Result<seam::ApplyStats, seam::Error> {
+        if let Some(e) = entry {
+            check_entry(vip, e, self.config().forward)?;
+        }
         let b = entry.map(backends);
         let st = IpvsDatapath::apply_service(self, &service_key(vip), b.as_deref())?;
         Ok(stats(st))
@@ -183,6 +221,51 @@ mod tests {
         let st = Datapath::apply_service(&mut dp, &vip(80), None).unwrap();
         assert_eq!(st.vips_deleted, 1);
         assert!(dp.held().services.is_empty() && dp.held().vips.is_empty());
+    }
+
+    /// A failover alias is refused per VIP with a clear reason, nothing
+    /// written; a remote-VIP backend is a tunnel real server like a pod.
+    #[test]
+    fn a_failover_alias_is_refused_and_a_remote_vip_is_a_real_server() {
+        let mut dp = dp();
+        let v = vip(80);
+        let alias = state(80).services[&v]
+            .clone()
+            .as_failover_alias(&v)
+            .unwrap();
+        let s = DesiredState {
+            services: [(v, alias.clone())].into(),
+        };
+        let e = Datapath::apply(&mut dp, &s).unwrap_err();
+        assert_eq!(e.metric_label(), "invalid_service");
+        assert!(
+            e.to_string().contains("10.100.0.1:80")
+                && e.to_string()
+                    .contains("failover alias needs the XDP datapath"),
+            "{e}"
+        );
+        let e = Datapath::apply_service(&mut dp, &v, Some(&alias)).unwrap_err();
+        assert!(e.to_string().contains("XDP datapath"), "{e}");
+        assert!(dp.kernel().log.is_empty(), "nothing written");
+
+        let remote = ip("192.0.2.50");
+        let e = ServiceEntry::new(&v, vec![ip("10.1.0.1"), remote], vec![0, 1, 1])
+            .unwrap()
+            .with_remote(&v, [remote])
+            .unwrap();
+        let s = DesiredState {
+            services: [(v, e.clone())].into(),
+        };
+        Datapath::apply(&mut dp, &s).unwrap();
+        let held = &dp.held().services[&service_key(&v)];
+        assert!(
+            held.dests
+                .iter()
+                .any(|d| d.key.addr == remote && d.forward == Forward::Tunnel && d.weight == 1),
+            "{held:?}"
+        );
+        // without tunnel forwarding it could not reach it
+        assert!(check_entry(&v, &e, Forward::DirectRoute).is_err());
     }
 
     #[test]

@@ -44,6 +44,11 @@ struct ringlb_vip_info {
 };                        /* 12 bytes */
 
 #define RINGLB_VIP_F_NO_CT 0x1 /* never use/insert conntrack (pure hashing) */
+/* Another region's VIP accepted here for failover (docs/datapath.md, Failover
+ * VIPs): forwarded only for an IPIP packet whose outer destination is in
+ * vip_addrs (one of this edge's own VIPs), decapsulated first; a plain packet
+ * to it is passed. Its backends are never remote (the loop guard). */
+#define RINGLB_VIP_F_FAILOVER_ALIAS 0x2
 
 /* ---- rings: ARRAY_OF_MAPS vip_id -> inner ARRAY[ring_size] of backend id -- */
 /* inner maps are created by the loader with BPF_F_INNER_MAP so M may vary */
@@ -56,7 +61,8 @@ struct ringlb_backend {
 	__u8 dmac[6];     /* next-hop MAC (the router, or the pod's node on-link) */
 	__u8 smac[6];     /* our MAC on ifindex */
 	__u8 family;      /* RINGLB_AF_*; 0 = slot unused */
-	__u8 nh_valid;    /* RINGLB_NH_*: bit 0 = dmac/smac/ifindex/vlan_tci resolved by the loader */
+	__u8 nh_valid;    /* RINGLB_NH_*: bit 0 = dmac/smac/ifindex/vlan_tci resolved by the loader;
+			   * and RINGLB_BE_F_REMOTE_VIP */
 	__u16 vlan_tci;   /* be; egress 802.1Q/802.1ad tag of the next hop (PCP 0, DEI 0, VID);
 			   * 0 = the frame leaves untagged */
 };                        /* 40 bytes */
@@ -66,6 +72,10 @@ struct ringlb_backend {
  * non-zero, untagged otherwise, whatever tag the frame came in with. */
 #define RINGLB_NH_VALID       0x1
 #define RINGLB_NH_VLAN_8021AD 0x2 /* vlan_tci goes under TPID 0x88a8 (802.1ad), not 0x8100 */
+/* Not a next-hop bit (it shares the byte): addr is another region's VIP (a
+ * failover target), encapsulated to like a pod. A decapsulated packet is never
+ * sent to one (RINGLB_ST_FAILOVER_LOOP). */
+#define RINGLB_BE_F_REMOTE_VIP 0x4
 
 /* ---- conntrack: LRU_HASH (BPF_F_NO_COMMON_LRU) flow -> ct_value ---------- */
 struct ringlb_flow {
@@ -75,8 +85,14 @@ struct ringlb_flow {
 	__u16 dport;      /* be */
 	__u8 proto;
 	__u8 family;
-	__u8 pad[2];
+	__u8 flags;       /* RINGLB_FLOW_F_* */
+	__u8 pad;
 };                        /* 40 bytes */
+
+/* A decapsulated (failed-over) flow: its entries are apart from a plain
+ * packet's of the same 5-tuple, so a plain packet never follows an alias's
+ * entry and a failed-over one never follows a plain VIP's. */
+#define RINGLB_FLOW_F_DECAP 0x1
 
 struct ringlb_ct_value {
 	__u32 backend_id;
@@ -88,6 +104,11 @@ struct ringlb_ct_value {
  * (also when a VIP moves to a new ring, i.e. a new vip_id) and reads it back
  * after a restart; the program reads it on a conntrack hit, which skips the
  * vips lookup, to count the packet for the right VIP. BPF_F_MMAPABLE. */
+
+/* ---- vip_addrs: HASH vip_key (port 0, proto 0) -> __u32 (1) ------------- */
+/* The addresses of this edge's own VIPs (every VIP entry but failover
+ * aliases): an IPIP packet is decapsulated only when its outer destination is
+ * one of them. Kept by the loader from its view after every apply. */
 
 /* ---- vip_filter: ARRAY word -> __u64, a Bloom filter of VIP addresses ---- */
 /* bit ringlb_vip_filter_bit(daddr) (vip_filter.h) set = maybe a VIP address */
@@ -137,10 +158,22 @@ enum ringlb_stat {
 				    * no established flow */
 	RINGLB_ST_CT_SYN_REWRITE,  /* a SYN found its 5-tuple's old entry naming another
 				    * backend (port reuse after a ring change): rewritten */
+	RINGLB_ST_FAILOVER_IN,     /* an IPIP packet to one of our VIPs, decapsulated and
+				    * forwarded by a failover alias (informational) */
+	RINGLB_ST_FAILOVER_OUT,    /* a packet sent to a remote-VIP backend (informational) */
+	RINGLB_ST_PASS_DECAP_NOT_OURS, /* IPIP whose outer destination passed the VIP filter
+				    * but is no VIP address of ours, has IP options, or
+				    * whose inner packet is no IPv4 TCP/UDP packet */
+	RINGLB_ST_PASS_DECAP_NO_ALIAS, /* IPIP to one of our VIPs whose inner destination
+				    * (addr, port, proto) is no failover alias */
+	RINGLB_ST_PASS_ALIAS_PLAIN,/* a plain (not encapsulated) packet to a failover alias */
+	RINGLB_ST_FAILOVER_LOOP,   /* a decapsulated packet whose backend is a remote VIP:
+				    * dropped (the loader never programs one) */
 	RINGLB_ST_MAX,
 };
 
 /* ---- map names (the loader finds maps by these) ----------------------------- */
-/* vips, rings, backends, conntrack, owners, config, vip_stats, stats, vip_filter */
+/* vips, rings, backends, conntrack, owners, config, vip_stats, stats, vip_filter,
+ * vip_addrs */
 
 #endif /* RINGLB_ABI_H */

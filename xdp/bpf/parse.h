@@ -2,7 +2,8 @@
 /*
  * parse.h - verifier-proof header parsing for the ringlb XDP program:
  * Ethernet (+ one 802.1Q/802.1ad tag), IPv4 (with options), IPv6 (no
- * extension headers), TCP/UDP ports. Every read is preceded by a bounds check
+ * extension headers), TCP/UDP ports; IPv4 in IPv4 is reported
+ * (RINGLB_PARSE_IPIP) for the failover decapsulation (failover.h). Every read is preceded by a bounds check
  * against data_end; on failure the caller gets a RINGLB_ST_* reason.
  */
 #ifndef RINGLB_PARSE_H
@@ -47,21 +48,86 @@ struct ringlb_vlan_hdr {
 
 /* What the parser learned about one packet. */
 struct ringlb_pkt {
-	struct ringlb_flow flow;  /* the 5-tuple, network order */
-	__u32 l2_len;             /* 14 or 18 */
+	struct ringlb_flow flow;  /* the 5-tuple, network order (flags: RINGLB_FLOW_F_DECAP) */
+	__u32 l2_len;             /* bytes before the inner L3 header: 14 or 18, and
+				   * + 20 (the outer IPv4 header) for a decapsulated packet */
 	__u32 l3_len;             /* inner L3 length: IPv4 tot_len, IPv6 40 + payload */
 	__u16 frag_df;            /* be, IPv4 DF bit of the inner header (0 for IPv6) */
 	__u8 tos;                 /* inner DSCP/ECN (IPv4 tos, IPv6 traffic class) */
 	__u8 syn;                 /* 1 = TCP SYN without ACK: a connection's first packet */
 };
 
-/* Returns 0 when pkt is a TCP/UDP packet worth a VIP lookup, else a
- * RINGLB_ST_PASS_* reason. */
+/* ringlb_parse's answer for an IPv4 packet carrying IPv4 (IPIP): not a
+ * counter. pkt holds the outer header's addresses and lengths; the caller
+ * checks the outer destination and calls ringlb_parse_decap (failover.h). */
+#define RINGLB_PARSE_IPIP (RINGLB_ST_MAX + 1)
+
+/* The IPv4 header at l3: pkt gets its addresses, protocol, tos, DF and
+ * length; *hlen its header length. Returns 0 (TCP/UDP), RINGLB_PARSE_IPIP, or
+ * a RINGLB_ST_PASS_* reason. */
+static __always_inline int ringlb_parse_ip4(void *l3, void *data_end, struct ringlb_pkt *pkt,
+					    __u32 *hlen)
+{
+	struct iphdr *iph = l3;
+	__u32 ihl;
+
+	if ((void *)(iph + 1) > data_end)
+		return RINGLB_ST_PASS_MALFORMED;
+	ihl = iph->ihl;
+	if (iph->version != 4 || ihl < 5)
+		return RINGLB_ST_PASS_MALFORMED;
+	pkt->l3_len = ringlb_wire_len(iph->tot_len);
+	if (pkt->l3_len < ihl * 4 || l3 + pkt->l3_len > data_end)
+		return RINGLB_ST_PASS_MALFORMED;
+	pkt->flow.family = RINGLB_AF_INET;
+	pkt->flow.proto = iph->protocol;
+	pkt->flow.saddr[0] = iph->saddr;
+	pkt->flow.daddr[0] = iph->daddr;
+	pkt->tos = iph->tos;
+	pkt->frag_df = iph->frag_off & bpf_htons(RINGLB_IP_DF);
+	if (iph->frag_off & bpf_htons(RINGLB_IP_MF | RINGLB_IP_OFFSET))
+		return RINGLB_ST_PASS_FRAGMENT;
+	if (iph->protocol == IPPROTO_ICMP)
+		return RINGLB_ST_PASS_ICMP;
+	if (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP) {
+		if (iph->protocol == IPPROTO_IPIP)
+			return RINGLB_PARSE_IPIP;
+		return RINGLB_ST_PASS_OTHER_L4;
+	}
+	*hlen = (ihl & 0xf) * 4;
+	return 0;
+}
+
+/* The TCP/UDP ports (and the SYN flag) at l4, inside the L3 packet at l3. */
+static __always_inline int ringlb_parse_ports(void *l3, void *l4, void *data_end,
+					      struct ringlb_pkt *pkt)
+{
+	/* sport and dport are the first 4 bytes of both TCP and UDP */
+	__u16 *ports = l4;
+	if ((void *)(ports + 2) > data_end)
+		return RINGLB_ST_PASS_MALFORMED;
+	/* The ports must lie inside the IP packet, not in Ethernet padding. */
+	if ((__u32)((void *)(ports + 2) - l3) > pkt->l3_len)
+		return RINGLB_ST_PASS_MALFORMED;
+	pkt->flow.sport = ports[0];
+	pkt->flow.dport = ports[1];
+	if (pkt->flow.proto == IPPROTO_TCP) {
+		/* byte 13 of the TCP header: CWR ECE URG ACK PSH RST SYN FIN */
+		__u8 *tcp = l4;
+		if ((void *)(tcp + 14) <= data_end &&
+		    (__u32)((void *)(tcp + 14) - l3) <= pkt->l3_len)
+			pkt->syn = (tcp[13] & 0x12) == 0x02;
+	}
+	return 0;
+}
+
+/* Returns 0 when pkt is a TCP/UDP packet worth a VIP lookup, RINGLB_PARSE_IPIP
+ * for IPv4 in IPv4, else a RINGLB_ST_PASS_* reason. */
 static __always_inline int ringlb_parse(void *data, void *data_end, struct ringlb_pkt *pkt)
 {
 	struct ethhdr *eth = data;
 	__u16 proto;
-	void *l3, *l3_begin;
+	void *l3, *l4;
 
 	if ((void *)(eth + 1) > data_end)
 		return RINGLB_ST_PASS_MALFORMED;
@@ -77,31 +143,12 @@ static __always_inline int ringlb_parse(void *data, void *data_end, struct ringl
 		pkt->l2_len += sizeof(*vh);
 	}
 
-	l3_begin = l3;
 	if (proto == bpf_htons(ETH_P_IP)) {
-		struct iphdr *iph = l3;
-		__u32 ihl;
-		if ((void *)(iph + 1) > data_end)
-			return RINGLB_ST_PASS_MALFORMED;
-		ihl = iph->ihl;
-		if (iph->version != 4 || ihl < 5)
-			return RINGLB_ST_PASS_MALFORMED;
-		pkt->l3_len = ringlb_wire_len(iph->tot_len);
-		if (pkt->l3_len < ihl * 4 || l3 + pkt->l3_len > data_end)
-			return RINGLB_ST_PASS_MALFORMED;
-		pkt->flow.family = RINGLB_AF_INET;
-		pkt->flow.proto = iph->protocol;
-		pkt->flow.saddr[0] = iph->saddr;
-		pkt->flow.daddr[0] = iph->daddr;
-		pkt->tos = iph->tos;
-		pkt->frag_df = iph->frag_off & bpf_htons(RINGLB_IP_DF);
-		if (iph->frag_off & bpf_htons(RINGLB_IP_MF | RINGLB_IP_OFFSET))
-			return RINGLB_ST_PASS_FRAGMENT;
-		if (iph->protocol == IPPROTO_ICMP)
-			return RINGLB_ST_PASS_ICMP;
-		if (iph->protocol != IPPROTO_TCP && iph->protocol != IPPROTO_UDP)
-			return RINGLB_ST_PASS_OTHER_L4;
-		l3 += (ihl & 0xf) * 4;
+		__u32 hlen = 0;
+		int r = ringlb_parse_ip4(l3, data_end, pkt, &hlen);
+		if (r)
+			return r;
+		l4 = l3 + hlen;
 	} else if (proto == bpf_htons(ETH_P_IPV6)) {
 		struct ipv6hdr *ip6 = l3;
 		__u8 nh;
@@ -126,30 +173,15 @@ static __always_inline int ringlb_parse(void *data, void *data_end, struct ringl
 		if (nh == RINGLB_NEXTHDR_HOP || nh == RINGLB_NEXTHDR_ROUTING ||
 		    nh == RINGLB_NEXTHDR_DEST || nh == RINGLB_NEXTHDR_AUTH)
 			return RINGLB_ST_PASS_IPV6_EXT;
+		/* IPv6 outer headers (IPv6/IPv4 in IPv6 to a VIP) are not
+		 * decapsulated: other_l4 like any other protocol */
 		if (nh != IPPROTO_TCP && nh != IPPROTO_UDP)
 			return RINGLB_ST_PASS_OTHER_L4;
-		l3 += sizeof(*ip6);
+		l4 = l3 + sizeof(*ip6);
 	} else {
 		return RINGLB_ST_PASS_NOT_IP;
 	}
-
-	/* sport and dport are the first 4 bytes of both TCP and UDP */
-	__u16 *ports = l3;
-	if ((void *)(ports + 2) > data_end)
-		return RINGLB_ST_PASS_MALFORMED;
-	/* The ports must lie inside the IP packet, not in Ethernet padding. */
-	if ((__u32)((void *)(ports + 2) - l3_begin) > pkt->l3_len)
-		return RINGLB_ST_PASS_MALFORMED;
-	pkt->flow.sport = ports[0];
-	pkt->flow.dport = ports[1];
-	if (pkt->flow.proto == IPPROTO_TCP) {
-		/* byte 13 of the TCP header: CWR ECE URG ACK PSH RST SYN FIN */
-		__u8 *tcp = l3;
-		if ((void *)(tcp + 14) <= data_end &&
-		    (__u32)((void *)(tcp + 14) - l3_begin) <= pkt->l3_len)
-			pkt->syn = (tcp[13] & 0x12) == 0x02;
-	}
-	return 0;
+	return ringlb_parse_ports(l3, l4, data_end, pkt);
 }
 
 #endif /* RINGLB_PARSE_H */

@@ -4,6 +4,8 @@
  *
  *   parse (eth [+vlan], ipv4|ipv6, tcp|udp; TCP SYN flag)
  *     -> vip_filter[daddr] clear?      not a VIP address: XDP_PASS (vip_filter.h)
+ *        (IPv4 in IPv4: the outer daddr; to one of our VIPs, the inner packet
+ *        goes on, and only a failover alias forwards it: failover.h)
  *     -> conntrack[5-tuple]           (not for a SYN) hit, and the backend id
  *                                     still has the entry's generation? done
  *     -> else vips[(daddr, dport, proto)]  (then the port-0 wildcard)
@@ -28,6 +30,11 @@
  * A packet that would not fit config.mtu once encapsulated is answered with
  * ICMP Fragmentation Needed (IPv4 with DF) or ICMPv6 Packet Too Big from the
  * VIP, by XDP_TX (ringlb_too_big); IPv4 without DF is passed.
+ * Failover (failover.h): a decapsulated packet's conntrack key carries
+ * RINGLB_FLOW_F_DECAP, only a RINGLB_VIP_F_FAILOVER_ALIAS entry forwards it (a
+ * plain packet to one is passed), and a backend flagged RINGLB_BE_F_REMOTE_VIP
+ * never gets it (the loop guard: dropped). Its outer header is rewritten in
+ * place by the encap step, which pkt.l2_len (L2 + outer) makes of it.
  * Anything else -> XDP_PASS, counted by reason (see enum ringlb_stat in abi.h).
  *
  * Build flags (benchmark-only variants, never attached):
@@ -54,6 +61,7 @@
 #include "flow_hash.h"
 #include "conntrack.h"
 #include "vip_filter.h"
+#include "failover.h"
 
 #ifndef IPPROTO_IPV6
 #define IPPROTO_IPV6 41
@@ -166,7 +174,7 @@ struct ringlb_icmp6_pseudo {
 /* Turns the frame into an ICMP "Fragmentation Needed" (IPv4, type 3 code 4,
  * next-hop MTU `room`) or ICMPv6 "Packet Too Big" (type 2, MTU `room`) from
  * the VIP to the client, quoting the first RINGLB_ICMP_QUOTE bytes of the
- * packet, with the frame's L2 header (VLAN tag kept) and its MACs swapped:
+ * (inner, for a decapsulated one) packet, with the frame's L2 header (VLAN tag kept) and its MACs swapped:
  * the caller returns XDP_TX. The source is the VIP so the client's PMTU
  * cache entry is the one for the VIP. Returns 0, or -1 (the frame may be
  * changed: drop it). */
@@ -174,8 +182,12 @@ static __always_inline int ringlb_too_big(struct xdp_md *ctx, const struct ringl
 					  __u32 room)
 {
 	int v6 = pkt->flow.family == RINGLB_AF_INET6;
-	__u32 grow = v6 ? sizeof(struct ipv6hdr) + 8 : sizeof(struct iphdr) + 8;
-	__u32 l2 = pkt->l2_len == 18 ? 18 : 14;
+	__u32 hdrs = v6 ? sizeof(struct ipv6hdr) + 8 : sizeof(struct iphdr) + 8;
+	/* a decapsulated packet (IPv4 inside): the answer replaces its outer
+	 * header too, and quotes the inner packet */
+	__u32 skip = (pkt->flow.flags & RINGLB_FLOW_F_DECAP) ? sizeof(struct iphdr) : 0;
+	__u32 grow = hdrs - skip;
+	__u32 l2 = pkt->l2_len - skip == 18 ? 18 : 14;
 	__u8 hdr[18];
 
 	if (bpf_xdp_adjust_head(ctx, -(int)grow))
@@ -191,7 +203,7 @@ static __always_inline int ringlb_too_big(struct xdp_md *ctx, const struct ringl
 	__builtin_memcpy(data + 6, hdr, 6);
 	__builtin_memcpy(data + 12, hdr + 12, 6);
 	/* keep L2 + the new headers + the quote */
-	int tail = (int)(l2 + grow + RINGLB_ICMP_QUOTE) - (int)(data_end - data);
+	int tail = (int)(l2 + hdrs + RINGLB_ICMP_QUOTE) - (int)(data_end - data);
 	if (tail < 0 && bpf_xdp_adjust_tail(ctx, tail))
 		return -1;
 	data = (void *)(long)ctx->data;
@@ -288,15 +300,28 @@ int ringlb_xdp(struct xdp_md *ctx)
 	struct ringlb_backend *be;
 	struct ringlb_ct_value *ct;
 	__u32 zero = 0, bid = 0, frame_len;
-	int reason;
+	int reason, decap = 0;
 
 	reason = ringlb_parse(data, data_end, &pkt);
 	if (reason) {
-		count(reason);
-		return XDP_PASS;
-	}
-	/* the node's own traffic: no conntrack, no vips lookups */
-	if (!ringlb_maybe_vip(pkt.flow.daddr)) {
+		if (reason != RINGLB_PARSE_IPIP) {
+			count(reason);
+			return XDP_PASS;
+		}
+		/* IPIP: to one of our VIPs, failed-over traffic (failover.h);
+		 * any other address pays only the filter */
+		if (!ringlb_maybe_vip(pkt.flow.daddr)) {
+			count(RINGLB_ST_PASS_NOT_VIP);
+			return XDP_PASS;
+		}
+		reason = ringlb_parse_decap(data, data_end, &pkt);
+		if (reason) {
+			count(reason);
+			return XDP_PASS;
+		}
+		decap = 1;
+	} else if (!ringlb_maybe_vip(pkt.flow.daddr)) {
+		/* the node's own traffic: no conntrack, no vips lookups */
 		count(RINGLB_ST_PASS_NOT_VIP);
 		return XDP_PASS;
 	}
@@ -323,6 +348,10 @@ int ringlb_xdp(struct xdp_md *ctx)
 		bid = ct->backend_id;
 		be = bpf_map_lookup_elem(&backends, &bid);
 		if (be && be->family && be->gen == ct->gen) {
+			if (decap && (be->nh_valid & RINGLB_BE_F_REMOTE_VIP)) {
+				count(RINGLB_ST_FAILOVER_LOOP);
+				return XDP_DROP;
+			}
 			/* the VIP this id belongs to now (owners is kept current by
 			 * the loader, also across a ring-size change) */
 			__u32 *own = bpf_map_lookup_elem(&owners, &bid);
@@ -350,9 +379,16 @@ int ringlb_xdp(struct xdp_md *ctx)
 				 * packet this detour until LRU eviction */
 				if (stale)
 					bpf_map_delete_elem(&conntrack, &pkt.flow);
-				count(RINGLB_ST_PASS_NOT_VIP);
+				count(decap ? RINGLB_ST_PASS_DECAP_NO_ALIAS
+					    : RINGLB_ST_PASS_NOT_VIP);
 				return XDP_PASS;
 			}
+		}
+		/* a failover alias serves decapsulated packets only, and they
+		 * nothing else */
+		if (!(vip->flags & RINGLB_VIP_F_FAILOVER_ALIAS) != !decap) {
+			count(decap ? RINGLB_ST_PASS_DECAP_NO_ALIAS : RINGLB_ST_PASS_ALIAS_PLAIN);
+			return XDP_PASS;
 		}
 		vip_id = vip->vip_id;
 		int use_ct = !(vip->flags & RINGLB_VIP_F_NO_CT);
@@ -378,6 +414,12 @@ int ringlb_xdp(struct xdp_md *ctx)
 			count(RINGLB_ST_DROP_NO_BACKEND);
 			return XDP_DROP;
 		}
+		/* the loop guard (the loader never gives an alias a remote
+		 * backend): failed-over traffic does not travel on */
+		if (decap && (be->nh_valid & RINGLB_BE_F_REMOTE_VIP)) {
+			count(RINGLB_ST_FAILOVER_LOOP);
+			return XDP_DROP;
+		}
 #ifndef RINGLB_BENCH_NO_CT_INSERT
 		if (use_ct) {
 			__u32 st = ringlb_ct_record(&pkt.flow, pkt.syn, syn_ct, bid, be->gen);
@@ -395,6 +437,10 @@ int ringlb_xdp(struct xdp_md *ctx)
 		vs->packets += 1;
 		vs->bytes += frame_len;
 	}
+	if (be->nh_valid & RINGLB_BE_F_REMOTE_VIP)
+		count(RINGLB_ST_FAILOVER_OUT);
+	else if (decap)
+		count(RINGLB_ST_FAILOVER_IN);
 
 	/* 3. outer header for the backend's family */
 	int outer_v6 = be->family == RINGLB_AF_INET6;
@@ -454,16 +500,13 @@ int ringlb_xdp(struct xdp_md *ctx)
 	__u32 l2_len = pkt.l2_len;
 	struct ethhdr *eth;
 #ifdef RINGLB_BENCH_RESTORE
-	__u8 l2[18];
-	if (l2_len == 18) {
-		if (data + 18 > data_end)
-			return XDP_PASS;
-		__builtin_memcpy(l2, data, 18);
-	} else {
-		if (data + 14 > data_end)
-			return XDP_PASS;
-		__builtin_memcpy(l2, data, 14);
-	}
+	/* the first 38 bytes: L2 (14/18) and a decapsulated packet's outer
+	 * header (20), which the encap rewrites; past l2_len they are inner
+	 * bytes the encap leaves alone */
+	__u8 l2[38];
+	if (data + 38 > data_end)
+		return XDP_PASS;
+	__builtin_memcpy(l2, data, 38);
 #endif
 	__u8 inner_proto = pkt.flow.family == RINGLB_AF_INET6 ? IPPROTO_IPV6 : IPPROTO_IPIP;
 	__u16 outer_proto = outer_v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
@@ -552,15 +595,9 @@ int ringlb_xdp(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	if (l2_len == 18) {
-		if (data + 18 > data_end)
-			return XDP_ABORTED;
-		__builtin_memcpy(data, l2, 18);
-	} else {
-		if (data + 14 > data_end)
-			return XDP_ABORTED;
-		__builtin_memcpy(data, l2, 14);
-	}
+	if (data + 38 > data_end)
+		return XDP_ABORTED;
+	__builtin_memcpy(data, l2, 38);
 #endif
 	return action;
 }

@@ -22,11 +22,19 @@ pub const VIP_FILTER_BITS: u32 = 16;
 pub const VIP_FILTER_WORDS: u32 = 1024;
 
 pub const VIP_F_NO_CT: u32 = 0x1;
+/// `VipInfo::flags`: another region's VIP accepted here for failover, forwarded
+/// only for IPIP packets to one of this edge's own VIP addresses (`vip_addrs`).
+pub const VIP_F_FAILOVER_ALIAS: u32 = 0x2;
 pub const CFG_F_FIB_FALLBACK: u32 = 0x1;
 /// `BackendValue::nh_valid`: the next hop (MACs, ifindex, VLAN) is resolved.
 pub const NH_VALID: u8 = 0x1;
 /// `BackendValue::nh_valid`: `vlan_tci` goes under TPID 0x88a8 (802.1ad), not 0x8100.
 pub const NH_VLAN_8021AD: u8 = 0x2;
+/// `BackendValue::nh_valid` (not a next-hop bit; it shares the byte): the
+/// backend is another region's VIP. A decapsulated packet is never sent to one.
+pub const BE_F_REMOTE_VIP: u8 = 0x4;
+/// `Flow::flags`: a decapsulated (failed-over) flow's entry.
+pub const FLOW_F_DECAP: u8 = 0x1;
 
 /// Map names in the object (`SEC(".maps")` variables).
 pub mod map {
@@ -41,9 +49,12 @@ pub mod map {
     pub const STATS: &str = "stats";
     /// word -> u64: a Bloom filter of the VIP addresses (`vip_filter.rs`).
     pub const VIP_FILTER: &str = "vip_filter";
+    /// `VipKey` (port 0, proto 0) -> 1: this edge's own VIP addresses, to which
+    /// IPIP packets are decapsulated (every VIP entry but failover aliases).
+    pub const VIP_ADDRS: &str = "vip_addrs";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 9] = [
-        VIPS, RINGS, BACKENDS, CONNTRACK, OWNERS, CONFIG, VIP_STATS, STATS, VIP_FILTER,
+    pub const ALL: [&str; 10] = [
+        VIPS, RINGS, BACKENDS, CONNTRACK, OWNERS, CONFIG, VIP_STATS, STATS, VIP_FILTER, VIP_ADDRS,
     ];
 }
 
@@ -55,6 +66,18 @@ pub struct VipKey {
     pub port: Be16,
     pub proto: u8,
     pub family: u8,
+}
+
+impl VipKey {
+    /// The `vip_addrs` key of an address: port 0, proto 0.
+    pub fn of_addr(addr: IpAddr) -> Self {
+        let (addr, family) = RawAddr::from_ip(addr);
+        VipKey {
+            addr,
+            family,
+            ..Default::default()
+        }
+    }
 }
 
 /// `struct ringlb_vip_info`
@@ -92,7 +115,9 @@ pub struct Flow {
     pub dport: Be16,
     pub proto: u8,
     pub family: u8,
-    pub pad: [u8; 2],
+    /// `FLOW_F_*`
+    pub flags: u8,
+    pub pad: u8,
 }
 
 /// `struct ringlb_ct_value`
@@ -170,9 +195,15 @@ pub enum Stat {
     IcmpTooBig,
     CtSynRing,
     CtSynRewrite,
+    FailoverIn,
+    FailoverOut,
+    PassDecapNotOurs,
+    PassDecapNoAlias,
+    PassAliasPlain,
+    FailoverLoop,
 }
 
-pub const STAT_MAX: u32 = 21;
+pub const STAT_MAX: u32 = 27;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -197,6 +228,12 @@ impl Stat {
         Stat::IcmpTooBig,
         Stat::CtSynRing,
         Stat::CtSynRewrite,
+        Stat::FailoverIn,
+        Stat::FailoverOut,
+        Stat::PassDecapNotOurs,
+        Stat::PassDecapNoAlias,
+        Stat::PassAliasPlain,
+        Stat::FailoverLoop,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -223,25 +260,33 @@ impl Stat {
             Stat::IcmpTooBig => "icmp_too_big",
             Stat::CtSynRing => "ct_syn_ring",
             Stat::CtSynRewrite => "ct_syn_rewrite",
+            Stat::FailoverIn => "failover_in",
+            Stat::FailoverOut => "failover_out",
+            Stat::PassDecapNotOurs => "pass_decap_not_ours",
+            Stat::PassDecapNoAlias => "pass_decap_no_alias",
+            Stat::PassAliasPlain => "pass_alias_plain",
+            Stat::FailoverLoop => "failover_loop",
         }
     }
 }
 
 impl BackendValue {
-    /// The entry of backend `addr`, with its next hop when resolved.
-    pub fn new(addr: IpAddr, generation: u32, nh: Option<NextHop>) -> Self {
+    /// The entry of backend `addr`, with its next hop when resolved; `remote`
+    /// marks another region's VIP (`BE_F_REMOTE_VIP`).
+    pub fn new(addr: IpAddr, generation: u32, nh: Option<NextHop>, remote: bool) -> Self {
         let (raw, family) = RawAddr::from_ip(addr);
         let mut v = BackendValue {
             addr: raw,
             generation,
             family,
+            nh_valid: if remote { BE_F_REMOTE_VIP } else { 0 },
             ..Default::default()
         };
         if let Some(nh) = nh {
             v.ifindex = nh.ifindex;
             v.dmac = nh.dmac;
             v.smac = nh.smac;
-            v.nh_valid = NH_VALID;
+            v.nh_valid |= NH_VALID;
             if let Some(vlan) = nh.vlan {
                 // PCP 0, DEI 0: the VLAN id only
                 v.vlan_tci = Be16::from_host(vlan.id & 0x0fff);
@@ -251,6 +296,11 @@ impl BackendValue {
             }
         }
         v
+    }
+
+    /// Whether the backend is another region's VIP (`BE_F_REMOTE_VIP`).
+    pub fn is_remote(&self) -> bool {
+        self.nh_valid & BE_F_REMOTE_VIP != 0
     }
 
     /// The next hop the entry holds; `None` if unresolved.
@@ -308,6 +358,11 @@ mod tests {
         assert_eq!(define("RINGLB_CFG_F_FIB_FALLBACK"), CFG_F_FIB_FALLBACK);
         assert_eq!(define("RINGLB_NH_VALID"), NH_VALID as u32);
         assert_eq!(define("RINGLB_NH_VLAN_8021AD"), NH_VLAN_8021AD as u32);
+        assert_eq!(define("RINGLB_VIP_F_FAILOVER_ALIAS"), VIP_F_FAILOVER_ALIAS);
+        assert_eq!(define("RINGLB_BE_F_REMOTE_VIP"), BE_F_REMOTE_VIP as u32);
+        assert_eq!(define("RINGLB_FLOW_F_DECAP"), FLOW_F_DECAP as u32);
+        // struct ringlb_flow: ... proto (36), family (37), flags (38)
+        assert_eq!(std::mem::offset_of!(Flow, flags), 38);
         // struct ringlb_backend: ... family (36), nh_valid (37), vlan_tci (38..40)
         assert_eq!(std::mem::offset_of!(BackendValue, nh_valid), 37);
         assert_eq!(std::mem::offset_of!(BackendValue, vlan_tci), 38);

@@ -32,6 +32,7 @@ impl<M: Maps> Applier<M> {
     pub fn new(maps: M, resolver: Box<dyn Resolver>) -> Result<Self, Error> {
         let mut me = Self::observer(maps, resolver)?;
         me.rebuild_vip_filter()?;
+        me.sync_vip_addrs()?;
         Ok(me)
     }
 
@@ -80,7 +81,24 @@ impl<M: Maps> Applier<M> {
         let st = self.run_or_resync(&ops, next.last_generation)?;
         self.view.set(next);
         self.rebuild_vip_filter()?;
+        self.sync_vip_addrs()?;
         Ok(st)
+    }
+
+    /// Makes `vip_addrs` exactly the view's own VIP addresses (every VIP but
+    /// failover aliases), from a known view.
+    fn sync_vip_addrs(&mut self) -> Result<(), Error> {
+        if !self.view.is_known() {
+            return Ok(());
+        }
+        let want = self.view.own_vip_addrs();
+        let have = self.maps.vip_addrs()?;
+        let add: Vec<IpAddr> = want.difference(&have).copied().collect();
+        let del: Vec<IpAddr> = have.difference(&want).copied().collect();
+        if add.is_empty() && del.is_empty() {
+            return Ok(());
+        }
+        self.maps.vip_addrs_update(&add, &del)
     }
 
     /// Makes `vip_filter` exactly the view's VIP addresses: clears the bits of
@@ -103,9 +121,19 @@ impl<M: Maps> Applier<M> {
     ) -> Result<ApplyStats, Error> {
         self.ensure_view()?;
         let p = self.view.plannable()?;
+        let was_own = p.is_own_vip_addr(vip.addr);
         let ops = plan_update(p, vip, entry)?;
         let tombstone_gen = p.last_generation;
-        self.run_or_resync(&ops, tombstone_gen)
+        let own = p.is_own_vip_addr(vip.addr);
+        let st = self.run_or_resync(&ops, tombstone_gen)?;
+        // `vip_addrs` follows (a failed write above leaves it to the next
+        // full apply, which makes it exact)
+        match (was_own, own) {
+            (false, true) => self.maps.vip_addrs_update(&[vip.addr], &[])?,
+            (true, false) => self.maps.vip_addrs_update(&[], &[vip.addr])?,
+            _ => {}
+        }
+        Ok(st)
     }
 
     /// Global and per-VIP counters of the VIPs in the view.
@@ -140,9 +168,12 @@ impl<M: Maps> Applier<M> {
         // After a failed write and a failed re-read the view may name ids
         // that are deleted in the maps: rewriting them would revive them.
         self.ensure_view()?;
-        let mut by_addr: BTreeMap<IpAddr, Vec<(u32, u32)>> = BTreeMap::new();
+        let mut by_addr: BTreeMap<IpAddr, Vec<(u32, u32, bool)>> = BTreeMap::new();
         for (_, addr, b) in self.view.backends() {
-            by_addr.entry(*addr).or_default().push((b.id, b.generation));
+            by_addr
+                .entry(*addr)
+                .or_default()
+                .push((b.id, b.generation, b.remote));
         }
         let (mut ids, mut vals) = (Vec::new(), Vec::new());
         let mut changes = NextHopChanges::default();
@@ -150,9 +181,9 @@ impl<M: Maps> Applier<M> {
             let nh = self.resolver.resolve(addr);
             let new_nh = nh.as_ref().ok().copied();
             let mut old_nh = None;
-            for (id, generation) in pairs {
+            for (id, generation, remote) in pairs {
                 let old = self.maps.backend(id)?.unwrap_or_default();
-                let new = abi::BackendValue::new(addr, generation, new_nh);
+                let new = abi::BackendValue::new(addr, generation, new_nh, remote);
                 if new != old {
                     old_nh.get_or_insert(old.next_hop());
                     ids.push(id);
@@ -300,6 +331,44 @@ mod tests {
         }
         let (ops, _) = plan(a.programmed(), want).unwrap();
         assert!(ops.is_empty(), "{ops:?}");
+    }
+
+    /// `vip_addrs` holds this edge's own VIP addresses, not a failover alias's,
+    /// after a full apply and through single-service changes.
+    #[test]
+    fn vip_addrs_follow_own_vips_but_not_aliases() {
+        let (own, own2, alias) = (
+            vip(1),
+            Vip {
+                port: 443,
+                ..vip(1)
+            },
+            vip(2),
+        );
+        let al = entry(&alias, &[3], 7).as_failover_alias(&alias).unwrap();
+        let mut a = applier(MemoryMaps::default());
+        a.apply(&desired(&[
+            (own, entry(&own, &[1], 7)),
+            (alias, al.clone()),
+        ]))
+        .unwrap();
+        let addrs = |a: &Applier<MemoryMaps>| a.maps().vip_addrs.clone();
+        assert_eq!(addrs(&a), [own.addr].into_iter().collect());
+        // a second VIP on the address, then the first one leaves: it stays
+        a.apply_service(&own2, Some(&entry(&own2, &[1], 7)))
+            .unwrap();
+        a.apply_service(&own, None).unwrap();
+        assert_eq!(addrs(&a), [own.addr].into_iter().collect());
+        a.apply_service(&own2, None).unwrap();
+        assert!(addrs(&a).is_empty());
+        // the alias's address turns into an own VIP's
+        a.apply_service(&alias, Some(&entry(&alias, &[3], 7)))
+            .unwrap();
+        assert_eq!(addrs(&a), [alias.addr].into_iter().collect());
+        // a full apply makes it exact whatever the map held
+        a.maps_mut().vip_addrs.insert(vip(9).addr);
+        a.apply(&desired(&[(alias, al)])).unwrap();
+        assert!(addrs(&a).is_empty());
     }
 
     /// The operator CLI's view beside a running edge writes nothing, not even the

@@ -104,7 +104,8 @@ pub fn flow(proto: Proto, src: SocketAddr, dst: SocketAddr) -> abi::Flow {
         dport: abi::Be16::from_host(dst.port()),
         proto: proto.number(),
         family,
-        pad: [0; 2],
+        flags: 0,
+        pad: 0,
     }
 }
 
@@ -127,6 +128,11 @@ fn vlan_label(b: &abi::BackendValue) -> String {
         ""
     };
     format!(" vlan {}{ad}", tci & 0x0fff)
+}
+
+/// "remote VIP " for a backend that is another region's VIP, "" for a pod.
+fn remote_label(b: &abi::BackendValue) -> &'static str {
+    if b.is_remote() { "remote VIP " } else { "" }
 }
 
 /// `dump` output (pure: tested without BPF).
@@ -154,19 +160,33 @@ fn format_dump_parts(
         } else {
             ""
         };
-        writeln!(s, "VIP {vip}  id {}  ring {}{no_ct}", p.vip_id, p.ring_size).ok();
+        let alias = if p.flags & abi::VIP_F_FAILOVER_ALIAS != 0 {
+            " failover-alias (IPIP to our VIPs only)"
+        } else {
+            ""
+        };
+        writeln!(
+            s,
+            "VIP {vip}  id {}  ring {}{no_ct}{alias}",
+            p.vip_id, p.ring_size
+        )
+        .ok();
         let mut counts = slot_counts.get(&p.vip_id).cloned();
         for (addr, pb) in &p.backends {
             let nh = match backends.get(&pb.id) {
                 Some(b) if b.family == 0 => "slot is empty (tombstone)".to_string(),
-                Some(b) if b.nh_valid != 0 => format!(
-                    "via ifindex {}{} {} -> {}",
+                Some(b) if b.nh_valid & abi::NH_VALID != 0 => format!(
+                    "{}via ifindex {}{} {} -> {}",
+                    remote_label(b),
                     b.ifindex,
                     vlan_label(b),
                     mac(&b.smac),
                     mac(&b.dmac)
                 ),
-                Some(_) => "next hop unresolved (bpf_fib_lookup fallback)".to_string(),
+                Some(b) => format!(
+                    "{}next hop unresolved (bpf_fib_lookup fallback)",
+                    remote_label(b)
+                ),
                 None => "<missing>".to_string(),
             };
             let slots = counts
@@ -226,6 +246,9 @@ pub fn format_lookup(what: &str, l: &Lookup) -> String {
             slot.unwrap_or(0),
             ct(conntrack)
         ),
+        Lookup::AliasPlain { vip } => format!(
+            "{what}: VIP {vip} is a failover alias: it serves only IPIP packets to one of this edge's VIPs; a plain packet is passed to the kernel (pass_alias_plain)\n"
+        ),
         Lookup::NoBackend {
             vip,
             slot,
@@ -284,6 +307,7 @@ mod tests {
                     ProgrammedBackend {
                         id: 1,
                         generation: 4,
+                        remote: false,
                     },
                 )]
                 .into_iter()
@@ -337,6 +361,23 @@ mod tests {
         };
         let s = format_dump_parts(&vips, &[(1, ad)].into_iter().collect(), &counts);
         assert!(s.contains("vlan 100 (802.1ad)"), "{s}");
+        // a remote-VIP backend (failover) of an alias-free VIP, unresolved
+        let remote = abi::BackendValue {
+            nh_valid: abi::BE_F_REMOTE_VIP,
+            ..b
+        };
+        let s = format_dump_parts(&vips, &[(1, remote)].into_iter().collect(), &counts);
+        assert!(
+            s.contains("remote VIP next hop unresolved (bpf_fib_lookup fallback)"),
+            "{s}"
+        );
+        let mut alias = vips.clone();
+        alias.get_mut(&vip).unwrap().flags = abi::VIP_F_FAILOVER_ALIAS;
+        let s = format_dump_parts(&alias, &[(1, b)].into_iter().collect(), &counts);
+        assert!(
+            s.contains("ring 251 failover-alias (IPIP to our VIPs only)"),
+            "{s}"
+        );
     }
 
     #[test]

@@ -45,6 +45,11 @@ pub enum Lookup {
         conntrack: CtState,
         slot: Option<u32>,
     },
+    /// A failover alias (another region's VIP accepted here): it serves only
+    /// IPIP packets to one of this edge's VIPs, so this plain packet is passed
+    /// (`pass_alias_plain`). (A failed-over flow's conntrack entry is apart:
+    /// keyed with `FLOW_F_DECAP`, which `lookup` does not follow.)
+    AliasPlain { vip: Vip },
     /// A VIP, but its ring slot names no live backend (id 0, a tombstone, no
     /// ring): `XDP_DROP` (`drop_no_backend`).
     NoBackend {
@@ -182,6 +187,9 @@ impl XdpDatapath {
         let Some(vip) = Vip::from_abi(&key) else {
             return Ok(not_vip);
         };
+        if info.flags & abi::VIP_F_FAILOVER_ALIAS != 0 {
+            return Ok(Lookup::AliasPlain { vip });
+        }
         let conntrack = match stale {
             Some(s) => s,
             None if info.flags & abi::VIP_F_NO_CT != 0 => CtState::Off,

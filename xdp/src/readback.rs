@@ -88,9 +88,11 @@ pub(crate) fn check_abi(maps: &KernelMaps) -> Result<(), Error> {
     let _: ArrayOfMaps<&MapData, Array<MapData, u32>> = maps.map(RINGS)?;
     let backends: Array<_, abi::BackendValue> = maps.map(BACKENDS)?;
     let ct: HashMap<_, abi::Flow, abi::CtValue> = maps.map(CONNTRACK)?;
+    let addrs: HashMap<_, abi::VipKey, u32> = maps.map(VIP_ADDRS)?;
     // pinned maps keep the size they were created with
     for (name, data, want) in [
         (VIPS, vips.map(), abi::MAX_VIPS),
+        (VIP_ADDRS, addrs.map(), abi::MAX_VIPS),
         (BACKENDS, backends.map(), abi::MAX_BACKENDS),
         (CONNTRACK, ct.map(), abi::CT_SIZE),
     ] {

@@ -407,7 +407,8 @@ fn maglev_ring_in_the_kernel_agrees_with_the_rust_table() {
             dport: ringlb_xdp::abi::Be16::from_host(80),
             proto: 6,
             family: fam,
-            pad: [0; 2],
+            flags: 0,
+            pad: 0,
         };
         match dp.lookup(&flow).unwrap() {
             ringlb_xdp::lookup::Lookup::Backend {

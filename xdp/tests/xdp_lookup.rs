@@ -67,7 +67,7 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
     let (src, dst): (SocketAddr, SocketAddr) = (src.parse().unwrap(), dst.parse().unwrap());
     let said = dp.lookup(&cli::flow(Proto::Tcp, src, dst)).unwrap();
     let predicted = match said {
-        Lookup::NotVip { .. } => Outcome::Pass,
+        Lookup::NotVip { .. } | Lookup::AliasPlain { .. } => Outcome::Pass,
         Lookup::NoBackend { .. } => Outcome::Drop,
         Lookup::Backend {
             addr, conntrack, ..
@@ -75,6 +75,7 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
     };
     let want_ct = match said {
         Lookup::Backend { conntrack, .. } | Lookup::NoBackend { conntrack, .. } => Some(conntrack),
+        Lookup::AliasPlain { .. } => None,
         Lookup::NotVip { conntrack } => Some(match conntrack {
             CtState::Miss => CtState::Off, // the program counts no ct_miss for a non-VIP
             other => other,

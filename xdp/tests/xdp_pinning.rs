@@ -143,7 +143,8 @@ fn second_process_reads_back_and_replaces(
         dport: abi::Be16::from_host(80),
         proto: 6,
         family,
-        pad: [0; 2],
+        flags: 0,
+        pad: 0,
     };
     assert!(
         matches!(

@@ -2,7 +2,8 @@
 //! Rings are written straight into their mmapped memory; backends and owners in
 //! `BPF_MAP_UPDATE_BATCH` batches (`batch.rs`).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
 use std::os::fd::AsFd;
 
 use aya::{
@@ -216,6 +217,31 @@ impl Maps for KernelMaps {
             update_batch(m.map().fd().as_fd(), &keys, &vals)?;
         }
         self.filter = Some(filter.clone());
+        Ok(())
+    }
+
+    fn vip_addrs(&self) -> Result<BTreeSet<IpAddr>, Error> {
+        let m: HashMap<_, abi::VipKey, u32> = self.map(abi::map::VIP_ADDRS)?;
+        let mut addrs = BTreeSet::new();
+        for k in m.keys() {
+            let k = k.map_err(map_err(abi::map::VIP_ADDRS))?;
+            addrs.extend(k.addr.to_ip(k.family));
+        }
+        Ok(addrs)
+    }
+
+    fn vip_addrs_update(&mut self, add: &[IpAddr], del: &[IpAddr]) -> Result<(), Error> {
+        let mut m: HashMap<_, abi::VipKey, u32> = self.map_mut(abi::map::VIP_ADDRS)?;
+        for a in add {
+            m.insert(abi::VipKey::of_addr(*a), 1, 0)
+                .map_err(map_err(abi::map::VIP_ADDRS))?;
+        }
+        for a in del {
+            match m.remove(&abi::VipKey::of_addr(*a)) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err(abi::map::VIP_ADDRS)(e)),
+            }
+        }
         Ok(())
     }
 

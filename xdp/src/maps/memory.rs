@@ -15,6 +15,7 @@ pub struct MemoryMaps {
     pub backends: BTreeMap<u32, abi::BackendValue>,
     pub owners: BTreeMap<u32, u32>,
     pub vip_filter: VipFilter,
+    pub vip_addrs: BTreeSet<std::net::IpAddr>,
     /// Writes left before one fails (`None`: never). Each trait call that writes
     /// counts once; the failing one changes nothing.
     pub fail_after: Option<usize>,
@@ -150,6 +151,24 @@ impl Maps for MemoryMaps {
     fn vip_filter_set(&mut self, filter: &VipFilter) -> Result<(), Error> {
         self.write("vip_filter_set")?;
         self.vip_filter = filter.clone();
+        Ok(())
+    }
+
+    fn vip_addrs(&self) -> Result<BTreeSet<std::net::IpAddr>, Error> {
+        self.read("vip_addrs")?;
+        Ok(self.vip_addrs.clone())
+    }
+
+    fn vip_addrs_update(
+        &mut self,
+        add: &[std::net::IpAddr],
+        del: &[std::net::IpAddr],
+    ) -> Result<(), Error> {
+        self.write("vip_addrs_update")?;
+        self.vip_addrs.extend(add);
+        for a in del {
+            self.vip_addrs.remove(a);
+        }
         Ok(())
     }
 

@@ -53,6 +53,10 @@ pub trait Maps {
     /// Makes `vip_filter` exactly `filter` (writes the words that differ from
     /// what this layer last wrote; all of them the first time).
     fn vip_filter_set(&mut self, filter: &VipFilter) -> Result<(), Error>;
+    /// Every address in `vip_addrs` (this edge's own VIP addresses).
+    fn vip_addrs(&self) -> Result<BTreeSet<IpAddr>, Error>;
+    /// Adds `add` to `vip_addrs` and removes `del` (a missing one is no error).
+    fn vip_addrs_update(&mut self, add: &[IpAddr], del: &[IpAddr]) -> Result<(), Error>;
     /// The global counters, and the per-VIP ones of `vips` (VIP, vip_id), summed
     /// over CPUs.
     fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error>;
@@ -87,11 +91,12 @@ pub fn run_ops(
                     id,
                     addr,
                     generation,
+                    remote,
                 }) = ops.get(i)
                 {
                     let nh = *nhs.entry(*addr).or_insert_with(|| resolve(resolver, *addr));
                     ids.push(*id);
-                    vals.push(abi::BackendValue::new(*addr, *generation, nh));
+                    vals.push(abi::BackendValue::new(*addr, *generation, nh, *remote));
                     i += 1;
                 }
                 maps.put_backends(&ids, &vals)?;

@@ -71,7 +71,8 @@ pub fn plan_update(
         });
     }
     let new_addrs = new.map(|s| distinct(s.backends())).unwrap_or_default();
-    check_ids_available(p, vip, new, &new_addrs)?;
+    let remote = |a: &IpAddr| new.is_some_and(|s| s.is_remote(a));
+    check_ids_available(p, vip, new, &new_addrs, &remote)?;
     let old = p.vips.remove(vip);
     let mut ops = PlanOps::default();
     // the ring (and owner) id: the old one, or a new ring when M changes
@@ -82,7 +83,7 @@ pub fn plan_update(
 
     // 1. this service's ids: kept per address, new addresses get a fresh id
     //    and generation; ids of addresses that left are deleted last
-    let (kept, leaving) = assign_backend_ids(p, &new_addrs, old.as_ref(), &mut ops.puts);
+    let (kept, leaving) = assign_backend_ids(p, &new_addrs, &remote, old.as_ref(), &mut ops.puts);
     own_backend_ids(p, vip, ring_id, old.is_some(), &kept, &mut ops);
     // sorted input: built in one pass
     let backends = kept.into_iter().map(|(a, b, _)| (a, b)).collect();
@@ -147,13 +148,14 @@ fn check_ids_available(
     vip: &Vip,
     new: Option<&ServiceEntry>,
     new_addrs: &[IpAddr],
+    remote: &dyn Fn(&IpAddr) -> bool,
 ) -> Result<(), Error> {
     let old = p.vips.get(vip);
     let mut missing = 0u64;
     merge(
         new_addrs,
         old.iter().flat_map(|o| &o.backends),
-        |_, b| missing += u64::from(b.is_none()),
+        |a, b| missing += u64::from(b.is_none_or(|b| b.remote != remote(&a))),
         |_| {},
     );
     if missing > p.backend_ids.available() {
@@ -178,18 +180,30 @@ type Kept = Vec<(IpAddr, ProgrammedBackend, bool)>;
 
 /// Step 1: the id of each new address (its current one, or a fresh id and
 /// generation written to `puts`), and the ids of the addresses that left.
+/// An address whose remote flag changed (pod <-> another region's VIP) is
+/// another backend: a fresh id, and the old one leaves.
 fn assign_backend_ids(
     p: &mut Programmed,
     new_addrs: &[IpAddr],
+    remote: &dyn Fn(&IpAddr) -> bool,
     old: Option<&ProgrammedVip>,
     puts: &mut Vec<MapOp>,
 ) -> (Kept, Vec<ProgrammedBackend>) {
     let mut kept = Vec::with_capacity(new_addrs.len());
-    let mut leaving = Vec::new();
+    let (mut leaving, mut replaced) = (Vec::new(), Vec::new());
     merge(
         new_addrs,
         old.iter().flat_map(|o| &o.backends),
         |a, b| {
+            let remote = remote(&a);
+            let b = match b {
+                Some(b) if b.remote == remote => Some(b),
+                Some(b) => {
+                    replaced.push(b);
+                    None
+                }
+                None => None,
+            };
             let is_new = b.is_none();
             let b = b.unwrap_or_else(|| {
                 let id = p.backend_ids.alloc().expect("checked above");
@@ -198,16 +212,19 @@ fn assign_backend_ids(
                     id,
                     addr: a,
                     generation: p.last_generation,
+                    remote,
                 });
                 ProgrammedBackend {
                     id,
                     generation: p.last_generation,
+                    remote,
                 }
             });
             kept.push((a, b, is_new));
         },
         |b| leaving.push(b),
     );
+    leaving.append(&mut replaced);
     (kept, leaving)
 }
 
@@ -352,6 +369,7 @@ fn renew_generations(
             id: b.id,
             addr: *a,
             generation: b.generation,
+            remote: b.remote,
         });
     }
 }

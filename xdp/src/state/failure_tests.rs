@@ -232,6 +232,7 @@ fn regenerated_after_the_vip_or_start(ops: &[MapOp], p: &Programmed, v: &Vip) ->
             id: b.id,
             addr: *a,
             generation: b.generation,
+            remote: b.remote,
         };
         assert!(ops.contains(&put), "{put:?} missing: {ops:?}");
     }

@@ -51,7 +51,14 @@ impl VipAbi for Vip {
 
 /// The `VipInfo::flags` of a service.
 fn vip_flags(svc: &ServiceEntry) -> u32 {
-    if svc.conntrack() { 0 } else { abi::VIP_F_NO_CT }
+    let mut f = 0;
+    if !svc.conntrack() {
+        f |= abi::VIP_F_NO_CT;
+    }
+    if svc.failover_alias() {
+        f |= abi::VIP_F_FAILOVER_ALIAS;
+    }
+    f
 }
 
 /// A backend id as it sits in the `backends` map. An id belongs to exactly
@@ -61,6 +68,9 @@ fn vip_flags(svc: &ServiceEntry) -> u32 {
 pub struct ProgrammedBackend {
     pub id: u32,
     pub generation: u32,
+    /// The address is another region's VIP (`abi::BE_F_REMOTE_VIP`). An
+    /// address that turns remote, or back, gets a new id (its flows move).
+    pub remote: bool,
 }
 
 /// A VIP as it sits in the `vips` / `rings` maps.
@@ -171,7 +181,7 @@ impl Programmed {
         let mut last_generation = r.high_water;
         let live = |id: &u32| {
             let b = r.backends.get(id)?;
-            Some((b.addr.to_ip(b.family)?, b.generation))
+            Some((b.addr.to_ip(b.family)?, (b.generation, b.is_remote())))
         };
         type Owned = BTreeMap<Vip, BTreeMap<IpAddr, ProgrammedBackend>>;
         fn claim(
@@ -179,13 +189,20 @@ impl Programmed {
             vip: Vip,
             id: u32,
             addr: IpAddr,
-            generation: u32,
+            (generation, remote): (u32, bool),
         ) -> bool {
             let mine = owned.entry(vip).or_default();
             if mine.contains_key(&addr) || claimed.contains(&id) {
                 return false;
             }
-            mine.insert(addr, ProgrammedBackend { id, generation });
+            mine.insert(
+                addr,
+                ProgrammedBackend {
+                    id,
+                    generation,
+                    remote,
+                },
+            );
             claimed.insert(id);
             true
         }
@@ -194,7 +211,7 @@ impl Programmed {
             let Some((addr, generation)) = live(id) else {
                 continue;
             };
-            last_generation = last_generation.max(generation);
+            last_generation = last_generation.max(generation.0);
             let ok = by_vid
                 .get(vid)
                 .is_some_and(|v| claim((&mut owned, &mut claimed), *v, *id, addr, generation));
@@ -210,7 +227,7 @@ impl Programmed {
             for id in ids {
                 named.entry(id).or_default().insert(*vip);
                 if let Some((addr, generation)) = live(&id) {
-                    last_generation = last_generation.max(generation);
+                    last_generation = last_generation.max(generation.0);
                     if claimed.contains(&id) {
                         continue;
                     }
@@ -260,6 +277,33 @@ impl Programmed {
         }
     }
 
+    /// This edge's own VIP addresses (`vip_addrs`): those of every VIP entry
+    /// but failover aliases. IPIP packets to them are decapsulated.
+    pub fn own_vip_addrs(&self) -> BTreeSet<IpAddr> {
+        self.vips
+            .iter()
+            .filter(|(_, p)| p.flags & abi::VIP_F_FAILOVER_ALIAS == 0)
+            .map(|(v, _)| v.addr)
+            .collect()
+    }
+
+    /// Whether `addr` is one of [`Self::own_vip_addrs`] (its VIPs only).
+    pub fn is_own_vip_addr(&self, addr: IpAddr) -> bool {
+        let lo = Vip {
+            addr,
+            port: 0,
+            proto: Proto::Tcp,
+        };
+        let hi = Vip {
+            addr,
+            port: u16::MAX,
+            proto: Proto::Udp,
+        };
+        self.vips
+            .range(lo..=hi)
+            .any(|(_, p)| p.flags & abi::VIP_F_FAILOVER_ALIAS == 0)
+    }
+
     /// The highest backend id ever handed out plus one.
     pub fn backend_id_limit(&self) -> u32 {
         self.backend_ids.next
@@ -288,6 +332,8 @@ pub enum MapOp {
         id: u32,
         addr: IpAddr,
         generation: u32,
+        /// Another region's VIP (`abi::BE_F_REMOTE_VIP`).
+        remote: bool,
     },
     /// Records in the `owners` map that `ids` belong to the VIP whose ring is
     /// `vip_id`. The loader reads it back after a restart; the program reads

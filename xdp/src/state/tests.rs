@@ -87,7 +87,8 @@ fn backend_change_writes_only_changed_slots_and_frees_id_later() {
         MapOp::PutBackend {
             id: 3,
             addr: ip(3),
-            generation: 3
+            generation: 3,
+            remote: false,
         }
     );
     assert_eq!(
@@ -112,7 +113,8 @@ fn backend_change_writes_only_changed_slots_and_frees_id_later() {
         MapOp::PutBackend {
             id: 2,
             addr: ip(4),
-            generation: 4
+            generation: 4,
+            remote: false,
         }
     );
 }
@@ -213,6 +215,7 @@ fn regenerated_after_the_vip(ops: &[MapOp], p: &Programmed, v: &Vip) -> Vec<u32>
                 id: b.id,
                 addr: *a,
                 generation: b.generation,
+                remote: false,
             }
         });
         assert!(
@@ -496,7 +499,8 @@ fn restore_takes_ownership_from_the_rings() {
         vec![&MapOp::PutBackend {
             id: 2,
             addr: ip(2),
-            generation: 14
+            generation: 14,
+            remote: false,
         }],
         "b's .2: lowest free id, generation above the high-water mark"
     );
@@ -629,4 +633,57 @@ fn owners_follow_a_ring_size_change() {
         r.backends().collect::<Vec<_>>(),
         p2.backends().collect::<Vec<_>>()
     );
+}
+
+/// Failover (issue 14): a remote-VIP backend and a failover alias are written
+/// with their flags, read back with them (a restart plans nothing), and an
+/// address that turns remote (or back) gets a new id, so its flows move.
+#[test]
+fn remote_backends_and_aliases_round_trip_through_the_maps() {
+    let (a, b) = (vip(1, 80), vip(2, 80));
+    let remote = IpAddr::from([10, 9, 0, 1]);
+    let with_remote = |remote_flag: bool| {
+        let e = ServiceEntry::new(&a, vec![ip(1), remote], vec![0, 1, 0, 1, 1]).unwrap();
+        if remote_flag {
+            e.with_remote(&a, [remote]).unwrap()
+        } else {
+            e
+        }
+    };
+    let d = state(vec![
+        (a, with_remote(true)),
+        (b, svc(&b, &[2, 3], 5).as_failover_alias(&b).unwrap()),
+    ]);
+    let mut m = MemoryMaps::default();
+    let (ops, p) = plan(&Programmed::default(), &d).unwrap();
+    run(&mut m, &ops);
+    assert!(ops.contains(&MapOp::PutBackend {
+        id: p.backend(&a, remote).unwrap().id,
+        addr: remote,
+        generation: p.backend(&a, remote).unwrap().generation,
+        remote: true,
+    }));
+    let rid = p.backend(&a, remote).unwrap().id;
+    assert!(m.backends[&rid].is_remote());
+    assert!(!m.backends[&p.backend(&a, ip(1)).unwrap().id].is_remote());
+    assert_eq!(m.vips[&b].flags, abi::VIP_F_FAILOVER_ALIAS);
+    assert_eq!(m.vips[&a].flags, 0);
+    assert_eq!(p.own_vip_addrs(), [a.addr].into_iter().collect());
+    assert!(p.is_own_vip_addr(a.addr) && !p.is_own_vip_addr(b.addr));
+
+    // a restart reads the flags back and has nothing to write
+    let restored = Programmed::restore(read(&m));
+    assert!(restored.backend(&a, remote).unwrap().remote);
+    assert_eq!(restored.vips[&b].flags, abi::VIP_F_FAILOVER_ALIAS);
+    let (ops, _) = plan(&restored, &d).unwrap();
+    assert!(ops.is_empty(), "{ops:?}");
+
+    // the address is a pod now: a new id (not remote), the remote one leaves
+    let d2 = state(vec![(a, with_remote(false)), (b, d.services[&b].clone())]);
+    let (ops, p2) = plan(&restored, &d2).unwrap();
+    let now = p2.backend(&a, remote).unwrap();
+    assert!(!now.remote && now.id != rid, "{now:?}");
+    assert!(ops.contains(&MapOp::DelBackend { id: rid }), "{ops:?}");
+    run(&mut m, &ops);
+    assert!(!m.backends[&now.id].is_remote());
 }
