@@ -62,10 +62,8 @@ pub fn region_addrs(prefix: &str, name: &str, net: u8, edges: usize, nodes: usiz
 }
 
 /// The manifests a region adds to the one-region lab's: IPPool `anycast` (only
-/// [`ANYCAST_VIP`], never auto-assigned, announced like the lab's pool), Service
-/// `anycast` over the same pods, drawing from it, and Service [`FAILOVER_SVC`] over
-/// the same pods from the lab's pool (its failover annotations come once both
-/// regions' VIPs are known: [`GtmLab::up`]); all get the hold-down.
+/// [`ANYCAST_VIP`], never auto-assigned, announced like the lab's pool) and Service
+/// `anycast` over the same pods, drawing from it; both get the hold-down.
 pub fn region_manifests() -> Vec<(&'static str, String)> {
     vec![
         (
@@ -80,13 +78,17 @@ pub fn region_manifests() -> Vec<(&'static str, String)> {
                 "apiVersion: v1\nkind: Service\nmetadata:\n  name: anycast\n  annotations:\n    ringlb.io/ip-pool: anycast\n    ringlb.io/health-hold-down: {HOLD_DOWN_S}s\nspec:\n  type: LoadBalancer\n  selector:\n    app: web\n  ports:\n  - port: 80\n    targetPort: 8080\n"
             ),
         ),
-        (
-            "80-failover-service.yaml",
-            format!(
-                "apiVersion: v1\nkind: Service\nmetadata:\n  name: {FAILOVER_SVC}\n  annotations:\n    ringlb.io/health-hold-down: {HOLD_DOWN_S}s\nspec:\n  type: LoadBalancer\n  selector:\n    app: web\n  ports:\n  - port: 80\n    targetPort: 8080\n"
-            ),
-        ),
     ]
+}
+
+/// Service [`FAILOVER_SVC`] over the same pods, from the lab's pool, with the
+/// hold-down; applied after `web` has its VIP, so that `web` keeps the pool's first
+/// address. Its failover annotations come once both regions' VIPs are known
+/// ([`GtmLab::up`]).
+pub fn failover_manifest() -> String {
+    format!(
+        "apiVersion: v1\nkind: Service\nmetadata:\n  name: {FAILOVER_SVC}\n  annotations:\n    ringlb.io/health-hold-down: {HOLD_DOWN_S}s\nspec:\n  type: LoadBalancer\n  selector:\n    app: web\n  ports:\n  - port: 80\n    targetPort: 8080\n"
+    )
 }
 
 /// BIRD on the core: eBGP to every region's ToR, accepting only /32s of that
@@ -385,6 +387,10 @@ pub fn start_region(topo: &Topology, cluster: &mut Cluster) -> Result<(String, S
             });
         }
         cluster.wait_ecmp(&any, n_edges, Duration::from_secs(30))?;
+        let p = manifests.join("80-failover-service.yaml");
+        std::fs::write(&p, failover_manifest())
+            .map_err(Error::io(format!("writing {}", p.display())))?;
+        cluster.apply(&p)?;
         let fo = cluster.wait_vip(FAILOVER_SVC, Duration::from_secs(30))?;
         cluster.wait_ecmp(&fo, n_edges, Duration::from_secs(30))?;
         return Ok((vip, fo));
