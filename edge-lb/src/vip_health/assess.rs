@@ -355,6 +355,41 @@ mod tests {
     }
 
     #[test]
+    fn a_failover_vip_keeps_the_route_but_not_a_de_preference_away() {
+        let remote: IpAddr = "198.51.100.7".parse().unwrap();
+        let with = |ready, phase, below| PortFacts {
+            failover: Some(remote),
+            ..facts(ready, 2, phase, below)
+        };
+        // Failing over: announced under `withdraw`, de-preferred under a de-preference.
+        assert_eq!(
+            verdict(&with(0, Phase::Unhealthy, Below::Withdraw)),
+            Verdict::Serve
+        );
+        let d = verdict(&with(0, Phase::Unhealthy, PREPEND));
+        assert!(matches!(d, Verdict::Deprefer(p) if p.prepend == 3), "{d:?}");
+        assert_eq!(
+            verdict(&with(1, Phase::Unhealthy, Below::Withdraw)),
+            Verdict::Serve
+        );
+        // Not programmed: nothing can forward it, withdrawn as always.
+        let f = PortFacts {
+            programmed: false,
+            ..with(0, Phase::Unhealthy, Below::Withdraw)
+        };
+        assert_eq!(verdict(&f), Verdict::Withdraw);
+        assert_eq!(f.failing_over(), None);
+        let r = alone(&with(0, Phase::Unhealthy, PREPEND));
+        assert_eq!((r.state, r.http_status()), (State::Down, 503));
+        assert!(
+            r.reason.starts_with("failing over to 198.51.100.7"),
+            "{}",
+            r.reason
+        );
+        assert!(r.depreferred && r.failing_over);
+    }
+
+    #[test]
     fn recovering_is_degraded_and_says_how_far() {
         let now = Instant::now();
         let since = now - Duration::from_secs(4);
