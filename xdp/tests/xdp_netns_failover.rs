@@ -85,57 +85,7 @@ fn tcp_to_a_vip_without_pods_is_served_by_the_other_regions_pods() {
     let [client, tor, edge_a, edge_b, pod1, pod2] =
         ["c", "t", "a", "b", "p1", "p2"].map(|n| Netns::new(&format!("rlbf{pid}{n}")));
     let (c, t, ea, eb, p1, p2) = (&client.0, &tor.0, &edge_a.0, &edge_b.0, &pod1.0, &pod2.0);
-    veth(c, "eth0", "10.202.1.2/24", t, "ve-cl", "10.202.1.1/24");
-    veth(ea, "eth0", "10.202.0.11/24", t, "ve-e", "10.202.0.1/24");
-    veth(eb, "eth0", "10.202.4.11/24", t, "ve-eb", "10.202.4.1/24");
-    veth(p1, "eth0", "10.202.2.21/24", t, "ve-p1", "10.202.2.1/24");
-    veth(p2, "eth0", "10.202.3.22/24", t, "ve-p2", "10.202.3.1/24");
-    for (ns, gw) in [
-        (c, "10.202.1.1"),
-        (ea, "10.202.0.1"),
-        (eb, "10.202.4.1"),
-        (p1, "10.202.2.1"),
-        (p2, "10.202.3.1"),
-    ] {
-        sh(&["ip", "-n", ns, "route", "add", "default", "via", gw]);
-    }
-    // each region's edge announces its own VIP (BGP's job in production)
-    for (v, via) in [(VIP_A, "10.202.0.11"), (VIP_B, "10.202.4.11")] {
-        sh(&[
-            "ip",
-            "-n",
-            t,
-            "route",
-            "add",
-            &format!("{v}/32"),
-            "via",
-            via,
-        ]);
-    }
-    sysctl(t, "net.ipv4.ip_forward=1");
-    for ns in [c, t, ea, eb, p1, p2] {
-        sysctl(ns, "net.ipv4.conf.all.rp_filter=0");
-        sysctl(ns, "net.ipv4.conf.default.rp_filter=0");
-    }
-    for dev in ["ve-cl", "ve-e", "ve-eb", "ve-p1", "ve-p2"] {
-        sysctl(t, &format!("net.ipv4.conf.{dev}.rp_filter=0"));
-    }
-    for ns in [p1, p2] {
-        sh(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{VIP_A}/32"),
-            "dev",
-            "lo",
-        ]);
-        sysctl(ns, "net.ipv4.conf.all.arp_ignore=1");
-        sysctl(ns, "net.ipv4.conf.all.arp_announce=2");
-        sysctl(ns, "net.ipv4.conf.eth0.rp_filter=0");
-    }
-    in_netns(c, || tx_checksum_off("eth0"));
+    wire_the_lab([c, t, ea, eb, p1, p2]);
     // ringlb_pass on the ToR's side of both edges, tc decap in the pods
     let _programs = attach_lab_programs(t, [p1, p2]);
     let _pass_b = attach_pass(t, "ve-eb");
@@ -194,10 +144,79 @@ fn tcp_to_a_vip_without_pods_is_served_by_the_other_regions_pods() {
     }
     assert!(counter(&dp_b, "ct_hit") > 0 && counter(&dp_a, "ct_hit") > 0);
 
-    // region A's pods return (here: the same two pods, reached directly). The
-    // remote VIP stays in A's entry as a draining backend (in the backends,
-    // not in the ring): established cross-region flows keep going through B
-    // by conntrack, new ones go to the pods directly.
+    a_pods_return_and_failed_over_flows_stay_on_b(c, &mut dp_a, &dp_b, &mut conns);
+    drop(conns);
+    dp_a.uninstall().unwrap();
+    dp_b.uninstall().unwrap();
+}
+
+/// The namespaces of the picture at the top: links, routes (the ToR routes
+/// each VIP to its region's edge), and the sysctls DSR needs.
+fn wire_the_lab([c, t, ea, eb, p1, p2]: [&str; 6]) {
+    veth(c, "eth0", "10.202.1.2/24", t, "ve-cl", "10.202.1.1/24");
+    veth(ea, "eth0", "10.202.0.11/24", t, "ve-e", "10.202.0.1/24");
+    veth(eb, "eth0", "10.202.4.11/24", t, "ve-eb", "10.202.4.1/24");
+    veth(p1, "eth0", "10.202.2.21/24", t, "ve-p1", "10.202.2.1/24");
+    veth(p2, "eth0", "10.202.3.22/24", t, "ve-p2", "10.202.3.1/24");
+    for (ns, gw) in [
+        (c, "10.202.1.1"),
+        (ea, "10.202.0.1"),
+        (eb, "10.202.4.1"),
+        (p1, "10.202.2.1"),
+        (p2, "10.202.3.1"),
+    ] {
+        sh(&["ip", "-n", ns, "route", "add", "default", "via", gw]);
+    }
+    // each region's edge announces its own VIP (BGP's job in production)
+    for (v, via) in [(VIP_A, "10.202.0.11"), (VIP_B, "10.202.4.11")] {
+        sh(&[
+            "ip",
+            "-n",
+            t,
+            "route",
+            "add",
+            &format!("{v}/32"),
+            "via",
+            via,
+        ]);
+    }
+    sysctl(t, "net.ipv4.ip_forward=1");
+    for ns in [c, t, ea, eb, p1, p2] {
+        sysctl(ns, "net.ipv4.conf.all.rp_filter=0");
+        sysctl(ns, "net.ipv4.conf.default.rp_filter=0");
+    }
+    for dev in ["ve-cl", "ve-e", "ve-eb", "ve-p1", "ve-p2"] {
+        sysctl(t, &format!("net.ipv4.conf.{dev}.rp_filter=0"));
+    }
+    for ns in [p1, p2] {
+        sh(&[
+            "ip",
+            "-n",
+            ns,
+            "addr",
+            "add",
+            &format!("{VIP_A}/32"),
+            "dev",
+            "lo",
+        ]);
+        sysctl(ns, "net.ipv4.conf.all.arp_ignore=1");
+        sysctl(ns, "net.ipv4.conf.all.arp_announce=2");
+        sysctl(ns, "net.ipv4.conf.eth0.rp_filter=0");
+    }
+    in_netns(c, || tx_checksum_off("eth0"));
+}
+
+/// Region A's pods return (here: the same two pods, reached directly). The
+/// remote VIP stays in A's entry as a draining backend (in the backends, not
+/// in the ring): established cross-region flows keep going through B by
+/// conntrack, new ones go to the pods directly.
+fn a_pods_return_and_failed_over_flows_stay_on_b(
+    c: &str,
+    dp_a: &mut XdpDatapath,
+    dp_b: &XdpDatapath,
+    conns: &mut [BufReader<TcpStream>],
+) {
+    let va = vip(VIP_A);
     let back: Vec<IpAddr> = [POD1, POD2, VIP_B].map(ip).to_vec();
     let ring = (0..251).map(|s| s % 2).collect();
     let a_back = ServiceEntry::new(&va, back, ring)
@@ -208,15 +227,12 @@ fn tcp_to_a_vip_without_pods_is_served_by_the_other_regions_pods() {
         services: [(va, a_back)].into_iter().collect(),
     })
     .unwrap();
-    let (out0, in0) = (
-        counter(&dp_a, "failover_out"),
-        counter(&dp_b, "failover_in"),
-    );
-    for r in &mut conns {
+    let (out0, in0) = (counter(dp_a, "failover_out"), counter(dp_b, "failover_in"));
+    for r in conns.iter_mut() {
         ask(r).expect("a failed-over connection after A's pods returned");
     }
-    assert!(counter(&dp_b, "failover_in") >= in0 + 20, "still through B");
-    let out1 = counter(&dp_a, "failover_out");
+    assert!(counter(dp_b, "failover_in") >= in0 + 20, "still through B");
+    let out1 = counter(dp_a, "failover_out");
     assert!(out1 >= out0 + 20);
     in_netns(c, || {
         for _ in 0..10 {
@@ -227,11 +243,8 @@ fn tcp_to_a_vip_without_pods_is_served_by_the_other_regions_pods() {
         }
     });
     assert_eq!(
-        counter(&dp_a, "failover_out"),
+        counter(dp_a, "failover_out"),
         out1,
         "new flows stay in region A"
     );
-    drop(conns);
-    dp_a.uninstall().unwrap();
-    dp_b.uninstall().unwrap();
 }
