@@ -500,13 +500,23 @@ int ringlb_xdp(struct xdp_md *ctx)
 	__u32 l2_len = pkt.l2_len;
 	struct ethhdr *eth;
 #ifdef RINGLB_BENCH_RESTORE
-	/* the first 38 bytes: L2 (14/18) and a decapsulated packet's outer
-	 * header (20), which the encap rewrites; past l2_len they are inner
-	 * bytes the encap leaves alone */
+	/* L2 (14/18), or for a decapsulated packet the first 38 bytes: L2 and
+	 * the outer header (20), which the encap rewrites (past l2_len they
+	 * are inner bytes the encap leaves alone) */
 	__u8 l2[38];
-	if (data + 38 > data_end)
-		return XDP_PASS;
-	__builtin_memcpy(l2, data, 38);
+	if (l2_len == 18) {
+		if (data + 18 > data_end)
+			return XDP_PASS;
+		__builtin_memcpy(l2, data, 18);
+	} else if (l2_len == 14) {
+		if (data + 14 > data_end)
+			return XDP_PASS;
+		__builtin_memcpy(l2, data, 14);
+	} else {
+		if (data + 38 > data_end)
+			return XDP_PASS;
+		__builtin_memcpy(l2, data, 38);
+	}
 #endif
 	__u8 inner_proto = pkt.flow.family == RINGLB_AF_INET6 ? IPPROTO_IPV6 : IPPROTO_IPIP;
 	__u16 outer_proto = outer_v6 ? bpf_htons(ETH_P_IPV6) : bpf_htons(ETH_P_IP);
@@ -595,9 +605,19 @@ int ringlb_xdp(struct xdp_md *ctx)
 		return XDP_ABORTED;
 	data = (void *)(long)ctx->data;
 	data_end = (void *)(long)ctx->data_end;
-	if (data + 38 > data_end)
-		return XDP_ABORTED;
-	__builtin_memcpy(data, l2, 38);
+	if (l2_len == 18) {
+		if (data + 18 > data_end)
+			return XDP_ABORTED;
+		__builtin_memcpy(data, l2, 18);
+	} else if (l2_len == 14) {
+		if (data + 14 > data_end)
+			return XDP_ABORTED;
+		__builtin_memcpy(data, l2, 14);
+	} else {
+		if (data + 38 > data_end)
+			return XDP_ABORTED;
+		__builtin_memcpy(data, l2, 38);
+	}
 #endif
 	return action;
 }

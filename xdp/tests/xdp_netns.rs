@@ -58,20 +58,6 @@ fn desired(pods: &[&str]) -> DesiredState {
     }
 }
 
-fn veth(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
-    sh(&[
-        "ip", "-n", a_ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", b_ns,
-    ]);
-    sh(&["ip", "-n", a_ns, "addr", "add", a_ip, "dev", a]);
-    sh(&["ip", "-n", b_ns, "addr", "add", b_ip, "dev", b]);
-    sh(&["ip", "-n", a_ns, "link", "set", a, "up"]);
-    sh(&["ip", "-n", b_ns, "link", "set", b, "up"]);
-}
-
-fn sysctl(ns: &str, kv: &str) {
-    nsx(ns, &["sysctl", "-qw", kv]);
-}
-
 #[test]
 fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
     if !is_root() {

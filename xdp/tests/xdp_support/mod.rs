@@ -5,6 +5,32 @@ pub mod fixture;
 
 pub use ringlb_testkit::netns::*;
 
+/// A veth pair `a` (in `a_ns`, address `a_ip`) -- `b` (in `b_ns`), both up.
+pub fn veth(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
+    sh(&[
+        "ip", "-n", a_ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", b_ns,
+    ]);
+    sh(&["ip", "-n", a_ns, "addr", "add", a_ip, "dev", a]);
+    sh(&["ip", "-n", b_ns, "addr", "add", b_ip, "dev", b]);
+    sh(&["ip", "-n", a_ns, "link", "set", a, "up"]);
+    sh(&["ip", "-n", b_ns, "link", "set", b, "up"]);
+}
+
+pub fn sysctl(ns: &str, kv: &str) {
+    nsx(ns, &["sysctl", "-qw", kv]);
+}
+
+/// `ringlb_pass` (XDP) on `dev` in `ns`: a veth receives XDP_TX frames of
+/// its peer only with a program of its own. Keep the object alive.
+pub fn attach_pass(ns: &str, dev: &str) -> aya::Ebpf {
+    use aya::programs::{Xdp, XdpMode};
+    let mut pass = aya::Ebpf::load(ringlb_testkit::objects::XDP_FLOOR).unwrap();
+    let prog: &mut Xdp = pass.program_mut("ringlb_pass").unwrap().try_into().unwrap();
+    prog.load().unwrap();
+    in_netns(ns, || prog.attach(dev, XdpMode::Driver).unwrap());
+    pass
+}
+
 /// A line server in `ns` on `vip:80`, answering every line with `name` (which pod).
 pub fn serve(ns: String, vip: std::net::IpAddr, name: &'static str) {
     use std::io::{BufRead, BufReader, Write};
