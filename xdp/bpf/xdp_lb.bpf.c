@@ -196,7 +196,9 @@ static __always_inline int ringlb_too_big(struct xdp_md *ctx, const struct ringl
 	void *data_end = (void *)(long)ctx->data_end;
 	/* the old L2 header (its first 18 bytes: enough for a tag) moves to the
 	 * new front, MACs swapped; bytes past its end are overwritten below */
-	if (data + grow + 18 > data_end)
+	/* two checks: with `grow` a variable (decapsulated or not), verifiers
+	 * before 7.x do not carry the first one over to `data` itself */
+	if (data + 18 > data_end || data + grow + 18 > data_end)
 		return -1;
 	__builtin_memcpy(hdr, data + grow, 18);
 	__builtin_memcpy(data, hdr + 6, 6);
