@@ -9,6 +9,7 @@ const HEADERS: &[&str] = &[
     "bpf/flow_hash.h",
     "bpf/conntrack.h",
     "bpf/vip_filter.h",
+    "bpf/flow_filter.h",
 ];
 
 fn main() -> anyhow::Result<()> {

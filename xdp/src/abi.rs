@@ -20,6 +20,11 @@ pub const CT_SIZE: u32 = 262_144;
 /// `vip_filter`: 2^VIP_FILTER_BITS bits in VIP_FILTER_WORDS 64-bit words.
 pub const VIP_FILTER_BITS: u32 = 16;
 pub const VIP_FILTER_WORDS: u32 = 1024;
+/// `flow_filter`: 2^FLOW_FILTER_BITS one-byte slots per half (two halves,
+/// interleaved, after a 64-byte header holding `active`; `flow_filter.rs`).
+pub const FLOW_FILTER_BITS: u32 = 18;
+/// Bytes before the slots in the `flow_filter` value (`active` + padding).
+pub const FLOW_FILTER_HEADER: usize = 64;
 
 pub const VIP_F_NO_CT: u32 = 0x1;
 pub const CFG_F_FIB_FALLBACK: u32 = 0x1;
@@ -41,9 +46,20 @@ pub mod map {
     pub const STATS: &str = "stats";
     /// word -> u64: a Bloom filter of the VIP addresses (`vip_filter.rs`).
     pub const VIP_FILTER: &str = "vip_filter";
+    /// One value: a presence filter of the conntrack keys (`flow_filter.rs`).
+    pub const FLOW_FILTER: &str = "flow_filter";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 9] = [
-        VIPS, RINGS, BACKENDS, CONNTRACK, OWNERS, CONFIG, VIP_STATS, STATS, VIP_FILTER,
+    pub const ALL: [&str; 10] = [
+        VIPS,
+        RINGS,
+        BACKENDS,
+        CONNTRACK,
+        OWNERS,
+        CONFIG,
+        VIP_STATS,
+        STATS,
+        VIP_FILTER,
+        FLOW_FILTER,
     ];
 }
 
@@ -170,9 +186,10 @@ pub enum Stat {
     IcmpTooBig,
     CtSynRing,
     CtSynRewrite,
+    CtSynFiltered,
 }
 
-pub const STAT_MAX: u32 = 21;
+pub const STAT_MAX: u32 = 22;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -197,6 +214,7 @@ impl Stat {
         Stat::IcmpTooBig,
         Stat::CtSynRing,
         Stat::CtSynRewrite,
+        Stat::CtSynFiltered,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -223,6 +241,7 @@ impl Stat {
             Stat::IcmpTooBig => "icmp_too_big",
             Stat::CtSynRing => "ct_syn_ring",
             Stat::CtSynRewrite => "ct_syn_rewrite",
+            Stat::CtSynFiltered => "ct_syn_filtered",
         }
     }
 }
@@ -302,6 +321,8 @@ mod tests {
         assert_eq!(define("RINGLB_CT_SIZE"), CT_SIZE);
         assert_eq!(define("RINGLB_VIP_FILTER_BITS"), VIP_FILTER_BITS);
         assert_eq!(define("RINGLB_VIP_FILTER_WORDS"), VIP_FILTER_WORDS);
+        assert_eq!(define("RINGLB_FLOW_FILTER_BITS"), FLOW_FILTER_BITS);
+        assert!(h.contains("__u8 pad[63];     /* the slots start on their own cache line */"));
         assert_eq!(define("RINGLB_AF_INET"), AF_INET as u32);
         assert_eq!(define("RINGLB_AF_INET6"), AF_INET6 as u32);
         assert_eq!(define("RINGLB_VIP_F_NO_CT"), VIP_F_NO_CT);
