@@ -13,11 +13,16 @@ const XDP_HEADERS: &[&str] = &[
     "../xdp/bpf/conntrack.h",
     "../xdp/bpf/vip_filter.h",
     "../xdp/bpf/failover.h",
+    "../xdp/bpf/flow_filter.h",
 ];
 
-/// The program before the SYN-insert and VIP-filter changes (both restored by
-/// flags), for the benchmark's side-by-side "before" rows.
-const BEFORE: [&str; 2] = ["-DRINGLB_CT_INSERT_ON_SYN", "-DRINGLB_NO_VIP_FILTER"];
+/// The program before the SYN-insert, VIP-filter and flow-filter changes (all
+/// restored by flags), for the benchmark's side-by-side "before" rows.
+const BEFORE: [&str; 3] = [
+    "-DRINGLB_CT_INSERT_ON_SYN",
+    "-DRINGLB_NO_VIP_FILTER",
+    "-DRINGLB_NO_FLOW_FILTER",
+];
 
 /// The node program's headers: its benchmark build follows them.
 const NODE_HEADERS: &[&str] = &[
@@ -59,11 +64,39 @@ fn main() -> anyhow::Result<()> {
             name: "xdp_lb_bench_miss.o",
             defines: &["-DRINGLB_BENCH_RESTORE", "-DRINGLB_BENCH_NO_CT_INSERT"],
         },
-        // a SYN without the conntrack lookup (what that lookup costs)
+        // a SYN without the conntrack lookup (what that lookup costs), as
+        // the program before the flow filter
         Object {
             source: "../xdp/bpf/xdp_lb.bpf.c",
             name: "xdp_lb_syn_nolookup.o",
-            defines: &["-DRINGLB_BENCH_SYN_NO_LOOKUP"],
+            defines: &["-DRINGLB_BENCH_SYN_NO_LOOKUP", "-DRINGLB_NO_FLOW_FILTER"],
+        },
+        // the program before the flow filter (every SYN looks up)
+        Object {
+            source: "../xdp/bpf/xdp_lb.bpf.c",
+            name: "xdp_lb_no_flow_filter.o",
+            defines: &["-DRINGLB_NO_FLOW_FILTER"],
+        },
+        // ... and its two benchmark builds
+        Object {
+            source: "../xdp/bpf/xdp_lb.bpf.c",
+            name: "xdp_lb_no_flow_filter_bench.o",
+            defines: &["-DRINGLB_BENCH_RESTORE", "-DRINGLB_NO_FLOW_FILTER"],
+        },
+        Object {
+            source: "../xdp/bpf/xdp_lb.bpf.c",
+            name: "xdp_lb_no_flow_filter_bench_miss.o",
+            defines: &[
+                "-DRINGLB_BENCH_RESTORE",
+                "-DRINGLB_BENCH_NO_CT_INSERT",
+                "-DRINGLB_NO_FLOW_FILTER",
+            ],
+        },
+        // a larger flow filter: 2^20 slots per half (2 x 1 MiB)
+        Object {
+            source: "../xdp/bpf/xdp_lb.bpf.c",
+            name: "xdp_lb_flow_filter_20.o",
+            defines: &["-DRINGLB_FLOW_FILTER_BITS=20"],
         },
         // the same three, as the program was before (BEFORE)
         Object {
@@ -74,7 +107,7 @@ fn main() -> anyhow::Result<()> {
         Object {
             source: "../xdp/bpf/xdp_lb.bpf.c",
             name: "xdp_lb_before_bench.o",
-            defines: &["-DRINGLB_BENCH_RESTORE", BEFORE[0], BEFORE[1]],
+            defines: &["-DRINGLB_BENCH_RESTORE", BEFORE[0], BEFORE[1], BEFORE[2]],
         },
         Object {
             source: "../xdp/bpf/xdp_lb.bpf.c",
@@ -84,6 +117,7 @@ fn main() -> anyhow::Result<()> {
                 "-DRINGLB_BENCH_NO_CT_INSERT",
                 BEFORE[0],
                 BEFORE[1],
+                BEFORE[2],
             ],
         },
     ];

@@ -10,6 +10,7 @@ const HEADERS: &[&str] = &[
     "bpf/conntrack.h",
     "bpf/vip_filter.h",
     "bpf/failover.h",
+    "bpf/flow_filter.h",
 ];
 
 fn main() -> anyhow::Result<()> {

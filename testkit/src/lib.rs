@@ -29,13 +29,27 @@ pub mod objects {
     /// As `XDP_LB_BENCH`, and it never inserts into conntrack.
     pub static XDP_LB_BENCH_MISS: &[u8] =
         include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench_miss.o"));
-    /// The production XDP program as it was before the SYN-insert and VIP-filter
-    /// changes (`-DRINGLB_CT_INSERT_ON_SYN -DRINGLB_NO_VIP_FILTER`), for
-    /// side-by-side rows; and its two benchmark builds.
-    /// The production XDP program, but a SYN does not look conntrack up (no
-    /// rewrite of a reused 5-tuple's entry): what that lookup costs.
+    /// The production XDP program before the flow filter, and a SYN does not
+    /// look conntrack up (no rewrite of a reused 5-tuple's entry): what that
+    /// lookup costs.
     pub static XDP_LB_SYN_NOLOOKUP: &[u8] =
         include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_syn_nolookup.o"));
+    /// The production XDP program before the flow filter (`-DRINGLB_NO_FLOW_FILTER`:
+    /// every SYN looks conntrack up).
+    pub static XDP_LB_NO_FLOW_FILTER: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_no_flow_filter.o"));
+    pub static XDP_LB_NO_FLOW_FILTER_BENCH: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_no_flow_filter_bench.o"));
+    pub static XDP_LB_NO_FLOW_FILTER_BENCH_MISS: &[u8] = include_bytes_aligned!(concat!(
+        env!("OUT_DIR"),
+        "/xdp_lb_no_flow_filter_bench_miss.o"
+    ));
+    /// The production XDP program with a larger flow filter (2^20 slots per half).
+    pub static XDP_LB_FLOW_FILTER_20: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_flow_filter_20.o"));
+    /// The production XDP program as it was before the SYN-insert, VIP-filter and
+    /// flow-filter changes (`-DRINGLB_CT_INSERT_ON_SYN -DRINGLB_NO_VIP_FILTER
+    /// -DRINGLB_NO_FLOW_FILTER`), for side-by-side rows; and its two benchmark builds.
     pub static XDP_LB_BEFORE: &[u8] =
         include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_before.o"));
     pub static XDP_LB_BEFORE_BENCH: &[u8] =

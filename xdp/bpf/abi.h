@@ -23,6 +23,10 @@
 #define RINGLB_CT_SIZE       262144   /* conntrack entries (LRU, per-CPU lists) */
 #define RINGLB_VIP_FILTER_BITS  16       /* vip_filter: 2^16 bits of VIP addresses */
 #define RINGLB_VIP_FILTER_WORDS 1024     /* ... in 64-bit words (8 KiB) */
+#ifndef RINGLB_FLOW_FILTER_BITS /* benchmark builds try other sizes */
+#define RINGLB_FLOW_FILTER_BITS 18       /* flow_filter: 2^18 slots per half (2 x 256 KiB) */
+#endif
+#define RINGLB_FLOW_FILTER_SLOTS (1U << RINGLB_FLOW_FILTER_BITS)
 
 /* ---- families (same values as AF_INET / AF_INET6) ------------------------- */
 #define RINGLB_AF_INET  2
@@ -113,6 +117,16 @@ struct ringlb_ct_value {
 /* ---- vip_filter: ARRAY word -> __u64, a Bloom filter of VIP addresses ---- */
 /* bit ringlb_vip_filter_bit(daddr) (vip_filter.h) set = maybe a VIP address */
 
+/* ---- flow_filter: ARRAY[1] of one ringlb_flow_filter, BPF_F_MMAPABLE ------ */
+/* A superset of the conntrack keys, by slot (flow_filter.h): a SYN whose slot
+ * is clear in the active half skips its conntrack lookup. Two halves, so that
+ * the loader can rebuild one while the program reads the other. */
+struct ringlb_flow_filter {
+	__u8 active;      /* the half SYNs read (0 or 1); only the loader writes it */
+	__u8 pad[63];     /* the slots start on their own cache line */
+	__u8 slot[2 * RINGLB_FLOW_FILTER_SLOTS]; /* slot s of half h: byte 2*s + h */
+};
+
 /* ---- config: ARRAY[1] ------------------------------------------------------ */
 struct ringlb_config {
 	__u32 src4;       /* be, outer source for IPv4 outer headers; 0 = no v4 encap */
@@ -169,11 +183,15 @@ enum ringlb_stat {
 	RINGLB_ST_PASS_ALIAS_PLAIN,/* a plain (not encapsulated) packet to a failover alias */
 	RINGLB_ST_FAILOVER_LOOP,   /* a decapsulated packet whose backend is a remote VIP:
 				    * dropped (the loader never programs one) */
+	RINGLB_ST_CT_SYN_FILTERED, /* a SYN whose flow filter slot was clear: no conntrack
+				    * entry can exist, so no lookup (forwarded by the ring,
+				    * nothing inserted; ct_syn_ring counts the SYNs that
+				    * looked up) */
 	RINGLB_ST_MAX,
 };
 
 /* ---- map names (the loader finds maps by these) ----------------------------- */
 /* vips, rings, backends, conntrack, owners, config, vip_stats, stats, vip_filter,
- * vip_addrs */
+ * vip_addrs, flow_filter */
 
 #endif /* RINGLB_ABI_H */

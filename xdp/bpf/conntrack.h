@@ -13,13 +13,19 @@
  * A SYN still looks its 5-tuple up: an entry left by an earlier connection on
  * the same ports that names another backend than the ring (the ring changed
  * since) is rewritten in place, so the new connection's ACK follows its SYN.
+ * But first it asks the flow filter (flow_filter.h), a superset of the
+ * conntrack keys that every insert here adds to: when the flow's slot is
+ * clear no entry can exist, and the SYN skips the lookup (the lookup of a new
+ * 5-tuple is a miss in a cold bucket, ~200 ns; the filter is one byte). A
+ * set slot means the lookup and rewrite as before.
  *
  * Build flags (benchmark-only variants):
  *   -DRINGLB_CT_INSERT_ON_SYN restores the SYN insert (and the SYN skipping
  *   the lookup): the program before this change;
  *   -DRINGLB_BENCH_SYN_NO_LOOKUP: a SYN does not look its 5-tuple up (so it
  *   cannot rewrite a reused 5-tuple's old entry). It shows what that lookup
- *   costs: a conntrack miss is a cold bucket in a 4 MiB array, ~200 ns by S.
+ *   costs: a conntrack miss is a cold bucket in a 4 MiB array, ~200 ns by S;
+ *   -DRINGLB_NO_FLOW_FILTER: no flow filter (flow_filter.h).
  */
 #ifndef RINGLB_CONNTRACK_H
 #define RINGLB_CONNTRACK_H
@@ -27,6 +33,7 @@
 #include <linux/bpf.h>
 #include <bpf/bpf_helpers.h>
 #include "abi.h"
+#include "flow_filter.h"
 
 struct {
 	__uint(type, BPF_MAP_TYPE_LRU_HASH);
@@ -42,36 +49,67 @@ struct {
 #define RINGLB_SYN_INSERTS 0
 #endif
 
-/* The 5-tuple's entry, also for a SYN (NULL when the old build skips it). */
+/* What step 1 found out about a SYN, for ringlb_ct_record. */
+struct ringlb_ct_syn {
+	struct ringlb_ct_value *old; /* the 5-tuple's entry; NULL: none, or not looked up */
+	__u32 hash;                  /* the flow hash; valid when `hashed` */
+	__u32 hashed;
+	__u32 filtered;              /* the flow filter proved no entry exists: no lookup */
+};
+
+/* The 5-tuple's entry (NULL for a SYN, whose entry goes to syn->old). */
 static __always_inline struct ringlb_ct_value *ringlb_ct_lookup(const struct ringlb_flow *flow,
-								int syn)
+								int syn, struct ringlb_ct_syn *s)
 {
-	if (syn && RINGLB_SYN_INSERTS)
+	if (!syn)
+		return bpf_map_lookup_elem(&conntrack, flow);
+	if (RINGLB_SYN_INSERTS)
 		return 0;
 #ifdef RINGLB_BENCH_SYN_NO_LOOKUP
-	if (syn)
-		return 0;
+	return 0;
 #endif
-	return bpf_map_lookup_elem(&conntrack, flow);
+	if (RINGLB_FLOW_FILTER) {
+		s->hash = ringlb_flow_hash_of(flow);
+		s->hashed = 1;
+		if (!ringlb_flow_maybe(s->hash)) {
+			s->filtered = 1;
+			return 0;
+		}
+	}
+	s->old = bpf_map_lookup_elem(&conntrack, flow);
+	return 0;
 }
 
-/* Records the ring's choice (bid, gen) for a flow conntrack did not answer.
- * `old` is a SYN's entry (its lookup above), unused otherwise. Returns the
- * RINGLB_ST_* counter of what it did, 0 for a plain insert. */
+/* The flow hash the ring needs: a SYN's from step 1, else computed now. */
+static __always_inline __u32 ringlb_ct_flow_hash(const struct ringlb_flow *flow,
+						 const struct ringlb_ct_syn *s)
+{
+	return s->hashed ? s->hash : ringlb_flow_hash_of(flow);
+}
+
+/* Records the ring's choice (bid, gen) for a flow conntrack did not answer;
+ * `hash` is the flow's hash. Returns the RINGLB_ST_* counter of what it did,
+ * 0 for a plain insert. */
 static __always_inline __u32 ringlb_ct_record(const struct ringlb_flow *flow, int syn,
-					      struct ringlb_ct_value *old, __u32 bid, __u32 gen)
+					      const struct ringlb_ct_syn *s, __u32 hash,
+					      __u32 bid, __u32 gen)
 {
 	if (syn && !RINGLB_SYN_INSERTS) {
+		struct ringlb_ct_value *old = s->old;
+
 		if (old && (old->backend_id != bid || old->gen != gen)) {
 			/* one 8-byte store: a reader on another CPU sees the old
 			 * pair or the new one, never half of each */
 			*(__u64 *)old = ((__u64)gen << 32) | bid;
 			return RINGLB_ST_CT_SYN_REWRITE;
 		}
-		return RINGLB_ST_CT_SYN_RING;
+		return s->filtered ? RINGLB_ST_CT_SYN_FILTERED : RINGLB_ST_CT_SYN_RING;
 	}
 	struct ringlb_ct_value nv = { .backend_id = bid, .gen = gen };
 	bpf_map_update_elem(&conntrack, flow, &nv, BPF_ANY);
+	/* after the insert: flow_filter.h says why this order */
+	if (RINGLB_FLOW_FILTER)
+		ringlb_flow_filter_set(hash);
 	return 0;
 }
 

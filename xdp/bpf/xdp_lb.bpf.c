@@ -341,11 +341,10 @@ int ringlb_xdp(struct xdp_md *ctx)
 	__u32 vip_id = 0;
 	int stale = 0;
 	be = 0;
-	ct = ringlb_ct_lookup(&pkt.flow, pkt.syn);
-	/* a SYN's entry is never used, only rewritten once the ring chose */
-	struct ringlb_ct_value *syn_ct __attribute__((unused)) = pkt.syn ? ct : 0;
-	if (pkt.syn)
-		ct = 0;
+	/* a SYN's entry is never used, only rewritten once the ring chose
+	 * (syn_ct.old); its flow filter may skip the lookup (conntrack.h) */
+	struct ringlb_ct_syn syn_ct = {};
+	ct = ringlb_ct_lookup(&pkt.flow, pkt.syn, &syn_ct);
 	if (ct) {
 		bid = ct->backend_id;
 		be = bpf_map_lookup_elem(&backends, &bid);
@@ -403,8 +402,8 @@ int ringlb_xdp(struct xdp_md *ctx)
 			count(RINGLB_ST_DROP_NO_BACKEND);
 			return XDP_DROP;
 		}
-		__u32 slot = ringlb_flow_hash(pkt.flow.saddr, pkt.flow.daddr, pkt.flow.sport,
-					      pkt.flow.dport, pkt.flow.proto) % m;
+		__u32 fh = ringlb_ct_flow_hash(&pkt.flow, &syn_ct);
+		__u32 slot = fh % m;
 		__u32 *idp = bpf_map_lookup_elem(ring, &slot);
 		if (!idp || *idp == 0) {
 			count(RINGLB_ST_DROP_NO_BACKEND);
@@ -424,7 +423,7 @@ int ringlb_xdp(struct xdp_md *ctx)
 		}
 #ifndef RINGLB_BENCH_NO_CT_INSERT
 		if (use_ct) {
-			__u32 st = ringlb_ct_record(&pkt.flow, pkt.syn, syn_ct, bid, be->gen);
+			__u32 st = ringlb_ct_record(&pkt.flow, pkt.syn, &syn_ct, fh, bid, be->gen);
 			if (st)
 				count(st);
 		} else if (stale) {

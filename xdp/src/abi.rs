@@ -20,6 +20,11 @@ pub const CT_SIZE: u32 = 262_144;
 /// `vip_filter`: 2^VIP_FILTER_BITS bits in VIP_FILTER_WORDS 64-bit words.
 pub const VIP_FILTER_BITS: u32 = 16;
 pub const VIP_FILTER_WORDS: u32 = 1024;
+/// `flow_filter`: 2^FLOW_FILTER_BITS one-byte slots per half (two halves,
+/// interleaved, after a 64-byte header holding `active`; `flow_filter.rs`).
+pub const FLOW_FILTER_BITS: u32 = 18;
+/// Bytes before the slots in the `flow_filter` value (`active` + padding).
+pub const FLOW_FILTER_HEADER: usize = 64;
 
 pub const VIP_F_NO_CT: u32 = 0x1;
 /// `VipInfo::flags`: another region's VIP accepted here for failover, forwarded
@@ -52,9 +57,21 @@ pub mod map {
     /// `VipKey` (port 0, proto 0) -> 1: this edge's own VIP addresses, to which
     /// IPIP packets are decapsulated (every VIP entry but failover aliases).
     pub const VIP_ADDRS: &str = "vip_addrs";
+    /// One value: a presence filter of the conntrack keys (`flow_filter.rs`).
+    pub const FLOW_FILTER: &str = "flow_filter";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 10] = [
-        VIPS, RINGS, BACKENDS, CONNTRACK, OWNERS, CONFIG, VIP_STATS, STATS, VIP_FILTER, VIP_ADDRS,
+    pub const ALL: [&str; 11] = [
+        VIPS,
+        RINGS,
+        BACKENDS,
+        CONNTRACK,
+        OWNERS,
+        CONFIG,
+        VIP_STATS,
+        STATS,
+        VIP_FILTER,
+        VIP_ADDRS,
+        FLOW_FILTER,
     ];
 }
 
@@ -201,9 +218,10 @@ pub enum Stat {
     PassDecapNoAlias,
     PassAliasPlain,
     FailoverLoop,
+    CtSynFiltered,
 }
 
-pub const STAT_MAX: u32 = 27;
+pub const STAT_MAX: u32 = 28;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -234,6 +252,7 @@ impl Stat {
         Stat::PassDecapNoAlias,
         Stat::PassAliasPlain,
         Stat::FailoverLoop,
+        Stat::CtSynFiltered,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -266,6 +285,7 @@ impl Stat {
             Stat::PassDecapNoAlias => "pass_decap_no_alias",
             Stat::PassAliasPlain => "pass_alias_plain",
             Stat::FailoverLoop => "failover_loop",
+            Stat::CtSynFiltered => "ct_syn_filtered",
         }
     }
 }
@@ -352,6 +372,8 @@ mod tests {
         assert_eq!(define("RINGLB_CT_SIZE"), CT_SIZE);
         assert_eq!(define("RINGLB_VIP_FILTER_BITS"), VIP_FILTER_BITS);
         assert_eq!(define("RINGLB_VIP_FILTER_WORDS"), VIP_FILTER_WORDS);
+        assert_eq!(define("RINGLB_FLOW_FILTER_BITS"), FLOW_FILTER_BITS);
+        assert!(h.contains("__u8 pad[63];     /* the slots start on their own cache line */"));
         assert_eq!(define("RINGLB_AF_INET"), AF_INET as u32);
         assert_eq!(define("RINGLB_AF_INET6"), AF_INET6 as u32);
         assert_eq!(define("RINGLB_VIP_F_NO_CT"), VIP_F_NO_CT);

@@ -1,6 +1,7 @@
 //! The raw bpf(2) and mmap calls aya 0.14 has no wrapper for, in one place:
-//! `BPF_MAP_UPDATE_BATCH` (many elements in one call), reads and writes of
-//! `BPF_F_MMAPABLE` rings, and the XDP link's interface (`bpf_link_info`).
+//! `BPF_MAP_UPDATE_BATCH` (many elements in one call), `BPF_MAP_LOOKUP_BATCH`
+//! (the conntrack keys), reads and writes of `BPF_F_MMAPABLE` arrays, and the
+//! XDP link's interface (`bpf_link_info`).
 
 use std::{
     ffi::CString,
@@ -10,6 +11,7 @@ use std::{
 
 use super::Error;
 
+const BPF_MAP_LOOKUP_BATCH: libc::c_long = 24;
 const BPF_MAP_UPDATE_BATCH: libc::c_long = 26;
 
 /// The `batch` member of `union bpf_attr` (include/uapi/linux/bpf.h).
@@ -46,7 +48,7 @@ pub fn update_batch<K: aya::Pod, V: aya::Pod>(
             map_fd: fd.as_raw_fd() as u32,
             ..BatchAttr::default()
         };
-        let ret = sys_bpf_batch(&mut attr);
+        let ret = sys_bpf_batch(BPF_MAP_UPDATE_BATCH, &mut attr);
         if ret < 0 {
             return Err(Error::Syscall {
                 call: "bpf(BPF_MAP_UPDATE_BATCH)",
@@ -57,15 +59,61 @@ pub fn update_batch<K: aya::Pod, V: aya::Pod>(
     Ok(())
 }
 
-// SAFETY: bpf(2) reads `attr` (valid for its size) and, through the keys and
-// values pointers, `count` elements of the caller's slices, which outlive the
-// call; it writes back only `attr.count`. Nothing is retained after return.
+/// Every key of the hash map behind `fd` (key type `K`, values of
+/// `value_size` bytes), `chunk` per call. A hash map's batch walks whole
+/// buckets under their lock: a key present for the whole walk is returned
+/// (once), whatever is inserted or deleted meanwhile (`bpf/flow_filter.h`
+/// relies on that). Kernel >= 5.6.
+pub fn lookup_batch_keys<K: aya::Pod + Default>(
+    fd: BorrowedFd<'_>,
+    value_size: usize,
+    chunk: u32,
+) -> Result<Vec<K>, Error> {
+    let mut all = Vec::new();
+    let mut keys = vec![K::default(); chunk as usize];
+    let mut values = vec![0u8; value_size * chunk as usize];
+    // the token: a bucket index for hash maps (u32); room for more
+    let (mut token_in, mut token_out) = (0u64, 0u64);
+    let mut first = true;
+    loop {
+        let mut attr = BatchAttr {
+            in_batch: if first { 0 } else { &raw const token_in as u64 },
+            out_batch: &raw mut token_out as u64,
+            keys: keys.as_mut_ptr() as u64,
+            values: values.as_mut_ptr() as u64,
+            count: chunk,
+            map_fd: fd.as_raw_fd() as u32,
+            ..BatchAttr::default()
+        };
+        let ret = sys_bpf_batch(BPF_MAP_LOOKUP_BATCH, &mut attr);
+        let err = (ret < 0).then(std::io::Error::last_os_error);
+        let n = (attr.count as usize).min(keys.len());
+        all.extend_from_slice(&keys[..n]);
+        match err {
+            None => {}
+            Some(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(all),
+            Some(source) => {
+                return Err(Error::Syscall {
+                    call: "bpf(BPF_MAP_LOOKUP_BATCH)",
+                    source,
+                });
+            }
+        }
+        token_in = token_out;
+        first = false;
+    }
+}
+
+// SAFETY: bpf(2) reads `attr` (valid for its size) and, through the keys,
+// values and token pointers, `count` elements of the caller's buffers (8 bytes
+// of each token), which outlive the call; it writes at most `count` elements
+// into them, the out token and `attr.count`. Nothing is retained after return.
 #[allow(unsafe_code)]
-fn sys_bpf_batch(attr: &mut BatchAttr) -> libc::c_long {
+fn sys_bpf_batch(cmd: libc::c_long, attr: &mut BatchAttr) -> libc::c_long {
     unsafe {
         libc::syscall(
             libc::SYS_bpf,
-            BPF_MAP_UPDATE_BATCH,
+            cmd,
             attr as *mut BatchAttr,
             size_of::<BatchAttr>() as libc::c_uint,
         )
@@ -121,6 +169,30 @@ fn load_u32s(base: *mut u8, stride: usize, n: usize) -> Vec<u32> {
     (0..n)
         .map(|i| unsafe { std::ptr::read_volatile(base.add(i * stride).cast::<u32>()) })
         .collect()
+}
+
+/// Runs `f` over the first `len` bytes of the `BPF_F_MMAPABLE` array behind
+/// `fd` (at least `len` bytes of values), mapped shared: the program's memory,
+/// which other CPUs write concurrently, hence atomics.
+pub fn with_mmapped_bytes<T>(
+    fd: BorrowedFd<'_>,
+    len: usize,
+    f: impl FnOnce(&[std::sync::atomic::AtomicU8]) -> T,
+) -> Result<T, Error> {
+    let map_len = len.div_ceil(4096).max(1) * 4096;
+    let base = mmap_shared(fd, map_len)?;
+    let out = f(atomic_bytes(base, len));
+    munmap(base, map_len);
+    Ok(out)
+}
+
+// SAFETY: base is a live shared mapping of at least len bytes (with_mmapped_bytes
+// unmaps it only after the borrow ends); AtomicU8 has the size and alignment
+// of u8, and every access through it is atomic, so concurrent writes by the
+// program are not a data race.
+#[allow(unsafe_code)]
+fn atomic_bytes<'a>(base: *mut u8, len: usize) -> &'a [std::sync::atomic::AtomicU8] {
+    unsafe { std::slice::from_raw_parts(base.cast(), len) }
 }
 
 const BPF_OBJ_GET: libc::c_long = 7;
@@ -239,7 +311,7 @@ fn mmap_shared(fd: BorrowedFd<'_>, len: usize) -> Result<*mut u8, Error> {
     };
     if p == libc::MAP_FAILED {
         return Err(Error::Syscall {
-            call: "mmap(ring)",
+            call: "mmap(BPF_F_MMAPABLE array)",
             source: std::io::Error::last_os_error(),
         });
     }

@@ -19,6 +19,7 @@ pub mod abi;
 pub mod apply;
 pub mod batch;
 pub mod cli;
+pub mod flow_filter;
 pub mod lookup;
 pub mod maps;
 

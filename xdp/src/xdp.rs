@@ -30,6 +30,7 @@ use super::{
     abi,
     apply::Applier,
     batch::{BPF_LINK_TYPE_XDP, if_index, pinned_link_ifindex},
+    flow_filter::{self, FilterBytes, RebuildStats},
     map_err,
     maps::kernel::KernelMaps,
     readback::{check_abi, take_owners, warn_without_owners},
@@ -125,6 +126,15 @@ impl XdpDatapath {
         // pinned maps from an older build with another layout: refuse clearly
         check_abi(&maps)?;
         write_config(&mut maps, opts)?;
+        if opts.pin_dir.is_some() {
+            // pinned conntrack entries, or a running program, may have keys
+            // the filter lacks: every SYN looks up until the owner's first
+            // rebuild (`rebuild_flow_filter`, after attach)
+            maps.with_flow_filter(|f| {
+                f.fill(0, 1);
+                f.fill(1, 1);
+            })?;
+        }
         Ok(Self {
             applier: Applier::new(maps, resolver)?,
             pin_dir: opts.pin_dir.clone(),
@@ -190,6 +200,19 @@ impl XdpDatapath {
     /// Re-reads the maps (what a restarted loader would find).
     pub fn read_programmed(&self) -> Result<Programmed, Error> {
         self.applier.read_programmed()
+    }
+
+    /// Rebuilds the flow filter from the conntrack keys (`flow_filter.rs`).
+    /// Only the XDP owner calls this, periodically and after attaching; never
+    /// an observer ([`Self::open_pinned`]).
+    pub fn rebuild_flow_filter(&self) -> Result<RebuildStats, Error> {
+        let maps = self.maps();
+        maps.with_flow_filter(|f| flow_filter::rebuild(f, || maps.conntrack_keys()))?
+    }
+
+    /// Runs `f` over the flow filter's memory (tests, benchmarks, the CLI).
+    pub fn with_flow_filter<T>(&self, f: impl FnOnce(&FilterBytes<'_>) -> T) -> Result<T, Error> {
+        self.maps().with_flow_filter(f)
     }
 }
 

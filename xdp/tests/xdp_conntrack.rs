@@ -1,15 +1,16 @@
 //! Conntrack in the XDP program, by BPF_PROG_TEST_RUN with exact output
 //! frames: conntrack is looked up before the VIP (so a retired (VIP, pod) id
 //! must turn its entries stale), a SYN neither follows nor inserts an entry
-//! (the flow's next packet inserts), a hit counts for the VIP that owns the
-//! id, and established flows keep their backend while it exists.
+//! (the flow's next packet inserts), a SYN whose flow filter slot is clear
+//! does not even look up, a hit counts for the VIP that owns the id, and
+//! established flows keep their backend while it exists.
 //! Needs root (BPF); skips loudly otherwise.
 
 mod xdp_support;
 use xdp_support::fixture::*;
 
 use ringlb_testkit::packet::Frame;
-use ringlb_xdp::{Datapath, Proto, ServiceEntry, Vip};
+use ringlb_xdp::{Datapath, Proto, ServiceEntry, Vip, flow_filter, xdp::XdpDatapath};
 
 /// Conntrack is looked up before the VIP, so a deleted VIP must not live on
 /// in its conntrack entries: deleting it retires its (VIP, pod) backend ids,
@@ -80,7 +81,9 @@ fn a_syn_follows_the_ring_and_inserts_nothing() {
             encapped(&syn, "10.0.0.11", "10.1.0.1", 0)
         );
     }
-    assert_eq!(counter(&dp, "ct_syn_ring"), 3);
+    // no entry: the flow filter answers, without a lookup
+    assert_eq!(counter(&dp, "ct_syn_filtered"), 3);
+    assert_eq!(counter(&dp, "ct_syn_ring"), 0);
     assert_eq!(counter(&dp, "ct_miss"), 0, "no SYN inserted");
     assert_eq!(ct_entries(&dp), 0);
     // the handshake's ACK inserts
@@ -414,7 +417,10 @@ fn a_syn_flood_evicts_no_established_flow() {
         syn.sport = (i & 0xffff) as u16;
         assert_eq!(run(&dp, &syn.bytes()).0, XDP_TX, "SYN {i}");
     }
-    assert_eq!(counter(&dp, "ct_syn_ring"), u64::from(flood) + 100);
+    assert_eq!(
+        counter(&dp, "ct_syn_ring") + counter(&dp, "ct_syn_filtered"),
+        u64::from(flood) + 100
+    );
     assert_eq!(ct_entries(&dp), 100, "the flood inserted nothing");
     let hits = counter(&dp, "ct_hit");
     for f in &flows {
@@ -425,4 +431,145 @@ fn a_syn_flood_evicts_no_established_flow() {
         hits + 100,
         "every flow still has its entry"
     );
+}
+
+/// The flow filter's slot of the only conntrack entry.
+fn only_slot(dp: &XdpDatapath) -> u32 {
+    let keys = dp.maps().conntrack_keys().unwrap();
+    assert_eq!(keys.len(), 1);
+    let bits = dp.with_flow_filter(|f| f.bits()).unwrap();
+    flow_filter::slot_of(flow_filter::flow_hash(&keys[0]), bits)
+}
+
+/// The flow filter decides whether a SYN looks its 5-tuple up: with the
+/// slot of an old entry (naming another backend than the ring) forged clear,
+/// the SYN does not look up, so it cannot rewrite the entry, and its ACK
+/// follows the old entry; with the slot set (as every insert leaves it) the
+/// SYN rewrites the entry and its ACK follows the SYN.
+#[test]
+fn a_syn_looks_up_only_when_its_flow_filter_slot_is_set() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
+        .unwrap();
+    let syn = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
+    let ack = establish(&dp, &syn);
+    let slot = only_slot(&dp);
+    // the ACK's insert set the slot in both halves
+    dp.with_flow_filter(|f| assert!(f.get(0, slot) && f.get(1, slot)))
+        .unwrap();
+    // the ring moves the flow to .2; the old entry names .1
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 1))]))
+        .unwrap();
+    // forged: the active half says "no entry"
+    dp.with_flow_filter(|f| {
+        f.fill(f.active(), 0);
+    })
+    .unwrap();
+    let filtered = counter(&dp, "ct_syn_filtered");
+    assert_eq!(
+        run(&dp, &syn.bytes()).1,
+        encapped(&syn, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_syn_filtered"), filtered + 1, "no lookup");
+    assert_eq!(counter(&dp, "ct_syn_rewrite"), 0, "the entry was not seen");
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.1", 0),
+        "the old entry, untouched"
+    );
+    // a rebuild puts the live entry's slot back: the SYN looks up again,
+    // rewrites the entry, and the ACK follows the SYN's backend
+    let st = dp.rebuild_flow_filter().unwrap();
+    assert_eq!((st.keys, st.set), (1, 1));
+    assert_eq!(
+        run(&dp, &syn.bytes()).1,
+        encapped(&syn, "10.0.0.11", "10.1.0.2", 0)
+    );
+    assert_eq!(counter(&dp, "ct_syn_filtered"), filtered + 1);
+    assert_eq!(counter(&dp, "ct_syn_rewrite"), 1);
+    assert_eq!(
+        run(&dp, &ack.bytes()).1,
+        encapped(&ack, "10.0.0.11", "10.1.0.2", 0)
+    );
+}
+
+/// Every insert sets its slot in both halves; a rebuild keeps the slot of
+/// every live key (also one inserted after it began: set in both halves) and
+/// clears the rest, so a SYN of a flow whose entry is gone skips the lookup.
+#[test]
+fn a_flow_filter_rebuild_keeps_every_live_key_and_clears_the_rest() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
+        .unwrap();
+    assert_eq!(dp.with_flow_filter(|f| f.count(0) + f.count(1)).unwrap(), 0);
+    let flow = |k: u16| Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 30000 + k, 80);
+    for k in 0..200 {
+        establish(&dp, &flow(k));
+    }
+    let keys = dp.maps().conntrack_keys().unwrap();
+    assert_eq!(keys.len(), 200);
+    let bits = dp.with_flow_filter(|f| f.bits()).unwrap();
+    let slot = |k: &ringlb_xdp::abi::Flow| flow_filter::slot_of(flow_filter::flow_hash(k), bits);
+    dp.with_flow_filter(|f| {
+        assert!(keys.iter().all(|k| f.get(0, slot(k)) && f.get(1, slot(k))));
+    })
+    .unwrap();
+    // 150 entries go (as LRU eviction would drop them)
+    let id = {
+        let ct: aya::maps::HashMap<
+            &aya::maps::MapData,
+            ringlb_xdp::abi::Flow,
+            ringlb_xdp::abi::CtValue,
+        > = dp.maps().map(ringlb_xdp::abi::map::CONNTRACK).unwrap();
+        aya::maps::IterableMap::map(&ct).info().unwrap().id()
+    };
+    let mut ct: aya::maps::HashMap<_, ringlb_xdp::abi::Flow, ringlb_xdp::abi::CtValue> =
+        aya::maps::HashMap::try_from(aya::maps::Map::LruHashMap(
+            aya::maps::MapData::from_id(id).unwrap(),
+        ))
+        .unwrap();
+    let (gone, live) = keys.split_at(150);
+    for k in gone {
+        ct.remove(k).unwrap();
+    }
+    let st = dp.rebuild_flow_filter().unwrap();
+    assert_eq!(st.keys, 50);
+    let live_slots: std::collections::BTreeSet<u32> = live.iter().map(slot).collect();
+    dp.with_flow_filter(|f| {
+        let a = f.active();
+        assert_eq!(a, st.active);
+        assert!(live.iter().all(|k| f.get(a, slot(k))), "a live key lost");
+        assert_eq!(
+            f.count(a) as usize,
+            live_slots.len(),
+            "only live keys' slots"
+        );
+    })
+    .unwrap();
+    // a gone flow's new SYN: no lookup; a live one's: lookup
+    let filtered = counter(&dp, "ct_syn_filtered");
+    let ring0 = counter(&dp, "ct_syn_ring");
+    for (i, k) in keys.iter().enumerate() {
+        let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), k.sport.to_host(), 80);
+        assert_eq!(run(&dp, &f.bytes()).0, XDP_TX, "SYN {i}");
+    }
+    let gone_clear = gone
+        .iter()
+        .filter(|k| !live_slots.contains(&slot(k)))
+        .count() as u64;
+    assert_eq!(counter(&dp, "ct_syn_filtered"), filtered + gone_clear);
+    assert_eq!(counter(&dp, "ct_syn_ring"), ring0 + 200 - gone_clear);
+    // an entry inserted now sets both halves: the next rebuild keeps it
+    establish(&dp, &flow(999));
+    let st = dp.rebuild_flow_filter().unwrap();
+    assert_eq!(st.keys, 51);
+    let keys = dp.maps().conntrack_keys().unwrap();
+    dp.with_flow_filter(|f| assert!(keys.iter().all(|k| f.get(f.active(), slot(k)))))
+        .unwrap();
 }

@@ -10,8 +10,9 @@ use std::net::IpAddr;
 use ringlb_nexthop::{NextHop, StaticResolver};
 use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
-    Datapath, DesiredState, Programmed, Proto, ServiceEntry, Vip, abi,
+    Datapath, DesiredState, Programmed, Proto, ServiceEntry, Vip, abi, flow_filter,
     lookup::{CtState, Lookup},
+    maps::kernel::PinnedFlowFilter,
     xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
 };
 use xdp_support::*;
@@ -156,7 +157,28 @@ fn second_process_reads_back_and_replaces(
         ),
         "the conntrack entry survived the restart"
     );
+    // the restarted loader set every flow filter byte (the surviving entry
+    // may be missing from it); the edge's rebuild over the pins, after the
+    // attach, keeps exactly the live key's slot
+    let (slots, set0, set1) = dp
+        .with_flow_filter(|f| (f.slots(), f.count(0), f.count(1)))
+        .unwrap();
+    assert_eq!(
+        (set0, set1),
+        (slots, slots),
+        "every SYN looks up until a rebuild"
+    );
     assert_eq!(dp.attach("pa", AttachMode::Auto).unwrap(), "replaced");
+    let st = PinnedFlowFilter::open(&bpffs.path().join("ringlb"))
+        .unwrap()
+        .rebuild()
+        .unwrap();
+    assert_eq!((st.keys, st.set), (1, 1));
+    assert!(
+        dp.with_flow_filter(|f| f.maybe(flow_filter::flow_hash(&flow)))
+            .unwrap(),
+        "the surviving entry's slot"
+    );
     let second_prog = xdp_prog_id("pa").expect("still attached");
     assert_ne!(second_prog, first_prog, "new program inside the same link");
     // same desired state: everything was read back, nothing is written

@@ -44,6 +44,7 @@ use ringlb_nexthop::KernelResolver;
 use ringlb_ops::flags::parse_duration;
 use ringlb_ops::{CommonArgs, Health, Heartbeat};
 use ringlb_xdp::abi::MAX_RING_SIZE;
+use ringlb_xdp::maps::kernel::PinnedFlowFilter;
 use ringlb_xdp::xdp::{AttachMode, DEFAULT_PIN_DIR, XdpDatapath, XdpOptions};
 use tokio::signal::unix::{SignalKind, signal};
 use tokio::sync::{Mutex, Notify, oneshot};
@@ -147,6 +148,11 @@ pub struct RunArgs {
     /// Outer source address of IPv6 encapsulation.
     #[arg(long)]
     pub source_v6: Option<Ipv6Addr>,
+    /// XDP only. How often the flow filter (which lets a new flow's SYN skip its
+    /// conntrack lookup) is rebuilt from the conntrack keys, so that the slots of
+    /// evicted entries clear (docs/datapath.md); e.g. 30s.
+    #[arg(long, default_value = "30s", value_parser = parse_duration)]
+    pub flow_filter_rebuild: Duration,
     /// XDP only. Largest packet after encapsulation (the fabric MTU). Larger ones are answered
     /// with ICMP Fragmentation Needed / Packet Too Big; IPv4 without DF is passed.
     #[arg(long, default_value_t = 1500)]
@@ -495,6 +501,7 @@ fn load_xdp(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatap
     match attached {
         Ok((dp, mode)) => {
             tracing::info!(interface, mode, "XDP attached");
+            spawn_flow_filter_rebuild(args.pin_dir.clone(), args.flow_filter_rebuild);
             Ok(dp)
         }
         Err(e) if fresh => {
@@ -504,6 +511,36 @@ fn load_xdp(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatap
             Err(e)
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Rebuilds the XDP flow filter now (the loader left it all "maybe") and every
+/// `every`, on a thread of its own over the pinned maps, for the life of the
+/// process (`ringlb_xdp::flow_filter`).
+fn spawn_flow_filter_rebuild(pin_dir: PathBuf, every: Duration) {
+    let run = move || {
+        loop {
+            match PinnedFlowFilter::open(&pin_dir).and_then(|f| f.rebuild()) {
+                Ok(st) => tracing::debug!(
+                    keys = st.keys,
+                    set = st.set,
+                    slots = st.slots,
+                    fill = st.fill(),
+                    took_ms = st.took.as_secs_f64() * 1e3,
+                    "flow filter rebuilt"
+                ),
+                Err(e) => {
+                    tracing::warn!(error = %e, "rebuilding the XDP flow filter (SYNs keep looking conntrack up where it has slots set)")
+                }
+            }
+            std::thread::sleep(every.max(Duration::from_secs(1)));
+        }
+    };
+    if let Err(e) = std::thread::Builder::new()
+        .name("flow-filter".into())
+        .spawn(run)
+    {
+        tracing::warn!(error = %e, "no flow filter rebuild thread: every SYN looks conntrack up");
     }
 }
 

@@ -12,10 +12,11 @@ use aya::{
 };
 
 use super::Maps;
+use crate::flow_filter::{self, FilterBytes, RebuildStats};
 use crate::vip_filter::VipFilter;
 use crate::{
     BpfError, Counters, Error, Vip, VipAbi, abi,
-    batch::{BPF_F_MMAPABLE, read_mmapped_u32, update_batch, write_mmapped_u32},
+    batch::{self, BPF_F_MMAPABLE, read_mmapped_u32, update_batch, write_mmapped_u32},
     map_err,
 };
 
@@ -82,6 +83,22 @@ impl KernelMaps {
         rings
             .set(vip_id, &ring, 0)
             .map_err(map_err(abi::map::RINGS))
+    }
+
+    /// Runs `f` over the `flow_filter` map's memory (mmapped; see
+    /// `flow_filter.rs`).
+    pub fn with_flow_filter<T>(&self, f: impl FnOnce(&FilterBytes<'_>) -> T) -> Result<T, Error> {
+        let name = abi::map::FLOW_FILTER;
+        let Some(aya::maps::Map::Array(data)) = self.ebpf.map(name) else {
+            return Err(BpfError::Missing { name }.into());
+        };
+        with_flow_filter_of(data, f)
+    }
+
+    /// Every key of the conntrack map (`BPF_MAP_LOOKUP_BATCH`).
+    pub fn conntrack_keys(&self) -> Result<Vec<abi::Flow>, Error> {
+        let ct: HashMap<&MapData, abi::Flow, abi::CtValue> = self.map(abi::map::CONNTRACK)?;
+        conntrack_keys_of(ct.map())
     }
 }
 
@@ -264,5 +281,58 @@ impl Maps for KernelMaps {
             ));
         }
         Ok(c)
+    }
+}
+
+/// Runs `f` over the memory of `data`, a `flow_filter` map.
+fn with_flow_filter_of<T>(
+    data: &MapData,
+    f: impl FnOnce(&FilterBytes<'_>) -> T,
+) -> Result<T, Error> {
+    let name = abi::map::FLOW_FILTER;
+    let len = data.info().map_err(map_err(name))?.value_size() as usize;
+    batch::with_mmapped_bytes(data.fd().as_fd(), len, |bytes| {
+        FilterBytes::new(bytes).map(|fb| f(&fb))
+    })?
+    .ok_or_else(|| Error::InvalidService {
+        vip: format!("{name} map"),
+        reason: format!("value of {len} bytes: not 64 + 2 x a power of two"),
+    })
+}
+
+/// Every key of `data`, a conntrack map.
+fn conntrack_keys_of(data: &MapData) -> Result<Vec<abi::Flow>, Error> {
+    batch::lookup_batch_keys(data.fd().as_fd(), size_of::<abi::CtValue>(), 8192)
+}
+
+/// The `flow_filter` and `conntrack` maps a running edge pinned, opened on
+/// their own: the edge's rebuild thread holds these, not the datapath (whose
+/// owner task it would otherwise have to share). Only the edge that owns the
+/// program rebuilds; the operator CLI's observer never opens this.
+pub struct PinnedFlowFilter {
+    filter: MapData,
+    conntrack: MapData,
+}
+
+impl PinnedFlowFilter {
+    pub fn open(dir: &std::path::Path) -> Result<Self, Error> {
+        let open = |name: &'static str| {
+            let path = dir.join(name);
+            MapData::from_pin(&path).map_err(|e| BpfError::Pin {
+                path,
+                source: std::io::Error::other(e.to_string()),
+            })
+        };
+        Ok(Self {
+            filter: open(abi::map::FLOW_FILTER)?,
+            conntrack: open(abi::map::CONNTRACK)?,
+        })
+    }
+
+    /// See `flow_filter::rebuild`.
+    pub fn rebuild(&self) -> Result<RebuildStats, Error> {
+        with_flow_filter_of(&self.filter, |f| {
+            flow_filter::rebuild(f, || conntrack_keys_of(&self.conntrack))
+        })?
     }
 }

@@ -102,6 +102,47 @@ fn handshakes(
     Ok((s.as_nanos() as f64 / n, a.as_nanos() as f64 / n))
 }
 
+/// As [`handshakes`], but the SYNs of `batch` flows go first, then their
+/// ACKs: between a flow's SYN and its ACK, the other flows' SYNs (a round
+/// trip with other traffic in it), so the SYN does not warm the lines its
+/// ACK's insert uses, as it does back to back.
+fn handshakes_batched(
+    prog: &Prog,
+    vip: u32,
+    backends: u32,
+    first: u32,
+    n: u32,
+    batch: u32,
+) -> anyhow::Result<(f64, f64)> {
+    let (mut s, mut a) = (Duration::ZERO, Duration::ZERO);
+    let mut out = [0u8; 256];
+    let mut dst = vec![Ipv4Addr::UNSPECIFIED; batch as usize];
+    let mut start = first;
+    while start < first + n {
+        let end = (start + batch).min(first + n);
+        for (k, total) in [(0, &mut s), (1, &mut a)] {
+            for i in start..end {
+                let p = if k == 0 { syn(vip, i) } else { ack(vip, i) };
+                let (verdict, len, d) = test_run(prog, &p, &mut out, 1)?;
+                if verdict != XDP_TX {
+                    bail!("flow {i} packet {k}: verdict {verdict}");
+                }
+                let to = check::encapped(&p, &out[..len], vip, backends)
+                    .with_context(|| format!("flow {i}"))?;
+                let slot = &mut dst[(i - start) as usize];
+                if k == 1 && *slot != to {
+                    bail!("flow {i}: SYN to {slot}, its ACK to {to}");
+                }
+                *slot = to;
+                *total += d;
+            }
+        }
+        start = end;
+    }
+    let n = f64::from(n);
+    Ok((s.as_nanos() as f64 / n, a.as_nanos() as f64 / n))
+}
+
 fn floors(a: &Args) -> anyhow::Result<()> {
     let mut floor = aya::Ebpf::load(ringlb_testkit::objects::XDP_FLOOR)?;
     for (name, path, want) in [
@@ -175,15 +216,31 @@ fn rows(
     // free entries, and full, where every insert first evicts.
     let cap = abi::CT_SIZE / cpus;
     let room = a.calls.min(cap / 2);
-    let (syn_s, ack_s) = handshakes(prog, target, nb, 100, room)?;
+    let (syn_s, ack_s) = handshakes(prog, target, nb, 100, room / 2)?;
+    let (syn_b, ack_b) = handshakes_batched(prog, target, nb, 100 + room / 2, room / 2, 256)?;
     let fill = cap + cap / 10 - room; // past capacity: from here on, inserts evict
     handshakes(prog, target, nb, 100 + room, fill)?;
     let (syn_full, ack_full) = handshakes(prog, target, nb, 100 + room + fill, a.calls.min(cap))?;
+    // the filter as the LRU-full SYNs found it, then rebuilt from this CPU's
+    // full LRU list (what the edge does every interval)
+    let fill0 = prod.with_flow_filter(|f| f.count(f.active()))?;
+    let rb = prod.rebuild_flow_filter()?;
+    eprintln!(
+        "{}: flow filter {fill0} set after the run; rebuilt from {} keys in {:?}: {} of {} slots set ({:.1} %)",
+        v.name,
+        rb.keys,
+        rb.took,
+        rb.set,
+        rb.slots,
+        100.0 * rb.fill()
+    );
     let n = v.name;
     println!("| {n} | conntrack hit (ACK) | {vips} | {hit_r:.1} | {hit_s:.1} |");
     println!("| {n} | not a VIP: XDP_PASS | {vips} | {pass_r:.1} | {pass_s:.1} |");
     println!("| {n} | new flow: SYN | {vips} | {miss_r:.1} | {syn_s:.1} |");
     println!("| {n} | new flow: its first ACK | {vips} | - | {ack_s:.1} |");
+    println!("| {n} | new flow, 256 SYNs then their ACKs: SYN | {vips} | - | {syn_b:.1} |");
+    println!("| {n} | new flow, 256 SYNs then their ACKs: first ACK | {vips} | - | {ack_b:.1} |");
     println!("| {n} | new flow, LRU full: SYN | {vips} | - | {syn_full:.1} |");
     println!("| {n} | new flow, LRU full: its first ACK | {vips} | - | {ack_full:.1} |");
     Ok(())
@@ -198,7 +255,8 @@ pub fn section_packet(a: &Args) -> anyhow::Result<()> {
     println!(
         "R = one call, repeat={}, kernel average; S = calls with repeat=1 ({} for the floor, hit and not-VIP rows), \
          mean of the kernel-reported duration. Pinned to CPU {cpu} of {cpus} possible. `before` = the program \
-         before the SYN-insert and VIP-filter changes (same source, -DRINGLB_CT_INSERT_ON_SYN -DRINGLB_NO_VIP_FILTER). \
+         before the SYN-insert, VIP-filter and flow-filter changes (same source, -DRINGLB_CT_INSERT_ON_SYN -DRINGLB_NO_VIP_FILTER -DRINGLB_NO_FLOW_FILTER); \
+         `no_flow_filter` = ringlb_xdp before the flow filter. \
          Every output frame is checked (outer header, destination a backend of the VIP, inner packet; \
          a flow's SYN and ACK to the same backend).\n",
         a.repeat, a.calls

@@ -115,7 +115,8 @@ pub struct Variant {
     pub miss: &'static [u8],
 }
 
-/// The program before the SYN-insert and VIP-filter changes, now, and now
+/// The program before the SYN-insert and VIP-filter changes, before the flow
+/// filter, now, now with a larger flow filter, and before the flow filter
 /// without the SYN's conntrack lookup; and
 /// experiments: `RINGLB_BENCH_EXTRA=name=object.o,...` adds production
 /// objects built by hand (their R rows use ringlb_xdp's bench builds).
@@ -128,21 +129,39 @@ pub fn variants() -> Vec<Variant> {
             bench: t::XDP_LB_BEFORE_BENCH,
             miss: t::XDP_LB_BEFORE_BENCH_MISS,
         },
+        // every SYN looks its 5-tuple up (the program before the flow filter)
+        Variant {
+            name: "no_flow_filter",
+            prod: t::XDP_LB_NO_FLOW_FILTER,
+            bench: t::XDP_LB_NO_FLOW_FILTER_BENCH,
+            miss: t::XDP_LB_NO_FLOW_FILTER_BENCH_MISS,
+        },
         Variant {
             name: "ringlb_xdp",
             prod: ringlb_xdp::xdp::objects::XDP_LB,
             bench: t::XDP_LB_BENCH,
             miss: t::XDP_LB_BENCH_MISS,
         },
-        // the SYN without its conntrack lookup (benchmark-only: it cannot
-        // rewrite a reused 5-tuple's entry); R rows as ringlb_xdp's
+        // the flow filter at 2^20 slots per half; R rows as ringlb_xdp's
         Variant {
-            name: "syn_nolookup",
-            prod: t::XDP_LB_SYN_NOLOOKUP,
+            name: "flow_filter_20",
+            prod: t::XDP_LB_FLOW_FILTER_20,
             bench: t::XDP_LB_BENCH,
             miss: t::XDP_LB_BENCH_MISS,
         },
+        // no_flow_filter without the SYN's conntrack lookup (benchmark-only: it
+        // cannot rewrite a reused 5-tuple's entry)
+        Variant {
+            name: "syn_nolookup",
+            prod: t::XDP_LB_SYN_NOLOOKUP,
+            bench: t::XDP_LB_NO_FLOW_FILTER_BENCH,
+            miss: t::XDP_LB_NO_FLOW_FILTER_BENCH_MISS,
+        },
     ];
+    // RINGLB_BENCH_ONLY=name,...: only these (a shorter run)
+    if let Ok(only) = std::env::var("RINGLB_BENCH_ONLY") {
+        v.retain(|x| only.split(',').any(|o| o == x.name));
+    }
     for e in std::env::var("RINGLB_BENCH_EXTRA")
         .unwrap_or_default()
         .split(',')

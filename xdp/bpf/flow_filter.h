@@ -1,0 +1,110 @@
+/* SPDX-License-Identifier: GPL-2.0 OR Apache-2.0 */
+/*
+ * flow_filter.h - a presence filter of the conntrack keys, so that a new
+ * flow's SYN skips its conntrack lookup (a miss: a cold bucket in the LRU's
+ * 4 MiB bucket array, ~200 ns by method S; docs/bench-xdp.md).
+ *
+ * One byte per slot; a flow's slot is the top RINGLB_FLOW_FILTER_BITS bits of
+ * its flow hash (flow_hash.h: the hash the SYN computes for the ring anyway;
+ * the ring uses hash % M, a prime, so the filter's slots and the ring's are
+ * unrelated). A clear byte proves that no conntrack entry of the flow exists;
+ * a set one (the flow's entry, or another flow's in the same slot) means the
+ * SYN looks up as before. Bytes, not bits: a byte store of 1 is idempotent,
+ * so concurrent setters on other CPUs need no atomics (kernel 5.10 has no
+ * BPF atomic OR).
+ *
+ * Two halves, interleaved (slot s of half h is byte 2*s + h: a set stores
+ * both with one 2-byte store, in one cache line), and `active`, the half SYNs
+ * read. The program sets a key's slot in BOTH halves right AFTER its
+ * conntrack insert returns (ringlb_ct_record). Bytes never clear otherwise,
+ * so the loader (xdp/src/flow_filter.rs) rebuilds periodically:
+ *   1. zero the inactive half I (byte stores through the mmap),
+ *   2. walk the conntrack keys (BPF_MAP_LOOKUP_BATCH) and set each key's slot
+ *      in I, while the program keeps setting both halves,
+ *   3. flip `active` to I.
+ * Why no live key K is missing from the active half after step 3: take K's
+ * last insert (its element is in the map from then on, unmoved: a later
+ * insert or delete of K would be a later event), and its slot store S,
+ * which follows the insert.
+ *   - S came after step 1's zero of that byte: the byte stays 1 in I.
+ *   - S came before it: then the insert completed before step 1 ended, so
+ *     K's element sat, unmoved, in its bucket for the whole walk of step 2,
+ *     which copies every bucket whole under its lock: step 2 set the byte.
+ * Either way I holds K's slot at the flip, and I is not zeroed again before
+ * the next rebuild makes it the inactive half, an interval (30 s) later; a
+ * SYN reads `active` and then a byte of that half within microseconds. The
+ * byte's address depends on `active`, which orders the two loads even on
+ * weakly ordered CPUs. Keys inserted after the flip set both halves.
+ * Until its first rebuild a loader that may share pinned maps with a running
+ * program (which may not set this filter) fills both halves with 1: every
+ * SYN looks up, as without the filter.
+ *
+ * Size: 2 x 2^18 bytes (512 KiB + 64). False positives, i.e. SYNs that
+ * still look up: the filled share of the active half, 1 - e^(-n / 2^18) for
+ * n entries after a rebuild: 0.4 % at 1,000 flows, 39 % at 131,072, 63 % at
+ * a full LRU (262,144), plus the slots of entries evicted since. Measured
+ * (docs/bench-xdp.md): the filter's byte is itself a cache/TLB miss, cheaper
+ * the smaller the filter; 2^20 slots saved nothing, 2^18 saves ~50-130 ns of
+ * a SYN, the flow's first ACK pays about that much more (the SYN no longer
+ * warms the bucket the ACK's insert writes).
+ *
+ * Build flags (benchmark-only variants): -DRINGLB_NO_FLOW_FILTER: a SYN
+ * always looks up, inserts set nothing (the program before the filter);
+ * -DRINGLB_FLOW_FILTER_BITS=n: 2^n slots per half (the loader reads the size
+ * from the map). Halves one after the other instead of interleaved were
+ * measured slower (two cache lines per insert, and no faster SYN).
+ */
+#ifndef RINGLB_FLOW_FILTER_H
+#define RINGLB_FLOW_FILTER_H
+
+#include <linux/bpf.h>
+#include <bpf/bpf_helpers.h>
+#include "abi.h"
+#include "flow_hash.h"
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__type(key, __u32);
+	__type(value, struct ringlb_flow_filter);
+} flow_filter SEC(".maps");
+
+#ifdef RINGLB_NO_FLOW_FILTER
+#define RINGLB_FLOW_FILTER 0
+#else
+#define RINGLB_FLOW_FILTER 1
+#endif
+
+static __always_inline __u32 ringlb_flow_hash_of(const struct ringlb_flow *f)
+{
+	return ringlb_flow_hash(f->saddr, f->daddr, f->sport, f->dport, f->proto);
+}
+
+static __always_inline __u32 ringlb_flow_filter_slot(__u32 hash)
+{
+	return hash >> (32 - RINGLB_FLOW_FILTER_BITS);
+}
+
+/* 0 = no conntrack entry of the flow with this hash can exist. */
+static __always_inline int ringlb_flow_maybe(__u32 hash)
+{
+	__u32 zero = 0;
+	struct ringlb_flow_filter *f = bpf_map_lookup_elem(&flow_filter, &zero);
+
+	if (!f)
+		return 1;
+	return f->slot[(ringlb_flow_filter_slot(hash) << 1) | (f->active & 1)];
+}
+
+/* Sets the flow's slot in both halves (after its conntrack insert). */
+static __always_inline void ringlb_flow_filter_set(__u32 hash)
+{
+	__u32 zero = 0;
+	struct ringlb_flow_filter *f = bpf_map_lookup_elem(&flow_filter, &zero);
+
+	if (f)
+		*(__u16 *)&f->slot[ringlb_flow_filter_slot(hash) << 1] = 0x0101;
+}
+
+#endif /* RINGLB_FLOW_FILTER_H */

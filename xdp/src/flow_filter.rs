@@ -1,0 +1,243 @@
+//! The `flow_filter` map: a presence filter of the conntrack keys that a new
+//! flow's SYN checks before its conntrack lookup (`bpf/flow_filter.h`, which
+//! also proves the rebuild below safe). One byte per slot, two interleaved
+//! halves and `active`, the half the program reads.
+//!
+//! The program sets a key's slot in both halves after every conntrack insert;
+//! slots never clear there, so the edge's XDP owner rebuilds the filter
+//! periodically ([`rebuild`]): zero the inactive half, walk the conntrack keys
+//! and set theirs in it, flip `active`. Until the first rebuild, a loader
+//! that shares pinned maps with a running program sets every slot
+//! ([`FilterBytes::fill`] with 1): every SYN looks up, as without the filter.
+//!
+//! The bytes are shared with the program on every CPU, so they are only
+//! touched as [`AtomicU8`] (one byte store each, never a wider write that
+//! could undo a concurrent set of the other half).
+
+use std::{
+    sync::atomic::{AtomicU8, Ordering},
+    time::{Duration, Instant},
+};
+
+use crate::abi;
+
+/// The filter's slot of a flow hash: its top `bits` bits (the ring uses the
+/// hash modulo a prime, so the two are unrelated).
+pub fn slot_of(hash: u32, bits: u32) -> u32 {
+    hash >> (32 - bits)
+}
+
+/// The flow hash of a conntrack key (`ringlb_flow_hash_of` in the program).
+pub fn flow_hash(f: &abi::Flow) -> u32 {
+    let raw = |p: abi::Be16| u16::from_le_bytes(p.to_host().to_be_bytes());
+    ringlb_maglev::hash::flow_hash_words(
+        &f.saddr.0,
+        &f.daddr.0,
+        raw(f.sport),
+        raw(f.dport),
+        f.proto,
+    )
+}
+
+/// The filter's memory: `active`, padding, then slot `s` of half `h` at byte
+/// `FLOW_FILTER_HEADER + 2 * s + h`.
+pub struct FilterBytes<'a> {
+    bytes: &'a [AtomicU8],
+    bits: u32,
+}
+
+impl<'a> FilterBytes<'a> {
+    /// The filter over `bytes` (the map's value: header + 2 bytes per slot).
+    /// `None` when its length is not header + 2 * a power of two.
+    pub fn new(bytes: &'a [AtomicU8]) -> Option<Self> {
+        let slots = bytes.len().checked_sub(abi::FLOW_FILTER_HEADER)? / 2;
+        let ok = slots.is_power_of_two()
+            && (2..=1 << 31).contains(&slots)
+            && abi::FLOW_FILTER_HEADER + 2 * slots == bytes.len();
+        ok.then(|| Self {
+            bytes,
+            bits: slots.trailing_zeros(),
+        })
+    }
+
+    pub fn bits(&self) -> u32 {
+        self.bits
+    }
+
+    pub fn slots(&self) -> u32 {
+        1 << self.bits
+    }
+
+    /// The half the program reads.
+    pub fn active(&self) -> u8 {
+        self.bytes[0].load(Ordering::Acquire) & 1
+    }
+
+    fn byte(&self, half: u8, slot: u32) -> &AtomicU8 {
+        &self.bytes[abi::FLOW_FILTER_HEADER + 2 * slot as usize + usize::from(half & 1)]
+    }
+
+    pub fn get(&self, half: u8, slot: u32) -> bool {
+        self.byte(half, slot).load(Ordering::Relaxed) != 0
+    }
+
+    /// The byte of `hash`'s slot in the active half, as a SYN reads it.
+    pub fn maybe(&self, hash: u32) -> bool {
+        self.get(self.active(), slot_of(hash, self.bits))
+    }
+
+    pub fn set(&self, half: u8, slot: u32) {
+        self.byte(half, slot).store(1, Ordering::Relaxed);
+    }
+
+    /// Every slot of `half` to `v` (0 or 1), one byte store each.
+    pub fn fill(&self, half: u8, v: u8) {
+        for s in 0..self.slots() {
+            self.byte(half, s).store(v, Ordering::Relaxed);
+        }
+    }
+
+    /// Set slots of `half`.
+    pub fn count(&self, half: u8) -> u32 {
+        (0..self.slots()).filter(|s| self.get(half, *s)).count() as u32
+    }
+
+    /// Makes `half` the one the program reads; every store before is
+    /// visible before the flip is.
+    pub fn flip_to(&self, half: u8) {
+        self.bytes[0].store(half & 1, Ordering::Release);
+    }
+}
+
+/// What a rebuild did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RebuildStats {
+    /// Conntrack keys walked.
+    pub keys: usize,
+    /// Slots set in the new active half (keys sharing a slot count once).
+    pub set: u32,
+    pub slots: u32,
+    /// The half SYNs read from now on.
+    pub active: u8,
+    pub took: Duration,
+}
+
+impl RebuildStats {
+    /// The share of set slots: the false-positive rate of a new flow's SYN
+    /// right after the rebuild.
+    pub fn fill(&self) -> f64 {
+        f64::from(self.set) / f64::from(self.slots.max(1))
+    }
+}
+
+/// Rebuilds the inactive half from the conntrack keys and flips to it:
+/// (1) zero it, (2) `keys()` walks the conntrack map (after step 1: the
+/// order `bpf/flow_filter.h` relies on) and each key's slot is set, (3) flip.
+/// If the walk fails nothing is flipped: the active half stays a superset.
+pub fn rebuild<E>(
+    f: &FilterBytes<'_>,
+    keys: impl FnOnce() -> Result<Vec<abi::Flow>, E>,
+) -> Result<RebuildStats, E> {
+    let t = Instant::now();
+    let half = f.active() ^ 1;
+    f.fill(half, 0);
+    let keys = keys()?;
+    for k in &keys {
+        f.set(half, slot_of(flow_hash(k), f.bits));
+    }
+    let set = f.count(half);
+    f.flip_to(half);
+    Ok(RebuildStats {
+        keys: keys.len(),
+        set,
+        slots: f.slots(),
+        active: half,
+        took: t.elapsed(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::net::IpAddr;
+
+    use super::*;
+
+    fn mem(bits: u32) -> Vec<AtomicU8> {
+        (0..abi::FLOW_FILTER_HEADER + (2usize << bits))
+            .map(|_| AtomicU8::new(0))
+            .collect()
+    }
+
+    fn flow(i: u32) -> abi::Flow {
+        let a = |ip: &str| abi::RawAddr::from_ip(ip.parse::<IpAddr>().unwrap()).0;
+        abi::Flow {
+            saddr: abi::RawAddr([0x0100_a8c0 + (i << 24), 0, 0, 0]),
+            daddr: a("10.96.0.1"),
+            sport: abi::Be16::from_host(1024 + i as u16),
+            dport: abi::Be16::from_host(80),
+            proto: 6,
+            family: abi::AF_INET,
+            flags: 0,
+            pad: 0,
+        }
+    }
+
+    #[test]
+    fn flow_hash_is_the_ring_hash() {
+        let f = flow(3);
+        let ip = |r: abi::RawAddr| IpAddr::V4(r.0[0].to_ne_bytes().into());
+        let want = ringlb_maglev::flow_hash(ip(f.saddr), ip(f.daddr), 1027, 80, 6);
+        assert_eq!(flow_hash(&f), want);
+    }
+
+    #[test]
+    fn only_header_plus_two_bytes_per_power_of_two_slots() {
+        let m = mem(10);
+        let f = FilterBytes::new(&m).unwrap();
+        assert_eq!((f.bits(), f.slots()), (10, 1024));
+        assert!(FilterBytes::new(&m[..m.len() - 2]).is_none());
+        assert!(FilterBytes::new(&m[..10]).is_none());
+    }
+
+    #[test]
+    fn rebuild_keeps_the_live_keys_and_clears_the_rest() {
+        let m = mem(12);
+        let f = FilterBytes::new(&m).unwrap();
+        f.fill(0, 1);
+        f.fill(1, 1); // a loader's start: everything "maybe"
+        let live: Vec<abi::Flow> = (0..50).map(flow).collect();
+        let st = rebuild(&f, || Ok::<_, ()>(live.clone())).unwrap();
+        assert_eq!(st.active, 1);
+        assert_eq!(f.active(), 1);
+        assert_eq!(st.keys, 50);
+        assert!(live.iter().all(|k| f.maybe(flow_hash(k))));
+        assert_eq!(f.count(1), st.set);
+        assert!(st.set <= 50 && st.set >= 45, "{st:?}");
+        // the old half is untouched until the next rebuild zeroes it
+        assert_eq!(f.count(0), 4096);
+        let st = rebuild(&f, || Ok::<_, ()>(live[..10].to_vec())).unwrap();
+        assert_eq!((st.active, f.active()), (0, 0));
+        assert!(live[..10].iter().all(|k| f.maybe(flow_hash(k))));
+        assert_eq!(f.count(0), st.set);
+        assert!(st.fill() < 0.01);
+    }
+
+    #[test]
+    fn a_failed_walk_flips_nothing() {
+        let m = mem(8);
+        let f = FilterBytes::new(&m).unwrap();
+        f.fill(0, 1);
+        assert_eq!(rebuild(&f, || Err("walk")), Err("walk"));
+        assert_eq!(f.active(), 0);
+        assert_eq!(f.count(0), 256);
+    }
+
+    #[test]
+    fn a_set_does_not_touch_the_other_half() {
+        let m = mem(8);
+        let f = FilterBytes::new(&m).unwrap();
+        f.set(1, 7);
+        assert!(f.get(1, 7) && !f.get(0, 7));
+        assert_eq!((f.count(0), f.count(1)), (0, 1));
+    }
+}
