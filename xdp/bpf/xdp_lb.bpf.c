@@ -190,17 +190,21 @@ static __always_inline int ringlb_too_big(struct xdp_md *ctx, const struct ringl
 	__u32 l2 = pkt->l2_len - skip == 18 ? 18 : 14;
 	__u8 hdr[18];
 
-	if (bpf_xdp_adjust_head(ctx, -(int)grow))
-		return -1;
+	/* the old L2 header (its first 18 bytes: enough for a tag) moves to the
+	 * new front, MACs swapped; bytes past its end are overwritten below.
+	 * Read before the move, at a constant offset (5.10's verifier keeps no
+	 * range for data + a variable grow) */
 	void *data = (void *)(long)ctx->data;
 	void *data_end = (void *)(long)ctx->data_end;
-	/* the old L2 header (its first 18 bytes: enough for a tag) moves to the
-	 * new front, MACs swapped; bytes past its end are overwritten below */
-	/* two checks: with `grow` a variable (decapsulated or not), verifiers
-	 * before 7.x do not carry the first one over to `data` itself */
-	if (data + 18 > data_end || data + grow + 18 > data_end)
+	if (data + 18 > data_end)
 		return -1;
-	__builtin_memcpy(hdr, data + grow, 18);
+	__builtin_memcpy(hdr, data, 18);
+	if (bpf_xdp_adjust_head(ctx, -(int)grow))
+		return -1;
+	data = (void *)(long)ctx->data;
+	data_end = (void *)(long)ctx->data_end;
+	if (data + 18 > data_end)
+		return -1;
 	__builtin_memcpy(data, hdr + 6, 6);
 	__builtin_memcpy(data + 6, hdr, 6);
 	__builtin_memcpy(data + 12, hdr + 12, 6);
