@@ -94,7 +94,13 @@ static __always_inline int ringlb_flow_maybe(__u32 hash)
 
 	if (!f)
 		return 1;
-	return f->slot[(ringlb_flow_filter_slot(hash) << 1) | (f->active & 1)];
+	__u32 i = (ringlb_flow_filter_slot(hash) << 1) | (f->active & 1);
+	/* verifiers before 6.12 lose the bounds of an OR of two bounded
+	 * scalars (5.10 and 6.1 refused the load): mask again after a barrier
+	 * the compiler cannot see through, so the mask stays in the object */
+	asm volatile("" : "+r"(i));
+	i &= (2u << RINGLB_FLOW_FILTER_BITS) - 1;
+	return f->slot[i];
 }
 
 /* Sets the flow's slot in both halves (after its conntrack insert). */
