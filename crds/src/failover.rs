@@ -50,12 +50,19 @@ impl FailoverSpec {
     }
 }
 
-/// An address another region's VIP can be: not unspecified, loopback or multicast.
+/// An address another region's VIP can be: IPv4 (the receiving edge decapsulates
+/// IPv4-in-IPv4 only; an IPv6 failover VIP would be announced and black-holed), not
+/// unspecified, loopback or multicast.
 fn parse_vip(v: &str) -> Result<IpAddr, String> {
     let ip: IpAddr = v
         .trim()
         .parse()
-        .map_err(|_| format!("{:?} is not an IPv4 or IPv6 address", v.trim()))?;
+        .map_err(|_| format!("{:?} is not an IPv4 address", v.trim()))?;
+    if ip.is_ipv6() {
+        return Err(format!(
+            "{ip}: IPv6 failover is not supported (edges decapsulate IPv4-in-IPv4 only)"
+        ));
+    }
     if ip.is_unspecified() || ip.is_loopback() || ip.is_multicast() {
         return Err(format!("{ip} is not a unicast address"));
     }
@@ -175,7 +182,7 @@ mod tests {
                 (ANNOTATION_FAILOVER_WEIGHT, "1"),
                 (
                     ANNOTATION_ACCEPT_FAILOVER_FROM,
-                    "203.0.113.9, 2001:db8:2::5,203.0.113.9,",
+                    "203.0.113.9, 203.0.113.10,203.0.113.9,",
                 ),
             ])),
             &own(),
@@ -183,28 +190,37 @@ mod tests {
         assert!(s.problems.is_empty(), "{:?}", s.problems);
         assert_eq!(s.remote, Some(ip("198.51.100.7")));
         assert_eq!(s.weight, 1);
-        assert_eq!(s.accept, vec![ip("203.0.113.9"), ip("2001:db8:2::5")]);
+        assert_eq!(s.accept, vec![ip("203.0.113.9"), ip("203.0.113.10")]);
         // A dual-stack Service: the IPv4 failover VIP backs up the IPv4 VIP only.
         assert_eq!(s.remote_for(ip("192.0.2.1")), Some(ip("198.51.100.7")));
         assert_eq!(s.remote_for(ip("2001:db8::1")), None);
         // Before allocation the family cannot be checked: accepted.
         let s = from_annotations(
-            Some(&ann(&[(ANNOTATION_FAILOVER_VIP, "2001:db8:9::1")])),
+            Some(&ann(&[(ANNOTATION_FAILOVER_VIP, "198.51.100.9")])),
             &[],
         );
-        assert_eq!((s.remote, s.problems.len()), (Some(ip("2001:db8:9::1")), 0));
+        assert_eq!((s.remote, s.problems.len()), (Some(ip("198.51.100.9")), 0));
     }
 
     #[test]
     fn every_bad_value_is_left_out_and_said() {
         let v4_only = [ip("192.0.2.1")];
         let cases: &[(&str, &str, &str)] = &[
-            (ANNOTATION_FAILOVER_VIP, "region-b", "not an IPv4 or IPv6"),
+            (ANNOTATION_FAILOVER_VIP, "region-b", "not an IPv4 address"),
             (ANNOTATION_FAILOVER_VIP, "192.0.2.1", "own VIP cannot be"),
-            (ANNOTATION_FAILOVER_VIP, "2001:db8:2::5", "no IPv6 VIP"),
+            (
+                ANNOTATION_FAILOVER_VIP,
+                "2001:db8:2::5",
+                "IPv6 failover is not supported",
+            ),
+            (
+                ANNOTATION_ACCEPT_FAILOVER_FROM,
+                "2001:db8:2::5",
+                "IPv6 failover is not supported",
+            ),
             (ANNOTATION_FAILOVER_VIP, "0.0.0.0", "not a unicast"),
             (ANNOTATION_FAILOVER_VIP, "127.0.0.1", "not a unicast"),
-            (ANNOTATION_FAILOVER_VIP, "ff02::1", "not a unicast"),
+            (ANNOTATION_FAILOVER_VIP, "224.0.0.1", "not a unicast"),
             (ANNOTATION_FAILOVER_WEIGHT, "51", "from 0 to 50"),
             (ANNOTATION_FAILOVER_WEIGHT, "-1", "from 0 to 50"),
             (ANNOTATION_FAILOVER_WEIGHT, "1%", "from 0 to 50"),

@@ -84,7 +84,7 @@ pub const ANNOTATIONS: &[(&str, &str, &str)] = &[
     (
         ANNOTATION_FAILOVER_VIP,
         "edges, controller",
-        "Another region's VIP of the same app (same ports and protocols). While a VIP:port of this Service has no ready local backend, the edges send its new flows to that VIP (IPIP, as to a pod) instead of dropping them; the VIP stays announced whatever `ringlb.io/unhealthy-bgp` says, and its health page answers 503 `failing over to <ip>`. Applies to the Service's VIPs of the same family. The remote region must accept it (`ringlb.io/accept-failover-from`) and run the XDP datapath in IPIP mode. docs/failover.md.",
+        "Another region's IPv4 VIP of the same app (same ports and protocols; IPv6 is refused: edges decapsulate IPv4-in-IPv4 only). While a VIP:port of this Service has no ready local backend, the edges send its new flows to that VIP (IPIP, as to a pod) instead of dropping them; the VIP stays announced whatever `ringlb.io/unhealthy-bgp` says, and its health page answers 503 `failing over to <ip>`. Applies to the Service's IPv4 VIP. The remote region must accept it (`ringlb.io/accept-failover-from`) and run the XDP datapath in IPIP mode. docs/failover.md.",
     ),
     (
         ANNOTATION_FAILOVER_WEIGHT,
@@ -94,7 +94,7 @@ pub const ANNOTATIONS: &[(&str, &str, &str)] = &[
     (
         ANNOTATION_ACCEPT_FAILOVER_FROM,
         "edges",
-        "Other regions' VIPs, comma-separated, accepted as failover aliases of each port of this Service: the edges serve `<ip>:port` with this Service's ready backends for the IPIP packets another region's edges send to this Service's VIP. Never announced, no health page. An alias equal to one of this edge's own VIP:ports is ignored (the real VIP wins).",
+        "Other regions' IPv4 VIPs, comma-separated, accepted as failover aliases of each port of this Service: the edges serve `<ip>:port` with this Service's ready backends for the IPIP packets another region's edges send to this Service's VIP. Never announced, no health page. An alias equal to one of this edge's own VIP:ports is ignored (the real VIP wins).",
     ),
 ];
 

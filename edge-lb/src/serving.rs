@@ -560,7 +560,7 @@ mod tests {
         let b_ = annotated(
             "web",
             &["198.51.100.7"],
-            json!({"ringlb.io/accept-failover-from": "192.0.2.1, 2001:db8::1"}),
+            json!({"ringlb.io/accept-failover-from": "192.0.2.1, 192.0.2.2"}),
         );
         let slices = [
             web_slice("web", "IPv4", &["10.2.0.1", "10.2.0.2"]),
@@ -573,9 +573,10 @@ mod tests {
         assert!(alias.alias && !real.alias);
         assert_eq!((&alias.ready, &alias.service), (&real.ready, &real.service));
         assert!(d.vips[&vip("192.0.2.1", 53, Proto::Udp)].alias);
-        // An IPv6 alias gets the IPv6 pods, as an IPv6 VIP would.
-        let v6 = &d.vips[&vip("2001:db8::1", 80, Proto::Tcp)];
-        assert_eq!(v6.ready, vec![b("fd00:2::1", 8080)]);
+        // A second alias gets the same (IPv4) pods; IPv6 aliases are refused in
+        // crds::failover (IPv4-in-IPv4 only).
+        let second = &d.vips[&vip("192.0.2.2", 80, Proto::Tcp)];
+        assert_eq!(second.ready, real.ready);
         assert_eq!(d.vips.len(), 6);
     }
 

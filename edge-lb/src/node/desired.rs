@@ -545,7 +545,7 @@ mod tests {
         svc.metadata.annotations = Some(
             [(
                 "ringlb.io/accept-failover-from".to_string(),
-                "198.51.100.7,2001:db8:a::7".to_string(),
+                "198.51.100.7,198.51.100.8".to_string(),
             )]
             .into(),
         );
@@ -565,11 +565,7 @@ mod tests {
         let want = Some((ip("10.1.0.1"), 8080));
         assert_eq!(entry(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp), want);
         assert_eq!(entry(&d, "10.1.0.1", "198.51.100.7", 80, Proto::Tcp), want);
-        // An IPv6 alias of IPv4 endpoints: 6-in-4, to the pod's own IPv6 address.
-        assert_eq!(
-            entry(&d, "10.1.0.1", "2001:db8:a::7", 80, Proto::Tcp),
-            Some((ip("fd00::1"), 8080))
-        );
+        assert_eq!(entry(&d, "10.1.0.1", "198.51.100.8", 80, Proto::Tcp), want);
         assert_eq!(d.state.services.len(), 3, "{:?}", d.state.services);
         assert!(d.skipped.is_empty(), "{:?}", d.skipped);
         assert!(d.state.validate().is_ok());
