@@ -181,9 +181,15 @@ pub fn with_mmapped_bytes<T>(
 ) -> Result<T, Error> {
     let map_len = len.div_ceil(4096).max(1) * 4096;
     let base = mmap_shared(fd, map_len)?;
-    let out = f(atomic_bytes(base, len));
-    munmap(base, map_len);
-    Ok(out)
+    // unmapped also when `f` panics
+    struct Unmap(*mut u8, usize);
+    impl Drop for Unmap {
+        fn drop(&mut self) {
+            munmap(self.0, self.1);
+        }
+    }
+    let _unmap = Unmap(base, map_len);
+    Ok(f(atomic_bytes(base, len)))
 }
 
 // SAFETY: base is a live shared mapping of at least len bytes (with_mmapped_bytes

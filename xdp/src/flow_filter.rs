@@ -29,7 +29,8 @@ pub fn slot_of(hash: u32, bits: u32) -> u32 {
 
 /// The flow hash of a conntrack key (`ringlb_flow_hash_of` in the program).
 pub fn flow_hash(f: &abi::Flow) -> u32 {
-    let raw = |p: abi::Be16| u16::from_le_bytes(p.to_host().to_be_bytes());
+    // the program reads the stored (network-order) bytes as a native u16
+    let raw = |p: abi::Be16| u16::from_ne_bytes(p.to_host().to_be_bytes());
     ringlb_maglev::hash::flow_hash_words(
         &f.saddr.0,
         &f.daddr.0,
@@ -130,6 +131,10 @@ impl RebuildStats {
     }
 }
 
+/// How long a rebuild waits between zeroing a half and walking conntrack
+/// (see [`rebuild`]); an insert takes well under a microsecond.
+const SETTLE: std::time::Duration = std::time::Duration::from_millis(2);
+
 /// Rebuilds the inactive half from the conntrack keys and flips to it:
 /// (1) zero it, (2) `keys()` walks the conntrack map (after step 1: the
 /// order `bpf/flow_filter.h` relies on) and each key's slot is set, (3) flip.
@@ -141,6 +146,12 @@ pub fn rebuild<E>(
     let t = Instant::now();
     let half = f.active() ^ 1;
     f.fill(half, 0);
+    // The zeroing must be visible before the walk reads a bucket, and an insert
+    // whose byte store raced the zeroing must have published its element (its
+    // map update precedes its byte store, but a weakly ordered CPU may show the
+    // byte first): a full fence, then a moment for such an insert to finish.
+    std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
+    std::thread::sleep(SETTLE);
     let keys = keys()?;
     for k in &keys {
         f.set(half, slot_of(flow_hash(k), f.bits));

@@ -520,7 +520,16 @@ fn load_xdp(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatap
 fn spawn_flow_filter_rebuild(pin_dir: PathBuf, every: Duration) {
     let run = move || {
         loop {
-            match PinnedFlowFilter::open(&pin_dir).and_then(|f| f.rebuild()) {
+            // a panic in one rebuild is logged and the next one still runs
+            let once = std::panic::catch_unwind(|| {
+                PinnedFlowFilter::open(&pin_dir).and_then(|f| f.rebuild())
+            });
+            let Ok(result) = once else {
+                tracing::error!("the XDP flow filter rebuild panicked; retrying next interval");
+                std::thread::sleep(every.max(Duration::from_secs(1)));
+                continue;
+            };
+            match result {
                 Ok(st) => tracing::debug!(
                     keys = st.keys,
                     set = st.set,
