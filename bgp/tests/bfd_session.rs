@@ -178,7 +178,7 @@ async fn silent_bfd_peer_resets_bgp_within_the_detection_time() {
     let t = setup().await;
     let b = t.sp.bfd_status(LO).unwrap().borrow().clone();
     assert_eq!(b.detection_time, Some(Duration::from_millis(300)), "{b:?}");
-    // Keep BGP itself healthy: the hold timer (3 s) must not be what fires. The task
+    // Keep BGP itself healthy: the hold timer (9 s) must not be what fires. The task
     // reads every message the speaker sends and returns the first NOTIFICATION's
     // (code, subcode), or None if the connection ends without one.
     let mut bgp = t.bgp;
