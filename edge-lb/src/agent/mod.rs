@@ -299,9 +299,7 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     })?;
     // A kernel without IPVS is named now, before the API is asked anything.
     let ipvs = match args.datapath {
-        DatapathKind::Ipvs => {
-            Some(NetlinkKernel::open().context("starting the IPVS datapath")?)
-        }
+        DatapathKind::Ipvs => Some(NetlinkKernel::open().context("starting the IPVS datapath")?),
         DatapathKind::Xdp => None,
     };
     let client = common.connect().await?;
