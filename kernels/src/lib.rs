@@ -210,8 +210,9 @@ pub fn run(plan: &Plan) -> Result<bool> {
         t0.elapsed().as_secs_f64()
     );
     println!(
-        "skipped: {} expected failures (report::EXPECTED), {} skipped or ignored by the tests",
-        n.expected, n.skipped
+        "skipped: {} expected failures (report::EXPECTED), {} ignored; failed: {} of them \
+         tests that skipped themselves in a guest (a module or feature missing)",
+        n.expected, n.skipped, n.self_skipped
     );
     // the closing line CI reads
     println!(
