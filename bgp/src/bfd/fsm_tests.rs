@@ -225,7 +225,11 @@ fn an_up_session_resumes_in_a_new_process_without_a_transition() {
     );
     assert_eq!((p.desired_min_tx, p.required_min_rx), (ms(100), ms(100)));
     assert_eq!(a.len(), 3, "no transition reported: {a:?}");
-    assert_eq!(s.periodic(), old.periodic(), "the peer sees the same session");
+    assert_eq!(
+        s.periodic(),
+        old.periodic(),
+        "the peer sees the same session"
+    );
 
     // it behaves as an Up session: the peer's Up keeps it, its Down ends it
     assert_eq!(s.event(Event::Rx(peer(State::Up, 9))), None);
