@@ -60,8 +60,11 @@ struct BfdHub {
     metrics: BfdMetrics,
     /// Where sessions are held across a hitless restart, and what an earlier
     /// process left there that no peer has resumed yet.
-    hold: Mutex<Option<(Arc<dyn HoldStore>, Vec<HeldBfd>)>>,
+    hold: Mutex<Option<HoldState>>,
 }
+
+/// The hold store and the sessions it offered that no peer claimed yet.
+type HoldState = (Arc<dyn HoldStore>, Vec<HeldBfd>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())

@@ -225,10 +225,10 @@ impl SessionTask {
         loop {
             tokio::select! {
                 how = &mut stop => {
-                    if let Ok(StopHow::Hold { snapshot, verdict }) = how {
-                        if self.hand_over(snapshot, verdict).await {
-                            return self.forget_metrics();
-                        }
+                    if let Ok(StopHow::Hold { snapshot, verdict }) = how
+                        && self.hand_over(snapshot, verdict).await
+                    {
+                        return self.forget_metrics();
                     }
                     self.admin_down().await;
                     return self.forget_metrics();
