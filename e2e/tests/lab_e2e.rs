@@ -388,6 +388,13 @@ fn downloads_survive_a_hitless_restart(
     let t = Instant::now();
     cluster.terminate("edge1", Duration::from_secs(10)).unwrap();
     let down = t.elapsed();
+    // the old agent left its BFD session to the XDP program (read before the new
+    // agent's log replaces this one)
+    let old_log = std::fs::read_to_string(dir.join("edge1.log")).unwrap_or_default();
+    assert!(
+        old_log.contains("BFD session held by XDP"),
+        "edge1 did not hold its BFD session:\n{old_log}"
+    );
     cluster
         .start_edge_with(1, &topo.pin_dir(1), RESTART)
         .unwrap();
@@ -422,6 +429,11 @@ fn downloads_survive_a_hitless_restart(
         "BIRD's BFD session with edge1 changed state: {changes:?}"
     );
     assert_eq!(bfd_up(cluster), 2, "both BFD sessions Up after the restart");
+    let new_log = std::fs::read_to_string(dir.join("edge1.log")).unwrap_or_default();
+    assert!(
+        new_log.contains("BFD session resumed Up"),
+        "the new edge1 did not resume the held session:\n{new_log}"
+    );
     eprintln!(
         "hitless restart of edge1: old agent gone after {down:?}, session Established again \
          after {up:?}, VIP re-announced (BGPPeer status) after {announced:?}; edge1's next hop \
