@@ -12,7 +12,8 @@
 //! - kill -9 with the hold configured writes nothing: the edge leaves within the
 //!   BFD detection time;
 //! - a hold whose agent never comes back: the program stops answering at the
-//!   deadline (the restart time) and the edge leaves then.
+//!   deadline (the restart time) and the edge leaves then; an agent starting after
+//!   the deadline deletes the expired entry and starts its session afresh.
 //!
 //! Needs root; skips loudly otherwise.
 
@@ -223,7 +224,8 @@ fn bird_bfd_on_keeps_the_edge_through_a_hitless_restart_held_by_xdp() {
         &seen[..seen.len().min(5)],
         s.lab.logs()
     );
-    assert!(samples > 200, "polled too rarely: {samples} samples");
+    // ~10 ms apart, ~5 s: a loaded machine polls slower (129 seen), never this slow
+    assert!(samples > 50, "polled too rarely: {samples} samples");
     assert!(
         changes.is_empty(),
         "BIRD's BFD session changed state: {changes:?}"
@@ -332,13 +334,25 @@ fn a_hold_whose_agent_never_returns_ends_at_its_deadline() {
         "still routed {took:?} after the deadline was set: {r}"
     );
     assert!(took >= hold, "removed before the deadline: {took:?}");
-    // the detection time (300 ms) after it; far below the 30 s restart time
+    // the detection time (300 ms) after it (1.8 s seen on a machine also running
+    // qemu guests); far below the 30 s restart time, so only BFD explains it
     assert!(
-        took < hold + Duration::from_millis(2500),
+        took < hold + Duration::from_secs(5),
         "removed late: {took:?}"
     );
     let log = s.lab.log(0);
     assert!(log.contains("e1: BFD session down"), "not by BFD:\n{log}");
     let e = map.get(session.local, session.peer).unwrap().unwrap();
     assert!(e.answered > 0, "{e:?}");
+    // an agent that does come back now finds the entry expired: deleted, ignored,
+    // and its session starts afresh (BFD Up again through the handshake)
+    let new = start_edge(&mut s, "edge1-late", &speaker_yaml(30, true), true);
+    converge(&s.lab);
+    let log = s.lab.log(new);
+    assert!(
+        log.contains("held BFD session expired before this start"),
+        "{log}"
+    );
+    assert!(!log.contains("BFD session resumed Up"), "{log}");
+    assert!(entries(&s.pins).is_empty(), "{:?}", entries(&s.pins));
 }

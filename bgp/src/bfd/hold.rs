@@ -57,3 +57,47 @@ pub trait HoldStore: Send + Sync {
     /// Stop holding `peer`'s session from `local` (resumed, or not wanted).
     fn release(&self, local: SocketAddr, peer: IpAddr);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_unchanged_timers_resume_a_held_session() {
+        let ms = Duration::from_millis;
+        let cfg = BfdConfig {
+            min_rx: ms(100),
+            min_tx: ms(100),
+            multiplier: 3,
+            port: 3784,
+        };
+        let held = HeldBfd {
+            peer: "10.0.0.1".parse().unwrap(),
+            local: "10.0.0.11:49200".parse().unwrap(),
+            min_tx: ms(100),
+            min_rx: ms(100),
+            multiplier: 3,
+            resume: Resume {
+                local_disc: 1,
+                remote_disc: 2,
+                remote_min_tx: ms(100),
+                remote_min_rx: ms(100),
+                remote_mult: 3,
+            },
+            hold_for: Duration::from_secs(30),
+        };
+        assert!(held.matches(&cfg));
+        assert!(!held.matches(&BfdConfig {
+            min_tx: ms(50),
+            ..cfg
+        }));
+        assert!(!held.matches(&BfdConfig {
+            min_rx: ms(300),
+            ..cfg
+        }));
+        assert!(!held.matches(&BfdConfig {
+            multiplier: 5,
+            ..cfg
+        }));
+    }
+}
