@@ -157,15 +157,34 @@ fn metrics(reg: &Registry) -> String {
     s
 }
 
+/// The (code, subcode) of the first NOTIFICATION in a stream of BGP messages
+/// (19-byte header: marker, length at 16..18, type at 18).
+fn first_notification(mut rx: &[u8]) -> Option<(u8, u8)> {
+    while rx.len() >= 19 {
+        let len = usize::from(u16::from_be_bytes([rx[16], rx[17]]));
+        if len < 19 || rx.len() < len {
+            return None;
+        }
+        if rx[18] == 3 && len >= 21 {
+            return Some((rx[19], rx[20]));
+        }
+        rx = &rx[len..];
+    }
+    None
+}
+
 #[tokio::test]
 async fn silent_bfd_peer_resets_bgp_within_the_detection_time() {
     let t = setup().await;
     let b = t.sp.bfd_status(LO).unwrap().borrow().clone();
     assert_eq!(b.detection_time, Some(Duration::from_millis(300)), "{b:?}");
-    // Keep BGP itself healthy: the hold timer (3 s) must not be what fires.
+    // Keep BGP itself healthy: the hold timer (9 s) must not be what fires. The task
+    // reads every message the speaker sends and returns the first NOTIFICATION's
+    // (code, subcode), or None if the connection ends without one.
     let mut bgp = t.bgp;
     let ka = tokio::spawn(async move {
-        let mut tick = tokio::time::interval(Duration::from_millis(500));
+        let mut tick = tokio::time::interval(Duration::from_millis(100));
+        let mut rx = Vec::new();
         loop {
             tick.tick().await;
             if bgp
@@ -173,17 +192,16 @@ async fn silent_bfd_peer_resets_bgp_within_the_detection_time() {
                 .await
                 .is_err()
             {
-                return bgp;
+                return None;
             }
             let mut buf = [0u8; 4096];
-            if let Ok(Ok(n)) = timeout(Duration::from_millis(1), bgp.read(&mut buf)).await
-                && n >= 21
-                && buf[18] == 3
-            {
-                // NOTIFICATION: hand the stream back with its code in the log.
-                eprintln!("NOTIFICATION {}/{}", buf[19], buf[20]);
-                assert_eq!((buf[19], buf[20]), (notif::CEASE, CEASE_BFD_DOWN));
-                return bgp;
+            match timeout(Duration::from_millis(1), bgp.read(&mut buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return first_notification(&rx),
+                Ok(Ok(n)) => rx.extend_from_slice(&buf[..n]),
+                Err(_) => {}
+            }
+            if let Some(codes) = first_notification(&rx) {
+                return Some(codes);
             }
         }
     });
@@ -206,7 +224,15 @@ async fn silent_bfd_peer_resets_bgp_within_the_detection_time() {
     let b = t.sp.bfd_status(LO).unwrap().borrow().clone();
     assert_eq!(b.state, BfdState::Down);
     assert_eq!(b.diag, packet::Diag::DetectionTimeExpired);
-    let _ = timeout(Duration::from_secs(3), ka).await;
+    let notification = timeout(Duration::from_secs(3), ka)
+        .await
+        .expect("no NOTIFICATION and no close 3 s after the reset")
+        .unwrap();
+    assert_eq!(
+        notification,
+        Some((notif::CEASE, CEASE_BFD_DOWN)),
+        "the reset must send Cease / BFD Down (6/10)"
+    );
     let m = metrics(&t.reg);
     for want in [
         "ringlb_bgp_errors_total{peer=\"127.0.0.1\",error=\"bfd_down\"} 1",

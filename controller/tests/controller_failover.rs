@@ -61,7 +61,7 @@ async fn wait_all_allocated(
     wait_for(timeout, &format!("{n} Services allocated"), || {
         let client = client.clone();
         async move {
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            tokio::time::sleep(Duration::from_millis(500)).await;
             let s = snapshot(&client).await;
             (s.len() >= n && s.values().all(|(_, ips)| !ips.is_empty())).then_some(s)
         }
@@ -77,7 +77,9 @@ async fn restart_with_1000_services_changes_no_vip() {
     let mut c1 = Ctrl::start(&cluster, "c1", &[]);
     let t0 = Instant::now();
     create_many(&client, 1000).await;
-    let before = wait_all_allocated(&client, 1000, Duration::from_secs(60)).await;
+    // 7-10 s on an idle machine; over 60 s was seen with the API server sharing two
+    // cores with builds (load 12). A bound, not a measurement: nextest kills at 300 s.
+    let before = wait_all_allocated(&client, 1000, Duration::from_secs(180)).await;
     eprintln!("1000 Services created and allocated in {:?}", t0.elapsed());
     let distinct: HashSet<&Vec<IpAddr>> = before.values().map(|(_, ips)| ips).collect();
     assert_eq!(
@@ -102,7 +104,7 @@ async fn restart_with_1000_services_changes_no_vip() {
     let t1 = Instant::now();
     let c2 = Ctrl::start(&cluster, "c2", &[]);
     create_svc(&client, &lb_service("after-restart", 80, json!({}))).await;
-    let new_ip = wait_ips(&client, "after-restart", Duration::from_secs(20)).await;
+    let new_ip = wait_ips(&client, "after-restart", Duration::from_secs(45)).await;
     eprintln!("successor allocating {:?} after the crash", t1.elapsed());
     assert!(
         !distinct.contains(&new_ip),
@@ -116,7 +118,7 @@ async fn restart_with_1000_services_changes_no_vip() {
     // Wait until the successor has reconciled every Service (the 1,000 and the new one;
     // adoption alone is counted at rebuild, before any reconcile), then compare.
     wait_for(
-        Duration::from_secs(20),
+        Duration::from_secs(45),
         "the successor to reconcile all 1001 Services",
         || async {
             let v = c2
@@ -155,7 +157,7 @@ async fn rebuild_reports_conflicts_and_touches_neither_service() {
     }
     let ctrl = Ctrl::start(&cluster, "c1", &[]);
     wait_for(
-        Duration::from_secs(20),
+        Duration::from_secs(45),
         "IPConflict Warning on newer",
         || {
             let client = client.clone();

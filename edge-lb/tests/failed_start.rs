@@ -118,3 +118,51 @@ fn a_start_with_an_unreachable_api_leaves_no_program_and_no_pin() {
     assert_eq!(pins(&edge_pins), Vec::<String>::new(), "edge pins left");
     assert_eq!(pins(&node_pins), Vec::<String>::new(), "node pins left");
 }
+
+/// `run --datapath ipvs` on a kernel without IPVS (this test's host kernel, when it
+/// has none) stops before the API is asked, naming the missing IPVS and the
+/// `modprobe` that would add it, and leaves nothing on the node.
+#[test]
+fn an_ipvs_start_on_a_kernel_without_ipvs_names_it_before_the_api() {
+    if std::path::Path::new("/proc/net/ip_vs").exists() {
+        eprintln!(
+            "SKIPPED an_ipvs_start_on_a_kernel_without_ipvs: this kernel HAS IPVS \
+             (/proc/net/ip_vs exists), so its absence cannot be shown here"
+        );
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("rlb-noipvs-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let kubeconfig = unreachable_kubeconfig(&dir);
+    let out = Command::new(EDGE)
+        .args([
+            "run",
+            "--datapath",
+            "ipvs",
+            "--kubeconfig",
+            &kubeconfig.display().to_string(),
+            "--node-name",
+            "n1",
+            "--source-v4",
+            "192.0.2.1",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--bgp-listen-port",
+            "0",
+        ])
+        .env("RUST_LOG", "info")
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+    let text =
+        String::from_utf8_lossy(&out.stdout).into_owned() + &String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "run started without IPVS:\n{text}");
+    assert!(
+        text.contains("this kernel has no IPVS (modprobe ip_vs ip_vs_mh)"),
+        "the error does not name the missing IPVS:\n{text}"
+    );
+    assert!(
+        !text.contains("127.0.0.1:1"),
+        "the API was asked before the kernel was checked:\n{text}"
+    );
+}

@@ -118,8 +118,9 @@ pub fn run_guests(plan: &Plan, kernels: &[Kernel], common: &Path) -> Vec<(String
 /// Boots `k`, and once more when its kernel panicked before the guest reported
 /// anything: under TCG on a loaded host the boot itself can fail (the IO-APIC
 /// timer check, before `no_timer_check`). A failing test always reports first,
-/// so this never hides one. The first console is kept beside the second.
-fn boot_retrying_an_early_panic(
+/// so this never hides one. The first console is kept beside the second. The IPVS
+/// lab in a VM (`ringlb-lab ipvs-vm`) boots through this too.
+pub fn boot_retrying_an_early_panic(
     k: &Kernel,
     common: &Path,
     dir: &Path,

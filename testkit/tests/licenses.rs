@@ -70,8 +70,13 @@ fn root() -> PathBuf {
     ringlb_testkit::cargo::workspace_root()
 }
 
+/// The resolve for the platform the programs are built for here (the images are
+/// linux/amd64). Also what keeps this test working on a fresh machine: offline,
+/// `cargo metadata` of every platform needs crates no Linux build downloads
+/// (`android_system_properties`, the Windows crates), and fails without them.
 fn metadata() -> Value {
-    ringlb_testkit::cargo::metadata(&[])
+    let platform = format!("{}-unknown-linux-gnu", std::env::consts::ARCH);
+    ringlb_testkit::cargo::metadata(&["--filter-platform", &platform])
 }
 
 // ---- SPDX expressions: OR, AND, WITH, parentheses, and the old `/` for OR ----

@@ -37,9 +37,12 @@ pub enum DatapathCommand {
     },
     /// Global verdict/reason counters and per-VIP packets and bytes.
     Counters,
-    /// Which backend a packet of this 5-tuple goes to now: conntrack first, then
-    /// the ring. For any packet but a TCP SYN; a SYN skips conntrack, so a new
-    /// connection goes where the ring slot shown on a miss says.
+    /// Which backend a packet of this 5-tuple goes to now: the VIP address
+    /// filter, conntrack, then the ring. For any packet but a TCP SYN. A SYN
+    /// never follows a conntrack entry: it goes where the ring says, and
+    /// rewrites an older entry of its 5-tuple that names another backend
+    /// (ct_syn_rewrite). Where the 5-tuple has a live entry, this shows the
+    /// entry, not the ring's choice a new SYN would take.
     Lookup {
         #[arg(long, default_value = "tcp")]
         proto: Proto,

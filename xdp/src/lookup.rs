@@ -2,8 +2,9 @@
 //! decided step by step as `bpf/xdp_lb.bpf.c` does (the VIP address filter,
 //! conntrack with its generation check, then the VIP and the port-0 wildcard,
 //! then the Maglev ring), from the live maps, for any packet but a TCP SYN (a
-//! SYN does not use conntrack: the ring decides, which `slot` shows on a
-//! miss). Read-only: nothing is inserted. The operator's
+//! SYN never follows a conntrack entry: the ring decides, which `slot` shows
+//! on a miss; the program only rewrites an old entry that names another
+//! backend). Read-only: nothing is inserted. The operator's
 //! `ringlb-edge datapath lookup` prints it; `tests/xdp_lookup.rs` checks it
 //! against BPF_PROG_TEST_RUN.
 

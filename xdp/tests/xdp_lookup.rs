@@ -85,7 +85,7 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
         .iter()
         .map(|l| counter(dp, l))
         .collect();
-    // an ACK: lookup answers for any packet but a SYN (which skips conntrack)
+    // an ACK: lookup answers for any packet but a SYN (which never follows a conntrack entry)
     let frame = Frame::tcp(src.ip(), dst.ip(), src.port(), dst.port())
         .established()
         .bytes();

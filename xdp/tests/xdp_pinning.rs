@@ -399,7 +399,7 @@ fn a_draining_pod_keeps_its_flows_across_a_restart_until_it_leaves() {
             .into_iter()
             .collect(),
     };
-    // ACKs: a SYN skips conntrack
+    // ACKs: a SYN never follows a conntrack entry
     let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80).established();
     let flow = ringlb_xdp::cli::flow(
         Proto::Tcp,

@@ -289,7 +289,7 @@ pub fn established_sessions(speaker: &Arc<Speaker>) -> Box<dyn Fn() -> usize + S
 /// the datapath last. A start that fails before the attach leaves the node as it
 /// found it; one that fails in the load or attach of a fresh install removes what it
 /// pinned (see [`load_xdp`]). With `--datapath ipvs` a kernel without IPVS stops the
-/// start there, before anything is changed.
+/// start right after the kernel version check, before the API is asked anything.
 pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let router_id = args.check()?;
     // an old kernel is refused by name here, not by a verifier log or netlink later
@@ -297,6 +297,11 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         DatapathKind::Xdp => &ringlb_ops::kernel::XDP_EDGE,
         DatapathKind::Ipvs => &ringlb_ops::kernel::IPVS_EDGE,
     })?;
+    // A kernel without IPVS is named now, before the API is asked anything.
+    let ipvs = match args.datapath {
+        DatapathKind::Ipvs => Some(NetlinkKernel::open().context("starting the IPVS datapath")?),
+        DatapathKind::Xdp => None,
+    };
     let client = common.connect().await?;
     api::check_crds(&client).await?;
 
@@ -330,7 +335,7 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
 
     let resolver = KernelResolver::default();
     let nh_watch = nexthops::Watcher::start(&resolver, &nh_metrics);
-    let (dp, kept) = load_datapath(args, resolver)?;
+    let (dp, kept) = load_datapath(args, resolver, ipvs)?;
     tracing::info!(
         datapath = args.datapath.name(),
         kept_forwarding = kept,
@@ -421,21 +426,22 @@ impl Signals {
     }
 }
 
-/// The datapath `--datapath` names, behind the seam, and whether it was kept from
-/// an earlier agent (pinned XDP install, IPVS services) and so forwarded on.
+/// The datapath `--datapath` names, behind the seam (IPVS when `ipvs`, the kernel
+/// opened at start-up, is given; else XDP), and whether it was kept from an earlier
+/// agent (pinned XDP install, IPVS services) and so forwarded on.
 fn load_datapath(
     args: &RunArgs,
     resolver: KernelResolver,
+    ipvs: Option<NetlinkKernel>,
 ) -> anyhow::Result<(Box<dyn Datapath + Send>, bool)> {
-    Ok(match args.datapath {
-        DatapathKind::Xdp => {
+    Ok(match ipvs {
+        None => {
             let kept = XdpDatapath::is_installed(&args.pin_dir);
             (Box::new(load_xdp(args, resolver)?), kept)
         }
-        DatapathKind::Ipvs => {
+        Some(kernel) => {
             // The kernel resolves the real servers' next hops itself.
             drop(resolver);
-            let kernel = NetlinkKernel::open().context("starting the IPVS datapath")?;
             let dp =
                 IpvsDatapath::new(kernel, args.ipvs_config()).context("reading what IPVS holds")?;
             sloppy_tcp(Path::new(SLOPPY_TCP))?;

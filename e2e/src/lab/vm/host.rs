@@ -134,7 +134,8 @@ pub fn run(o: &Options) -> anyhow::Result<bool> {
     };
     let t_boot = Instant::now();
     let dir = o.out.join(&kernel.label);
-    let b = qemu::boot(&kernel, &common, &dir, &boot)?;
+    // once more if the kernel panics while booting, as the matrix does
+    let b = ringlb_kernels::boot_retrying_an_early_panic(&kernel, &common, &dir, &boot)?;
     controller.stop(Duration::from_secs(3));
     drop(api);
     let g = report::parse(&b.results);
