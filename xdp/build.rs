@@ -11,6 +11,7 @@ const HEADERS: &[&str] = &[
     "bpf/vip_filter.h",
     "bpf/failover.h",
     "bpf/flow_filter.h",
+    "bpf/bfd_hold.h",
 ];
 
 fn main() -> anyhow::Result<()> {

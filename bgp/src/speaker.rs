@@ -20,9 +20,10 @@ use tokio::task::JoinHandle;
 use tracing::Instrument;
 
 use super::Error;
+use super::bfd::hold::{HeldBfd, HoldStore};
 use super::bfd::metrics::BfdMetrics;
 use super::bfd::socket::Hub;
-use super::bfd::task::{BfdHandle, BfdStatus};
+use super::bfd::task::{BfdHandle, BfdStatus, Resumed};
 use super::config::{PeerConfig, RouteAttrs};
 use super::gr::RestartState;
 use super::md5;
@@ -57,7 +58,13 @@ struct BfdHub {
     port: u16,
     hub: Mutex<Option<Arc<Hub>>>,
     metrics: BfdMetrics,
+    /// Where sessions are held across a hitless restart, and what an earlier
+    /// process left there that no peer has resumed yet.
+    hold: Mutex<Option<HoldState>>,
 }
+
+/// The hold store and the sessions it offered that no peer claimed yet.
+type HoldState = (Arc<dyn HoldStore>, Vec<HeldBfd>);
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -120,6 +127,7 @@ impl Speaker {
             port: bfd_port,
             hub: Mutex::new(None),
             metrics: BfdMetrics::register(registry),
+            hold: Mutex::new(None),
         };
         let metrics = BgpMetrics::register(registry);
         let (routes, _) = watch::channel(RouteTable::default());
@@ -187,6 +195,7 @@ impl Speaker {
             cfg.source_address,
             tx,
             self.bfd.metrics.clone(),
+            self.claim_held_bfd(cfg, &b),
         )
         .map_err(io)?;
         tokio::spawn(async move {
@@ -197,6 +206,80 @@ impl Speaker {
             }
         });
         Ok(Some(handle))
+    }
+
+    /// The held session an earlier process left for this peer, if its settings
+    /// still match; one that does not is released (the session starts afresh).
+    fn claim_held_bfd(&self, cfg: &PeerConfig, b: &super::bfd::BfdConfig) -> Option<Resumed> {
+        let mut hold = lock(&self.bfd.hold);
+        let (store, offers) = hold.as_mut()?;
+        let i = offers.iter().position(|o| {
+            o.peer == cfg.address && cfg.source_address.is_none_or(|a| a == o.local.ip())
+        })?;
+        let held = offers.swap_remove(i);
+        if !held.matches(b) {
+            tracing::info!(peer = %cfg.address, "BFD settings changed across the restart: not resuming the held session");
+            store.release(held.local, held.peer);
+            return None;
+        }
+        let store = store.clone();
+        Some(Resumed {
+            held,
+            on_first_send: Box::new(move || store.release(held.local, held.peer)),
+        })
+    }
+
+    /// Hold BFD sessions in `store` across hitless restarts: sessions it offers
+    /// (an earlier process's) are resumed by the peers added from now on, and
+    /// [`Speaker::bfd_hold_or_admin_down`] hands sessions to it. Set it before the
+    /// first `add_peer`.
+    pub fn set_bfd_hold_store(&self, store: Arc<dyn HoldStore>) {
+        let offers = store.offers();
+        if !offers.is_empty() {
+            tracing::info!(
+                sessions = offers.len(),
+                "BFD sessions held by the datapath: resuming them"
+            );
+        }
+        *lock(&self.bfd.hold) = Some((store, offers));
+    }
+
+    /// For a hitless restart: every BFD session that is Up, IPv4, with a peer
+    /// that has graceful restart and is covered by the hold store is handed to
+    /// the store for the peer's restart time, without AdminDown (a ToR whose BFD
+    /// client is not graceful would drop the edge on it); the others end with
+    /// AdminDown as [`Speaker::bfd_admin_down`]. Returns the held sessions.
+    pub async fn bfd_hold_or_admin_down(&self) -> Vec<HeldBfd> {
+        let store = lock(&self.bfd.hold).as_ref().map(|(s, _)| s.clone());
+        let handles: Vec<(Option<Duration>, BfdHandle)> = lock(&self.peers)
+            .values_mut()
+            .filter_map(|h| {
+                let gr = h
+                    .cfg
+                    .graceful_restart_time
+                    .filter(|t| *t > 0)
+                    .map(|t| Duration::from_secs(t.into()));
+                Some((gr, h.bfd.take()?))
+            })
+            .collect();
+        let mut held = Vec::new();
+        for (gr, h) in handles {
+            match (&store, gr) {
+                (Some(store), Some(gr)) => {
+                    let taken = h
+                        .hold(|s| {
+                            let s = HeldBfd { hold_for: gr, ..*s };
+                            s.peer.is_ipv4()
+                                && store.covers(s.peer, s.local)
+                                && store.hold(&[s]).is_empty()
+                        })
+                        .await;
+                    held.extend(taken.map(|s| HeldBfd { hold_for: gr, ..s }));
+                }
+                _ => h.stop().await,
+            }
+        }
+        held
     }
 
     /// The peer's BFD session, as a watchable value (None: no BFD with that peer).

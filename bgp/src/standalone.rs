@@ -16,6 +16,7 @@ use ringlb_ops::{Health, serve_ops};
 use tokio::signal::unix::{SignalKind, signal};
 
 use super::Error;
+use super::bfd::hold::HoldStore;
 use super::config::SpeakerFile;
 use super::gr::OnSigterm;
 use super::speaker::Speaker;
@@ -28,6 +29,16 @@ fn io(what: &str) -> impl FnOnce(std::io::Error) -> Error + '_ {
 }
 
 pub async fn run(config: &Path, metrics_addr: SocketAddr) -> Result<(), Error> {
+    run_with_hold(config, metrics_addr, None).await
+}
+
+/// [`run`], holding BFD sessions in `hold` across a restart (`bfd::hold`): the
+/// sessions it offers are resumed, and a restart hands the Up ones to it.
+pub async fn run_with_hold(
+    config: &Path,
+    metrics_addr: SocketAddr,
+    hold: Option<Arc<dyn HoldStore>>,
+) -> Result<(), Error> {
     let cfg = SpeakerFile::load(config)?;
     let registry = Arc::new(tokio::sync::Mutex::new(Registry::with_prefix("ringlb")));
     let health = Health::new();
@@ -41,6 +52,9 @@ pub async fn run(config: &Path, metrics_addr: SocketAddr) -> Result<(), Error> {
     let mut term = signal(SignalKind::terminate()).map_err(io("installing SIGTERM handler"))?;
     let mut int = signal(SignalKind::interrupt()).map_err(io("installing SIGINT handler"))?;
     speaker.set_restart_state(cfg.restart);
+    if let Some(h) = hold {
+        speaker.set_bfd_hold_store(h);
+    }
     for p in cfg.peers {
         speaker.add_peer(p)?;
     }
@@ -54,7 +68,11 @@ pub async fn run(config: &Path, metrics_addr: SocketAddr) -> Result<(), Error> {
     };
     health.set_ready(false);
     if restart {
-        speaker.bfd_admin_down().await;
+        let held = speaker.bfd_hold_or_admin_down().await;
+        tracing::info!(
+            held = held.len(),
+            "BFD: Up sessions handed to the datapath, the rest sent AdminDown"
+        );
         speaker.abandon();
         tracing::info!("SIGTERM: stopped for a restart; routes left to graceful restart");
         return Ok(());

@@ -21,8 +21,11 @@
 //!   killed with `-9`: the ToR drops the edge, every download completes from the one
 //!   pod that started it (both edges hold the same Maglev table), no connection
 //!   breaks, and new traffic keeps reaching both pods through the other edge;
-//! - the upgrade this design exists for: the BGPPeer gets `gracefulRestart`, edge1
-//!   (`--on-sigterm restart`) is restarted while 100 long downloads run: BIRD's route
+//! - the upgrade this design exists for: the BGPPeer gets `gracefulRestart` and BFD
+//!   100 ms x 3 (BIRD runs `bfd on`, which flushes an edge whose BFD goes down, even
+//!   by AdminDown), edge1 (`--on-sigterm restart`) is restarted while 100 long
+//!   downloads run: its BFD session is held by the XDP program meanwhile and never
+//!   leaves Up at BIRD; BIRD's route
 //!   and the ToR's kernel route keep edge1's next hop in every sample (polled every
 //!   ~50 ms), the new agent re-reads the pinned maps, re-announces and sends
 //!   End-of-RIB, and no download breaks.
@@ -324,13 +327,18 @@ fn downloads_survive_a_hitless_restart(
     vip: &str,
     edges: &[std::net::IpAddr],
 ) -> (usize, Vec<String>) {
-    let patch = r#"{"spec":{"gracefulRestart":{"restartTime":60}}}"#;
+    // Graceful restart, and BFD (100 ms x 3) against BIRD's `bfd on`: a BFD session
+    // going down, AdminDown included, flushes the edge at once, so the restart is
+    // hitless only because the XDP program answers the ToR's BFD meanwhile (BFD held
+    // by the datapath, docs/bgp.md).
+    let patch = r#"{"spec":{"gracefulRestart":{"restartTime":60},"bfd":{"minRxMs":100,"minTxMs":100,"multiplier":3}}}"#;
     cluster
         .kubectl(&["patch", "bgppeer", "tor", "--type", "merge", "-p", patch])
         .unwrap();
-    // The sessions restart with the capability; wait until BIRD has it from both.
+    // The sessions restart with the capability; wait until BIRD has it from both,
+    // and both BFD sessions are Up.
     lab::wait_for(
-        "BIRD sees graceful restart from both edges",
+        "BIRD sees graceful restart and BFD Up from both edges",
         Duration::from_secs(60),
         Duration::from_millis(250),
         || {
@@ -341,14 +349,17 @@ fn downloads_survive_a_hitless_restart(
                         .is_ok_and(|s| s.contains("Established") && s.contains("Restart time: 60"))
                 })
                 .count();
-            Ok(if n == 2 {
+            let bfd = bfd_up(cluster);
+            Ok(if n == 2 && bfd == 2 {
                 Ok(())
             } else {
-                Err(format!("{n} of 2"))
+                Err(format!("{n} of 2 with GR, {bfd} BFD sessions Up"))
             })
         },
     )
     .unwrap();
+    let bird_log = dir.join("bird.log");
+    let bfd_changes_before = bfd_changes(&bird_log, edges[0]).len();
     cluster.wait_ecmp(vip, 2, Duration::from_secs(30)).unwrap();
 
     let mut slow = start_slow_downloads(topo, dir, vip, "Restart");
@@ -377,6 +388,8 @@ fn downloads_survive_a_hitless_restart(
     let t = Instant::now();
     cluster.terminate("edge1", Duration::from_secs(10)).unwrap();
     let down = t.elapsed();
+    // read before the new agent's log replaces it
+    let old_log = std::fs::read_to_string(dir.join("edge1.log")).unwrap_or_default();
     cluster
         .start_edge_with(1, &topo.pin_dir(1), RESTART)
         .unwrap();
@@ -402,18 +415,58 @@ fn downloads_survive_a_hitless_restart(
     std::thread::sleep(Duration::from_secs(1));
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     let (samples, missing) = poller.join().unwrap();
+    let changes = bfd_changes(&bird_log, edges[0])[bfd_changes_before..].to_vec();
     eprintln!(
         "hitless restart of edge1: old agent gone after {down:?}, session Established again \
          after {up:?}, VIP re-announced (BGPPeer status) after {announced:?}; edge1's next hop \
-         in BIRD and the kernel in {} of {samples} samples\n{status}",
+         in BIRD and the kernel in {} of {samples} samples; BIRD's BFD state changes for \
+         edge1: {changes:?}\n{status}",
         samples - missing.len()
     );
     assert!(
         samples > 20,
         "the ToR was polled too rarely: {samples} samples"
     );
+    assert!(
+        missing.is_empty(),
+        "the ToR dropped edge1's next hop during its restart: {missing:?}"
+    );
+    // BIRD's BFD session with edge1 never left Up: the old agent left it to the
+    // XDP program, the new agent resumed the same session; both are Up now
+    assert!(
+        changes.is_empty(),
+        "BIRD's BFD session with edge1 changed state: {changes:?}"
+    );
+    assert_eq!(bfd_up(cluster), 2, "both BFD sessions Up after the restart");
+    assert!(
+        old_log.contains("BFD session held by XDP"),
+        "edge1 did not hold its BFD session:\n{old_log}"
+    );
+    let new_log = std::fs::read_to_string(dir.join("edge1.log")).unwrap_or_default();
+    assert!(
+        new_log.contains("BFD session resumed Up"),
+        "the new edge1 did not resume the held session:\n{new_log}"
+    );
     let broken = finish_downloads(&mut slow, "Restart");
     (broken.len(), missing)
+}
+
+/// BFD sessions Up at BIRD (`birdc show bfd sessions`).
+fn bfd_up(cluster: &Cluster) -> usize {
+    cluster
+        .birdc(&["show", "bfd", "sessions"])
+        .map_or(0, |s| s.matches(" Up ").count())
+}
+
+/// BIRD's BFD state changes for `edge` (its log, `debug { events }`).
+fn bfd_changes(bird_log: &std::path::Path, edge: std::net::IpAddr) -> Vec<String> {
+    let needle = format!("Session to {edge} changed state");
+    std::fs::read_to_string(bird_log)
+        .unwrap_or_default()
+        .lines()
+        .filter(|l| l.contains(&needle))
+        .map(str::to_string)
+        .collect()
 }
 
 /// Waits for the downloads; returns a line per broken one.

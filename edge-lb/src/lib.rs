@@ -13,6 +13,7 @@
 //!   `/health/vip/<ip>[/<port>]` pages a global traffic manager probes.
 
 pub mod agent;
+pub mod bfd_hold;
 pub mod node;
 pub mod peers;
 pub mod serving;

@@ -23,6 +23,14 @@ enum Command {
         /// The speaker's YAML configuration file.
         #[arg(long)]
         config: std::path::PathBuf,
+        /// With `onSigterm: restart`: hold the Up BFD sessions of peers routed via
+        /// this interface in the XDP program pinned in --pin-dir across the restart
+        /// (its `bfd_hold` map), and resume them at start; see docs/bgp.md.
+        #[arg(long)]
+        bfd_hold_interface: Option<String>,
+        /// Where that XDP program's maps are pinned.
+        #[arg(long, default_value = ringlb_xdp::xdp::DEFAULT_PIN_DIR)]
+        pin_dir: std::path::PathBuf,
     },
     /// Operator commands against the running edge's pinned XDP maps: dump VIPs and
     /// backends, show counters, look up a 5-tuple, uninstall; see docs/datapath.md.
@@ -39,8 +47,17 @@ async fn main() -> anyhow::Result<()> {
     ringlb_ops::logging::init(&args.common.log_level).map_err(anyhow::Error::msg)?;
     match args.command {
         Command::Run(run) => ringlb_edge::agent::run(&args.common, &run).await,
-        Command::Speaker { config } => {
-            Ok(ringlb_bgp::standalone::run(&config, args.common.metrics_addr).await?)
+        Command::Speaker {
+            config,
+            bfd_hold_interface,
+            pin_dir,
+        } => {
+            let hold = bfd_hold_interface.map(|i| {
+                let s = ringlb_edge::bfd_hold::XdpHoldStore::new(pin_dir, i);
+                std::sync::Arc::new(s) as std::sync::Arc<dyn ringlb_bgp::bfd::hold::HoldStore>
+            });
+            let addr = args.common.metrics_addr;
+            Ok(ringlb_bgp::standalone::run_with_hold(&config, addr, hold).await?)
         }
         Command::Datapath(dp) => Ok(ringlb_xdp::cli::run(&dp, &mut std::io::stdout())?),
         Command::Node(node) => ringlb_edge::node::run(&args.common, &node).await,

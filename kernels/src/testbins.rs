@@ -17,6 +17,7 @@ pub const TESTS: &[(&str, &str)] = &[
     ("ringlb-xdp", "xdp_ptb"),
     ("ringlb-xdp", "xdp_conntrack"),
     ("ringlb-xdp", "xdp_failover"),
+    ("ringlb-xdp", "xdp_bfd_hold"),
     ("ringlb-node", "node_fixtures"),
     ("ringlb-node", "node_icmp"),
     ("ringlb-xdp", "xdp_netns"),

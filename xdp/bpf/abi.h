@@ -127,6 +127,39 @@ struct ringlb_flow_filter {
 	__u8 slot[2 * RINGLB_FLOW_FILTER_SLOTS]; /* slot s of half h: byte 2*s + h */
 };
 
+/* ---- bfd_hold: HASH bfd_hold_key -> bfd_hold ------------------------------ */
+/* BFD sessions held by the program across a hitless agent restart
+ * (bfd_hold.h): the exiting agent writes one entry per IPv4 session that is Up
+ * and whose peer is behind this interface; until deadline_ns the program
+ * answers that peer's Control packets itself, Up, with the stored
+ * discriminators and intervals; the next agent resumes the session and deletes
+ * the entry. All BFD fields are in wire (network) order. */
+#define RINGLB_BFD_HOLD_MAX 64          /* held sessions (one per BFD peer) */
+#define RINGLB_BFD_PORT     3784        /* single-hop BFD Control (RFC 5881) */
+
+struct ringlb_bfd_hold_key {
+	__u32 local;      /* be, our IPv4 address (the packet's destination) */
+	__u32 peer;       /* be, the peer's IPv4 address (the packet's source) */
+};                        /* 8 bytes */
+
+struct ringlb_bfd_hold {
+	__u64 deadline_ns;    /* CLOCK_MONOTONIC (bpf_ktime_get_ns): answered before it only */
+	__u64 answered;       /* packets answered with XDP_TX (the program adds) */
+	__u64 last_ns;        /* when the last one was answered; 0 = none yet */
+	__u32 my_disc;        /* be, our My Discriminator */
+	__u32 your_disc;      /* be, the peer's (its packets must carry it as My Discriminator) */
+	__u32 min_tx_us;      /* be, our Desired Min TX Interval, microseconds */
+	__u32 min_rx_us;      /* be, our Required Min RX Interval, microseconds */
+	__u32 peer_min_tx_us; /* be, the peer's last Desired Min TX (for the next agent) */
+	__u32 peer_min_rx_us; /* be, the peer's last Required Min RX (for the next agent) */
+	__u16 src_port;       /* be, the UDP source port the agent sent from */
+	__u8 detect_mult;     /* our Detect Mult */
+	__u8 peer_mult;       /* the peer's Detect Mult (for the next agent) */
+	__u32 refused;        /* the peer's packets not answered (not Up, other
+			       * discriminators, TTL, auth, demand, options, ...):
+			       * passed to the kernel; the program adds */
+};                            /* 56 bytes */
+
 /* ---- config: ARRAY[1] ------------------------------------------------------ */
 struct ringlb_config {
 	__u32 src4;       /* be, outer source for IPv4 outer headers; 0 = no v4 encap */
@@ -192,6 +225,6 @@ enum ringlb_stat {
 
 /* ---- map names (the loader finds maps by these) ----------------------------- */
 /* vips, rings, backends, conntrack, owners, config, vip_stats, stats, vip_filter,
- * vip_addrs, flow_filter */
+ * vip_addrs, flow_filter, bfd_hold */
 
 #endif /* RINGLB_ABI_H */

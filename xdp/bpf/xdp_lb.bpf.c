@@ -35,6 +35,9 @@
  * plain packet to one is passed), and a backend flagged RINGLB_BE_F_REMOTE_VIP
  * never gets it (the loop guard: dropped). Its outer header is rewritten in
  * place by the encap step, which pkt.l2_len (L2 + outer) makes of it.
+ * BFD held across a hitless agent restart (bfd_hold.h): a UDP packet to
+ * port 3784 from a peer with a live bfd_hold entry is answered in place
+ * (XDP_TX) before the VIP filter; any other packet pays one port compare.
  * Anything else -> XDP_PASS, counted by reason (see enum ringlb_stat in abi.h).
  *
  * Build flags (benchmark-only variants, never attached):
@@ -62,6 +65,7 @@
 #include "conntrack.h"
 #include "vip_filter.h"
 #include "failover.h"
+#include "bfd_hold.h"
 
 #ifndef IPPROTO_IPV6
 #define IPPROTO_IPV6 41
@@ -326,6 +330,11 @@ int ringlb_xdp(struct xdp_md *ctx)
 			return XDP_PASS;
 		}
 		decap = 1;
+	} else if (pkt.flow.dport == bpf_htons(RINGLB_BFD_PORT) &&
+		   ringlb_bfd_hold_answer(data, data_end, &pkt)) {
+		/* BFD held for a restarting agent (bfd_hold.h): counted in
+		 * its bfd_hold entry */
+		return XDP_TX;
 	} else if (!ringlb_maybe_vip(pkt.flow.daddr)) {
 		/* the node's own traffic: no conntrack, no vips lookups */
 		count(RINGLB_ST_PASS_NOT_VIP);

@@ -59,8 +59,11 @@ pub mod map {
     pub const VIP_ADDRS: &str = "vip_addrs";
     /// One value: a presence filter of the conntrack keys (`flow_filter.rs`).
     pub const FLOW_FILTER: &str = "flow_filter";
+    /// `BfdHoldKey` -> `BfdHold`: BFD sessions the program answers while the
+    /// agent restarts (`bfd_hold.rs`).
+    pub const BFD_HOLD: &str = "bfd_hold";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 11] = [
+    pub const ALL: [&str; 12] = [
         VIPS,
         RINGS,
         BACKENDS,
@@ -72,6 +75,7 @@ pub mod map {
         VIP_FILTER,
         VIP_ADDRS,
         FLOW_FILTER,
+        BFD_HOLD,
     ];
 }
 
@@ -163,6 +167,71 @@ pub struct VipStats {
     pub bytes: u64,
 }
 
+/// `RINGLB_BFD_HOLD_MAX`: held BFD sessions.
+pub const BFD_HOLD_MAX: u32 = 64;
+/// `RINGLB_BFD_PORT`: single-hop BFD Control packets (RFC 5881).
+pub const BFD_PORT: u16 = 3784;
+
+/// A 32-bit field in network byte order (the BFD fields of `BfdHold`).
+#[repr(transparent)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Be32(u32);
+
+impl Be32 {
+    pub const fn from_host(v: u32) -> Self {
+        Be32(v.to_be())
+    }
+    pub const fn to_host(self) -> u32 {
+        u32::from_be(self.0)
+    }
+}
+
+/// `struct ringlb_bfd_hold_key`: (our IPv4 address, the peer's).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct BfdHoldKey {
+    /// Network order, as `RawAddr` word 0.
+    pub local: u32,
+    pub peer: u32,
+}
+
+impl BfdHoldKey {
+    pub fn new(local: std::net::Ipv4Addr, peer: std::net::Ipv4Addr) -> Self {
+        BfdHoldKey {
+            local: u32::from_ne_bytes(local.octets()),
+            peer: u32::from_ne_bytes(peer.octets()),
+        }
+    }
+    pub fn local(&self) -> std::net::Ipv4Addr {
+        self.local.to_ne_bytes().into()
+    }
+    pub fn peer(&self) -> std::net::Ipv4Addr {
+        self.peer.to_ne_bytes().into()
+    }
+}
+
+/// `struct ringlb_bfd_hold`: one held session (see abi.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct BfdHold {
+    /// CLOCK_MONOTONIC nanoseconds; answered before it only.
+    pub deadline_ns: u64,
+    pub answered: u64,
+    pub last_ns: u64,
+    pub my_disc: Be32,
+    pub your_disc: Be32,
+    pub min_tx_us: Be32,
+    pub min_rx_us: Be32,
+    pub peer_min_tx_us: Be32,
+    pub peer_min_rx_us: Be32,
+    pub src_port: Be16,
+    pub detect_mult: u8,
+    pub peer_mult: u8,
+    pub refused: u32,
+}
+
+const _: () = assert!(size_of::<BfdHoldKey>() == 8);
+const _: () = assert!(size_of::<BfdHold>() == 56);
 const _: () = assert!(size_of::<VipKey>() == 20);
 const _: () = assert!(size_of::<VipInfo>() == 12);
 const _: () = assert!(size_of::<BackendValue>() == 40);
@@ -185,6 +254,8 @@ mod pod {
     unsafe impl aya::Pod for CtValue {}
     unsafe impl aya::Pod for ConfigValue {}
     unsafe impl aya::Pod for VipStats {}
+    unsafe impl aya::Pod for BfdHoldKey {}
+    unsafe impl aya::Pod for BfdHold {}
 }
 
 /// Global counter indices: `enum ringlb_stat`.
@@ -383,6 +454,11 @@ mod tests {
         assert_eq!(define("RINGLB_VIP_F_FAILOVER_ALIAS"), VIP_F_FAILOVER_ALIAS);
         assert_eq!(define("RINGLB_BE_F_REMOTE_VIP"), BE_F_REMOTE_VIP as u32);
         assert_eq!(define("RINGLB_FLOW_F_DECAP"), FLOW_F_DECAP as u32);
+        assert_eq!(define("RINGLB_BFD_HOLD_MAX"), BFD_HOLD_MAX);
+        assert_eq!(define("RINGLB_BFD_PORT"), u32::from(BFD_PORT));
+        // struct ringlb_bfd_hold: ... src_port (48..50), detect_mult, peer_mult, refused (52)
+        assert_eq!(std::mem::offset_of!(BfdHold, src_port), 48);
+        assert_eq!(std::mem::offset_of!(BfdHold, refused), 52);
         // struct ringlb_flow: ... proto (36), family (37), flags (38)
         assert_eq!(std::mem::offset_of!(Flow, flags), 38);
         // struct ringlb_backend: ... family (36), nh_valid (37), vlan_tci (38..40)

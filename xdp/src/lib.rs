@@ -18,6 +18,7 @@
 pub mod abi;
 pub mod apply;
 pub mod batch;
+pub mod bfd_hold;
 pub mod cli;
 pub mod flow_filter;
 pub mod lookup;

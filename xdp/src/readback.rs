@@ -89,6 +89,7 @@ pub(crate) fn check_abi(maps: &KernelMaps) -> Result<(), Error> {
     let backends: Array<_, abi::BackendValue> = maps.map(BACKENDS)?;
     let ct: HashMap<_, abi::Flow, abi::CtValue> = maps.map(CONNTRACK)?;
     let addrs: HashMap<_, abi::VipKey, u32> = maps.map(VIP_ADDRS)?;
+    let _: HashMap<_, abi::BfdHoldKey, abi::BfdHold> = maps.map(BFD_HOLD)?;
     // pinned maps keep the size they were created with
     for (name, data, want) in [
         (VIPS, vips.map(), abi::MAX_VIPS),

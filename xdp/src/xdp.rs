@@ -146,7 +146,11 @@ impl XdpDatapath {
     /// Opens the maps a running edge pinned in `dir`, without loading or
     /// attaching anything (for the operator CLI). Fails if nothing is pinned.
     pub fn open_pinned(dir: &Path) -> Result<Self, Error> {
-        for name in abi::map::ALL {
+        // bfd_hold is new (an older edge has none); the others must be there
+        for name in abi::map::ALL
+            .into_iter()
+            .filter(|n| *n != abi::map::BFD_HOLD)
+        {
             let p = dir.join(name);
             if !p.exists() {
                 return Err(BpfError::Pin {
@@ -208,6 +212,11 @@ impl XdpDatapath {
     pub fn rebuild_flow_filter(&self) -> Result<RebuildStats, Error> {
         let maps = self.maps();
         maps.with_flow_filter(|f| flow_filter::rebuild(f, || maps.conntrack_keys()))?
+    }
+
+    /// The `bfd_hold` map (BFD held across a restart; `bfd_hold.rs`).
+    pub fn bfd_hold(&self) -> Result<crate::bfd_hold::BfdHoldMap, Error> {
+        crate::bfd_hold::BfdHoldMap::of_loaded(self.maps().ebpf())
     }
 
     /// Runs `f` over the flow filter's memory (tests, benchmarks, the CLI).

@@ -48,6 +48,19 @@ pub enum Action {
     Changed(Transition),
 }
 
+/// What an Up session is made of beyond its configuration: enough for another
+/// process to go on with it (a session held by the datapath across a hitless
+/// restart, `super::hold`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resume {
+    pub local_disc: u32,
+    pub remote_disc: u32,
+    /// The peer's Desired Min TX, Required Min RX and Detect Mult, as last heard.
+    pub remote_min_tx: Duration,
+    pub remote_min_rx: Duration,
+    pub remote_mult: u8,
+}
+
 pub struct Session {
     cfg: BfdConfig,
     local_disc: u32,
@@ -84,6 +97,52 @@ impl Session {
         };
         s.update_tx();
         s
+    }
+
+    /// A session that is Up already, taken over from an earlier process (which
+    /// the peer never saw go): same discriminators, the peer's last timers, the
+    /// Up transmit interval. Its first packet is queued at once (`Send`), the
+    /// transmit interval and the detection timer are set; no transition is
+    /// reported (nothing changed for the peer).
+    pub fn resume(cfg: BfdConfig, r: Resume) -> Session {
+        let mut s = Session {
+            cfg,
+            local_disc: r.local_disc,
+            remote_disc: r.remote_disc,
+            state: State::Up,
+            remote_state: State::Up,
+            diag: Diag::None,
+            desired_min_tx: cfg.min_tx,
+            remote_min_rx: r.remote_min_rx,
+            remote_min_tx: r.remote_min_tx,
+            remote_mult: r.remote_mult,
+            polling: false,
+            tx_interval: None,
+            actions: Vec::new(),
+        };
+        s.update_tx();
+        s.actions.push(Action::DetectTimer(s.detection_time()));
+        s.actions.push(Action::Send(s.control(false, false)));
+        s
+    }
+
+    /// What another process needs to resume this session: `None` unless it is Up
+    /// and no Poll Sequence is running (a parameter change in flight).
+    pub fn resume_state(&self) -> Option<Resume> {
+        (self.state == State::Up && self.remote_state == State::Up && !self.polling).then_some(
+            Resume {
+                local_disc: self.local_disc,
+                remote_disc: self.remote_disc,
+                remote_min_tx: self.remote_min_tx,
+                remote_min_rx: self.remote_min_rx,
+                remote_mult: self.remote_mult,
+            },
+        )
+    }
+
+    /// The configuration the session runs with.
+    pub fn config(&self) -> BfdConfig {
+        self.cfg
     }
 
     pub fn state(&self) -> State {

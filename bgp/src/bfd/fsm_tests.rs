@@ -188,3 +188,74 @@ fn admin_down_tells_the_peer_and_stops() {
     // Packets after that change nothing.
     assert_eq!(s.event(Event::Rx(peer(State::Up, 9))), None);
 }
+
+#[test]
+fn an_up_session_resumes_in_a_new_process_without_a_transition() {
+    let mut old = up_session();
+    let mut fin = peer(State::Up, 9);
+    fin.fin = true; // the poll that lowered our interval, answered
+    old.event(Event::Rx(fin));
+    old.take_actions();
+    let r = old.resume_state().expect("Up: resumable");
+    assert_eq!(
+        r,
+        Resume {
+            local_disc: 9,
+            remote_disc: 77,
+            remote_min_tx: ms(200),
+            remote_min_rx: ms(50),
+            remote_mult: 5,
+        }
+    );
+    let mut s = Session::resume(cfg(), r);
+    assert_eq!(s.state(), State::Up);
+    assert_eq!((s.local_disc(), s.remote_disc()), (9, 77));
+    // the Up rate (ours 100 ms, the peer accepts 50), detection 5 x max(100, 200)
+    // at once, and the first packet now: Up, both discriminators, no Poll
+    assert_eq!(s.detection_time(), Some(ms(1000)));
+    let a = s.take_actions();
+    assert_eq!(a[0], Action::TxInterval(Some(ms(100))));
+    assert_eq!(a[1], Action::DetectTimer(Some(ms(1000))));
+    let Action::Send(p) = &a[2] else {
+        panic!("{a:?}")
+    };
+    assert_eq!(
+        (p.state, p.my_disc, p.your_disc, p.poll, p.fin),
+        (State::Up, 9, 77, false, false)
+    );
+    assert_eq!((p.desired_min_tx, p.required_min_rx), (ms(100), ms(100)));
+    assert_eq!(a.len(), 3, "no transition reported: {a:?}");
+    assert_eq!(
+        s.periodic(),
+        old.periodic(),
+        "the peer sees the same session"
+    );
+
+    // it behaves as an Up session: the peer's Up keeps it, its Down ends it
+    assert_eq!(s.event(Event::Rx(peer(State::Up, 9))), None);
+    let t = s.event(Event::Rx(peer(State::Down, 9))).unwrap();
+    assert_eq!((t.from, t.to, t.failure), (State::Up, State::Down, true));
+    // and a detection timeout ends it like any other
+    let mut s = Session::resume(cfg(), r);
+    let t = s.event(Event::DetectTimerExpired).unwrap();
+    assert_eq!((t.to, t.diag), (State::Down, Diag::DetectionTimeExpired));
+}
+
+#[test]
+fn only_an_up_session_without_a_poll_in_flight_is_resumable() {
+    assert_eq!(Session::new(cfg(), 9).resume_state(), None);
+    let mut s = Session::new(cfg(), 9);
+    s.event(Event::Rx(peer(State::Down, 0)));
+    assert_eq!(s.state(), State::Init);
+    assert_eq!(s.resume_state(), None);
+    // Up, but the poll that lowers our interval is not answered yet
+    s.event(Event::Rx(peer(State::Up, 9)));
+    assert_eq!(s.state(), State::Up);
+    assert_eq!(s.resume_state(), None, "poll in flight");
+    let mut fin = peer(State::Up, 9);
+    fin.fin = true;
+    s.event(Event::Rx(fin));
+    assert!(s.resume_state().is_some());
+    s.event(Event::AdminDown);
+    assert_eq!(s.resume_state(), None);
+}

@@ -24,6 +24,7 @@
 //! the echo function, multihop (RFC 5883).
 
 pub mod fsm;
+pub mod hold;
 pub mod metrics;
 pub mod packet;
 pub mod socket;

@@ -87,13 +87,22 @@ impl Hub {
     /// Register a session for `peer`: a fresh, unused, non-zero discriminator and the
     /// channel its packets arrive on.
     pub fn register(&self, peer: IpAddr) -> (u32, mpsc::Receiver<Control>) {
+        self.register_with(peer, None)
+    }
+
+    /// [`Hub::register`] with `want` as the discriminator when it is free (a
+    /// session resumed from an earlier process keeps its own).
+    pub fn register_with(&self, peer: IpAddr, want: Option<u32>) -> (u32, mpsc::Receiver<Control>) {
         let (tx, rx) = mpsc::channel(64);
         let mut t = lock(&self.table);
-        let disc = loop {
-            let d = self.random() as u32;
-            if d != 0 && !t.by_disc.contains_key(&d) {
-                break d;
-            }
+        let disc = match want {
+            Some(d) if d != 0 && !t.by_disc.contains_key(&d) => d,
+            _ => loop {
+                let d = self.random() as u32;
+                if d != 0 && !t.by_disc.contains_key(&d) {
+                    break d;
+                }
+            },
         };
         t.by_disc.insert(disc, Entry { peer, tx });
         t.by_peer.insert(peer, disc);
@@ -146,8 +155,14 @@ fn bind_rx(addr: SocketAddr) -> io::Result<UdpSocket> {
 }
 
 /// The transmit socket of one session: `src` (or any address) and a random port of
-/// 49152..65535, TTL 255, connected to the peer.
-pub fn tx_socket(src: Option<IpAddr>, peer: SocketAddr, hub: &Hub) -> io::Result<UdpSocket> {
+/// 49152..65535 (`port` first when given: a resumed session's), TTL 255,
+/// connected to the peer.
+pub fn tx_socket(
+    src: Option<IpAddr>,
+    peer: SocketAddr,
+    hub: &Hub,
+    port: Option<u16>,
+) -> io::Result<UdpSocket> {
     use socket2::{Domain, Protocol, Socket, Type};
     let ip = src.unwrap_or(if peer.is_ipv4() {
         IpAddr::V4(Ipv4Addr::UNSPECIFIED)
@@ -155,7 +170,11 @@ pub fn tx_socket(src: Option<IpAddr>, peer: SocketAddr, hub: &Hub) -> io::Result
         IpAddr::V6(Ipv6Addr::UNSPECIFIED)
     });
     let mut last = None;
-    for _ in 0..64 {
+    for i in 0..64 {
+        let p = match port {
+            Some(p) if i == 0 => p,
+            _ => hub.source_port(),
+        };
         let s = Socket::new(Domain::for_address(peer), Type::DGRAM, Some(Protocol::UDP))?;
         if peer.is_ipv6() {
             s.set_only_v6(true)?;
@@ -164,7 +183,7 @@ pub fn tx_socket(src: Option<IpAddr>, peer: SocketAddr, hub: &Hub) -> io::Result
             s.set_ttl_v4(255)?;
         }
         s.set_nonblocking(true)?;
-        match s.bind(&SocketAddr::new(ip, hub.source_port()).into()) {
+        match s.bind(&SocketAddr::new(ip, p).into()) {
             Ok(()) => {
                 s.connect(&peer.into())?;
                 return UdpSocket::from_std(s.into());

@@ -2,6 +2,10 @@
 //! transmit socket and the two timers (periodic transmit, detection), and reports
 //! every state change on a watch and to its client (the BGP peer task) through a
 //! typed message.
+//!
+//! On a hitless restart a session can be handed over instead of ended
+//! ([`BfdHandle::hold`], see `super::hold`), and a new process can start one from
+//! such a hand-over ([`Resumed`]).
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
@@ -15,6 +19,7 @@ use tracing::Instrument;
 
 use super::BfdConfig;
 use super::fsm::{Action, Event, Session, Transition};
+use super::hold::HeldBfd;
 use super::metrics::BfdMetrics;
 use super::packet::{Control, Diag, State};
 use super::socket::{Hub, tx_socket};
@@ -38,10 +43,30 @@ pub struct BfdDown {
     pub diag: Diag,
 }
 
+/// How a session ends.
+enum StopHow {
+    /// AdminDown for a Detection Time (RFC 5880 §6.8.16).
+    AdminDown,
+    /// Hand the session over: its state goes out on `snapshot` (`None`: not
+    /// resumable, so AdminDown); then `verdict` true ends it silently (someone
+    /// else answers for it now), false with AdminDown.
+    Hold {
+        snapshot: oneshot::Sender<Option<HeldBfd>>,
+        verdict: oneshot::Receiver<bool>,
+    },
+}
+
+/// A session taken over from an earlier process; `on_first_send` runs once its
+/// first packet is out (the holder can stop answering then).
+pub struct Resumed {
+    pub held: HeldBfd,
+    pub on_first_send: Box<dyn FnOnce() + Send>,
+}
+
 /// A running session; dropping it does not stop it, [`BfdHandle::stop`] does.
 pub struct BfdHandle {
     pub status: watch::Receiver<BfdStatus>,
-    stop: Option<oneshot::Sender<()>>,
+    stop: Option<oneshot::Sender<StopHow>>,
     task: JoinHandle<()>,
 }
 
@@ -49,8 +74,36 @@ impl BfdHandle {
     /// Send AdminDown to the peer (so its clients do not see a failure) and end.
     pub async fn stop(mut self) {
         if let Some(s) = self.stop.take() {
-            let _ = s.send(());
+            let _ = s.send(StopHow::AdminDown);
         }
+        self.join().await;
+    }
+
+    /// Hand the session over for a hitless restart: when it is Up (and no Poll
+    /// runs), `hold` gets its state and says whether someone now answers for
+    /// it; if so the session ends without a packet, and its state is returned.
+    /// Otherwise (not Up, or `hold` said no) it ends with AdminDown, as `stop`.
+    pub async fn hold(mut self, hold: impl FnOnce(&HeldBfd) -> bool) -> Option<HeldBfd> {
+        let (snap_tx, snap_rx) = oneshot::channel();
+        let (verdict_tx, verdict_rx) = oneshot::channel();
+        let held = match self.stop.take() {
+            Some(s) => {
+                let how = StopHow::Hold {
+                    snapshot: snap_tx,
+                    verdict: verdict_rx,
+                };
+                let _ = s.send(how);
+                snap_rx.await.ok().flatten()
+            }
+            None => None,
+        };
+        let ok = held.as_ref().is_some_and(hold);
+        let _ = verdict_tx.send(ok);
+        self.join().await;
+        held.filter(|_| ok)
+    }
+
+    async fn join(&mut self) {
         if tokio::time::timeout(Duration::from_secs(2), &mut self.task)
             .await
             .is_err()
@@ -68,7 +121,9 @@ impl Drop for BfdHandle {
     }
 }
 
-/// Start the session with `peer`; failures go to `client`.
+/// Start the session with `peer`; failures go to `client`. With `resumed`, the
+/// session goes on from an earlier process's (Up, same discriminators and
+/// source port) when the discriminator is still free here.
 pub fn spawn(
     hub: Arc<Hub>,
     cfg: BfdConfig,
@@ -76,16 +131,24 @@ pub fn spawn(
     source: Option<IpAddr>,
     client: mpsc::Sender<BfdDown>,
     metrics: BfdMetrics,
+    resumed: Option<Resumed>,
 ) -> std::io::Result<BfdHandle> {
-    let sock = tx_socket(source, SocketAddr::new(peer, cfg.port), &hub)?;
-    let (disc, rx) = hub.register(peer);
-    let session = Session::new(cfg, disc);
+    let port = resumed.as_ref().map(|r| r.held.local.port());
+    let sock = tx_socket(source, SocketAddr::new(peer, cfg.port), &hub, port)?;
+    let want = resumed.as_ref().map(|r| r.held.resume.local_disc);
+    let (disc, rx) = hub.register_with(peer, want);
+    let (session, on_first_send) = match resumed {
+        Some(r) if Some(disc) == want => {
+            (Session::resume(cfg, r.held.resume), Some(r.on_first_send))
+        }
+        _ => (Session::new(cfg, disc), None),
+    };
     let (st_tx, st_rx) = watch::channel(BfdStatus {
-        state: State::Down,
+        state: session.state(),
         diag: Diag::None,
         local_disc: disc,
-        remote_disc: 0,
-        detection_time: None,
+        remote_disc: session.remote_disc(),
+        detection_time: session.detection_time(),
         transitions: 0,
     });
     let (stop_tx, stop_rx) = oneshot::channel();
@@ -93,6 +156,8 @@ pub fn spawn(
     let t = SessionTask {
         label: vec![("peer".to_string(), name.clone())],
         name,
+        peer,
+        on_first_send,
         session,
         sock,
         rx,
@@ -121,6 +186,9 @@ pub fn spawn(
 
 struct SessionTask {
     name: String,
+    peer: IpAddr,
+    /// A resumed session: tell the holder once our own first packet is out.
+    on_first_send: Option<Box<dyn FnOnce() + Send>>,
     label: Labels,
     session: Session,
     sock: UdpSocket,
@@ -142,31 +210,28 @@ async fn sleep_opt(at: Option<Instant>) {
 }
 
 impl SessionTask {
-    async fn run(mut self, mut stop: oneshot::Receiver<()>) {
+    async fn run(mut self, mut stop: oneshot::Receiver<StopHow>) {
         self.metrics
             .session_state
             .get_or_create(&self.label)
-            .set(State::Down as i64);
+            .set(self.session.state() as i64);
+        if self.on_first_send.is_some() {
+            tracing::info!(
+                remote_disc = self.session.remote_disc(),
+                "BFD session resumed Up from the earlier process's hold"
+            );
+        }
         self.carry_out();
         loop {
             tokio::select! {
-                _ = &mut stop => {
-                    self.session.event(Event::AdminDown);
-                    self.carry_out();
-                    // RFC 5880 §6.8.16: AdminDown for a Detection Time, not once, so
-                    // one lost datagram does not read as a failure at the peer (which
-                    // would end the graceful restart this AdminDown announces).
-                    // Bounded well inside the 2 s `stop` allows.
-                    let gap = self.tx_every.unwrap_or(Duration::from_millis(100));
-                    let gap = gap.min(Duration::from_millis(500));
-                    for _ in 1..self.session.periodic().detect_mult.clamp(1, 3) {
-                        tokio::time::sleep(gap).await;
-                        let p = self.session.periodic();
-                        self.send(&p);
+                how = &mut stop => {
+                    if let Ok(StopHow::Hold { snapshot, verdict }) = how
+                        && self.hand_over(snapshot, verdict).await
+                    {
+                        return self.forget_metrics();
                     }
-                    self.metrics.session_state.remove(&self.label);
-                    self.metrics.detection_time_ms.remove(&self.label);
-                    return;
+                    self.admin_down().await;
+                    return self.forget_metrics();
                 }
                 Some(c) = self.rx.recv() => {
                     self.metrics.received.get_or_create(&self.label).inc();
@@ -185,6 +250,59 @@ impl SessionTask {
                 }
             }
         }
+    }
+
+    /// Offers the session's state; true when it was taken (end silently).
+    async fn hand_over(
+        &mut self,
+        snapshot: oneshot::Sender<Option<HeldBfd>>,
+        verdict: oneshot::Receiver<bool>,
+    ) -> bool {
+        let cfg = self.session.config();
+        let held = match (self.session.resume_state(), self.sock.local_addr()) {
+            (Some(resume), Ok(local)) => Some(HeldBfd {
+                peer: self.peer,
+                local,
+                min_tx: cfg.min_tx,
+                min_rx: cfg.min_rx,
+                multiplier: cfg.multiplier,
+                resume,
+                hold_for: Duration::ZERO,
+            }),
+            _ => None,
+        };
+        let offered = held.is_some();
+        if snapshot.send(held).is_err() || !offered {
+            return false;
+        }
+        let taken = verdict.await.unwrap_or(false);
+        if taken {
+            tracing::info!(
+                "BFD session handed over Up (no AdminDown): the datapath answers for it"
+            );
+        }
+        taken
+    }
+
+    async fn admin_down(&mut self) {
+        self.session.event(Event::AdminDown);
+        self.carry_out();
+        // RFC 5880 §6.8.16: AdminDown for a Detection Time, not once, so
+        // one lost datagram does not read as a failure at the peer (which
+        // would end the graceful restart this AdminDown announces).
+        // Bounded well inside the 2 s `stop` allows.
+        let gap = self.tx_every.unwrap_or(Duration::from_millis(100));
+        let gap = gap.min(Duration::from_millis(500));
+        for _ in 1..self.session.periodic().detect_mult.clamp(1, 3) {
+            tokio::time::sleep(gap).await;
+            let p = self.session.periodic();
+            self.send(&p);
+        }
+    }
+
+    fn forget_metrics(&self) {
+        self.metrics.session_state.remove(&self.label);
+        self.metrics.detection_time_ms.remove(&self.label);
     }
 
     fn carry_out(&mut self) {
@@ -235,6 +353,9 @@ impl SessionTask {
         match self.sock.try_send(&c.encode()) {
             Ok(_) => {
                 self.metrics.sent.get_or_create(&self.label).inc();
+                if let Some(f) = self.on_first_send.take() {
+                    f();
+                }
             }
             // An unreachable peer (ICMP errors on the connected socket, a full
             // buffer) is what the detection timer is for; no log on the fast path.

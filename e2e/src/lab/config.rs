@@ -31,6 +31,13 @@ define VIP_RANGE = [ {vips} ];
 
 protocol device {{ scan time 2; }}
 
+# BFD toward the edges (100 ms x 3). A BGPPeer without `bfd` runs none on the edge:
+# the session stays Down here, which `bfd on` ignores (only Up -> Down stops BGP).
+protocol bfd {{
+	interface "*" {{ min rx interval 100 ms; min tx interval 100 ms; multiplier 3; }};
+	debug {{ states, events }};
+}}
+
 protocol kernel kernel4 {{
 	merge paths on limit 16;   # ECMP: one kernel route with a nexthop per edge
 	learn off;
@@ -45,6 +52,7 @@ template bgp edge {{
 	local {tor} as {tor_asn};
 	direct;
 	graceful restart on;   # helper for edges whose BGPPeer sets gracefulRestart
+	bfd on;                # not `bfd graceful`: a BFD failure flushes the edge at once
 	hold time 3;
 	keepalive time 1;
 	connect delay time 1;
@@ -281,6 +289,7 @@ mod tests {
         let c = bird_conf(&a);
         assert!(c.contains("merge paths on"));
         assert!(c.contains("router id 10.210.0.1;"));
+        assert!(c.contains("protocol bfd {") && c.contains("\tbfd on;"));
         assert!(c.contains("protocol bgp edge1 from edge { neighbor 10.210.0.11 as 65001; }"));
         assert!(c.contains("protocol bgp edge2 from edge { neighbor 10.210.0.12 as 65001; }"));
         assert!(c.contains("[ 10.210.100.0/24{32,32} ]"));

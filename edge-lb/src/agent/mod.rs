@@ -347,6 +347,11 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         restarted: kept,
         forwarding: kept,
     });
+    // BFD held by the XDP program across a hitless restart (IPVS: not held)
+    if let (DatapathKind::Xdp, Some(iface)) = (args.datapath, &args.interface) {
+        let store = crate::bfd_hold::XdpHoldStore::new(args.pin_dir.clone(), iface.clone());
+        speaker.set_bfd_hold_store(Arc::new(store));
+    }
     let (first_sync, synced) = oneshot::channel();
 
     // Peers and policy come from BGPPeer / BGPAdvertisement / IPPool for this node.

@@ -109,12 +109,18 @@ pub async fn node_cordoned(client: &Client, name: &str) -> Option<bool> {
 }
 
 /// The restart exit: BGP sessions closed without NOTIFICATION, nothing withdrawn,
-/// the datapath left as it is.
+/// the datapath left as it is, and BFD held by it (`crate::bfd_hold`).
 pub async fn restart(speaker: Arc<Speaker>, bgp_task: tokio::task::JoinHandle<()>) {
     bgp_task.abort();
     let _ = bgp_task.await;
     if let Some(speaker) = sole(speaker).await {
-        speaker.bfd_admin_down().await;
+        // Up BFD sessions of peers behind the XDP interface: left to the program
+        // (bfd_hold), without AdminDown; the rest get AdminDown
+        let held = speaker.bfd_hold_or_admin_down().await;
+        tracing::info!(
+            held = held.len(),
+            "BFD: Up sessions handed to the datapath, the rest sent AdminDown"
+        );
         speaker.abandon()
     }
     tracing::info!(
