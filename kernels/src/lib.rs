@@ -210,7 +210,7 @@ pub fn run(plan: &Plan) -> Result<bool> {
         t0.elapsed().as_secs_f64()
     );
     println!(
-        "skipped: {} expected failures (report::EXPECTED), {} ignored; failed: {} of them \
+        "skipped: {} expected failures (report::EXPECTED), {} ignored; counted as failed: {} \
          tests that skipped themselves in a guest (a module or feature missing)",
         n.expected, n.skipped, n.self_skipped
     );

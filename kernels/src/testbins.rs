@@ -20,6 +20,7 @@ pub const TESTS: &[(&str, &str)] = &[
     ("ringlb-xdp", "xdp_bfd_hold"),
     ("ringlb-node", "node_fixtures"),
     ("ringlb-node", "node_icmp"),
+    ("ringlb-node", "kernel_floor"),
     ("ringlb-xdp", "xdp_netns"),
     ("ringlb-xdp", "xdp_netns_failover"),
     ("ringlb-node", "node_netns"),
