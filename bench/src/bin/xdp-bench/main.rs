@@ -14,7 +14,8 @@
 //!   flood    1 M SYNs to one VIP while 1,000 established flows of another
 //!            run: how many of those flows moved backend, before and after
 //!   veth     packets per second through a veth pair with native XDP:
-//!            ringlb_xdp against the floor program on the same pair
+//!            ringlb_xdp and `before` against the floor program on the
+//!            same pair; the frames b0 sends back are checked
 //!   iptables kube-proxy-style nat rules (N services) in a netns: time per
 //!            new flow through PREROUTING, minus the same with 0 services
 //!   update   one service change with N services present: our map update
@@ -68,9 +69,12 @@ pub struct Args {
     /// The established flows each send one packet every this many SYNs.
     #[arg(long, default_value_t = 200_000)]
     pub flood_every: u32,
-    /// Seconds per program of the veth section.
-    #[arg(long, default_value_t = 5)]
+    /// Seconds per program and round of the veth section.
+    #[arg(long, default_value_t = 2)]
     pub veth_secs: u64,
+    /// Rounds of the veth section (each program once per round, in turn).
+    #[arg(long, default_value_t = 5)]
+    pub veth_rounds: u32,
 }
 
 fn main() -> anyhow::Result<()> {

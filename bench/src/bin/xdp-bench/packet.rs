@@ -7,12 +7,15 @@ use std::{
 };
 
 use anyhow::{Context, bail};
-use ringlb_xdp::{abi, xdp::test_run};
+use ringlb_xdp::{
+    abi,
+    xdp::{XdpDatapath, test_run},
+};
 
 use crate::Args;
 use crate::check;
 use crate::setup::{
-    Variant, XDP_PASS, XDP_TX, ack, counter, desired, load, syn, syn_frame, variants,
+    Variant, XDP_PASS, XDP_TX, ack, counter, desired, load, syn, syn_frame, variants, vip_addr,
 };
 
 type Prog = aya::programs::Xdp;
@@ -143,6 +146,46 @@ fn handshakes_batched(
     Ok((s.as_nanos() as f64 / n, a.as_nanos() as f64 / n))
 }
 
+/// Runs `timed` (a method-R call) and checks that it moved each of the
+/// program's counters `labels`, and the packets of VIP `vip` if given, by
+/// exactly `repeat`. A restoring build's output is its input, so these
+/// counters, read outside the timed call, are what shows the path every
+/// repetition took (encapsulated, conntrack hit, passed).
+fn counted(
+    dp: &XdpDatapath,
+    labels: &[&str],
+    vip: Option<IpAddr>,
+    repeat: u32,
+    timed: impl FnOnce() -> anyhow::Result<f64>,
+) -> anyhow::Result<f64> {
+    let read = |dp: &XdpDatapath| -> anyhow::Result<Vec<u64>> {
+        let mut v = labels
+            .iter()
+            .map(|l| counter(dp, l))
+            .collect::<anyhow::Result<Vec<_>>>()?;
+        if let Some(addr) = vip {
+            let c = dp.read_counters()?;
+            v.push(
+                c.per_vip
+                    .iter()
+                    .filter(|x| x.0.addr == addr)
+                    .map(|x| x.1)
+                    .sum(),
+            );
+        }
+        Ok(v)
+    };
+    let before = read(dp)?;
+    let ns = timed()?;
+    for (k, (b, a)) in before.iter().zip(read(dp)?).enumerate() {
+        let what = labels.get(k).copied().unwrap_or("the VIP's packets");
+        if a - b != u64::from(repeat) {
+            bail!("{what} moved by {}, expected {repeat}", a - b);
+        }
+    }
+    Ok(ns)
+}
+
 fn floors(a: &Args) -> anyhow::Result<()> {
     let mut floor = aya::Ebpf::load(ringlb_testkit::objects::XDP_FLOOR)?;
     for (name, path, want) in [
@@ -158,7 +201,15 @@ fn floors(a: &Args) -> anyhow::Result<()> {
                 check::macs_swapped(i, o)
             }
         };
-        let r = method_r(prog, &syn(0, 0), a.repeat, want, |_, _| Ok(()))?;
+        // R runs the program `repeat` times over one buffer: the floor's
+        // output is the input with its MACs swapped `repeat` times
+        let r = method_r(prog, &syn(0, 0), a.repeat, want, |i, o| {
+            if want == XDP_TX && a.repeat % 2 == 1 {
+                check::macs_swapped(i, o)
+            } else {
+                check::unchanged(i, o)
+            }
+        })?;
         let s = method_s(prog, a.calls, want, |_| syn(0, 0), chk)?;
         println!("| {name} | {path} | - | {r:.1} | {s:.1} |");
     }
@@ -183,20 +234,23 @@ fn rows(
     let prog = bench.program()?;
     method_r(prog, &syn(target, 7), 1, XDP_TX, check::unchanged)?;
     method_r(prog, &ack(target, 7), 1, XDP_TX, check::unchanged)?;
-    let hits0 = counter(&bench, "ct_hit")?;
-    let hit_r = method_r(prog, &ack(target, 7), a.repeat, XDP_TX, check::unchanged)?;
-    if counter(&bench, "ct_hit")? - hits0 < u64::from(a.repeat) {
-        bail!("{}: expected {} conntrack hits", v.name, a.repeat);
-    }
+    let to_vip = Some(vip_addr(target));
+    let hit_r = counted(&bench, &["tx", "ct_hit"], to_vip, a.repeat, || {
+        method_r(prog, &ack(target, 7), a.repeat, XDP_TX, check::unchanged)
+    })
+    .with_context(|| format!("{}: R hit", v.name))?;
     drop(bench);
     let miss = load(v.miss, d)?;
-    let miss_r = method_r(
-        miss.program()?,
-        &syn(target, 7),
-        a.repeat,
-        XDP_TX,
-        check::unchanged,
-    )?;
+    let miss_r = counted(&miss, &["tx"], to_vip, a.repeat, || {
+        method_r(
+            miss.program()?,
+            &syn(target, 7),
+            a.repeat,
+            XDP_TX,
+            check::unchanged,
+        )
+    })
+    .with_context(|| format!("{}: R SYN", v.name))?;
     drop(miss);
     // S: the production object
     let prod = load(v.prod, d)?;
@@ -209,7 +263,10 @@ fn rows(
         f.dst = IpAddr::V4(Ipv4Addr::new(10, 255, 255, 254));
         f.bytes()
     };
-    let pass_r = method_r(prog, &not_vip(7), a.repeat, XDP_PASS, check::unchanged)?;
+    let pass_r = counted(&prod, &["pass_not_vip"], None, a.repeat, || {
+        method_r(prog, &not_vip(7), a.repeat, XDP_PASS, check::unchanged)
+    })
+    .with_context(|| format!("{}: R not a VIP", v.name))?;
     let pass_s = method_s(prog, a.calls, XDP_PASS, not_vip, check::unchanged)?;
     // New flows: SYN, then its first ACK. Two regimes of the LRU, which the
     // test runs on this CPU's list (capacity CT_SIZE / possible CPUs): with
@@ -258,7 +315,9 @@ pub fn section_packet(a: &Args) -> anyhow::Result<()> {
          before the SYN-insert, VIP-filter and flow-filter changes (same source, -DRINGLB_CT_INSERT_ON_SYN -DRINGLB_NO_VIP_FILTER -DRINGLB_NO_FLOW_FILTER); \
          `no_flow_filter` = ringlb_xdp before the flow filter. \
          Every output frame is checked (outer header, destination a backend of the VIP, inner packet; \
-         a flow's SYN and ACK to the same backend).\n",
+         a flow's SYN and ACK to the same backend); an R call's frame is the input (restoring builds; the floor: \
+         its MACs swapped `repeat` times), and its counters must have moved by exactly `repeat` (tx and the \
+         VIP's packets, ct_hit for the hit; pass_not_vip).\n",
         a.repeat, a.calls
     );
     println!("| program | path | VIPs | R ns/pkt | S ns/pkt |");
