@@ -134,14 +134,29 @@ pub fn spawn(
     resumed: Option<Resumed>,
 ) -> std::io::Result<BfdHandle> {
     let port = resumed.as_ref().map(|r| r.held.local.port());
-    let sock = tx_socket(source, SocketAddr::new(peer, cfg.port), &hub, port)?;
+    let sock = match tx_socket(source, SocketAddr::new(peer, cfg.port), &hub, port) {
+        Ok(sock) => sock,
+        Err(e) => {
+            // not resumed: the datapath must stop answering for it now, not at
+            // the deadline, or the next session cannot hear the peer
+            if let Some(r) = resumed {
+                (r.on_first_send)();
+            }
+            return Err(e);
+        }
+    };
     let want = resumed.as_ref().map(|r| r.held.resume.local_disc);
     let (disc, rx) = hub.register_with(peer, want);
     let (session, on_first_send) = match resumed {
         Some(r) if Some(disc) == want => {
             (Session::resume(cfg, r.held.resume), Some(r.on_first_send))
         }
-        _ => (Session::new(cfg, disc), None),
+        Some(r) => {
+            tracing::info!(%peer, "held BFD discriminator taken here: starting afresh");
+            (r.on_first_send)();
+            (Session::new(cfg, disc), None)
+        }
+        None => (Session::new(cfg, disc), None),
     };
     let (st_tx, st_rx) = watch::channel(BfdStatus {
         state: session.state(),
