@@ -269,6 +269,10 @@ impl Speaker {
                     let taken = h
                         .hold(|s| {
                             let s = HeldBfd { hold_for: gr, ..*s };
+                            if !s.paced() {
+                                tracing::info!(peer = %s.peer, "BFD timers too asymmetric for one answer per packet: not held, AdminDown");
+                                return false;
+                            }
                             s.peer.is_ipv4()
                                 && store.covers(s.peer, s.local)
                                 && store.hold(&[s]).is_empty()

@@ -41,6 +41,19 @@ impl HeldBfd {
     pub fn matches(&self, cfg: &BfdConfig) -> bool {
         self.min_tx == cfg.min_tx && self.min_rx == cfg.min_rx && self.multiplier == cfg.multiplier
     }
+
+    /// Whether a holder that answers each of the peer's packets once keeps the
+    /// peer's session up: the peer sends every max(its Desired Min TX, our
+    /// Required Min RX) (less with jitter) and declares us down after our
+    /// multiplier times max(its Required Min RX, our Desired Min TX). With
+    /// asymmetric timers the first can reach the second; such a session is not
+    /// held (it gets AdminDown).
+    pub fn paced(&self) -> bool {
+        let peer_sends_every = self.resume.remote_min_tx.max(self.min_rx);
+        let peer_detects_in =
+            self.resume.remote_min_rx.max(self.min_tx) * u32::from(self.multiplier);
+        peer_sends_every < peer_detects_in
+    }
 }
 
 /// Where sessions are held while no agent runs. Implementations do I/O but must
@@ -99,5 +112,36 @@ mod tests {
             multiplier: 5,
             ..cfg
         }));
+    }
+
+    #[test]
+    fn a_hold_is_paced_only_while_the_peer_sends_faster_than_it_detects() {
+        let ms = Duration::from_millis;
+        let held = |min_tx, min_rx, mult, remote_min_tx, remote_min_rx| HeldBfd {
+            peer: "10.0.0.1".parse().unwrap(),
+            local: "10.0.0.11:49200".parse().unwrap(),
+            min_tx: ms(min_tx),
+            min_rx: ms(min_rx),
+            multiplier: mult,
+            resume: Resume {
+                local_disc: 1,
+                remote_disc: 2,
+                remote_min_tx: ms(remote_min_tx),
+                remote_min_rx: ms(remote_min_rx),
+                remote_mult: 3,
+            },
+            hold_for: Duration::from_secs(30),
+        };
+        // the tests' timers: the peer sends every 100 ms, detects in 300 ms
+        assert!(held(100, 100, 3, 100, 100).paced());
+        assert!(held(100, 100, 2, 100, 100).paced());
+        // multiplier 1: one answer per interval is exactly the detection time
+        assert!(!held(100, 100, 1, 100, 100).paced());
+        // the peer sends every 1 s (its min tx), but detects us in 3 x 100 ms
+        assert!(!held(100, 100, 3, 1000, 100).paced());
+        // we asked for packets only every 1 s (our min rx): too slow as well
+        assert!(!held(100, 1000, 3, 100, 100).paced());
+        // a slow peer that also detects slowly: 1 s against 3 x 1 s
+        assert!(held(100, 100, 3, 1000, 1000).paced());
     }
 }
