@@ -184,6 +184,10 @@ impl Be32 {
     pub const fn to_host(self) -> u32 {
         u32::from_be(self.0)
     }
+    /// The four bytes as they lie in the map (network order).
+    pub const fn to_ne_bytes(self) -> [u8; 4] {
+        self.0.to_ne_bytes()
+    }
 }
 
 /// `struct ringlb_bfd_hold_key`: (our IPv4 address, the peer's).

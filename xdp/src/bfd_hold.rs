@@ -231,7 +231,8 @@ mod tests {
         assert!(!e.live(Duration::from_secs(1234)));
     }
 
+    /// The bytes the kernel sees, not a re-encoding of the host value.
     fn wire(v: Be32) -> [u8; 4] {
-        v.to_host().to_be_bytes()
+        v.to_ne_bytes()
     }
 }
