@@ -49,6 +49,28 @@ mod packet_socket {
     /// arrives on it (not what it sends), with a receive timeout.
     pub struct Receiver(OwnedFd);
 
+    /// Binds the AF_PACKET socket `fd` to `ifindex`, for `protocol` (network
+    /// order; 0: bound for sending only).
+    fn bind_packet(fd: libc::c_int, ifindex: i32, protocol: u16) -> io::Result<()> {
+        // SAFETY: a zeroed sockaddr_ll with family, protocol and ifindex set.
+        let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
+        sll.sll_family = libc::AF_PACKET as u16;
+        sll.sll_protocol = protocol;
+        sll.sll_ifindex = ifindex;
+        // SAFETY: sll is valid for its size; bind does not keep it.
+        let r = unsafe {
+            libc::bind(
+                fd,
+                (&sll as *const libc::sockaddr_ll).cast(),
+                size_of::<libc::sockaddr_ll>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
     impl Receiver {
         pub fn bind(ifindex: i32) -> io::Result<Self> {
             let all = (libc::ETH_P_ALL as u16).to_be();
@@ -83,22 +105,7 @@ mod packet_socket {
             if r != 0 {
                 return Err(io::Error::last_os_error());
             }
-            // SAFETY: a zeroed sockaddr_ll with family, protocol and ifindex set.
-            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            sll.sll_family = libc::AF_PACKET as u16;
-            sll.sll_protocol = all;
-            sll.sll_ifindex = ifindex;
-            // SAFETY: sll is valid for its size; bind does not keep it.
-            let r = unsafe {
-                libc::bind(
-                    fd,
-                    (&sll as *const libc::sockaddr_ll).cast(),
-                    size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-                )
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            bind_packet(fd, ifindex, all)?;
             Ok(s)
         }
 
@@ -143,21 +150,7 @@ mod packet_socket {
             if r != 0 {
                 return Err(io::Error::last_os_error());
             }
-            // SAFETY: a zeroed sockaddr_ll with family and ifindex set.
-            let mut sll: libc::sockaddr_ll = unsafe { std::mem::zeroed() };
-            sll.sll_family = libc::AF_PACKET as u16;
-            sll.sll_ifindex = ifindex;
-            // SAFETY: sll is valid for its size; bind does not keep it.
-            let r = unsafe {
-                libc::bind(
-                    fd,
-                    (&sll as *const libc::sockaddr_ll).cast(),
-                    size_of::<libc::sockaddr_ll>() as libc::socklen_t,
-                )
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            bind_packet(fd, ifindex, 0)?;
             Ok(s)
         }
 
