@@ -14,6 +14,7 @@ const XDP_HEADERS: &[&str] = &[
     "../xdp/bpf/vip_filter.h",
     "../xdp/bpf/failover.h",
     "../xdp/bpf/flow_filter.h",
+    "../xdp/bpf/bfd_hold.h",
 ];
 
 /// The program before the SYN-insert, VIP-filter and flow-filter changes (all
@@ -71,13 +72,10 @@ fn main() -> anyhow::Result<()> {
             name: "xdp_lb_syn_nolookup.o",
             defines: &["-DRINGLB_BENCH_SYN_NO_LOOKUP", "-DRINGLB_NO_FLOW_FILTER"],
         },
-        // the program before the flow filter (every SYN looks up)
-        Object {
-            source: "../xdp/bpf/xdp_lb.bpf.c",
-            name: "xdp_lb_no_flow_filter.o",
-            defines: &["-DRINGLB_NO_FLOW_FILTER"],
-        },
-        // ... and its two benchmark builds
+        // the program before the flow filter (every SYN looks up; the
+        // production build for kernels without atomic OR,
+        // ringlb_xdp::xdp::objects::XDP_LB_NO_FLOW_FILTER): its two
+        // benchmark builds
         Object {
             source: "../xdp/bpf/xdp_lb.bpf.c",
             name: "xdp_lb_no_flow_filter_bench.o",

@@ -15,10 +15,24 @@ const HEADERS: &[&str] = &[
 ];
 
 fn main() -> anyhow::Result<()> {
-    let objects = [Object {
-        source: "bpf/xdp_lb.bpf.c",
-        name: "xdp_lb.o",
-        defines: &[],
-    }];
+    let objects = [
+        Object {
+            source: "bpf/xdp_lb.bpf.c",
+            name: "xdp_lb.o",
+            defines: &[],
+        },
+        // for kernels without BPF atomic OR (Linux 5.12), which the flow
+        // filter's bit sets need
+        Object {
+            source: "bpf/xdp_lb.bpf.c",
+            name: "xdp_lb_no_flow_filter.o",
+            defines: &["-DRINGLB_NO_FLOW_FILTER"],
+        },
+        Object {
+            source: "bpf/probe_atomic_or.bpf.c",
+            name: "probe_atomic_or.o",
+            defines: &[],
+        },
+    ];
     compile(&objects, HEADERS, &["bpf"])
 }

@@ -90,6 +90,13 @@ pub const EXPECTED: &[Expected] = &[
                  an even offset, the usual place, is right)",
     },
     Expected {
+        below: (5, 12),
+        needle: "the flow filter needs BPF atomic OR (Linux 5.12)",
+        reason: "ringlb_xdp: the flow filter's bit sets (BPF atomic OR: Linux 5.12); \
+                 the loader gives older kernels the build without the filter, whose \
+                 every SYN looks conntrack up",
+    },
+    Expected {
         below: (5, 17),
         needle: "number of funcs in func_info doesn't match number of subprogs",
         reason: "ringlb_node_*: the bpf_loop callback (bpf_loop: Linux 5.17)",

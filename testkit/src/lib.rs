@@ -34,10 +34,9 @@ pub mod objects {
     /// lookup costs.
     pub static XDP_LB_SYN_NOLOOKUP: &[u8] =
         include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_syn_nolookup.o"));
-    /// The production XDP program before the flow filter (`-DRINGLB_NO_FLOW_FILTER`:
-    /// every SYN looks conntrack up).
-    pub static XDP_LB_NO_FLOW_FILTER: &[u8] =
-        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_no_flow_filter.o"));
+    /// Benchmark builds of the production XDP program before the flow filter
+    /// (`-DRINGLB_NO_FLOW_FILTER`: every SYN looks conntrack up; the program
+    /// itself is `ringlb_xdp::xdp::objects::XDP_LB_NO_FLOW_FILTER`).
     pub static XDP_LB_NO_FLOW_FILTER_BENCH: &[u8] =
         include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_no_flow_filter_bench.o"));
     pub static XDP_LB_NO_FLOW_FILTER_BENCH_MISS: &[u8] = include_bytes_aligned!(concat!(

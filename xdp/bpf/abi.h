@@ -24,7 +24,7 @@
 #define RINGLB_VIP_FILTER_BITS  16       /* vip_filter: 2^16 bits of VIP addresses */
 #define RINGLB_VIP_FILTER_WORDS 1024     /* ... in 64-bit words (8 KiB) */
 #ifndef RINGLB_FLOW_FILTER_BITS /* benchmark builds try other sizes */
-#define RINGLB_FLOW_FILTER_BITS 18       /* flow_filter: 2^18 slots per half (2 x 256 KiB) */
+#define RINGLB_FLOW_FILTER_BITS 18       /* flow_filter: 2^18 one-bit slots per half (2 x 32 KiB) */
 #endif
 #define RINGLB_FLOW_FILTER_SLOTS (1U << RINGLB_FLOW_FILTER_BITS)
 
@@ -124,7 +124,8 @@ struct ringlb_ct_value {
 struct ringlb_flow_filter {
 	__u8 active;      /* the half SYNs read (0 or 1); only the loader writes it */
 	__u8 pad[63];     /* the slots start on their own cache line */
-	__u8 slot[2 * RINGLB_FLOW_FILTER_SLOTS]; /* slot s of half h: byte 2*s + h */
+	/* slot s of half h: bit (2*s + h) % 64 of word (2*s + h) / 64 */
+	__u64 word[2 * RINGLB_FLOW_FILTER_SLOTS / 64];
 };
 
 /* ---- bfd_hold: HASH bfd_hold_key -> bfd_hold ------------------------------ */

@@ -16,8 +16,8 @@
  * But first it asks the flow filter (flow_filter.h), a superset of the
  * conntrack keys that every insert here adds to: when the flow's slot is
  * clear no entry can exist, and the SYN skips the lookup (the lookup of a new
- * 5-tuple is a miss in a cold bucket, ~200 ns; the filter is one byte). A
- * set slot means the lookup and rewrite as before.
+ * 5-tuple is a miss in a cold bucket, ~200 ns; the filter is one bit in
+ * 64 KiB). A set slot means the lookup and rewrite as before.
  *
  * Build flags (benchmark-only variants):
  *   -DRINGLB_CT_INSERT_ON_SYN restores the SYN insert (and the SYN skipping

@@ -2,9 +2,10 @@
 //!
 //! Every struct is `#[repr(C)]` with explicit padding and a compile-time size
 //! check against the C layout; network-order fields use [`Be16`] / [`RawAddr`]
-//! so host-order values cannot be written by mistake. The test
-//! `abi_matches_object` (tests/xdp_fixtures.rs) also checks the key/value sizes
-//! the compiled object declares for every map.
+//! so host-order values cannot be written by mistake. Every load opens the
+//! maps with these types (`check_abi`, readback.rs), which checks them
+//! against the key/value sizes the compiled object declares; a test below
+//! checks the sizes and constants against `abi.h` itself.
 
 use std::net::IpAddr;
 
@@ -20,11 +21,14 @@ pub const CT_SIZE: u32 = 262_144;
 /// `vip_filter`: 2^VIP_FILTER_BITS bits in VIP_FILTER_WORDS 64-bit words.
 pub const VIP_FILTER_BITS: u32 = 16;
 pub const VIP_FILTER_WORDS: u32 = 1024;
-/// `flow_filter`: 2^FLOW_FILTER_BITS one-byte slots per half (two halves,
-/// interleaved, after a 64-byte header holding `active`; `flow_filter.rs`).
+/// `flow_filter`: 2^FLOW_FILTER_BITS one-bit slots per half (two halves,
+/// interleaved, in 64-bit words after a 64-byte header holding `active`;
+/// `flow_filter.rs`).
 pub const FLOW_FILTER_BITS: u32 = 18;
 /// Bytes before the slots in the `flow_filter` value (`active` + padding).
 pub const FLOW_FILTER_HEADER: usize = 64;
+/// The `flow_filter` value's size: the header, then 2 bits per slot.
+pub const FLOW_FILTER_VALUE_SIZE: usize = FLOW_FILTER_HEADER + (2usize << FLOW_FILTER_BITS) / 8;
 
 pub const VIP_F_NO_CT: u32 = 0x1;
 /// `VipInfo::flags`: another region's VIP accepted here for failover, forwarded
@@ -449,6 +453,7 @@ mod tests {
         assert_eq!(define("RINGLB_VIP_FILTER_WORDS"), VIP_FILTER_WORDS);
         assert_eq!(define("RINGLB_FLOW_FILTER_BITS"), FLOW_FILTER_BITS);
         assert!(h.contains("__u8 pad[63];     /* the slots start on their own cache line */"));
+        assert!(h.contains("__u64 word[2 * RINGLB_FLOW_FILTER_SLOTS / 64];"));
         assert_eq!(define("RINGLB_AF_INET"), AF_INET as u32);
         assert_eq!(define("RINGLB_AF_INET6"), AF_INET6 as u32);
         assert_eq!(define("RINGLB_VIP_F_NO_CT"), VIP_F_NO_CT);

@@ -201,6 +201,30 @@ fn atomic_bytes<'a>(base: *mut u8, len: usize) -> &'a [std::sync::atomic::Atomic
     unsafe { std::slice::from_raw_parts(base.cast(), len) }
 }
 
+/// `bytes` as 64-bit atomic words (the flow filter's body); `None` unless it
+/// starts 8-byte aligned and is a whole number of words.
+#[allow(unsafe_code)]
+pub fn atomic_words(
+    bytes: &[std::sync::atomic::AtomicU8],
+) -> Option<&[std::sync::atomic::AtomicU64]> {
+    let p = bytes.as_ptr();
+    if !(p as usize).is_multiple_of(8) || !bytes.len().is_multiple_of(8) {
+        return None;
+    }
+    // SAFETY: in bounds and aligned (checked above), borrowed for as long as
+    // `bytes`; every access through either view is atomic (the BPF program
+    // shares this memory, and stores to it only with atomic ORs and bytes)
+    Some(unsafe { std::slice::from_raw_parts(p.cast(), bytes.len() / 8) })
+}
+
+/// `words` as atomic bytes (the opposite view of [`atomic_words`]; tests
+/// build a flow filter's memory this way, aligned).
+#[allow(unsafe_code)]
+pub fn atomic_bytes_of(words: &[std::sync::atomic::AtomicU64]) -> &[std::sync::atomic::AtomicU8] {
+    // SAFETY: the same memory, borrowed as long; AtomicU8 has alignment 1
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast(), words.len() * 8) }
+}
+
 const BPF_OBJ_GET: libc::c_long = 7;
 const BPF_OBJ_GET_INFO_BY_FD: libc::c_long = 15;
 /// `BPF_LINK_TYPE_XDP` of `enum bpf_link_type`.

@@ -1,21 +1,23 @@
 //! The `flow_filter` map: a presence filter of the conntrack keys that a new
 //! flow's SYN checks before its conntrack lookup (`bpf/flow_filter.h`, which
-//! also proves the rebuild below safe). One byte per slot, two interleaved
+//! also proves the rebuild below safe). One bit per slot, two interleaved
 //! halves and `active`, the half the program reads.
 //!
 //! The program sets a key's slot in both halves after every conntrack insert;
 //! slots never clear there, so the edge's XDP owner rebuilds the filter
-//! periodically ([`rebuild`]): zero the inactive half, walk the conntrack keys
+//! periodically ([`rebuild`]): clear the inactive half, walk the conntrack keys
 //! and set theirs in it, flip `active`. Until the first rebuild, a loader
 //! that shares pinned maps with a running program sets every slot
-//! ([`FilterBytes::fill`] with 1): every SYN looks up, as without the filter.
+//! ([`FilterBits::fill`] with `true`): every SYN looks up, as without the
+//! filter.
 //!
-//! The bytes are shared with the program on every CPU, so they are only
-//! touched as [`AtomicU8`] (one byte store each, never a wider write that
-//! could undo a concurrent set of the other half).
+//! The words are shared with the program on every CPU, so they are only
+//! touched as [`AtomicU64`], and changed only by atomic OR and AND of the bits
+//! meant (the program sets with an atomic OR too): no write undoes a
+//! concurrent set of another slot or of the other half.
 
 use std::{
-    sync::atomic::{AtomicU8, Ordering},
+    sync::atomic::{AtomicU8, AtomicU64, Ordering},
     time::{Duration, Instant},
 };
 
@@ -40,23 +42,32 @@ pub fn flow_hash(f: &abi::Flow) -> u32 {
     )
 }
 
-/// The filter's memory: `active`, padding, then slot `s` of half `h` at byte
-/// `FLOW_FILTER_HEADER + 2 * s + h`.
-pub struct FilterBytes<'a> {
-    bytes: &'a [AtomicU8],
+/// The bits of one half in every word: half 0 the even bits, half 1 the odd.
+fn half_mask(half: u8) -> u64 {
+    0x5555_5555_5555_5555 << (half & 1)
+}
+
+/// The filter's memory: `active` (byte 0), padding to
+/// [`abi::FLOW_FILTER_HEADER`], then 64-bit words: slot `s` of half `h` is bit
+/// `(2 * s + h) % 64` of word `(2 * s + h) / 64`.
+pub struct FilterBits<'a> {
+    active: &'a AtomicU8,
+    words: &'a [AtomicU64],
     bits: u32,
 }
 
-impl<'a> FilterBytes<'a> {
-    /// The filter over `bytes` (the map's value: header + 2 bytes per slot).
-    /// `None` when its length is not header + 2 * a power of two.
+impl<'a> FilterBits<'a> {
+    /// The filter over `bytes` (the map's value: header + 2 bits per slot).
+    /// `None` when its length is not header + 2 x a power of two bits (at
+    /// least one word), or the words would not be 8-byte aligned.
     pub fn new(bytes: &'a [AtomicU8]) -> Option<Self> {
-        let slots = bytes.len().checked_sub(abi::FLOW_FILTER_HEADER)? / 2;
-        let ok = slots.is_power_of_two()
-            && (2..=1 << 31).contains(&slots)
-            && abi::FLOW_FILTER_HEADER + 2 * slots == bytes.len();
-        ok.then(|| Self {
-            bytes,
+        let body = bytes.get(abi::FLOW_FILTER_HEADER..)?;
+        let slots = body.len() * 8 / 2;
+        let ok = slots.is_power_of_two() && (32..=1 << 31).contains(&slots);
+        let words = crate::batch::atomic_words(body).filter(|_| ok)?;
+        Some(Self {
+            active: &bytes[0],
+            words,
             bits: slots.trailing_zeros(),
         })
     }
@@ -71,42 +82,56 @@ impl<'a> FilterBytes<'a> {
 
     /// The half the program reads.
     pub fn active(&self) -> u8 {
-        self.bytes[0].load(Ordering::Acquire) & 1
+        self.active.load(Ordering::Acquire) & 1
     }
 
-    fn byte(&self, half: u8, slot: u32) -> &AtomicU8 {
-        &self.bytes[abi::FLOW_FILTER_HEADER + 2 * slot as usize + usize::from(half & 1)]
+    /// The word and bit of `slot` in `half`.
+    fn at(&self, half: u8, slot: u32) -> (&AtomicU64, u64) {
+        let i = 2 * slot as usize + usize::from(half & 1);
+        (&self.words[i / 64], 1 << (i % 64))
     }
 
     pub fn get(&self, half: u8, slot: u32) -> bool {
-        self.byte(half, slot).load(Ordering::Relaxed) != 0
+        let (w, bit) = self.at(half, slot);
+        w.load(Ordering::Relaxed) & bit != 0
     }
 
-    /// The byte of `hash`'s slot in the active half, as a SYN reads it.
+    /// The bit of `hash`'s slot in the active half, as a SYN reads it.
     pub fn maybe(&self, hash: u32) -> bool {
         self.get(self.active(), slot_of(hash, self.bits))
     }
 
     pub fn set(&self, half: u8, slot: u32) {
-        self.byte(half, slot).store(1, Ordering::Relaxed);
+        let (w, bit) = self.at(half, slot);
+        w.fetch_or(bit, Ordering::Relaxed);
     }
 
-    /// Every slot of `half` to `v` (0 or 1), one byte store each.
-    pub fn fill(&self, half: u8, v: u8) {
-        for s in 0..self.slots() {
-            self.byte(half, s).store(v, Ordering::Relaxed);
+    /// Every slot of `half` set (`true`) or clear, one atomic OR or AND per
+    /// word: the other half's bits stay as they are.
+    pub fn fill(&self, half: u8, v: bool) {
+        let m = half_mask(half);
+        for w in self.words {
+            if v {
+                w.fetch_or(m, Ordering::Relaxed);
+            } else {
+                w.fetch_and(!m, Ordering::Relaxed);
+            }
         }
     }
 
     /// Set slots of `half`.
     pub fn count(&self, half: u8) -> u32 {
-        (0..self.slots()).filter(|s| self.get(half, *s)).count() as u32
+        let m = half_mask(half);
+        self.words
+            .iter()
+            .map(|w| (w.load(Ordering::Relaxed) & m).count_ones())
+            .sum()
     }
 
     /// Makes `half` the one the program reads; every store before is
     /// visible before the flip is.
     pub fn flip_to(&self, half: u8) {
-        self.bytes[0].store(half & 1, Ordering::Release);
+        self.active.store(half & 1, Ordering::Release);
     }
 }
 
@@ -136,20 +161,20 @@ impl RebuildStats {
 const SETTLE: std::time::Duration = std::time::Duration::from_millis(2);
 
 /// Rebuilds the inactive half from the conntrack keys and flips to it:
-/// (1) zero it, (2) `keys()` walks the conntrack map (after step 1: the
+/// (1) clear it, (2) `keys()` walks the conntrack map (after step 1: the
 /// order `bpf/flow_filter.h` relies on) and each key's slot is set, (3) flip.
 /// If the walk fails nothing is flipped: the active half stays a superset.
 pub fn rebuild<E>(
-    f: &FilterBytes<'_>,
+    f: &FilterBits<'_>,
     keys: impl FnOnce() -> Result<Vec<abi::Flow>, E>,
 ) -> Result<RebuildStats, E> {
     let t = Instant::now();
     let half = f.active() ^ 1;
-    f.fill(half, 0);
-    // The zeroing must be visible before the walk reads a bucket, and an insert
-    // whose byte store raced the zeroing must have published its element (its
-    // map update precedes its byte store, but a weakly ordered CPU may show the
-    // byte first): a full fence, then a moment for such an insert to finish.
+    f.fill(half, false);
+    // The clearing must be visible before the walk reads a bucket, and an insert
+    // whose bit set raced the clearing must have published its element (its
+    // map update precedes its bit set, but a weakly ordered CPU may show the
+    // bit first): a full fence, then a moment for such an insert to finish.
     std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
     std::thread::sleep(SETTLE);
     let keys = keys()?;
@@ -173,10 +198,16 @@ mod tests {
 
     use super::*;
 
-    fn mem(bits: u32) -> Vec<AtomicU8> {
-        (0..abi::FLOW_FILTER_HEADER + (2usize << bits))
-            .map(|_| AtomicU8::new(0))
+    /// A filter's memory of 2^bits slots per half (8-byte aligned, as the
+    /// mmapped map value is).
+    fn mem(bits: u32) -> Vec<AtomicU64> {
+        (0..(abi::FLOW_FILTER_HEADER + (2usize << bits) / 8) / 8)
+            .map(|_| AtomicU64::new(0))
             .collect()
+    }
+
+    fn bytes(m: &[AtomicU64]) -> &[AtomicU8] {
+        crate::batch::atomic_bytes_of(m)
     }
 
     fn flow(i: u32) -> abi::Flow {
@@ -202,20 +233,42 @@ mod tests {
     }
 
     #[test]
-    fn only_header_plus_two_bytes_per_power_of_two_slots() {
+    fn only_header_plus_two_bits_per_power_of_two_slots_aligned() {
         let m = mem(10);
-        let f = FilterBytes::new(&m).unwrap();
+        let b = bytes(&m);
+        let f = FilterBits::new(b).unwrap();
         assert_eq!((f.bits(), f.slots()), (10, 1024));
-        assert!(FilterBytes::new(&m[..m.len() - 2]).is_none());
-        assert!(FilterBytes::new(&m[..10]).is_none());
+        assert!(FilterBits::new(&b[..b.len() - 8]).is_none()); // 3 x 2^8 bits
+        assert!(FilterBits::new(&b[..b.len() - 2]).is_none()); // not whole words
+        assert!(FilterBits::new(&b[..10]).is_none());
+        // a body that does not start 8-byte aligned
+        assert!(FilterBits::new(&b[1..1 + abi::FLOW_FILTER_HEADER + 64]).is_none());
+    }
+
+    #[test]
+    fn a_slot_is_one_bit_of_each_half_interleaved() {
+        let m = mem(8);
+        let f = FilterBits::new(bytes(&m)).unwrap();
+        f.set(0, 0);
+        f.set(1, 33);
+        let header = abi::FLOW_FILTER_HEADER / 8;
+        // slot 0 of half 0: bit 0 of word 0; slot 33 of half 1: bit 67 = word 1, bit 3
+        assert_eq!(m[header].load(Ordering::Relaxed), 1);
+        assert_eq!(m[header + 1].load(Ordering::Relaxed), 1 << 3);
+        // clearing half 0 leaves half 1's bit, and the other way round
+        f.fill(0, false);
+        assert_eq!((f.count(0), f.count(1)), (0, 1));
+        f.fill(0, true);
+        f.fill(1, false);
+        assert_eq!((f.count(0), f.count(1)), (256, 0));
     }
 
     #[test]
     fn rebuild_keeps_the_live_keys_and_clears_the_rest() {
         let m = mem(12);
-        let f = FilterBytes::new(&m).unwrap();
-        f.fill(0, 1);
-        f.fill(1, 1); // a loader's start: everything "maybe"
+        let f = FilterBits::new(bytes(&m)).unwrap();
+        f.fill(0, true);
+        f.fill(1, true); // a loader's start: everything "maybe"
         let live: Vec<abi::Flow> = (0..50).map(flow).collect();
         let st = rebuild(&f, || Ok::<_, ()>(live.clone())).unwrap();
         assert_eq!(st.active, 1);
@@ -224,7 +277,7 @@ mod tests {
         assert!(live.iter().all(|k| f.maybe(flow_hash(k))));
         assert_eq!(f.count(1), st.set);
         assert!(st.set <= 50 && st.set >= 45, "{st:?}");
-        // the old half is untouched until the next rebuild zeroes it
+        // the old half is untouched until the next rebuild clears it
         assert_eq!(f.count(0), 4096);
         let st = rebuild(&f, || Ok::<_, ()>(live[..10].to_vec())).unwrap();
         assert_eq!((st.active, f.active()), (0, 0));
@@ -236,8 +289,8 @@ mod tests {
     #[test]
     fn a_failed_walk_flips_nothing() {
         let m = mem(8);
-        let f = FilterBytes::new(&m).unwrap();
-        f.fill(0, 1);
+        let f = FilterBits::new(bytes(&m)).unwrap();
+        f.fill(0, true);
         assert_eq!(rebuild(&f, || Err("walk")), Err("walk"));
         assert_eq!(f.active(), 0);
         assert_eq!(f.count(0), 256);
@@ -246,7 +299,7 @@ mod tests {
     #[test]
     fn a_set_does_not_touch_the_other_half() {
         let m = mem(8);
-        let f = FilterBytes::new(&m).unwrap();
+        let f = FilterBits::new(bytes(&m)).unwrap();
         f.set(1, 7);
         assert!(f.get(1, 7) && !f.get(0, 7));
         assert_eq!((f.count(0), f.count(1)), (0, 1));

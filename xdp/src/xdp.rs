@@ -30,7 +30,7 @@ use super::{
     abi,
     apply::Applier,
     batch::{BPF_LINK_TYPE_XDP, if_index, pinned_link_ifindex},
-    flow_filter::{self, FilterBytes, RebuildStats},
+    flow_filter::{self, FilterBits, RebuildStats},
     map_err,
     maps::kernel::KernelMaps,
     readback::{check_abi, take_owners, warn_without_owners},
@@ -42,6 +42,55 @@ pub mod objects {
     use super::include_bytes_aligned;
     /// The production program.
     pub static XDP_LB: &[u8] = include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb.o"));
+    /// The production program without the flow filter (`-DRINGLB_NO_FLOW_FILTER`):
+    /// what a kernel without BPF atomic OR (Linux 5.12) gets instead (every
+    /// new flow's SYN looks conntrack up).
+    pub static XDP_LB_NO_FLOW_FILTER: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_no_flow_filter.o"));
+    /// One XDP program with an atomic OR on a map value: does the verifier
+    /// take `BPF_ATOMIC | BPF_OR` (Linux 5.12)?
+    pub static PROBE_ATOMIC_OR: &[u8] =
+        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/probe_atomic_or.o"));
+}
+
+/// Whether this kernel's verifier takes an atomic OR (Linux 5.12+), which the
+/// flow filter's bit sets are (`bpf/flow_filter.h`): the error it gave if not.
+pub fn probe_atomic_or() -> Result<(), String> {
+    let mut ebpf = aya::Ebpf::load(objects::PROBE_ATOMIC_OR).map_err(|e| e.to_string())?;
+    let prog: &mut Xdp = ebpf
+        .program_mut("ringlb_probe_atomic_or")
+        .ok_or("no program in the probe object")?
+        .try_into()
+        .map_err(|e: ProgramError| e.to_string())?;
+    prog.load().map_err(|e| match e {
+        ProgramError::LoadError { verifier_log, .. } => {
+            let last = verifier_log.to_string();
+            let last = last.lines().rev().find(|l| !l.trim().is_empty());
+            format!("the verifier refused it: {}", last.unwrap_or("(no log)"))
+        }
+        e => e.to_string(),
+    })
+}
+
+/// The object to load for `requested`: the production program asks the kernel
+/// for atomic OR first and, without it, is swapped for its build without the
+/// flow filter (logged). Any other object (benchmarks, tests) as it is.
+/// Returns the object and whether its flow filter is in use.
+fn object_for_kernel(requested: &'static [u8]) -> (&'static [u8], bool) {
+    if !std::ptr::eq(requested, objects::XDP_LB) {
+        return (requested, true);
+    }
+    match probe_atomic_or() {
+        Ok(()) => (requested, true),
+        Err(error) => {
+            tracing::warn!(
+                %error,
+                "this kernel's BPF verifier has no atomic OR (Linux 5.12+): loading the XDP \
+                 program without the flow filter, so every new flow's SYN looks conntrack up"
+            );
+            (objects::XDP_LB_NO_FLOW_FILTER, false)
+        }
+    }
 }
 
 pub use ringlb_bpf_types::check_pin_dir;
@@ -94,6 +143,9 @@ pub struct XdpDatapath {
     pin_dir: Option<PathBuf>,
     link_pin: Option<PathBuf>,
     link: Option<FdLink>,
+    /// The loaded program reads the flow filter (not the build for kernels
+    /// without atomic OR).
+    flow_filter: bool,
 }
 
 fn prog_err(source: ProgramError) -> Error {
@@ -108,12 +160,14 @@ impl XdpDatapath {
         if let Some(dir) = &opts.pin_dir {
             ringlb_bpf_types::prepare_pin_dir(dir)?;
             warn_without_owners(dir);
+            replace_stale_flow_filter(dir)?;
             for name in abi::map::ALL {
                 loader.map_pin_path(name, dir.join(name));
             }
         }
+        let (object, flow_filter) = object_for_kernel(opts.object);
         let mut ebpf = loader
-            .load(opts.object)
+            .load(object)
             .map_err(|e| BpfError::Load(Box::new(e)))?;
         let prog: &mut Xdp = ebpf
             .program_mut(PROGRAM)
@@ -131,8 +185,8 @@ impl XdpDatapath {
             // the filter lacks: every SYN looks up until the owner's first
             // rebuild (`rebuild_flow_filter`, after attach)
             maps.with_flow_filter(|f| {
-                f.fill(0, 1);
-                f.fill(1, 1);
+                f.fill(0, true);
+                f.fill(1, true);
             })?;
         }
         Ok(Self {
@@ -140,7 +194,15 @@ impl XdpDatapath {
             pin_dir: opts.pin_dir.clone(),
             link_pin: None,
             link: None,
+            flow_filter,
         })
+    }
+
+    /// Whether the loaded program reads the flow filter (false on a kernel
+    /// without BPF atomic OR, which gets the build without it): only then
+    /// is [`Self::rebuild_flow_filter`] worth running.
+    pub fn flow_filter(&self) -> bool {
+        self.flow_filter
     }
 
     /// Opens the maps a running edge pinned in `dir`, without loading or
@@ -178,6 +240,7 @@ impl XdpDatapath {
             pin_dir: Some(dir.to_path_buf()),
             link_pin: None,
             link: None,
+            flow_filter: true,
         })
     }
 
@@ -220,9 +283,34 @@ impl XdpDatapath {
     }
 
     /// Runs `f` over the flow filter's memory (tests, benchmarks, the CLI).
-    pub fn with_flow_filter<T>(&self, f: impl FnOnce(&FilterBytes<'_>) -> T) -> Result<T, Error> {
+    pub fn with_flow_filter<T>(&self, f: impl FnOnce(&FilterBits<'_>) -> T) -> Result<T, Error> {
         self.maps().with_flow_filter(f)
     }
+}
+
+/// A pinned `flow_filter` of another size than this build's (an older edge's
+/// byte-per-slot filter) is unpinned, so the load creates this build's: its
+/// contents are derived state, rebuilt from conntrack after the attach (and
+/// all "maybe" until then), and a program still running keeps its own map.
+fn replace_stale_flow_filter(dir: &Path) -> Result<(), Error> {
+    let path = dir.join(abi::map::FLOW_FILTER);
+    let Ok(map) = aya::maps::MapData::from_pin(&path) else {
+        return Ok(()); // none pinned (or unreadable: the load will say)
+    };
+    let size = map.info().map(|i| i.value_size() as usize);
+    if size
+        .as_ref()
+        .is_ok_and(|s| *s != abi::FLOW_FILTER_VALUE_SIZE)
+    {
+        tracing::info!(
+            path = %path.display(),
+            value_size = size.unwrap_or_default(),
+            want = abi::FLOW_FILTER_VALUE_SIZE,
+            "replacing a pinned flow filter of another layout (an older build's)"
+        );
+        std::fs::remove_file(&path).map_err(|source| BpfError::Pin { path, source })?;
+    }
+    Ok(())
 }
 
 fn write_config(maps: &mut KernelMaps, opts: &XdpOptions) -> Result<(), Error> {

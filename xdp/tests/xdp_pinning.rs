@@ -377,6 +377,40 @@ fn pinned_maps_of_another_size_are_refused_clearly() {
     );
 }
 
+/// A pinned flow filter of an older layout (one byte per slot: 64 + 512 KiB)
+/// is replaced at load by this build's (one bit per slot), not misread: its
+/// contents are derived state, and every SYN looks up until the rebuild.
+#[test]
+fn a_pinned_flow_filter_of_an_older_layout_is_replaced() {
+    use aya::maps::{Array, IterableMap, MapData};
+    if !is_root() {
+        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, BPF)");
+        return;
+    }
+    let bpffs = BpfFs::new("ffold");
+    let dir = bpffs.path().join("ringlb");
+    std::fs::create_dir_all(&dir).unwrap();
+    type OldFilter = [u8; abi::FLOW_FILTER_HEADER + (2 << 18)];
+    let old = Array::<MapData, OldFilter>::create(1, 0).unwrap();
+    old.map().pin(dir.join(abi::map::FLOW_FILTER)).unwrap();
+    drop(old);
+    let dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).expect("load over the old pin");
+    let pinned = MapData::from_pin(dir.join(abi::map::FLOW_FILTER)).unwrap();
+    assert_eq!(
+        pinned.info().unwrap().value_size() as usize,
+        abi::FLOW_FILTER_VALUE_SIZE
+    );
+    let (bits, set0, set1) = dp
+        .with_flow_filter(|f| (f.bits(), f.count(0), f.count(1)))
+        .unwrap();
+    assert_eq!(bits, abi::FLOW_FILTER_BITS);
+    assert_eq!(
+        (set0, set1),
+        (1 << bits, 1 << bits),
+        "all \"maybe\" until a rebuild"
+    );
+}
+
 /// A draining pod (still a backend, no ring slot: it only keeps its
 /// established flows) keeps its id across a restart, and when it finally
 /// leaves, its flows turn stale and go to the ring's choice. The id's owner

@@ -512,7 +512,9 @@ fn load_xdp(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatap
     match attached {
         Ok((dp, mode)) => {
             tracing::info!(interface, mode, "XDP attached");
-            spawn_flow_filter_rebuild(args.pin_dir.clone(), args.flow_filter_rebuild);
+            if dp.flow_filter() {
+                spawn_flow_filter_rebuild(args.pin_dir.clone(), args.flow_filter_rebuild);
+            }
             Ok(dp)
         }
         Err(e) if fresh => {

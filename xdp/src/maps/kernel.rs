@@ -12,7 +12,7 @@ use aya::{
 };
 
 use super::Maps;
-use crate::flow_filter::{self, FilterBytes, RebuildStats};
+use crate::flow_filter::{self, FilterBits, RebuildStats};
 use crate::vip_filter::VipFilter;
 use crate::{
     BpfError, Counters, Error, Vip, VipAbi, abi,
@@ -87,7 +87,7 @@ impl KernelMaps {
 
     /// Runs `f` over the `flow_filter` map's memory (mmapped; see
     /// `flow_filter.rs`).
-    pub fn with_flow_filter<T>(&self, f: impl FnOnce(&FilterBytes<'_>) -> T) -> Result<T, Error> {
+    pub fn with_flow_filter<T>(&self, f: impl FnOnce(&FilterBits<'_>) -> T) -> Result<T, Error> {
         let name = abi::map::FLOW_FILTER;
         let Some(aya::maps::Map::Array(data)) = self.ebpf.map(name) else {
             return Err(BpfError::Missing { name }.into());
@@ -287,16 +287,19 @@ impl Maps for KernelMaps {
 /// Runs `f` over the memory of `data`, a `flow_filter` map.
 fn with_flow_filter_of<T>(
     data: &MapData,
-    f: impl FnOnce(&FilterBytes<'_>) -> T,
+    f: impl FnOnce(&FilterBits<'_>) -> T,
 ) -> Result<T, Error> {
     let name = abi::map::FLOW_FILTER;
     let len = data.info().map_err(map_err(name))?.value_size() as usize;
     batch::with_mmapped_bytes(data.fd().as_fd(), len, |bytes| {
-        FilterBytes::new(bytes).map(|fb| f(&fb))
+        FilterBits::new(bytes).map(|fb| f(&fb))
     })?
     .ok_or_else(|| Error::InvalidService {
         vip: format!("{name} map"),
-        reason: format!("value of {len} bytes: not 64 + 2 x a power of two"),
+        reason: format!(
+            "value of {len} bytes: not {} + 2 x a power of two bits, 8-byte aligned",
+            abi::FLOW_FILTER_HEADER
+        ),
     })
 }
 

@@ -83,6 +83,24 @@ pub fn load(mtu: u32, src6: bool) -> Option<XdpDatapath> {
     Some(XdpDatapath::load(&opts(mtu, src6), Box::new(resolver)).expect("loading xdp_lb.o"))
 }
 
+/// Whether this kernel's verifier has BPF atomic OR, by its release (Linux
+/// 5.12): what the loader's probe must find.
+pub fn kernel_has_atomic_or() -> bool {
+    let release = ringlb_ops::kernel::running_release().expect("kernel release");
+    let v = ringlb_ops::kernel::Version::parse(&release).expect("a version in the release");
+    (v.major, v.minor) >= (5, 12)
+}
+
+/// Fails, with the words kernels/src/report.rs expects below Linux 5.12, when
+/// the loaded program does not read the flow filter (a kernel without atomic
+/// OR gets the build without it).
+pub fn require_flow_filter(dp: &XdpDatapath) {
+    assert!(
+        dp.flow_filter(),
+        "the flow filter needs BPF atomic OR (Linux 5.12): this kernel got the build without it"
+    );
+}
+
 pub fn vip(addr: &str, port: u16, proto: Proto) -> Vip {
     Vip {
         addr: ip(addr),

@@ -132,7 +132,7 @@ pub fn variants() -> Vec<Variant> {
         // every SYN looks its 5-tuple up (the program before the flow filter)
         Variant {
             name: "no_flow_filter",
-            prod: t::XDP_LB_NO_FLOW_FILTER,
+            prod: ringlb_xdp::xdp::objects::XDP_LB_NO_FLOW_FILTER,
             bench: t::XDP_LB_NO_FLOW_FILTER_BENCH,
             miss: t::XDP_LB_NO_FLOW_FILTER_BENCH_MISS,
         },
