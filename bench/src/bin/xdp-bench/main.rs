@@ -10,7 +10,8 @@
 //!            program before the SYN/VIP-filter changes, against XDP_PASS and
 //!            the MAC-swap XDP_TX floor, each by two methods (R: one call,
 //!            repeat=N, kernel average; S: N calls with repeat=1, mean kernel
-//!            duration); every output frame is checked
+//!            duration); every output frame is checked. With
+//!            --katran-object, Katran's balancer side by side (S only)
 //!   flood    1 M SYNs to one VIP while 1,000 established flows of another
 //!            run: how many of those flows moved backend, before and after
 //!   veth     packets per second through a veth pair with native XDP:
@@ -25,6 +26,7 @@ use clap::Parser;
 
 mod check;
 mod flood;
+mod katran;
 mod kube;
 mod packet;
 mod setup;
@@ -75,6 +77,10 @@ pub struct Args {
     /// Rounds of the veth section (each program once per round, in turn).
     #[arg(long, default_value_t = 5)]
     pub veth_rounds: u32,
+    /// Katran's balancer object (balancer.bpf.c compiled by you, see
+    /// docs/bench-xdp.md): adds `katran` rows to the packet section.
+    #[arg(long, value_name = "PATH")]
+    pub katran_object: Option<std::path::PathBuf>,
 }
 
 fn main() -> anyhow::Result<()> {

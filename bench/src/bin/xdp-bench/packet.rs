@@ -14,8 +14,9 @@ use ringlb_xdp::{
 
 use crate::Args;
 use crate::check;
+use crate::katran;
 use crate::setup::{
-    Variant, XDP_PASS, XDP_TX, ack, counter, desired, load, syn, syn_frame, variants, vip_addr,
+    Variant, XDP_PASS, XDP_TX, ack, counter, desired, load, syn, variants, vip_addr,
 };
 
 type Prog = aya::programs::Xdp;
@@ -56,7 +57,7 @@ fn once(
 }
 
 /// Method S: `calls` calls with repeat = 1, `pkt(i)` each; mean kernel duration.
-fn method_s(
+pub(crate) fn method_s(
     prog: &Prog,
     calls: u32,
     want: u32,
@@ -71,14 +72,15 @@ fn method_s(
 }
 
 /// New flows `first..first + n` of VIP `vip`: each flow's SYN, then its first
-/// ACK (the handshake), timed apart (method S). Both must reach the same
-/// backend of the VIP. Returns the mean ns of the SYNs and of the ACKs.
-fn handshakes(
+/// ACK (the handshake), timed apart (method S). `to(input, output)` checks an
+/// encapsulated frame and returns its backend; both must reach the same one.
+/// Returns the mean ns of the SYNs and of the ACKs.
+pub(crate) fn handshakes(
     prog: &Prog,
     vip: u32,
-    backends: u32,
     first: u32,
     n: u32,
+    to: impl Fn(&[u8], &[u8]) -> anyhow::Result<Ipv4Addr>,
 ) -> anyhow::Result<(f64, f64)> {
     let (mut s, mut a) = (Duration::ZERO, Duration::ZERO);
     let mut out = [0u8; 256];
@@ -89,8 +91,7 @@ fn handshakes(
             if verdict != XDP_TX {
                 bail!("flow {i} packet {k}: verdict {verdict}");
             }
-            dst[k] = check::encapped(p, &out[..len], vip, backends)
-                .with_context(|| format!("flow {i}"))?;
+            dst[k] = to(p, &out[..len]).with_context(|| format!("flow {i}"))?;
             if k == 0 {
                 s += d;
             } else {
@@ -226,7 +227,8 @@ fn rows(
 ) -> anyhow::Result<()> {
     let target = vips / 2;
     let nb = a.backends;
-    let enc = |i: &[u8], o: &[u8]| check::encapped(i, o, target, nb).map(|_| ());
+    let to = |i: &[u8], o: &[u8]| check::encapped(i, o, target, nb);
+    let enc = |i: &[u8], o: &[u8]| to(i, o).map(|_| ());
     // R: the restoring bench build, flow established first (SYN + ACK)
     let t = Instant::now();
     let bench = load(v.bench, d)?;
@@ -255,14 +257,9 @@ fn rows(
     // S: the production object
     let prod = load(v.prod, d)?;
     let prog = prod.program()?;
-    handshakes(prog, target, nb, 7, 1)?;
+    handshakes(prog, target, 7, 1, to)?;
     let hit_s = method_s(prog, a.calls, XDP_TX, |_| ack(target, 7), enc)?;
-    // traffic for the node itself (not a VIP address)
-    let not_vip = |n| {
-        let mut f = syn_frame(target, n).established();
-        f.dst = IpAddr::V4(Ipv4Addr::new(10, 255, 255, 254));
-        f.bytes()
-    };
+    let not_vip = |n| crate::setup::not_vip(target, n);
     let pass_r = counted(&prod, &["pass_not_vip"], None, a.repeat, || {
         method_r(prog, &not_vip(7), a.repeat, XDP_PASS, check::unchanged)
     })
@@ -273,11 +270,11 @@ fn rows(
     // free entries, and full, where every insert first evicts.
     let cap = abi::CT_SIZE / cpus;
     let room = a.calls.min(cap / 2);
-    let (syn_s, ack_s) = handshakes(prog, target, nb, 100, room / 2)?;
+    let (syn_s, ack_s) = handshakes(prog, target, 100, room / 2, to)?;
     let (syn_b, ack_b) = handshakes_batched(prog, target, nb, 100 + room / 2, room / 2, 256)?;
     let fill = cap + cap / 10 - room; // past capacity: from here on, inserts evict
-    handshakes(prog, target, nb, 100 + room, fill)?;
-    let (syn_full, ack_full) = handshakes(prog, target, nb, 100 + room + fill, a.calls.min(cap))?;
+    handshakes(prog, target, 100 + room, fill, to)?;
+    let (syn_full, ack_full) = handshakes(prog, target, 100 + room + fill, a.calls.min(cap), to)?;
     // the filter as the LRU-full SYNs found it, then rebuilt from this CPU's
     // full LRU list (what the edge does every interval)
     let fill0 = prod.with_flow_filter(|f| f.count(f.active()))?;
@@ -308,6 +305,7 @@ pub fn section_packet(a: &Args) -> anyhow::Result<()> {
     // CPU, and the "LRU full" rows must know which list they fill.
     let cpu = ringlb_testkit::bench::pin_to_current_cpu().context("sched_setaffinity")?;
     let cpus = u32::try_from(aya::util::nr_cpus().map_err(|(_, e)| e)?)?;
+    let katran = a.katran_object.as_deref().map(katran::read).transpose()?;
     println!("## packet path (BPF_PROG_TEST_RUN, 64-byte TCP packets)\n");
     println!(
         "R = one call, repeat={}, kernel average; S = calls with repeat=1 ({} for the floor, hit and not-VIP rows), \
@@ -335,11 +333,23 @@ pub fn section_packet(a: &Args) -> anyhow::Result<()> {
         for v in variants() {
             rows(a, &v, &d, vips, cpus)?;
         }
+        if let Some(object) = &katran {
+            katran::rows(a, object, &d, vips, cpus)?;
+        }
     }
     println!(
         "\nR for ringlb_xdp uses the benchmark builds (-DRINGLB_BENCH_RESTORE, and -DRINGLB_BENCH_NO_CT_INSERT for the SYN row: \
          the ring lookup without any insert); S uses the production objects. `before` inserts on the SYN (its first ACK is a hit); \
          ringlb_xdp inserts on the first ACK.\n"
     );
+    if let Some(path) = &a.katran_object {
+        println!(
+            "`katran` = Katran's balancer_ingress from {} (S only: its encapsulation cannot be undone for R), \
+             maps programmed as KatranLb does (same VIPs, backends and ring contents; LRU of 8,000,000 / {cpus} entries \
+             per CPU); frames checked by Katran's own layout (outer source 172.16.x.y, the router MAC) and its \
+             counters: tx / pass / the VIP's packets, LRU misses only on the SYNs, none on a per-CPU LRU fallback.\n",
+            path.display()
+        );
+    }
     Ok(())
 }

@@ -102,7 +102,14 @@ pub fn ack(vip: u32, n: u32) -> Vec<u8> {
     syn_frame(vip, n).established().bytes()
 }
 
-/// Method R: one call with `repeat`; the kernel's average. Checks the verdict.
+/// Traffic for the node itself: flow `n`'s ACK with a destination that is no
+/// VIP (every program must pass it up unchanged).
+pub fn not_vip(vip: u32, n: u32) -> Vec<u8> {
+    let mut f = syn_frame(vip, n).established();
+    f.dst = IpAddr::V4(Ipv4Addr::new(10, 255, 255, 254));
+    f.bytes()
+}
+
 /// The outer source of every encapsulated frame (`load`).
 pub const SRC4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
 
