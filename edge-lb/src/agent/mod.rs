@@ -150,7 +150,8 @@ pub struct RunArgs {
     pub source_v6: Option<Ipv6Addr>,
     /// XDP only. How often the flow filter (which lets a new flow's SYN skip its
     /// conntrack lookup) is rebuilt from the conntrack keys, so that the slots of
-    /// evicted entries clear (docs/datapath.md); e.g. 30s.
+    /// evicted entries clear (docs/datapath.md); e.g. 30s. Unused on kernels
+    /// before 5.12, which get the program without the filter.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub flow_filter_rebuild: Duration,
     /// XDP only. Largest packet after encapsulation (the fabric MTU). Larger ones are answered
