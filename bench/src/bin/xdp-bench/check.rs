@@ -13,6 +13,23 @@ use crate::setup::{SRC4, backend_addr};
 /// Checks an encapsulated frame `out` made from `input` for VIP `vip`, whose
 /// backends are `backend_addr(vip, 0..backends)`. Returns the backend.
 pub fn encapped(input: &[u8], out: &[u8], vip: u32, backends: u32) -> anyhow::Result<Ipv4Addr> {
+    let macs = ([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]);
+    ipip(input, out, macs, SRC4, vip, backends).map(|(_, backend)| backend)
+}
+
+/// Checks an IPIP frame `out` made from `input` by any balancer: `macs`
+/// (destination, source), ethertype IPv4, an outer IPv4 header (IHL 5,
+/// protocol 4, TTL 64, the total length, a valid checksum) from `src` to a
+/// backend of VIP `vip` (`backend_addr(vip, 0..backends)`), and the client's
+/// packet unchanged behind it. Returns the outer header and the backend.
+pub fn ipip<'a>(
+    input: &[u8],
+    out: &'a [u8],
+    macs: ([u8; 6], [u8; 6]),
+    src: Ipv4Addr,
+    vip: u32,
+    backends: u32,
+) -> anyhow::Result<(&'a [u8], Ipv4Addr)> {
     ensure!(
         out.len() == input.len() + 20,
         "length {} for input {}",
@@ -20,7 +37,7 @@ pub fn encapped(input: &[u8], out: &[u8], vip: u32, backends: u32) -> anyhow::Re
         input.len()
     );
     ensure!(
-        out[..6] == [2, 0, 0, 0, 0, 2] && out[6..12] == [2, 0, 0, 0, 0, 1],
+        out[..6] == macs.0 && out[6..12] == macs.1,
         "next-hop MACs: {:02x?}",
         &out[..12]
     );
@@ -43,11 +60,7 @@ pub fn encapped(input: &[u8], out: &[u8], vip: u32, backends: u32) -> anyhow::Re
         ringlb_testkit::packet::ipv4_checksum(ip) == 0,
         "outer checksum"
     );
-    ensure!(
-        ip[12..16] == SRC4.octets(),
-        "outer source {:?}",
-        &ip[12..16]
-    );
+    ensure!(ip[12..16] == src.octets(), "outer source {:?}", &ip[12..16]);
     let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
     let first = match backend_addr(vip, 0) {
         IpAddr::V4(a) => u32::from(a),
@@ -59,7 +72,7 @@ pub fn encapped(input: &[u8], out: &[u8], vip: u32, backends: u32) -> anyhow::Re
         "outer destination {dst} is no backend of VIP {vip}"
     );
     ensure!(out[34..] == input[14..], "inner packet changed");
-    Ok(dst)
+    Ok((ip, dst))
 }
 
 /// A frame the program passed (or a restoring build gave back): the input.

@@ -32,7 +32,7 @@ use ringlb_xdp::{DesiredState, abi, batch::update_batch};
 use crate::{
     Args, check,
     packet::{handshakes, method_s},
-    setup::{XDP_PASS, XDP_TX, ack, backend_addr, not_vip, vip_addr},
+    setup::{XDP_PASS, XDP_TX, ack, not_vip, vip_addr},
 };
 
 /// The XDP program of balancer.bpf.c (`SEC("xdp")`).
@@ -49,7 +49,7 @@ const LRU_SIZE: u32 = 8_000_000;
 /// balancer_consts.h defaults the documented build keeps.
 const MAX_CONN_RATE: u32 = 125_000; // new flows per second and CPU before LRU bypass
 const IPIP_V4_PREFIX: [u8; 2] = [172, 16]; // outer source 172.16.x.y
-const DEFAULT_TTL: u8 = 64;
+// DEFAULT_TTL 64: the TTL check::ipip wants of every balancer
 
 /// Offsets past MAX_VIPS of the global counters in `stats`
 /// (balancer_consts.h).
@@ -413,56 +413,25 @@ fn outer_source(input: &[u8]) -> Ipv4Addr {
 }
 
 /// Checks Katran's IPIP frame `out` made from `input` for VIP `vip`, whose
-/// backends are `backend_addr(vip, 0..backends)`: the router's MAC from the
-/// input's destination MAC, a valid outer IPv4 header (IHL 5, the inner TOS,
-/// length, id 0, no fragment bits, TTL 64, protocol 4, checksum) from
-/// Katran's source to a backend of the VIP, the client's packet unchanged
-/// behind it. Returns the backend.
+/// backends are `backend_addr(vip, 0..backends)`: what every IPIP frame must
+/// be (`check::ipip`), to the router's MAC from the input's destination MAC
+/// and from Katran's outer source, and the outer header's TOS the inner one's,
+/// id 0, no fragment bits. Returns the backend.
 fn encapped(input: &[u8], out: &[u8], vip: u32, backends: u32) -> anyhow::Result<Ipv4Addr> {
+    let mut from = [0u8; 6];
+    from.copy_from_slice(&input[..6]);
+    let (ip, dst) = check::ipip(
+        input,
+        out,
+        (ROUTER_MAC, from),
+        outer_source(input),
+        vip,
+        backends,
+    )?;
     ensure!(
-        out.len() == input.len() + 20,
-        "length {} for input {}",
-        out.len(),
-        input.len()
+        ip[1] == input[15] && ip[4..8] == [0, 0, 0, 0],
+        "outer TOS, id or fragment bits {ip:02x?}"
     );
-    ensure!(
-        out[..6] == ROUTER_MAC && out[6..12] == input[..6],
-        "MACs {:02x?}",
-        &out[..12]
-    );
-    ensure!(
-        out[12..14] == [0x08, 0x00],
-        "ethertype {:02x?}",
-        &out[12..14]
-    );
-    let ip = &out[14..34];
-    let inner_len = u16::from_be_bytes([input[16], input[17]]);
-    ensure!(
-        ip[0] == 0x45
-            && ip[1] == input[15]
-            && u16::from_be_bytes([ip[2], ip[3]]) == inner_len + 20
-            && ip[4..8] == [0, 0, 0, 0]
-            && ip[8] == DEFAULT_TTL
-            && ip[9] == 4,
-        "outer header {ip:02x?}"
-    );
-    ensure!(
-        ringlb_testkit::packet::ipv4_checksum(ip) == 0,
-        "outer checksum"
-    );
-    let src = Ipv4Addr::new(ip[12], ip[13], ip[14], ip[15]);
-    ensure!(
-        src == outer_source(input),
-        "outer source {src}, expected {}",
-        outer_source(input)
-    );
-    let dst = Ipv4Addr::new(ip[16], ip[17], ip[18], ip[19]);
-    let off = u32::from(dst).wrapping_sub(u32::from(v4(backend_addr(vip, 0))?));
-    ensure!(
-        off < backends,
-        "outer destination {dst} is no backend of VIP {vip}"
-    );
-    ensure!(out[34..] == input[14..], "inner packet changed");
     Ok(dst)
 }
 
@@ -580,7 +549,10 @@ pub fn rows(a: &Args, object: &[u8], d: &DesiredState, vips: u32, cpus: u32) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::setup::syn;
+    use crate::setup::{backend_addr, syn};
+
+    /// balancer_consts.h's DEFAULT_TTL.
+    const DEFAULT_TTL: u8 = 64;
 
     /// The frame Katran's encap_v4 makes of `input` for `backend`, by hand.
     fn katran_frame(input: &[u8], backend: Ipv4Addr) -> Vec<u8> {
