@@ -27,7 +27,7 @@ use ringlb_node::{NodeDatapath, NodeOptions, NodeState, Proto as NodeProto, abi:
 use ringlb_testkit::netns::{Netns, in_netns, is_root, nsx, sh, tx_checksum_off};
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
+    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
 };
 
 const VIP: &str = "10.202.100.1";
@@ -135,7 +135,7 @@ fn the_edge(t: &str, e: &str) -> (XdpDatapath, aya::Ebpf) {
         src6: None,
         mtu: 1500,
         fib_fallback: true,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.into())))).unwrap();
     let vip = Vip {

@@ -219,8 +219,11 @@ pub fn atomic_words(
 
 /// `words` as atomic bytes (the opposite view of [`atomic_words`]; tests
 /// build a flow filter's memory this way, aligned).
+#[cfg(test)]
 #[allow(unsafe_code)]
-pub fn atomic_bytes_of(words: &[std::sync::atomic::AtomicU64]) -> &[std::sync::atomic::AtomicU8] {
+pub(crate) fn atomic_bytes_of(
+    words: &[std::sync::atomic::AtomicU64],
+) -> &[std::sync::atomic::AtomicU8] {
     // SAFETY: the same memory, borrowed as long; AtomicU8 has alignment 1
     unsafe { std::slice::from_raw_parts(words.as_ptr().cast(), words.len() * 8) }
 }

@@ -63,8 +63,10 @@ impl<'a> FilterBits<'a> {
     pub fn new(bytes: &'a [AtomicU8]) -> Option<Self> {
         let body = bytes.get(abi::FLOW_FILTER_HEADER..)?;
         let slots = body.len() * 8 / 2;
-        let ok = slots.is_power_of_two() && (32..=1 << 31).contains(&slots);
-        let words = crate::batch::atomic_words(body).filter(|_| ok)?;
+        if !slots.is_power_of_two() || !(32..=1 << 31).contains(&slots) {
+            return None;
+        }
+        let words = crate::batch::atomic_words(body)?;
         Some(Self {
             active: &bytes[0],
             words,

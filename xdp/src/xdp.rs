@@ -72,23 +72,44 @@ pub fn probe_atomic_or() -> Result<(), String> {
     })
 }
 
-/// The object to load for `requested`: the production program asks the kernel
-/// for atomic OR first and, without it, is swapped for its build without the
-/// flow filter (logged). Any other object (benchmarks, tests) as it is.
-/// Returns the object and whether its flow filter is in use.
-fn object_for_kernel(requested: &'static [u8]) -> (&'static [u8], bool) {
-    if !std::ptr::eq(requested, objects::XDP_LB) {
-        return (requested, true);
+/// Which build of the program [`XdpDatapath::load`] loads.
+#[derive(Clone, Copy)]
+pub enum XdpObject {
+    /// The production program as this kernel's verifier takes it: with the
+    /// flow filter where it has atomic OR (Linux 5.12+), else
+    /// [`objects::XDP_LB_NO_FLOW_FILTER`] (logged).
+    Production,
+    /// This object as it is (benchmark and test builds).
+    Exactly(&'static [u8]),
+}
+
+impl std::fmt::Debug for XdpObject {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::Production => f.write_str("Production"),
+            Self::Exactly(o) => write!(f, "Exactly({} bytes)", o.len()),
+        }
     }
-    match probe_atomic_or() {
-        Ok(()) => (requested, true),
-        Err(error) => {
-            tracing::warn!(
-                %error,
-                "this kernel's BPF verifier has no atomic OR (Linux 5.12+): loading the XDP \
-                 program without the flow filter, so every new flow's SYN looks conntrack up"
-            );
-            (objects::XDP_LB_NO_FLOW_FILTER, false)
+}
+
+impl XdpObject {
+    /// The object to load, and whether it reads the flow filter (every
+    /// `Exactly` object is taken to).
+    fn for_kernel(self) -> (&'static [u8], bool) {
+        match self {
+            Self::Exactly(object) => (object, true),
+            Self::Production => match probe_atomic_or() {
+                Ok(()) => (objects::XDP_LB, true),
+                Err(error) => {
+                    tracing::warn!(
+                        %error,
+                        "this kernel's BPF verifier has no atomic OR (Linux 5.12+): loading the \
+                         XDP program without the flow filter, so every new flow's SYN looks \
+                         conntrack up"
+                    );
+                    (objects::XDP_LB_NO_FLOW_FILTER, false)
+                }
+            },
         }
     }
 }
@@ -119,8 +140,8 @@ pub struct XdpOptions {
     pub mtu: u32,
     /// Use bpf_fib_lookup when a backend's next hop is unresolved.
     pub fib_fallback: bool,
-    /// The object to load (`objects::XDP_LB` except in benchmarks).
-    pub object: &'static [u8],
+    /// The program to load (`Production` except in benchmarks and tests).
+    pub object: XdpObject,
 }
 
 impl Default for XdpOptions {
@@ -131,7 +152,7 @@ impl Default for XdpOptions {
             src6: None,
             mtu: 1500,
             fib_fallback: true,
-            object: objects::XDP_LB,
+            object: XdpObject::Production,
         }
     }
 }
@@ -165,7 +186,7 @@ impl XdpDatapath {
                 loader.map_pin_path(name, dir.join(name));
             }
         }
-        let (object, flow_filter) = object_for_kernel(opts.object);
+        let (object, flow_filter) = opts.object.for_kernel();
         let mut ebpf = loader
             .load(object)
             .map_err(|e| BpfError::Load(Box::new(e)))?;
@@ -240,7 +261,8 @@ impl XdpDatapath {
             pin_dir: Some(dir.to_path_buf()),
             link_pin: None,
             link: None,
-            flow_filter: true,
+            // the running program is this build's, as this kernel took it
+            flow_filter: probe_atomic_or().is_ok(),
         })
     }
 
@@ -297,14 +319,13 @@ fn replace_stale_flow_filter(dir: &Path) -> Result<(), Error> {
     let Ok(map) = aya::maps::MapData::from_pin(&path) else {
         return Ok(()); // none pinned (or unreadable: the load will say)
     };
-    let size = map.info().map(|i| i.value_size() as usize);
-    if size
-        .as_ref()
-        .is_ok_and(|s| *s != abi::FLOW_FILTER_VALUE_SIZE)
-    {
+    let Ok(size) = map.info().map(|i| i.value_size() as usize) else {
+        return Ok(()); // the load will say
+    };
+    if size != abi::FLOW_FILTER_VALUE_SIZE {
         tracing::info!(
             path = %path.display(),
-            value_size = size.unwrap_or_default(),
+            value_size = size,
             want = abi::FLOW_FILTER_VALUE_SIZE,
             "replacing a pinned flow filter of another layout (an older build's)"
         );

@@ -27,7 +27,7 @@ use ringlb_maglev::{Backend, Table};
 use ringlb_nexthop::{Change, KernelResolver, NextHop, Resolver, Subscription, Vlan, VlanProtocol};
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{XdpDatapath, XdpOptions, objects},
+    xdp::{XdpDatapath, XdpObject, XdpOptions},
 };
 use xdp_support::{Netns, is_root, sh};
 
@@ -376,7 +376,7 @@ fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
         src6: None,
         mtu: 1500,
         fib_fallback: true,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     };
     let r = KernelResolver::new(Some(e.to_string()));
     let in_use = r.next_hops_in_use();

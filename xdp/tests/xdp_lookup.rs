@@ -19,7 +19,7 @@ use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
     Datapath, Proto, Vip, abi, cli,
     lookup::{CtState, Lookup},
-    xdp::{XdpDatapath, XdpOptions, objects},
+    xdp::{XdpDatapath, XdpObject, XdpOptions},
 };
 
 fn load(pin: Option<&BpfFs>) -> Option<XdpDatapath> {
@@ -33,7 +33,7 @@ fn load(pin: Option<&BpfFs>) -> Option<XdpDatapath> {
         src6: None,
         mtu: 1500,
         fib_fallback: false,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     };
     let resolver = StaticResolver::everywhere(NextHop {
         ifindex: 0,
@@ -344,7 +344,7 @@ fn next_hops_are_resolved_once_per_pod_not_per_id() {
         src6: None,
         mtu: 1500,
         fib_fallback: false,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(r.clone())).unwrap();
     let (a, b, c) = (

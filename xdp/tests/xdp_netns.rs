@@ -24,7 +24,7 @@ use ringlb_nexthop::KernelResolver;
 use ringlb_testkit::pod::ask;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
+    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
 };
 use xdp_support::*;
 
@@ -177,7 +177,7 @@ fn the_edge(e: &str) -> XdpDatapath {
         src6: None,
         mtu: 1500,
         fib_fallback: true,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     };
     let resolver = KernelResolver::new(Some(e.to_string()));
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();

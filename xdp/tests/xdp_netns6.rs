@@ -14,7 +14,7 @@ use ringlb_maglev::{Backend, Table};
 use ringlb_nexthop::KernelResolver;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
+    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
 };
 use xdp_support::*;
 
@@ -119,7 +119,7 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
         src6: Some("fd00:201::11".parse().unwrap()),
         mtu: 1500,
         fib_fallback: true,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.clone())))).unwrap();
     let vip = Vip {

@@ -13,7 +13,7 @@ use ringlb_xdp::{
     Datapath, DesiredState, Programmed, Proto, ServiceEntry, Vip, abi, flow_filter,
     lookup::{CtState, Lookup},
     maps::kernel::PinnedFlowFilter,
-    xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
+    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
 };
 use xdp_support::*;
 
@@ -28,7 +28,7 @@ fn opts(pin: &std::path::Path) -> XdpOptions {
         src6: None,
         mtu: 1500,
         fib_fallback: false,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     }
 }
 

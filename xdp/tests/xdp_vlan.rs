@@ -16,7 +16,7 @@ use ringlb_nexthop::{NextHop, StaticResolver, Vlan, VlanProtocol};
 use ringlb_testkit::packet::{Frame, ip_header, l2_header};
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{XdpDatapath, XdpOptions, objects},
+    xdp::{XdpDatapath, XdpObject, XdpOptions},
 };
 
 fn dot1q(id: u16) -> Option<Vlan> {
@@ -29,10 +29,10 @@ fn dot1q(id: u16) -> Option<Vlan> {
 /// A datapath whose every backend resolves to `nh`, with one TCP VIP
 /// 10.100.0.7:80 -> 10.1.0.7.
 fn load(nh: NextHop) -> Option<XdpDatapath> {
-    load_object(nh, objects::XDP_LB)
+    load_object(nh, XdpObject::Production)
 }
 
-fn load_object(nh: NextHop, object: &'static [u8]) -> Option<XdpDatapath> {
+fn load_object(nh: NextHop, object: XdpObject) -> Option<XdpDatapath> {
     if !is_root() {
         eprintln!("SKIP: xdp vlan fixtures need root to load BPF programs (CI runs as root)");
         return None;
@@ -203,11 +203,11 @@ fn a_next_hop_on_another_port_is_redirected_with_its_own_tag() {
 fn the_bench_build_restores_the_frame_exactly_after_a_tag_change() {
     // the build without the flow filter where the kernel has no atomic OR
     // (before 5.12), as the loader does for the production program
-    let object = if ringlb_xdp::xdp::probe_atomic_or().is_ok() {
+    let object = XdpObject::Exactly(if ringlb_xdp::xdp::probe_atomic_or().is_ok() {
         ringlb_testkit::objects::XDP_LB_BENCH
     } else {
         ringlb_testkit::objects::XDP_LB_NO_FLOW_FILTER_BENCH
-    };
+    });
     for (nh_vlan, in_vlan) in [
         (dot1q(100), None),
         (dot1q(200), Some(100)),
@@ -257,7 +257,7 @@ fn a_refresh_moves_the_backends_onto_and_off_a_vlan() {
         src6: None,
         mtu: 1500,
         fib_fallback: false,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(Switchable(answer.clone()))).unwrap();
     // the pod backs two VIPs: two backend ids, one address

@@ -28,7 +28,7 @@ use ringlb_nexthop::{NextHop, StaticResolver, Vlan, VlanProtocol};
 use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
+    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
 };
 use xdp_support::*;
 
@@ -139,7 +139,7 @@ fn the_edge(e: &str, nh: NextHop) -> XdpDatapath {
         src6: None,
         mtu: 1500,
         fib_fallback: false,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     };
     let resolver = StaticResolver::everywhere(nh);
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();

@@ -53,7 +53,7 @@ use ringlb_testkit::netns::{Netns, run as sh};
 use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpOptions, objects},
+    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
 };
 
 #[path = "../ipvs_flood.rs"]
@@ -331,7 +331,7 @@ fn main() -> anyhow::Result<()> {
         src6: None,
         mtu: 1500,
         fib_fallback: true,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     };
     let mut xdp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(l.ex.0.clone()))))?;
     xdp.apply(&d)?;

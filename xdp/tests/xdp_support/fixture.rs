@@ -8,7 +8,7 @@ use ringlb_nexthop::{NextHop, StaticResolver};
 use ringlb_testkit::packet::{Frame, ip_header, l2_header};
 use ringlb_xdp::{
     DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{XdpDatapath, XdpOptions, objects},
+    xdp::{XdpDatapath, XdpObject, XdpOptions},
 };
 
 use super::is_root;
@@ -69,7 +69,7 @@ pub fn opts(mtu: u32, src6: bool) -> XdpOptions {
         src6: src6.then(|| "2001:db8::11".parse().unwrap()),
         mtu,
         fib_fallback: false,
-        object: objects::XDP_LB,
+        object: XdpObject::Production,
     }
 }
 
@@ -86,9 +86,9 @@ pub fn load(mtu: u32, src6: bool) -> Option<XdpDatapath> {
 /// Whether this kernel's verifier has BPF atomic OR, by its release (Linux
 /// 5.12): what the loader's probe must find.
 pub fn kernel_has_atomic_or() -> bool {
-    let release = ringlb_ops::kernel::running_release().expect("kernel release");
-    let v = ringlb_ops::kernel::Version::parse(&release).expect("a version in the release");
-    (v.major, v.minor) >= (5, 12)
+    use ringlb_ops::kernel::{Version, running_release};
+    let release = running_release().expect("kernel release");
+    Version::parse(&release).expect("a version in the release") >= Version::new(5, 12)
 }
 
 /// Fails, with the words kernels/src/report.rs expects below Linux 5.12, when

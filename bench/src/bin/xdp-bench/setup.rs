@@ -12,7 +12,7 @@ use ringlb_nexthop::{NextHop, StaticResolver};
 use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{XdpDatapath, XdpOptions},
+    xdp::{XdpDatapath, XdpObject, XdpOptions},
 };
 
 pub const XDP_PASS: u32 = 2;
@@ -75,7 +75,7 @@ pub fn load(object: &'static [u8], d: &DesiredState) -> anyhow::Result<XdpDatapa
         src6: None,
         mtu: 1500,
         fib_fallback: false,
-        object,
+        object: XdpObject::Exactly(object),
     };
     let mut dp = XdpDatapath::load(&opts, resolver())?;
     dp.apply(d)?;
