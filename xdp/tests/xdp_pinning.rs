@@ -357,16 +357,10 @@ fn a_defunct_pinned_link_is_replaced_by_a_fresh_attach() {
 /// that says what to do, instead of failing later on a write past the end.
 #[test]
 fn pinned_maps_of_another_size_are_refused_clearly() {
-    use aya::maps::{Array, IterableMap, MapData};
-    if !is_root() {
-        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, BPF)");
+    let Some((bpffs, _)) = old_pin::<abi::BackendValue>("layout", abi::map::BACKENDS, 131_072)
+    else {
         return;
-    }
-    let bpffs = BpfFs::new("layout");
-    let dir = bpffs.path().join("ringlb");
-    std::fs::create_dir_all(&dir).unwrap();
-    let old = Array::<MapData, abi::BackendValue>::create(131_072, 0).unwrap();
-    old.map().pin(dir.join("backends")).unwrap();
+    };
     let e = match XdpDatapath::load(&opts(bpffs.path()), resolver()) {
         Ok(_) => panic!("a backends map of 131072 entries was accepted"),
         Err(e) => e.to_string(),
@@ -382,20 +376,12 @@ fn pinned_maps_of_another_size_are_refused_clearly() {
 /// contents are derived state, and every SYN looks up until the rebuild.
 #[test]
 fn a_pinned_flow_filter_of_an_older_layout_is_replaced() {
-    use aya::maps::{Array, IterableMap, MapData};
-    if !is_root() {
-        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, BPF)");
-        return;
-    }
-    let bpffs = BpfFs::new("ffold");
-    let dir = bpffs.path().join("ringlb");
-    std::fs::create_dir_all(&dir).unwrap();
     type OldFilter = [u8; abi::FLOW_FILTER_HEADER + (2 << 18)];
-    let old = Array::<MapData, OldFilter>::create(1, 0).unwrap();
-    old.map().pin(dir.join(abi::map::FLOW_FILTER)).unwrap();
-    drop(old);
+    let Some((bpffs, dir)) = old_pin::<OldFilter>("ffold", abi::map::FLOW_FILTER, 1) else {
+        return;
+    };
     let dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).expect("load over the old pin");
-    let pinned = MapData::from_pin(dir.join(abi::map::FLOW_FILTER)).unwrap();
+    let pinned = aya::maps::MapData::from_pin(dir.join(abi::map::FLOW_FILTER)).unwrap();
     assert_eq!(
         pinned.info().unwrap().value_size() as usize,
         abi::FLOW_FILTER_VALUE_SIZE
@@ -506,4 +492,25 @@ fn run_cli(args: &[&str]) -> Result<String, ringlb_xdp::Error> {
     let mut out = Vec::new();
     ringlb_xdp::cli::run(&dp, &mut out)?;
     Ok(String::from_utf8(out).expect("utf-8"))
+}
+
+/// A private bpffs whose `ringlb/<name>` is an ARRAY of `entries` values of
+/// `V`, pinned as an older release left it; the bpffs and that directory.
+/// `None`, skipped loudly, without root.
+fn old_pin<V: aya::Pod>(
+    tag: &str,
+    name: &str,
+    entries: u32,
+) -> Option<(BpfFs, std::path::PathBuf)> {
+    use aya::maps::{Array, IterableMap, MapData};
+    if !is_root() {
+        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, BPF)");
+        return None;
+    }
+    let bpffs = BpfFs::new(tag);
+    let dir = bpffs.path().join("ringlb");
+    std::fs::create_dir_all(&dir).unwrap();
+    let old = Array::<MapData, V>::create(entries, 0).unwrap();
+    old.map().pin(dir.join(name)).unwrap();
+    Some((bpffs, dir))
 }
