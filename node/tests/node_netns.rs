@@ -136,6 +136,7 @@ fn the_edge(t: &str, e: &str) -> (XdpDatapath, aya::Ebpf) {
         mtu: 1500,
         fib_fallback: true,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.into())))).unwrap();
     let vip = Vip {

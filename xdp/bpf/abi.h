@@ -178,6 +178,15 @@ struct ringlb_vip_stats {
 	__u64 bytes;
 };                        /* 16 bytes */
 
+/* per-VIP: PERCPU_ARRAY vip_id -> ringlb_ct_budget, the conntrack inserts of
+ * new flows this CPU made for the VIP in its current window (conntrack.h,
+ * ringlb_ct_budget_take). Program state only: the loader never writes it. */
+struct ringlb_ct_budget {
+	__u64 start;      /* bpf_ktime_get_ns() when the window opened */
+	__u32 used;       /* inserts in the window; 0 = no window yet */
+	__u32 pad;
+};                        /* 16 bytes */
+
 /* global: PERCPU_ARRAY index -> __u64; verdicts and reasons */
 enum ringlb_stat {
 	RINGLB_ST_TX = 0,          /* encapsulated, XDP_TX */
@@ -221,11 +230,15 @@ enum ringlb_stat {
 				    * entry can exist, so no lookup (forwarded by the ring,
 				    * nothing inserted; ct_syn_ring counts the SYNs that
 				    * looked up) */
+	RINGLB_ST_CT_OVER_BUDGET,  /* a new flow's packet its VIP's conntrack insert budget
+				    * (this CPU, this window) had no room for: forwarded by
+				    * the ring, nothing inserted (a flood of new flows
+				    * evicts no established flow) */
 	RINGLB_ST_MAX,
 };
 
 /* ---- map names (the loader finds maps by these) ----------------------------- */
 /* vips, rings, backends, conntrack, owners, config, vip_stats, stats, vip_filter,
- * vip_addrs, flow_filter, bfd_hold */
+ * vip_addrs, flow_filter, bfd_hold, ct_budget */
 
 #endif /* RINGLB_ABI_H */

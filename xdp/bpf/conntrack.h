@@ -19,6 +19,17 @@
  * 5-tuple is a miss in a cold bucket, ~200 ns; the filter is one bit in
  * 64 KiB). A set slot means the lookup and rewrite as before.
  *
+ * Floods of other packets: a spoofed flood of ACKs or UDP datagrams from new
+ * 5-tuples would insert one entry each and evict established flows of every
+ * VIP. So each VIP may insert at most ringlb_ct_insert_budget new entries per
+ * CPU per window of at least a second (ct_budget, ringlb_ct_budget_take); a
+ * new flow's packet over
+ * the budget is forwarded by the ring and inserts nothing (counted
+ * ct_over_budget): the flow is kept by the ring alone, and its next packet
+ * tries again. A stale entry's rewrite is not budgeted (it replaces an entry,
+ * and only a backend change makes one). The budget is a .rodata constant the
+ * loader sets (0 = no limit: the verifier then drops the check).
+ *
  * Build flags (benchmark-only variants):
  *   -DRINGLB_CT_INSERT_ON_SYN restores the SYN insert (and the SYN skipping
  *   the lookup): the program before this change;
@@ -42,6 +53,49 @@ struct {
 	__type(key, struct ringlb_flow);
 	__type(value, struct ringlb_ct_value);
 } conntrack SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, RINGLB_MAX_VIPS);
+	__type(key, __u32);
+	__type(value, struct ringlb_ct_budget);
+} ct_budget SEC(".maps");
+
+/* New conntrack entries a VIP may insert per CPU per window; 0 = no limit.
+ * Set by the loader before the program is verified (XdpOptions). */
+volatile const __u32 ringlb_ct_insert_budget = 0;
+
+#define RINGLB_CT_BUDGET_WINDOW_NS 1000000000ULL
+
+/* Takes one insert from VIP vip_id's budget on this CPU: 1 if there was
+ * room (or no limit), 0 if the window's budget is spent. A window opens at
+ * an insert, admits `budget` inserts, and lasts at least a second: the next
+ * one opens at the first insert after both. So the clock is read only to
+ * open a window (and by the packets a spent window turns away), not by every
+ * insert. A VIP inserts at most `budget` entries per CPU per second on
+ * average, and twice that in any one second (a window's last inserts and the
+ * next one's first). Per-CPU state, and XDP runs with migration off: no
+ * atomics. */
+static __always_inline int ringlb_ct_budget_take(__u32 vip_id)
+{
+	__u32 budget = ringlb_ct_insert_budget;
+
+	if (!budget)
+		return 1;
+	struct ringlb_ct_budget *b = bpf_map_lookup_elem(&ct_budget, &vip_id);
+	if (!b)
+		return 1;
+	if (b->used == 0 || b->used >= budget) {
+		__u64 now = bpf_ktime_get_ns();
+
+		if (b->used && now - b->start < RINGLB_CT_BUDGET_WINDOW_NS)
+			return 0;
+		b->start = now;
+		b->used = 0;
+	}
+	b->used += 1;
+	return 1;
+}
 
 #ifdef RINGLB_CT_INSERT_ON_SYN
 #define RINGLB_SYN_INSERTS 1
@@ -87,12 +141,13 @@ static __always_inline __u32 ringlb_ct_flow_hash(const struct ringlb_flow *flow,
 	return s->hashed ? s->hash : ringlb_flow_hash_of(flow);
 }
 
-/* Records the ring's choice (bid, gen) for a flow conntrack did not answer;
- * `hash` is the flow's hash. Returns the RINGLB_ST_* counter of what it did,
- * 0 for a plain insert. */
+/* Records the ring's choice (bid, gen) for a flow conntrack did not answer
+ * (`stale`: it had an entry naming a retired backend); `hash` is the flow's
+ * hash, vip_id its VIP's. Returns the RINGLB_ST_* counter of what it did, 0
+ * for a plain insert. */
 static __always_inline __u32 ringlb_ct_record(const struct ringlb_flow *flow, int syn,
 					      const struct ringlb_ct_syn *s, __u32 hash,
-					      __u32 bid, __u32 gen)
+					      __u32 bid, __u32 gen, __u32 vip_id, int stale)
 {
 	if (syn && !RINGLB_SYN_INSERTS) {
 		struct ringlb_ct_value *old = s->old;
@@ -105,6 +160,8 @@ static __always_inline __u32 ringlb_ct_record(const struct ringlb_flow *flow, in
 		}
 		return s->filtered ? RINGLB_ST_CT_SYN_FILTERED : RINGLB_ST_CT_SYN_RING;
 	}
+	if (!stale && !ringlb_ct_budget_take(vip_id))
+		return RINGLB_ST_CT_OVER_BUDGET;
 	struct ringlb_ct_value nv = { .backend_id = bid, .gen = gen };
 	bpf_map_update_elem(&conntrack, flow, &nv, BPF_ANY);
 	/* after the insert: flow_filter.h says why this order */

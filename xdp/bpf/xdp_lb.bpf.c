@@ -10,7 +10,8 @@
  *                                     still has the entry's generation? done
  *     -> else vips[(daddr, dport, proto)]  (then the port-0 wildcard)
  *        -> rings[vip_id][flow_hash % M]   (Maglev, flow_hash.h)
- *        -> conntrack insert {backend id, generation} (not by a SYN: conntrack.h)
+ *        -> conntrack insert {backend id, generation} (not by a SYN, and
+ *           within the VIP's insert budget: conntrack.h)
  *     -> backends[id]: pod IP + next-hop MACs resolved by the loader
  *     -> push outer IPv4 (proto 4/41) or IPv6 (nexthdr 41/4) header
  *     -> L2 header of the next hop: its MACs, and its VLAN tag (pushed,
@@ -436,7 +437,8 @@ int ringlb_xdp(struct xdp_md *ctx)
 		}
 #ifndef RINGLB_BENCH_NO_CT_INSERT
 		if (use_ct) {
-			__u32 st = ringlb_ct_record(&pkt.flow, pkt.syn, &syn_ct, fh, bid, be->gen);
+			__u32 st = ringlb_ct_record(&pkt.flow, pkt.syn, &syn_ct, fh, bid, be->gen,
+						    vip_id, stale);
 			if (st)
 				count(st);
 		} else if (stale) {

@@ -66,8 +66,11 @@ pub mod map {
     /// `BfdHoldKey` -> `BfdHold`: BFD sessions the program answers while the
     /// agent restarts (`bfd_hold.rs`).
     pub const BFD_HOLD: &str = "bfd_hold";
+    /// vip_id -> `CtBudget` per CPU: conntrack inserts of new flows in the
+    /// current window (program state; conntrack.h).
+    pub const CT_BUDGET: &str = "ct_budget";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 12] = [
+    pub const ALL: [&str; 13] = [
         VIPS,
         RINGS,
         BACKENDS,
@@ -80,7 +83,11 @@ pub mod map {
         VIP_ADDRS,
         FLOW_FILTER,
         BFD_HOLD,
+        CT_BUDGET,
     ];
+    /// Maps newer than some pin dirs in the field: a running edge of an
+    /// older release has none pinned.
+    pub const NEWER: [&str; 2] = [BFD_HOLD, CT_BUDGET];
 }
 
 /// `struct ringlb_vip_key`
@@ -171,6 +178,20 @@ pub struct VipStats {
     pub bytes: u64,
 }
 
+/// `struct ringlb_ct_budget`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CtBudget {
+    pub start: u64,
+    pub used: u32,
+    pub pad: u32,
+}
+
+/// The `.rodata` constant `ringlb_ct_insert_budget` (conntrack.h): new
+/// conntrack entries a VIP may insert per CPU per window of at least a
+/// second; 0 = no limit.
+pub const CT_INSERT_BUDGET_GLOBAL: &str = "ringlb_ct_insert_budget";
+
 /// `RINGLB_BFD_HOLD_MAX`: held BFD sessions.
 pub const BFD_HOLD_MAX: u32 = 64;
 /// `RINGLB_BFD_PORT`: single-hop BFD Control packets (RFC 5881).
@@ -247,6 +268,7 @@ const _: () = assert!(size_of::<Flow>() == 40);
 const _: () = assert!(size_of::<CtValue>() == 8);
 const _: () = assert!(size_of::<ConfigValue>() == 28);
 const _: () = assert!(size_of::<VipStats>() == 16);
+const _: () = assert!(size_of::<CtBudget>() == 16);
 
 // SAFETY (for every impl below): aya::Pod requires a plain-old-data type with
 // no padding bytes the kernel could read uninitialised and no invalid bit
@@ -262,6 +284,7 @@ mod pod {
     unsafe impl aya::Pod for CtValue {}
     unsafe impl aya::Pod for ConfigValue {}
     unsafe impl aya::Pod for VipStats {}
+    unsafe impl aya::Pod for CtBudget {}
     unsafe impl aya::Pod for BfdHoldKey {}
     unsafe impl aya::Pod for BfdHold {}
 }
@@ -298,9 +321,10 @@ pub enum Stat {
     PassAliasPlain,
     FailoverLoop,
     CtSynFiltered,
+    CtOverBudget,
 }
 
-pub const STAT_MAX: u32 = 28;
+pub const STAT_MAX: u32 = 29;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -332,6 +356,7 @@ impl Stat {
         Stat::PassAliasPlain,
         Stat::FailoverLoop,
         Stat::CtSynFiltered,
+        Stat::CtOverBudget,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -365,6 +390,7 @@ impl Stat {
             Stat::PassAliasPlain => "pass_alias_plain",
             Stat::FailoverLoop => "failover_loop",
             Stat::CtSynFiltered => "ct_syn_filtered",
+            Stat::CtOverBudget => "ct_over_budget",
         }
     }
 }

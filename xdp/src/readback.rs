@@ -109,6 +109,7 @@ pub(crate) fn check_abi(maps: &KernelMaps) -> Result<(), Error> {
     )?;
     let _: Array<_, abi::ConfigValue> = maps.map(CONFIG)?;
     let _: PerCpuArray<_, abi::VipStats> = maps.map(VIP_STATS)?;
+    let _: PerCpuArray<_, abi::CtBudget> = maps.map(CT_BUDGET)?;
     let stats: PerCpuArray<_, u64> = maps.map(STATS)?;
     if stats.len() != abi::STAT_MAX {
         return Err(Error::InvalidService {

@@ -142,6 +142,9 @@ pub struct XdpOptions {
     pub fib_fallback: bool,
     /// The program to load (`Production` except in benchmarks and tests).
     pub object: XdpObject,
+    /// New conntrack entries one VIP may insert per CPU per second; 0 = no
+    /// limit (conntrack.h; [`auto_ct_insert_budget`] is the edge's default).
+    pub ct_insert_budget: u32,
 }
 
 impl Default for XdpOptions {
@@ -153,8 +156,28 @@ impl Default for XdpOptions {
             mtu: 1500,
             fib_fallback: true,
             object: XdpObject::Production,
+            ct_insert_budget: 0,
         }
     }
+}
+
+/// The edge's default insert budget on this machine:
+/// [`ct_insert_budget_for`] its possible CPUs.
+pub fn auto_ct_insert_budget() -> Result<u32, Error> {
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| Error::Syscall {
+        call: "nr_cpus",
+        source: e,
+    })?;
+    Ok(ct_insert_budget_for(cpus as u32))
+}
+
+/// An eighth of one CPU's share of the conntrack LRU per second (`possible`
+/// CPUs, as the kernel splits the per-CPU lists). A flood of new flows to one
+/// VIP then turns over at most that share in 8 s, so an established flow
+/// that sends a packet more often than that keeps its entry. 16,384 with 2
+/// CPUs, 2,048 with 16.
+pub fn ct_insert_budget_for(possible_cpus: u32) -> u32 {
+    (abi::CT_SIZE / possible_cpus.max(1) / 8).max(1)
 }
 
 /// The loaded (and maybe attached) XDP datapath.
@@ -181,12 +204,13 @@ impl XdpDatapath {
         if let Some(dir) = &opts.pin_dir {
             ringlb_bpf_types::prepare_pin_dir(dir)?;
             warn_without_owners(dir);
-            replace_stale_flow_filter(dir)?;
+            replace_stale_derived_maps(dir)?;
             for name in abi::map::ALL {
                 loader.map_pin_path(name, dir.join(name));
             }
         }
         let (object, flow_filter) = opts.object.for_kernel();
+        loader.override_global(abi::CT_INSERT_BUDGET_GLOBAL, &opts.ct_insert_budget, true);
         let mut ebpf = loader
             .load(object)
             .map_err(|e| BpfError::Load(Box::new(e)))?;
@@ -229,10 +253,10 @@ impl XdpDatapath {
     /// Opens the maps a running edge pinned in `dir`, without loading or
     /// attaching anything (for the operator CLI). Fails if nothing is pinned.
     pub fn open_pinned(dir: &Path) -> Result<Self, Error> {
-        // bfd_hold is new (an older edge has none); the others must be there
+        // an older edge has none of the newer maps; the others must be there
         for name in abi::map::ALL
             .into_iter()
-            .filter(|n| *n != abi::map::BFD_HOLD)
+            .filter(|n| !abi::map::NEWER.contains(n))
         {
             let p = dir.join(name);
             if !p.exists() {
@@ -310,24 +334,42 @@ impl XdpDatapath {
     }
 }
 
-/// A pinned `flow_filter` of another size than this build's (an older edge's
-/// byte-per-slot filter) is unpinned, so the load creates this build's: its
-/// contents are derived state, rebuilt from conntrack after the attach (and
-/// all "maybe" until then), and a program still running keeps its own map.
-fn replace_stale_flow_filter(dir: &Path) -> Result<(), Error> {
-    let path = dir.join(abi::map::FLOW_FILTER);
+/// Pinned maps of another shape than this build's that hold only derived
+/// state are unpinned, so the load creates this build's: `flow_filter` of
+/// another value size (an older edge's byte-per-slot filter; rebuilt from
+/// conntrack after the attach, and all "maybe" until then) and `stats` with
+/// another number of counters (an older build's; they restart from 0). A
+/// program still running keeps its own maps.
+fn replace_stale_derived_maps(dir: &Path) -> Result<(), Error> {
+    replace_if_other(dir, abi::map::FLOW_FILTER, "value_size", |i| {
+        i.value_size() as usize == abi::FLOW_FILTER_VALUE_SIZE
+    })?;
+    replace_if_other(dir, abi::map::STATS, "max_entries", |i| {
+        i.max_entries() == abi::STAT_MAX
+    })
+}
+
+/// Unpins `dir/name` when `ours` says its kernel info is not this build's.
+fn replace_if_other(
+    dir: &Path,
+    name: &str,
+    what: &str,
+    ours: fn(&aya::maps::MapInfo) -> bool,
+) -> Result<(), Error> {
+    let path = dir.join(name);
     let Ok(map) = aya::maps::MapData::from_pin(&path) else {
         return Ok(()); // none pinned (or unreadable: the load will say)
     };
-    let Ok(size) = map.info().map(|i| i.value_size() as usize) else {
+    let Ok(info) = map.info() else {
         return Ok(()); // the load will say
     };
-    if size != abi::FLOW_FILTER_VALUE_SIZE {
+    if !ours(&info) {
         tracing::info!(
             path = %path.display(),
-            value_size = size,
-            want = abi::FLOW_FILTER_VALUE_SIZE,
-            "replacing a pinned flow filter of another layout (an older build's)"
+            differs = what,
+            value_size = info.value_size(),
+            max_entries = info.max_entries(),
+            "replacing a pinned map of another layout (an older build's): it holds derived state only"
         );
         std::fs::remove_file(&path).map_err(|source| BpfError::Pin { path, source })?;
     }
@@ -584,5 +626,19 @@ impl XdpDatapath {
             Self::remove_pins(&dir)?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_insert_budget_is_an_eighth_of_a_cpus_conntrack_share() {
+        assert_eq!(ct_insert_budget_for(2), 16_384);
+        assert_eq!(ct_insert_budget_for(16), 2_048);
+        // never 0 (which means no limit), whatever the CPU count says
+        assert_eq!(ct_insert_budget_for(0), abi::CT_SIZE / 8);
+        assert_eq!(ct_insert_budget_for(1 << 20), 1);
     }
 }

@@ -377,6 +377,7 @@ fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
         mtu: 1500,
         fib_fallback: true,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     };
     let r = KernelResolver::new(Some(e.to_string()));
     let in_use = r.next_hops_in_use();

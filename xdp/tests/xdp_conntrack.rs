@@ -10,7 +10,10 @@ mod xdp_support;
 use xdp_support::fixture::*;
 
 use ringlb_testkit::packet::Frame;
-use ringlb_xdp::{Datapath, Proto, ServiceEntry, Vip, flow_filter, xdp::XdpDatapath};
+use ringlb_xdp::{
+    Datapath, Proto, ServiceEntry, Vip, flow_filter,
+    xdp::{XdpDatapath, XdpOptions},
+};
 
 /// Conntrack is looked up before the VIP, so a deleted VIP must not live on
 /// in its conntrack entries: deleting it retires its (VIP, pod) backend ids,
@@ -604,4 +607,88 @@ fn the_loader_picks_the_build_this_kernel_verifies() {
         "ct_syn_ring"
     };
     assert_eq!(counter(&dp, label), 1, "the SYN went by {label}");
+}
+
+/// CLOCK_MONOTONIC (the clock of bpf_ktime_get_ns) in ns.
+fn monotonic_ns() -> u64 {
+    ringlb_xdp::bfd_hold::monotonic_now().as_nanos() as u64
+}
+
+/// A flood of new flows that are not SYNs (spoofed ACKs) would insert an
+/// entry each: a VIP inserts at most its budget per CPU per second, and a
+/// new flow past it is forwarded by the ring without an entry
+/// (`ct_over_budget`), to the same backend every time. The budget is per VIP:
+/// another VIP still inserts, and its established flow keeps its entry.
+#[test]
+fn new_flows_past_a_vips_insert_budget_go_by_the_ring_without_an_entry() {
+    if load(1500, false).is_none() {
+        return; // not root: skipped loudly
+    }
+    // a window of the budget lasts a second from the VIP's first insert: an
+    // attempt slower than that (a slow emulated kernel) is run again
+    for _ in 0..3 {
+        if insert_budget_attempt() {
+            return;
+        }
+        eprintln!("the attempt took a second or more: the budget's window closed; again");
+    }
+    panic!("three attempts took a second or more");
+}
+
+/// One attempt of the test above; false if A's flood took a second or more.
+fn insert_budget_attempt() -> bool {
+    const BUDGET: u32 = 5;
+    let o = XdpOptions {
+        ct_insert_budget: BUDGET,
+        ..opts(1500, false)
+    };
+    let resolver = ringlb_nexthop::StaticResolver::everywhere(NH);
+    let mut dp = XdpDatapath::load(&o, Box::new(resolver)).expect("loading xdp_lb.o");
+    let (a, b) = (vip4(), vip("10.100.0.2", 80, Proto::Tcp));
+    let pods = ["10.1.0.1", "10.1.0.2"];
+    dp.apply(&state(vec![(a, svc(&a, &pods, 0)), (b, svc(&b, &pods, 0))]))
+        .unwrap();
+    let backend_of = |f: &Frame, out: &[u8]| {
+        pods.into_iter()
+            .find(|p| out == encapped(f, "10.0.0.11", p, 0))
+            .unwrap_or_else(|| panic!("{f:?}: not encapsulated to a pod of its VIP"))
+    };
+    let est = establish(
+        &dp,
+        &Frame::tcp(ip("192.0.2.9"), ip("10.100.0.2"), 50000, 80),
+    );
+    // 20 new flows' ACKs to A (no SYN before: a spoofed flood)
+    let flood: Vec<Frame> = (0..20)
+        .map(|i| Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000 + i, 80).established())
+        .collect();
+    let start = monotonic_ns();
+    let first: Vec<&str> = flood
+        .iter()
+        .map(|f| {
+            let (verdict, out) = run(&dp, &f.bytes());
+            assert_eq!(verdict, XDP_TX);
+            backend_of(f, &out)
+        })
+        .collect();
+    // B still inserts: the budget is A's
+    let late = Frame::tcp(ip("192.0.2.9"), ip("10.100.0.2"), 50001, 80).established();
+    assert_eq!(run(&dp, &late.bytes()).0, XDP_TX);
+    if monotonic_ns() - start >= 1_000_000_000 {
+        return false;
+    }
+    assert_eq!(counter(&dp, "ct_over_budget"), 20 - u64::from(BUDGET));
+    assert_eq!(counter(&dp, "ct_miss"), 1 + 20 + 1, "every new flow missed");
+    assert_eq!(
+        ct_entries(&dp),
+        BUDGET as usize + 2,
+        "A's budget, B's two flows"
+    );
+    // the flows without an entry keep their backend by the ring alone
+    for (f, was) in flood.iter().zip(&first) {
+        assert_eq!(backend_of(f, &run(&dp, &f.bytes()).1), *was);
+    }
+    let hits = counter(&dp, "ct_hit");
+    assert_eq!(run(&dp, &est.bytes()).0, XDP_TX);
+    assert_eq!(counter(&dp, "ct_hit"), hits + 1, "B's flow kept its entry");
+    true
 }

@@ -34,6 +34,7 @@ fn load(pin: Option<&BpfFs>) -> Option<XdpDatapath> {
         mtu: 1500,
         fib_fallback: false,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     };
     let resolver = StaticResolver::everywhere(NextHop {
         ifindex: 0,
@@ -345,6 +346,7 @@ fn next_hops_are_resolved_once_per_pod_not_per_id() {
         mtu: 1500,
         fib_fallback: false,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(r.clone())).unwrap();
     let (a, b, c) = (

@@ -178,6 +178,7 @@ fn the_edge(e: &str) -> XdpDatapath {
         mtu: 1500,
         fib_fallback: true,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     };
     let resolver = KernelResolver::new(Some(e.to_string()));
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();

@@ -120,6 +120,7 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
         mtu: 1500,
         fib_fallback: true,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.clone())))).unwrap();
     let vip = Vip {

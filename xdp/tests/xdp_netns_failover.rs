@@ -61,6 +61,7 @@ fn edge(ns: &str, src: &str, desired: &DesiredState) -> XdpDatapath {
         mtu: 1500,
         fib_fallback: true,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     };
     let resolver = KernelResolver::new(Some(ns.to_string()));
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();

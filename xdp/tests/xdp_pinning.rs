@@ -29,6 +29,7 @@ fn opts(pin: &std::path::Path) -> XdpOptions {
         mtu: 1500,
         fib_fallback: false,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     }
 }
 
@@ -394,6 +395,25 @@ fn a_pinned_flow_filter_of_an_older_layout_is_replaced() {
         (set0, set1),
         (1 << bits, 1 << bits),
         "all \"maybe\" until a rebuild"
+    );
+}
+
+/// An older build's pinned `stats` has fewer counters (this one's last
+/// counter would find no slot): it is replaced, like the flow filter. (The
+/// stand-in is a plain array of the old length; the loader looks at the
+/// length only.)
+#[test]
+fn a_pinned_stats_map_with_fewer_counters_is_replaced() {
+    let Some((bpffs, dir)) = old_pin::<u64>("statsold", abi::map::STATS, abi::STAT_MAX - 1) else {
+        return;
+    };
+    let dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).expect("load over the old pin");
+    let pinned = aya::maps::MapData::from_pin(dir.join(abi::map::STATS)).unwrap();
+    assert_eq!(pinned.info().unwrap().max_entries(), abi::STAT_MAX);
+    let counters = dp.read_counters().unwrap();
+    assert!(
+        counters.global.iter().any(|(l, _)| *l == "ct_over_budget"),
+        "the newest counter is read"
     );
 }
 

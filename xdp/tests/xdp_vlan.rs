@@ -44,6 +44,7 @@ fn load_object(nh: NextHop, object: XdpObject) -> Option<XdpDatapath> {
         mtu: 1500,
         fib_fallback: false,
         object,
+        ct_insert_budget: 0,
     };
     let resolver = StaticResolver::everywhere(nh);
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).expect("loading xdp_lb.o");
@@ -258,6 +259,7 @@ fn a_refresh_moves_the_backends_onto_and_off_a_vlan() {
         mtu: 1500,
         fib_fallback: false,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(Switchable(answer.clone()))).unwrap();
     // the pod backs two VIPs: two backend ids, one address

@@ -140,6 +140,7 @@ fn the_edge(e: &str, nh: NextHop) -> XdpDatapath {
         mtu: 1500,
         fib_fallback: false,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     };
     let resolver = StaticResolver::everywhere(nh);
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();

@@ -332,6 +332,7 @@ fn main() -> anyhow::Result<()> {
         mtu: 1500,
         fib_fallback: true,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     };
     let mut xdp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(l.ex.0.clone()))))?;
     xdp.apply(&d)?;

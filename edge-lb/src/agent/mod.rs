@@ -154,6 +154,13 @@ pub struct RunArgs {
     /// before 5.12, which get the program without the filter.
     #[arg(long, default_value = "30s", value_parser = parse_duration)]
     pub flow_filter_rebuild: Duration,
+    /// XDP only. New conntrack entries one VIP may insert per CPU per second. A new
+    /// flow's packet over it goes by the Maglev ring without an entry (counter
+    /// ct_over_budget), so a flood of new flows (spoofed ACKs, UDP) evicts no
+    /// established flow. `auto`: an eighth of one CPU's share of the conntrack table
+    /// (16384 with 2 CPUs, 2048 with 16); a number; 0 = no limit.
+    #[arg(long, default_value = "auto", value_parser = parse_ct_insert_budget)]
+    pub ct_insert_budget: CtInsertBudget,
     /// XDP only. Largest packet after encapsulation (the fabric MTU). Larger ones are answered
     /// with ICMP Fragmentation Needed / Packet Too Big; IPv4 without DF is passed.
     #[arg(long, default_value_t = 1500)]
@@ -494,11 +501,17 @@ fn remove_ipvs(mut dp: Box<dyn Datapath + Send>) {
 /// forwarding.
 fn load_xdp(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatapath> {
     let interface = args.xdp_interface()?;
+    let ct_insert_budget = args.ct_insert_budget.resolve()?;
+    tracing::info!(
+        ct_insert_budget,
+        "conntrack inserts per VIP per CPU per second (0 = no limit)"
+    );
     let opts = XdpOptions {
         pin_dir: Some(args.pin_dir.clone()),
         src4: args.source_v4,
         src6: args.source_v6,
         mtu: args.mtu,
+        ct_insert_budget,
         ..Default::default()
     };
     let fresh = !XdpDatapath::is_installed(&args.pin_dir);
@@ -531,6 +544,35 @@ fn load_xdp(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatap
 /// Rebuilds the XDP flow filter now (the loader left it all "maybe") and every
 /// `every`, on a thread of its own over the pinned maps, for the life of the
 /// process (`ringlb_xdp::flow_filter`).
+/// `--ct-insert-budget`: `auto` or a number (0 = no limit).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CtInsertBudget {
+    Auto,
+    Fixed(u32),
+}
+
+impl CtInsertBudget {
+    /// The number the program gets: `auto` from this machine's possible CPUs.
+    fn resolve(self) -> anyhow::Result<u32> {
+        match self {
+            CtInsertBudget::Fixed(n) => Ok(n),
+            CtInsertBudget::Auto => ringlb_xdp::xdp::auto_ct_insert_budget()
+                .context("--ct-insert-budget=auto: counting the possible CPUs"),
+        }
+    }
+}
+
+fn parse_ct_insert_budget(s: &str) -> Result<CtInsertBudget, String> {
+    if s == "auto" {
+        return Ok(CtInsertBudget::Auto);
+    }
+    s.parse().map(CtInsertBudget::Fixed).map_err(|_| {
+        format!(
+            "{s:?}: want `auto` or a number of inserts per VIP per CPU per second (0 = no limit)"
+        )
+    })
+}
+
 fn spawn_flow_filter_rebuild(pin_dir: PathBuf, every: Duration) {
     let run = move || {
         loop {
@@ -685,5 +727,20 @@ mod tests {
         let e = sloppy_tcp(&dir.join("missing/sloppy_tcp")).unwrap_err();
         assert!(format!("{e:#}").contains("missing/sloppy_tcp"), "{e:#}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn ct_insert_budget_is_auto_a_number_or_a_clear_error() {
+        assert_eq!(parse_ct_insert_budget("auto"), Ok(CtInsertBudget::Auto));
+        assert_eq!(parse_ct_insert_budget("0"), Ok(CtInsertBudget::Fixed(0)));
+        assert_eq!(
+            parse_ct_insert_budget("50000"),
+            Ok(CtInsertBudget::Fixed(50_000))
+        );
+        let e = parse_ct_insert_budget("lots").unwrap_err();
+        assert!(e.contains("want `auto` or a number"), "{e}");
+        assert!(parse_ct_insert_budget("-1").is_err());
+        // auto: a positive number from this machine's CPUs
+        assert!(CtInsertBudget::Auto.resolve().unwrap() > 0);
     }
 }

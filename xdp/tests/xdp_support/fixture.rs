@@ -70,6 +70,7 @@ pub fn opts(mtu: u32, src6: bool) -> XdpOptions {
         mtu,
         fib_fallback: false,
         object: XdpObject::Production,
+        ct_insert_budget: 0,
     }
 }
 

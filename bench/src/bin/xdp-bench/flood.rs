@@ -1,9 +1,11 @@
-//! Section `flood`: 1 M SYNs (new source address/port each, never followed
-//! by an ACK: a spoofed SYN flood) to VIP A while established flows of VIP B
-//! keep sending; B's ring changed before the flood (its backends doubled, the
-//! old ones all kept), so a flow whose conntrack entry the flood evicts
-//! follows the new ring and moves. Counts the flows that moved, for the
-//! program before the SYN change and now, in one run.
+//! Section `flood`: 1 M packets from new sources to VIP A while established
+//! flows of VIP B keep sending; B's ring changed before the flood (its
+//! backends doubled, the old ones all kept), so a flow whose conntrack entry
+//! the flood evicts follows the new ring and moves. Two floods: SYNs (never
+//! followed by an ACK: a spoofed SYN flood) and ACKs (each a new flow's
+//! first non-SYN packet, which inserts unless the VIP's insert budget is
+//! spent). Counts the flows that moved, for the program before the SYN change
+//! and now, without and with the insert budget, in one run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -17,7 +19,9 @@ use ringlb_xdp::{
 
 use crate::Args;
 use crate::check;
-use crate::setup::{XDP_TX, ack, backend_addr, counter, load, service, syn, syn_frame, variants};
+use crate::setup::{
+    XDP_TX, ack, backend_addr, counter, load_budgeted, service, syn, syn_frame, variants,
+};
 
 const A: u32 = 0;
 const B: u32 = 1;
@@ -54,24 +58,48 @@ fn exposed(a: &Args, now: &BTreeMap<u32, Ipv4Addr>) -> anyhow::Result<usize> {
     Ok(n)
 }
 
+/// What floods VIP A.
+#[derive(Clone, Copy)]
+enum Flood {
+    Syn,
+    Ack,
+}
+
+impl Flood {
+    fn packet(self, n: u32) -> Vec<u8> {
+        match self {
+            Flood::Syn => syn(A, n),
+            Flood::Ack => ack(A, n),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Flood::Syn => "SYN",
+            Flood::Ack => "ACK",
+        }
+    }
+}
+
 struct Outcome {
     moved: usize,
     exposed: usize,
     rounds: u32,
     syn_ring: u64,
+    over_budget: u64,
     hits: u64,
     misses: u64,
     secs: f64,
 }
 
-fn run_one(a: &Args, prod: &'static [u8]) -> anyhow::Result<Outcome> {
+fn run_one(a: &Args, prod: &'static [u8], flood: Flood, budget: u32) -> anyhow::Result<Outcome> {
     let nb = a.backends;
     let mut d = DesiredState::default();
     for v in [A, B] {
         let (vip, s) = service(v, nb, a.ring, 0)?;
         d.services.insert(vip, s);
     }
-    let mut dp = load(prod, &d)?;
+    let mut dp = load_budgeted(prod, &d, budget)?;
     // B's flows: the handshake, then one more packet each (a hit)
     let mut was = BTreeMap::new();
     for k in FLOW0..FLOW0 + a.flood_flows {
@@ -90,8 +118,9 @@ fn run_one(a: &Args, prod: &'static [u8]) -> anyhow::Result<Outcome> {
     let (vb, sb) = service(B, 2 * nb, a.ring, 0)?;
     dp.apply_service(&vb, Some(&sb))?;
     let exposed = exposed(a, &was)?;
-    let (syn0, hit0, miss0) = (
+    let (syn0, over0, hit0, miss0) = (
         syns_without_insert(&dp)?,
+        counter(&dp, "ct_over_budget")?,
         counter(&dp, "ct_hit")?,
         counter(&dp, "ct_miss")?,
     );
@@ -108,7 +137,7 @@ fn run_one(a: &Args, prod: &'static [u8]) -> anyhow::Result<Outcome> {
         Ok(())
     };
     for i in 0..a.flood_syns {
-        send(&dp, &syn(A, i), A, nb).with_context(|| format!("SYN {i}"))?;
+        send(&dp, &flood.packet(i), A, nb).with_context(|| format!("{} {i}", flood.name()))?;
         if (i + 1) % a.flood_every == 0 {
             round(&dp)?;
         }
@@ -123,6 +152,7 @@ fn run_one(a: &Args, prod: &'static [u8]) -> anyhow::Result<Outcome> {
         exposed,
         rounds,
         syn_ring: syns_without_insert(&dp)? - syn0,
+        over_budget: counter(&dp, "ct_over_budget")? - over0,
         hits: counter(&dp, "ct_hit")? - hit0,
         misses: counter(&dp, "ct_miss")? - miss0,
         secs,
@@ -137,13 +167,17 @@ fn syns_without_insert(dp: &XdpDatapath) -> anyhow::Result<u64> {
 
 pub fn section_flood(a: &Args) -> anyhow::Result<()> {
     let cpu = ringlb_testkit::bench::pin_to_current_cpu().context("sched_setaffinity")?;
-    println!("## SYN flood: established flows of another VIP\n");
+    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)? as u32;
+    let budget = ringlb_xdp::xdp::ct_insert_budget_for(cpus);
+    println!("## Floods of new flows: established flows of another VIP\n");
     println!(
         "BPF_PROG_TEST_RUN on CPU {cpu}, production objects. VIP B: {} established flows (SYN, ACK, ACK), then B's ring \
-         changes ({} -> {} backends, all old ones kept). Then {} SYNs to VIP A from new sources, never followed by an \
-         ACK; every {} SYNs, and once at the end, each of B's flows sends an ACK. Every output is checked (outer header, \
-         a backend of the VIP). `moved` = B's flows whose ACK reached another backend than before the flood; \
-         `exposed` = those B's new ring would move if their entry were lost.\n",
+         changes ({} -> {} backends, all old ones kept). Then {} packets to VIP A from new sources: SYNs never followed \
+         by an ACK, or ACKs (each a new flow's first packet after the handshake); every {} of them, and once at the end, \
+         each of B's flows sends an ACK. Every output is checked (outer header, a backend of the VIP). `moved` = B's \
+         flows whose ACK reached another backend than before the flood; `exposed` = those B's new ring would move if \
+         their entry were lost. Insert budget: new conntrack entries per VIP per CPU per second (0 = no limit; \
+         {budget} is the edge's default on this machine's {cpus} possible CPUs).\n",
         a.flood_flows,
         a.backends,
         2 * a.backends,
@@ -151,23 +185,37 @@ pub fn section_flood(a: &Args) -> anyhow::Result<()> {
         a.flood_every
     );
     println!(
-        "| program | moved | exposed | ACK rounds | ct_syn_ring + ct_syn_filtered | ct_hit (B's ACKs) | ct_miss | seconds |"
+        "| flood | program | insert budget | moved | exposed | ACK rounds | ct_syn_ring + ct_syn_filtered | ct_over_budget | ct_hit | ct_miss | seconds |"
     );
-    println!("|---|---|---|---|---|---|---|---|");
-    for v in variants() {
-        let o = run_one(a, v.prod)?;
-        println!(
-            "| {} | **{}** of {} | {} | {} | {} | {} | {} | {:.1} |",
-            v.name,
-            o.moved,
-            a.flood_flows,
-            o.exposed,
-            o.rounds,
-            o.syn_ring,
-            o.hits,
-            o.misses,
-            o.secs
-        );
+    println!("|---|---|---|---|---|---|---|---|---|---|---|");
+    for flood in [Flood::Syn, Flood::Ack] {
+        // (variants with a budget of their own measure its cost per packet)
+        for v in variants().into_iter().filter(|v| v.budget == 0) {
+            // `before` has no budget to give (its SYNs insert anyway)
+            let budgets: &[u32] = if v.name == "before" {
+                &[0]
+            } else {
+                &[0, budget]
+            };
+            for &b in budgets {
+                let o = run_one(a, v.prod, flood, b)?;
+                println!(
+                    "| {} | {} | {} | **{}** of {} | {} | {} | {} | {} | {} | {} | {:.1} |",
+                    flood.name(),
+                    v.name,
+                    b,
+                    o.moved,
+                    a.flood_flows,
+                    o.exposed,
+                    o.rounds,
+                    o.syn_ring,
+                    o.over_budget,
+                    o.hits,
+                    o.misses,
+                    o.secs
+                );
+            }
+        }
     }
     println!();
     Ok(())

@@ -16,7 +16,7 @@ use crate::Args;
 use crate::check;
 use crate::katran;
 use crate::setup::{
-    Variant, XDP_PASS, XDP_TX, ack, counter, desired, load, syn, variants, vip_addr,
+    Variant, XDP_PASS, XDP_TX, ack, counter, desired, load_budgeted, syn, variants, vip_addr,
 };
 
 type Prog = aya::programs::Xdp;
@@ -231,7 +231,7 @@ fn rows(
     let enc = |i: &[u8], o: &[u8]| to(i, o).map(|_| ());
     // R: the restoring bench build, flow established first (SYN + ACK)
     let t = Instant::now();
-    let bench = load(v.bench, d)?;
+    let bench = load_budgeted(v.bench, d, v.budget)?;
     eprintln!("{} {vips} VIPs: maps {:?}", v.name, t.elapsed());
     let prog = bench.program()?;
     method_r(prog, &syn(target, 7), 1, XDP_TX, check::unchanged)?;
@@ -242,7 +242,7 @@ fn rows(
     })
     .with_context(|| format!("{}: R hit", v.name))?;
     drop(bench);
-    let miss = load(v.miss, d)?;
+    let miss = load_budgeted(v.miss, d, v.budget)?;
     let miss_r = counted(&miss, &["tx"], to_vip, a.repeat, || {
         method_r(
             miss.program()?,
@@ -255,7 +255,7 @@ fn rows(
     .with_context(|| format!("{}: R SYN", v.name))?;
     drop(miss);
     // S: the production object
-    let prod = load(v.prod, d)?;
+    let prod = load_budgeted(v.prod, d, v.budget)?;
     let prog = prod.program()?;
     handshakes(prog, target, 7, 1, to)?;
     let hit_s = method_s(prog, a.calls, XDP_TX, |_| ack(target, 7), enc)?;

@@ -69,6 +69,15 @@ pub fn desired(vips: u32, backends: u32, ring: u32) -> anyhow::Result<DesiredSta
 }
 
 pub fn load(object: &'static [u8], d: &DesiredState) -> anyhow::Result<XdpDatapath> {
+    load_budgeted(object, d, 0)
+}
+
+/// [`load`] with a conntrack insert budget (`XdpOptions::ct_insert_budget`).
+pub fn load_budgeted(
+    object: &'static [u8],
+    d: &DesiredState,
+    ct_insert_budget: u32,
+) -> anyhow::Result<XdpDatapath> {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some(SRC4),
@@ -76,6 +85,7 @@ pub fn load(object: &'static [u8], d: &DesiredState) -> anyhow::Result<XdpDatapa
         mtu: 1500,
         fib_fallback: false,
         object: XdpObject::Exactly(object),
+        ct_insert_budget,
     };
     let mut dp = XdpDatapath::load(&opts, resolver())?;
     dp.apply(d)?;
@@ -114,12 +124,14 @@ pub fn not_vip(vip: u32, n: u32) -> Vec<u8> {
 pub const SRC4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
 
 /// A program build compared side by side: the production object and its two
-/// benchmark builds (restoring; restoring without conntrack insert).
+/// benchmark builds (restoring; restoring without conntrack insert), and the
+/// conntrack insert budget they are loaded with (0 = none).
 pub struct Variant {
     pub name: &'static str,
     pub prod: &'static [u8],
     pub bench: &'static [u8],
     pub miss: &'static [u8],
+    pub budget: u32,
 }
 
 /// The program before the SYN-insert and VIP-filter changes, before the flow
@@ -135,6 +147,7 @@ pub fn variants() -> Vec<Variant> {
             prod: t::XDP_LB_BEFORE,
             bench: t::XDP_LB_BEFORE_BENCH,
             miss: t::XDP_LB_BEFORE_BENCH_MISS,
+            budget: 0,
         },
         // every SYN looks its 5-tuple up (the program before the flow filter)
         Variant {
@@ -142,12 +155,23 @@ pub fn variants() -> Vec<Variant> {
             prod: ringlb_xdp::xdp::objects::XDP_LB_NO_FLOW_FILTER,
             bench: t::XDP_LB_NO_FLOW_FILTER_BENCH,
             miss: t::XDP_LB_NO_FLOW_FILTER_BENCH_MISS,
+            budget: 0,
         },
         Variant {
             name: "ringlb_xdp",
             prod: ringlb_xdp::xdp::objects::XDP_LB,
             bench: t::XDP_LB_BENCH,
             miss: t::XDP_LB_BENCH_MISS,
+            budget: 0,
+        },
+        // ringlb_xdp with an insert budget that never runs out: what the
+        // budget's check costs an insert (the edge runs with a budget)
+        Variant {
+            name: "budget_check",
+            prod: ringlb_xdp::xdp::objects::XDP_LB,
+            bench: t::XDP_LB_BENCH,
+            miss: t::XDP_LB_BENCH_MISS,
+            budget: u32::MAX,
         },
         // the flow filter at 2^20 slots per half; R rows as ringlb_xdp's
         Variant {
@@ -155,6 +179,7 @@ pub fn variants() -> Vec<Variant> {
             prod: t::XDP_LB_FLOW_FILTER_20,
             bench: t::XDP_LB_BENCH,
             miss: t::XDP_LB_BENCH_MISS,
+            budget: 0,
         },
         // no_flow_filter without the SYN's conntrack lookup (benchmark-only: it
         // cannot rewrite a reused 5-tuple's entry)
@@ -163,6 +188,7 @@ pub fn variants() -> Vec<Variant> {
             prod: t::XDP_LB_SYN_NOLOOKUP,
             bench: t::XDP_LB_NO_FLOW_FILTER_BENCH,
             miss: t::XDP_LB_NO_FLOW_FILTER_BENCH_MISS,
+            budget: 0,
         },
     ];
     // RINGLB_BENCH_ONLY=name,...: only these (a shorter run)
@@ -180,6 +206,7 @@ pub fn variants() -> Vec<Variant> {
                 prod: Box::leak(bytes.into_boxed_slice()),
                 bench: t::XDP_LB_BENCH,
                 miss: t::XDP_LB_BENCH_MISS,
+                budget: 0,
             });
         }
     }
