@@ -23,10 +23,9 @@
  * 5-tuples would insert one entry each and evict established flows of every
  * VIP. So each VIP may insert at most ringlb_ct_insert_budget new entries per
  * CPU per window of at least a second (ct_budget, ringlb_ct_budget_take); a
- * new flow's packet over
- * the budget is forwarded by the ring and inserts nothing (counted
- * ct_over_budget): the flow is kept by the ring alone, and its next packet
- * tries again. A stale entry's rewrite is not budgeted (it replaces an entry,
+ * new flow's packet over the budget is forwarded by the ring and inserts
+ * nothing (counted ct_over_budget): the flow is kept by the ring alone, and
+ * its next packet tries again. A stale entry's rewrite is not budgeted (it replaces an entry,
  * and only a backend change makes one). The budget is a .rodata constant the
  * loader sets (0 = no limit: the verifier then drops the check).
  *

@@ -142,8 +142,9 @@ pub struct XdpOptions {
     pub fib_fallback: bool,
     /// The program to load (`Production` except in benchmarks and tests).
     pub object: XdpObject,
-    /// New conntrack entries one VIP may insert per CPU per second; 0 = no
-    /// limit (conntrack.h; [`auto_ct_insert_budget`] is the edge's default).
+    /// New conntrack entries one VIP may insert per CPU per window of at
+    /// least a second; 0 = no limit (conntrack.h; [`auto_ct_insert_budget`]
+    /// is the edge's default).
     pub ct_insert_budget: u32,
 }
 

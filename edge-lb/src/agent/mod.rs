@@ -541,9 +541,6 @@ fn load_xdp(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatap
     }
 }
 
-/// Rebuilds the XDP flow filter now (the loader left it all "maybe") and every
-/// `every`, on a thread of its own over the pinned maps, for the life of the
-/// process (`ringlb_xdp::flow_filter`).
 /// `--ct-insert-budget`: `auto` or a number (0 = no limit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CtInsertBudget {
@@ -573,6 +570,9 @@ fn parse_ct_insert_budget(s: &str) -> Result<CtInsertBudget, String> {
     })
 }
 
+/// Rebuilds the XDP flow filter now (the loader left it all "maybe") and every
+/// `every`, on a thread of its own over the pinned maps, for the life of the
+/// process (`ringlb_xdp::flow_filter`).
 fn spawn_flow_filter_rebuild(pin_dir: PathBuf, every: Duration) {
     let run = move || {
         loop {
