@@ -180,7 +180,8 @@ struct ringlb_vip_stats {
 
 /* per-VIP: PERCPU_ARRAY vip_id -> ringlb_ct_budget, the conntrack inserts of
  * new flows this CPU made for the VIP in its current window (conntrack.h,
- * ringlb_ct_budget_take). Program state only: the loader never writes it. */
+ * ringlb_ct_budget_take). Program state: the loader only zeroes an entry when
+ * it gives the vip_id to a VIP, as it does vip_stats'. */
 struct ringlb_ct_budget {
 	__u64 start;      /* bpf_ktime_get_ns() when the window opened */
 	__u32 used;       /* inserts in the window; 0 = no window yet */

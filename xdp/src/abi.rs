@@ -67,7 +67,8 @@ pub mod map {
     /// agent restarts (`bfd_hold.rs`).
     pub const BFD_HOLD: &str = "bfd_hold";
     /// vip_id -> `CtBudget` per CPU: conntrack inserts of new flows in the
-    /// current window (program state; conntrack.h).
+    /// current window (program state, zeroed when a VIP gets the id;
+    /// conntrack.h).
     pub const CT_BUDGET: &str = "ct_budget";
     /// Every map, for pinning and cleanup.
     pub const ALL: [&str; 13] = [

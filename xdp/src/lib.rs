@@ -83,3 +83,12 @@ impl From<Error> for ringlb_datapath::Error {
 pub(crate) fn map_err(name: &'static str) -> impl Fn(aya::maps::MapError) -> Error {
     ringlb_bpf_types::map_err(name)
 }
+
+/// The possible CPUs: how many values a per-CPU map has, and how the kernel
+/// splits a per-CPU LRU.
+pub(crate) fn possible_cpus() -> Result<usize, Error> {
+    aya::util::nr_cpus().map_err(|(_, e)| Error::Syscall {
+        call: "nr_cpus",
+        source: e,
+    })
+}

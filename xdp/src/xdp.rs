@@ -165,11 +165,7 @@ impl Default for XdpOptions {
 /// The edge's default insert budget on this machine:
 /// [`ct_insert_budget_for`] its possible CPUs.
 pub fn auto_ct_insert_budget() -> Result<u32, Error> {
-    let cpus = aya::util::nr_cpus().map_err(|(_, e)| Error::Syscall {
-        call: "nr_cpus",
-        source: e,
-    })?;
-    Ok(ct_insert_budget_for(cpus as u32))
+    Ok(ct_insert_budget_for(crate::possible_cpus()? as u32))
 }
 
 /// An eighth of one CPU's share of the conntrack LRU per second (`possible`

@@ -618,7 +618,8 @@ fn monotonic_ns() -> u64 {
 /// entry each: a VIP inserts at most its budget per CPU per second, and a
 /// new flow past it is forwarded by the ring without an entry
 /// (`ct_over_budget`), to the same backend every time. The budget is per VIP:
-/// another VIP still inserts, and its established flow keeps its entry.
+/// another VIP still inserts, and its established flow keeps its entry; a
+/// VIP that takes a deleted one's vip_id starts with a budget of its own.
 #[test]
 fn new_flows_past_a_vips_insert_budget_go_by_the_ring_without_an_entry() {
     if load(1500, false).is_none() {
@@ -690,5 +691,22 @@ fn insert_budget_attempt() -> bool {
     let hits = counter(&dp, "ct_hit");
     assert_eq!(run(&dp, &est.bytes()).0, XDP_TX);
     assert_eq!(counter(&dp, "ct_hit"), hits + 1, "B's flow kept its entry");
+
+    // A goes, and C takes its vip_id: C starts with a budget of its own, not
+    // with the rest of A's spent window
+    let a_id = dp.programmed().vips[&a].vip_id;
+    dp.apply(&state(vec![(b, svc(&b, &pods, 0))])).unwrap();
+    let c = vip("10.100.0.3", 80, Proto::Tcp);
+    dp.apply(&state(vec![(b, svc(&b, &pods, 0)), (c, svc(&c, &pods, 0))]))
+        .unwrap();
+    assert_eq!(dp.programmed().vips[&c].vip_id, a_id, "C reuses A's id");
+    let (over, entries) = (counter(&dp, "ct_over_budget"), ct_entries(&dp));
+    let to_c = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.3"), 40000, 80).established();
+    assert_eq!(run(&dp, &to_c.bytes()).0, XDP_TX);
+    if monotonic_ns() - start >= 1_000_000_000 {
+        return false;
+    }
+    assert_eq!(counter(&dp, "ct_over_budget"), over, "C had room");
+    assert_eq!(ct_entries(&dp), entries + 1, "C's first new flow inserted");
     true
 }

@@ -85,6 +85,22 @@ impl KernelMaps {
             .map_err(map_err(abi::map::RINGS))
     }
 
+    /// Zeroes entry `index` of the PERCPU_ARRAY `name` on every CPU.
+    fn zero_per_cpu<V: aya::Pod + Default>(
+        &mut self,
+        name: &'static str,
+        index: u32,
+    ) -> Result<(), Error> {
+        let ncpu = crate::possible_cpus()?;
+        let zeros = PerCpuValues::try_from((0..ncpu).map(|_| V::default()).collect::<Vec<_>>())
+            .map_err(|e| Error::Syscall {
+                call: "PerCpuValues",
+                source: e,
+            })?;
+        let mut m: PerCpuArray<_, V> = self.map_mut(name)?;
+        m.set(index, zeros, 0).map_err(map_err(name))
+    }
+
     /// Runs `f` over the `flow_filter` map's memory (mmapped; see
     /// `flow_filter.rs`).
     pub fn with_flow_filter<T>(&self, f: impl FnOnce(&FilterBits<'_>) -> T) -> Result<T, Error> {
@@ -118,19 +134,9 @@ impl Maps for KernelMaps {
 
     fn create_ring(&mut self, vip_id: u32, size: u32) -> Result<(), Error> {
         self.set_ring(vip_id, size)?;
-        let ncpu = aya::util::nr_cpus().map_err(|(_, e)| Error::Syscall {
-            call: "nr_cpus",
-            source: e,
-        })?;
-        let mut vs: PerCpuArray<_, abi::VipStats> = self.map_mut(abi::map::VIP_STATS)?;
-        let zeros = PerCpuValues::try_from(vec![abi::VipStats::default(); ncpu]).map_err(|e| {
-            Error::Syscall {
-                call: "PerCpuValues",
-                source: e,
-            }
-        })?;
-        vs.set(vip_id, zeros, 0)
-            .map_err(map_err(abi::map::VIP_STATS))
+        // a reused vip_id starts afresh: no counts, no open insert window
+        self.zero_per_cpu::<abi::VipStats>(abi::map::VIP_STATS, vip_id)?;
+        self.zero_per_cpu::<abi::CtBudget>(abi::map::CT_BUDGET, vip_id)
     }
 
     fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error> {
