@@ -176,7 +176,8 @@ pub fn section_flood(a: &Args) -> anyhow::Result<()> {
          by an ACK, or ACKs (each a new flow's first packet after the handshake); every {} of them, and once at the end, \
          each of B's flows sends an ACK. Every output is checked (outer header, a backend of the VIP). `moved` = B's \
          flows whose ACK reached another backend than before the flood; `exposed` = those B's new ring would move if \
-         their entry were lost. Insert budget: new conntrack entries per VIP per CPU per second (0 = no limit; \
+         their entry were lost. Insert budget: new conntrack entries per VIP per CPU per window of at least a \
+         second (0 = no limit; \
          {budget} is the edge's default on this machine's {cpus} possible CPUs).\n",
         a.flood_flows,
         a.backends,
