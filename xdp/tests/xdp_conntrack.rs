@@ -622,29 +622,27 @@ fn monotonic_ns() -> u64 {
 /// VIP that takes a deleted one's vip_id starts with a budget of its own.
 #[test]
 fn new_flows_past_a_vips_insert_budget_go_by_the_ring_without_an_entry() {
-    if load(1500, false).is_none() {
-        return; // not root: skipped loudly
-    }
     // a window of the budget lasts a second from the VIP's first insert: an
     // attempt slower than that (a slow emulated kernel) is run again
     for _ in 0..3 {
-        if insert_budget_attempt() {
-            return;
+        match insert_budget_attempt() {
+            None | Some(true) => return, // None: not root, skipped loudly
+            Some(false) => {
+                eprintln!("the attempt took a second or more: the budget's window closed; again")
+            }
         }
-        eprintln!("the attempt took a second or more: the budget's window closed; again");
     }
     panic!("three attempts took a second or more");
 }
 
-/// One attempt of the test above; false if A's flood took a second or more.
-fn insert_budget_attempt() -> bool {
+/// One attempt of the test above; `Some(false)` if A's flood took a second
+/// or more, `None` without root.
+fn insert_budget_attempt() -> Option<bool> {
     const BUDGET: u32 = 5;
-    let o = XdpOptions {
+    let mut dp = load_with(&XdpOptions {
         ct_insert_budget: BUDGET,
         ..opts(1500, false)
-    };
-    let resolver = ringlb_nexthop::StaticResolver::everywhere(NH);
-    let mut dp = XdpDatapath::load(&o, Box::new(resolver)).expect("loading xdp_lb.o");
+    })?;
     let (a, b) = (vip4(), vip("10.100.0.2", 80, Proto::Tcp));
     let pods = ["10.1.0.1", "10.1.0.2"];
     dp.apply(&state(vec![(a, svc(&a, &pods, 0)), (b, svc(&b, &pods, 0))]))
@@ -675,7 +673,7 @@ fn insert_budget_attempt() -> bool {
     let late = Frame::tcp(ip("192.0.2.9"), ip("10.100.0.2"), 50001, 80).established();
     assert_eq!(run(&dp, &late.bytes()).0, XDP_TX);
     if monotonic_ns() - start >= 1_000_000_000 {
-        return false;
+        return Some(false);
     }
     assert_eq!(counter(&dp, "ct_over_budget"), 20 - u64::from(BUDGET));
     assert_eq!(counter(&dp, "ct_miss"), 1 + 20 + 1, "every new flow missed");
@@ -704,9 +702,9 @@ fn insert_budget_attempt() -> bool {
     let to_c = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.3"), 40000, 80).established();
     assert_eq!(run(&dp, &to_c.bytes()).0, XDP_TX);
     if monotonic_ns() - start >= 1_000_000_000 {
-        return false;
+        return Some(false);
     }
     assert_eq!(counter(&dp, "ct_over_budget"), over, "C had room");
     assert_eq!(ct_entries(&dp), entries + 1, "C's first new flow inserted");
-    true
+    Some(true)
 }

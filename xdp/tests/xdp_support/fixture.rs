@@ -76,12 +76,17 @@ pub fn opts(mtu: u32, src6: bool) -> XdpOptions {
 
 /// Loads it with every backend on `NH`; `None` (after a loud SKIP) without root.
 pub fn load(mtu: u32, src6: bool) -> Option<XdpDatapath> {
+    load_with(&opts(mtu, src6))
+}
+
+/// [`load`] with options of the test's own (built from [`opts`]).
+pub fn load_with(o: &XdpOptions) -> Option<XdpDatapath> {
     if !is_root() {
         eprintln!("SKIP: xdp fixtures need root to load BPF programs (CI runs as root)");
         return None;
     }
     let resolver = StaticResolver::everywhere(NH);
-    Some(XdpDatapath::load(&opts(mtu, src6), Box::new(resolver)).expect("loading xdp_lb.o"))
+    Some(XdpDatapath::load(o, Box::new(resolver)).expect("loading xdp_lb.o"))
 }
 
 /// Whether this kernel's verifier has BPF atomic OR, by its release (Linux

@@ -167,8 +167,7 @@ fn syns_without_insert(dp: &XdpDatapath) -> anyhow::Result<u64> {
 
 pub fn section_flood(a: &Args) -> anyhow::Result<()> {
     let cpu = ringlb_testkit::bench::pin_to_current_cpu().context("sched_setaffinity")?;
-    let cpus = aya::util::nr_cpus().map_err(|(_, e)| e)? as u32;
-    let budget = ringlb_xdp::xdp::ct_insert_budget_for(cpus);
+    let budget = ringlb_xdp::xdp::auto_ct_insert_budget()?;
     println!("## Floods of new flows: established flows of another VIP\n");
     println!(
         "BPF_PROG_TEST_RUN on CPU {cpu}, production objects. VIP B: {} established flows (SYN, ACK, ACK), then B's ring \
@@ -178,7 +177,7 @@ pub fn section_flood(a: &Args) -> anyhow::Result<()> {
          flows whose ACK reached another backend than before the flood; `exposed` = those B's new ring would move if \
          their entry were lost. Insert budget: new conntrack entries per VIP per CPU per window of at least a \
          second (0 = no limit; \
-         {budget} is the edge's default on this machine's {cpus} possible CPUs).\n",
+         {budget} is the edge's default, `--ct-insert-budget=auto`, on this machine).\n",
         a.flood_flows,
         a.backends,
         2 * a.backends,
