@@ -214,6 +214,7 @@ pub fn run(plan: &Plan) -> Result<bool> {
          tests that skipped themselves in a guest (a module or feature missing)",
         n.expected, n.skipped, n.self_skipped
     );
+    print!("{}", report::failures(&runs));
     // the closing line CI reads
     println!(
         "kernels: {} passed, {} failed, {} skipped",

@@ -37,6 +37,8 @@ pub struct TestResult {
     pub outcome: Outcome,
     /// Why an expected failure is expected.
     pub reason: Option<&'static str>,
+    /// What the test printed before its status (its panic, its SKIP).
+    pub output: String,
 }
 
 impl TestResult {
@@ -180,12 +182,16 @@ pub fn parse(text: &str) -> GuestReport {
                 && (!summary || rc != "0")
                 && !(summary && r.tests.iter().any(|t| t.bin == b && t.failed()))
             {
-                let test = running.take().map(|t| t.name + " ").unwrap_or_default();
+                let (test, output) = running
+                    .take()
+                    .map(|t| (t.name + " ", t.output))
+                    .unwrap_or_default();
                 r.tests.push(TestResult {
                     bin: b,
                     name: format!("{test}(did not finish, rc {rc})"),
                     outcome: Outcome::Fail,
                     reason: None,
+                    output,
                 });
             }
             running = None;
@@ -232,6 +238,7 @@ pub fn parse(text: &str) -> GuestReport {
                     _ => o,
                 },
                 reason: xfail.map(|e| e.reason),
+                output: t.output,
             });
         }
     }
@@ -241,6 +248,7 @@ pub fn parse(text: &str) -> GuestReport {
             name: "(guest stopped during this executable)".into(),
             outcome: Outcome::Fail,
             reason: None,
+            output: running.map(|t| t.output).unwrap_or_default(),
         });
     }
     r
@@ -303,6 +311,41 @@ pub fn notes(label: &str, g: &GuestReport) -> String {
         .map(|(b, t)| format!("{b} {t:.0}s"))
         .collect();
     s.push_str(&format!("\n  seconds: {}", times.join(", ")));
+    s
+}
+
+/// Lines of a failed test's output [`failures`] shows: its panic's place and
+/// message are among the last.
+const FAILURE_LINES: usize = 6;
+
+/// What failed and why, kernel by kernel: each failed (or self-skipped) test
+/// with the last lines of its output, and each guest that did not finish.
+/// Printed just above the matrix's closing line, so a log's tail names them.
+pub fn failures(runs: &[(String, GuestReport)]) -> String {
+    let mut s = String::new();
+    for (label, g) in runs {
+        if !g.done {
+            s.push_str(&format!(
+                "FAILED on {label}: the guest did not finish (see its console.log)\n"
+            ));
+        }
+        for t in g
+            .tests
+            .iter()
+            .filter(|t| matches!(t.outcome, Outcome::Fail | Outcome::Skip))
+        {
+            let what = if t.outcome == Outcome::Skip {
+                "skipped itself"
+            } else {
+                "FAILED"
+            };
+            s.push_str(&format!("{what} on {label}: {}::{}\n", t.bin, t.name));
+            let lines: Vec<&str> = t.output.lines().filter(|l| !l.trim().is_empty()).collect();
+            for l in &lines[lines.len().saturating_sub(FAILURE_LINES)..] {
+                s.push_str(&format!("    {l}\n"));
+            }
+        }
+    }
     s
 }
 
@@ -465,6 +508,31 @@ test edge_to_node ... @@END node_netns 124
             "{t}"
         );
         assert!(t.ends_with("| (guest finished) | ok | FAIL |\n"));
+        let f = failures(&runs);
+        assert!(
+            f.starts_with("FAILED on 6.1: the guest did not finish"),
+            "{f}"
+        );
+        assert!(
+            f.contains(
+                "FAILED on 6.1: node_fixtures::abi_matches_object\n    thread 'abi_matches_object' \
+                 panicked at node/tests/x.rs:1:1:\n    loading node.o: the BPF_PROG_LOAD syscall \
+                 failed. Verifier output: unknown func bpf_loop#181\n"
+            ),
+            "{f}"
+        );
+        assert!(
+            f.contains("skipped itself on 6.1: xdp_fixtures::needs_vlan\n    SKIPPED needs_vlan"),
+            "{f}"
+        );
+        assert!(
+            f.contains("FAILED on 6.1: node_netns::edge_to_node (did not finish, rc 124)\n"),
+            "{f}"
+        );
+        assert!(
+            !f.contains("5.10") && !f.contains("mss"),
+            "passes and xfails are not listed: {f}"
+        );
         assert_eq!(
             totals(&runs),
             Totals {

@@ -1,10 +1,12 @@
-//! What the benchmark programs share (`ringlb-bench`'s bins).
+//! What the benchmark programs share (`ringlb-bench`'s bins), and the tests
+//! that count per-CPU state.
 
 use std::io;
 
 /// Pins the calling thread to the CPU it runs on now; returns that CPU. A
 /// benchmark that measures per-packet time pins itself so its numbers do not
-/// include a migration.
+/// include a migration; a test of per-CPU state (the conntrack insert
+/// budget), so its packets all meet one CPU's.
 #[allow(unsafe_code)]
 pub fn pin_to_current_cpu() -> io::Result<usize> {
     // SAFETY: sched_getcpu has no arguments; sched_setaffinity gets a
