@@ -27,7 +27,7 @@ use ringlb_node::{NodeDatapath, NodeOptions, NodeState, Proto as NodeProto, abi:
 use ringlb_testkit::netns::{Netns, in_netns, is_root, nsx, sh, tx_checksum_off};
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
+    xdp::{AttachMode, XdpDatapath, XdpOptions},
 };
 
 const VIP: &str = "10.202.100.1";
@@ -132,11 +132,7 @@ fn the_edge(t: &str, e: &str) -> (XdpDatapath, aya::Ebpf) {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.202.0.11".parse().unwrap()),
-        src6: None,
-        mtu: 1500,
-        fib_fallback: true,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.into())))).unwrap();
     let vip = Vip {

@@ -27,7 +27,7 @@ use ringlb_maglev::{Backend, Table};
 use ringlb_nexthop::{Change, KernelResolver, NextHop, Resolver, Subscription, Vlan, VlanProtocol};
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{XdpDatapath, XdpObject, XdpOptions},
+    xdp::{XdpDatapath, XdpOptions},
 };
 use xdp_support::{Netns, is_root, sh};
 
@@ -373,11 +373,7 @@ fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.77.0.1".parse().unwrap()),
-        src6: None,
-        mtu: 1500,
-        fib_fallback: true,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let r = KernelResolver::new(Some(e.to_string()));
     let in_use = r.next_hops_in_use();

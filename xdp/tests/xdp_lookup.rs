@@ -19,7 +19,7 @@ use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
     Datapath, Proto, Vip, abi, cli,
     lookup::{CtState, Lookup},
-    xdp::{XdpDatapath, XdpObject, XdpOptions},
+    xdp::{XdpDatapath, XdpOptions},
 };
 
 fn load(pin: Option<&BpfFs>) -> Option<XdpDatapath> {
@@ -30,11 +30,8 @@ fn load(pin: Option<&BpfFs>) -> Option<XdpDatapath> {
     let opts = XdpOptions {
         pin_dir: pin.map(|p| p.path().join("ringlb")),
         src4: Some("10.0.0.11".parse().unwrap()),
-        src6: None,
-        mtu: 1500,
         fib_fallback: false,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let resolver = StaticResolver::everywhere(NextHop {
         ifindex: 0,
@@ -342,11 +339,8 @@ fn next_hops_are_resolved_once_per_pod_not_per_id() {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.0.0.11".parse().unwrap()),
-        src6: None,
-        mtu: 1500,
         fib_fallback: false,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(r.clone())).unwrap();
     let (a, b, c) = (

@@ -24,7 +24,7 @@ use ringlb_nexthop::KernelResolver;
 use ringlb_testkit::pod::ask;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
+    xdp::{AttachMode, XdpDatapath, XdpOptions},
 };
 use xdp_support::*;
 
@@ -174,11 +174,7 @@ fn the_edge(e: &str) -> XdpDatapath {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.201.0.11".parse().unwrap()),
-        src6: None,
-        mtu: 1500,
-        fib_fallback: true,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let resolver = KernelResolver::new(Some(e.to_string()));
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();

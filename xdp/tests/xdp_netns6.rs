@@ -14,7 +14,7 @@ use ringlb_maglev::{Backend, Table};
 use ringlb_nexthop::KernelResolver;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
+    xdp::{AttachMode, XdpDatapath, XdpOptions},
 };
 use xdp_support::*;
 
@@ -117,10 +117,7 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
         pin_dir: None,
         src4: None,
         src6: Some("fd00:201::11".parse().unwrap()),
-        mtu: 1500,
-        fib_fallback: true,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.clone())))).unwrap();
     let vip = Vip {

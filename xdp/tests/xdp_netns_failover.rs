@@ -25,7 +25,7 @@ use ringlb_nexthop::KernelResolver;
 use ringlb_testkit::pod::ask;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
+    xdp::{AttachMode, XdpDatapath, XdpOptions},
 };
 use xdp_support::*;
 
@@ -57,11 +57,7 @@ fn edge(ns: &str, src: &str, desired: &DesiredState) -> XdpDatapath {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some(src.parse().unwrap()),
-        src6: None,
-        mtu: 1500,
-        fib_fallback: true,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let resolver = KernelResolver::new(Some(ns.to_string()));
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();

@@ -13,7 +13,7 @@ use ringlb_xdp::{
     Datapath, DesiredState, Programmed, Proto, ServiceEntry, Vip, abi, flow_filter,
     lookup::{CtState, Lookup},
     maps::kernel::PinnedFlowFilter,
-    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
+    xdp::{AttachMode, XdpDatapath, XdpOptions},
 };
 use xdp_support::*;
 
@@ -25,11 +25,8 @@ fn opts(pin: &std::path::Path) -> XdpOptions {
     XdpOptions {
         pin_dir: Some(pin.join("ringlb")),
         src4: Some("10.0.0.11".parse().unwrap()),
-        src6: None,
-        mtu: 1500,
         fib_fallback: false,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     }
 }
 

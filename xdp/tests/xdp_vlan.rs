@@ -41,10 +41,9 @@ fn load_object(nh: NextHop, object: XdpObject) -> Option<XdpDatapath> {
         pin_dir: None,
         src4: Some("10.0.0.11".parse().unwrap()),
         src6: Some("2001:db8::11".parse().unwrap()),
-        mtu: 1500,
         fib_fallback: false,
         object,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let resolver = StaticResolver::everywhere(nh);
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).expect("loading xdp_lb.o");
@@ -255,11 +254,8 @@ fn a_refresh_moves_the_backends_onto_and_off_a_vlan() {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.0.0.11".parse().unwrap()),
-        src6: None,
-        mtu: 1500,
         fib_fallback: false,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(Switchable(answer.clone()))).unwrap();
     // the pod backs two VIPs: two backend ids, one address

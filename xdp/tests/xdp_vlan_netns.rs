@@ -28,7 +28,7 @@ use ringlb_nexthop::{NextHop, StaticResolver, Vlan, VlanProtocol};
 use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
+    xdp::{AttachMode, XdpDatapath, XdpOptions},
 };
 use xdp_support::*;
 
@@ -136,11 +136,8 @@ fn the_edge(e: &str, nh: NextHop) -> XdpDatapath {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.60.0.1".parse().unwrap()),
-        src6: None,
-        mtu: 1500,
         fib_fallback: false,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let resolver = StaticResolver::everywhere(nh);
     let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();

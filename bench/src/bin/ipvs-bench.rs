@@ -53,7 +53,7 @@ use ringlb_testkit::netns::{Netns, run as sh};
 use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpObject, XdpOptions},
+    xdp::{AttachMode, XdpDatapath, XdpOptions},
 };
 
 #[path = "../ipvs_flood.rs"]
@@ -328,11 +328,7 @@ fn main() -> anyhow::Result<()> {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some(EDGE_XDP.parse()?),
-        src6: None,
-        mtu: 1500,
-        fib_fallback: true,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     };
     let mut xdp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(l.ex.0.clone()))))?;
     xdp.apply(&d)?;

@@ -8,7 +8,7 @@ use ringlb_nexthop::{NextHop, StaticResolver};
 use ringlb_testkit::packet::{Frame, ip_header, l2_header};
 use ringlb_xdp::{
     DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{XdpDatapath, XdpObject, XdpOptions},
+    xdp::{XdpDatapath, XdpOptions},
 };
 
 use super::is_root;
@@ -69,8 +69,7 @@ pub fn opts(mtu: u32, src6: bool) -> XdpOptions {
         src6: src6.then(|| "2001:db8::11".parse().unwrap()),
         mtu,
         fib_fallback: false,
-        object: XdpObject::Production,
-        ct_insert_budget: 0,
+        ..XdpOptions::default()
     }
 }
 
