@@ -38,7 +38,8 @@ struct Args {
     #[arg(long, default_value_t = 1200)]
     timeout: u64,
     /// Seconds one test executable may take inside a guest (xdp_conntrack took
-    /// 275 s on 5.10, 50 s on the others: its SYN flood is 163,840 test runs).
+    /// up to 423 s on 5.10 in CI until its SYN flood, 163,840 test runs, kept
+    /// the program in the XDP dispatcher; 87 s since, docs/kernels.md).
     #[arg(long, default_value_t = 600)]
     test_timeout: u64,
     /// apt-get update the private lists even if they are recent.

@@ -416,6 +416,7 @@ fn a_syn_flood_evicts_no_established_flow() {
         .collect();
     assert_eq!(ct_entries(&dp), 100);
     let flood = ringlb_xdp::abi::CT_SIZE / cpus * 5 / 4;
+    let _dispatched = keep_in_xdp_dispatcher(&mut dp);
     let mut syn = Frame::tcp(ip("198.51.100.1"), ip("10.100.0.1"), 1, 80);
     for i in 0..flood {
         syn.src = std::net::IpAddr::V4(std::net::Ipv4Addr::from(0xc633_0000 + (i >> 16)));
