@@ -92,9 +92,10 @@ pub fn load_with(o: &XdpOptions) -> Option<XdpDatapath> {
 /// namespace is dropped, by attaching it natively to a veth (down: no
 /// packet reaches it) in a namespace of its own. A loop of many test runs
 /// wants this: Linux 5.10 adds the program to the dispatcher and takes it
-/// out again around every BPF_PROG_TEST_RUN, which rebuilds the dispatcher
-/// twice; under qemu a run cost 370 µs that way against 38 µs with the
-/// program attached (6.1 does not touch the dispatcher: 39 µs either way).
+/// out again around every BPF_PROG_TEST_RUN (`bpf_prog_change_xdp`), which
+/// rebuilds the dispatcher twice; under qemu a run cost 370 µs that way
+/// against 38 µs with the program attached. Later kernels do it only for a
+/// repeat above 1 (6.1: 39 µs either way).
 pub fn keep_in_xdp_dispatcher(dp: &mut XdpDatapath) -> Netns {
     let ns = Netns::new(&format!("rlbdisp{}", std::process::id()));
     ns.exec(&[
