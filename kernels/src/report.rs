@@ -314,9 +314,28 @@ pub fn notes(label: &str, g: &GuestReport) -> String {
     s
 }
 
-/// Lines of a failed test's output [`failures`] shows: its panic's place and
-/// message are among the last.
+/// Lines of a failed test's output [`failures`] shows: the last ones (a
+/// panic's message, or the end of a verifier log), after the line that says
+/// where it panicked.
 const FAILURE_LINES: usize = 6;
+
+/// Characters of one such line shown (a verifier log can be one long line).
+const FAILURE_LINE_CHARS: usize = 300;
+
+/// The lines of `output` that [`failures`] shows, indented.
+fn failure_excerpt(output: &str) -> String {
+    let lines: Vec<&str> = output.lines().filter(|l| !l.trim().is_empty()).collect();
+    let tail = lines.len().saturating_sub(FAILURE_LINES);
+    let panic = lines[..tail].iter().position(|l| l.contains("panicked at"));
+    panic
+        .into_iter()
+        .chain(tail..lines.len())
+        .map(|i| {
+            let l: String = lines[i].chars().take(FAILURE_LINE_CHARS).collect();
+            format!("    {l}\n")
+        })
+        .collect()
+}
 
 /// What failed and why, kernel by kernel: each failed (or self-skipped) test
 /// with the last lines of its output, and each guest that did not finish.
@@ -340,10 +359,7 @@ pub fn failures(runs: &[(String, GuestReport)]) -> String {
                 "FAILED"
             };
             s.push_str(&format!("{what} on {label}: {}::{}\n", t.bin, t.name));
-            let lines: Vec<&str> = t.output.lines().filter(|l| !l.trim().is_empty()).collect();
-            for l in &lines[lines.len().saturating_sub(FAILURE_LINES)..] {
-                s.push_str(&format!("    {l}\n"));
-            }
+            s.push_str(&failure_excerpt(&t.output));
         }
     }
     s
@@ -491,6 +507,24 @@ test edge_to_node ... @@END node_netns 124
         // the same failure on a kernel that should load the program is a failure
         let newer = parse(&PORT.replace("6.1.0-56-amd64", "6.18.1"));
         assert_eq!(newer.tests[4].outcome, Outcome::Fail);
+    }
+
+    #[test]
+    fn a_failures_excerpt_keeps_where_it_panicked_and_the_last_lines() {
+        let long = "x".repeat(500);
+        let out = format!(
+            "setup\nthread 't' panicked at a.rs:1:2:\nloading: verifier log:\n1\n\n2\n3\n4\n5\n{long}\n"
+        );
+        let want = format!(
+            "    thread 't' panicked at a.rs:1:2:\n    1\n    2\n    3\n    4\n    5\n    {}\n",
+            "x".repeat(300)
+        );
+        assert_eq!(failure_excerpt(&out), want);
+        // a panic among the last lines is shown once
+        assert_eq!(
+            failure_excerpt("a\nthread 't' panicked at b.rs:3:4:\nboom\n"),
+            "    a\n    thread 't' panicked at b.rs:3:4:\n    boom\n"
+        );
     }
 
     #[test]
