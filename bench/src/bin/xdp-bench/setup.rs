@@ -138,7 +138,10 @@ pub struct Variant {
 /// filter, now, now with a larger flow filter, and before the flow filter
 /// without the SYN's conntrack lookup; and
 /// experiments: `RINGLB_BENCH_EXTRA=name=object.o,...` adds production
-/// objects built by hand (their R rows use ringlb_xdp's bench builds).
+/// objects built by hand (their R rows use ringlb_xdp's bench builds). Such
+/// an object must have this build's maps and counters, which the loader
+/// checks: one built before the insert budget (edc71b6) is refused with
+/// "ct_budget is missing from the object".
 pub fn variants() -> Vec<Variant> {
     use ringlb_testkit::objects as t;
     let mut v = vec![
