@@ -136,15 +136,15 @@ mod tests {
         assert!(Args::try_parse_from(["c", "--lease-duration", "fast"]).is_err());
     }
 
-    /// Every flag of `--help` is in README's "### Flags" section, and every flag the
+    /// Every flag of `--help` is in docs/operating.md's "### Flags" section, and every flag the
     /// section's `ringlb-controller` paragraph names is one the program takes.
     #[test]
     fn readme_flags_section_matches_help() {
         use clap::CommandFactory;
-        let readme = include_str!("../../README.md");
+        let readme = include_str!("../../docs/operating.md");
         let start = readme
             .find("### Flags")
-            .expect("README has a ### Flags section");
+            .expect("docs/operating.md has a ### Flags section");
         let section = &readme[start..];
         let section = &section[..section.find("\n## ").unwrap_or(section.len())];
         let help = Args::command().render_long_help().to_string();
@@ -154,14 +154,17 @@ mod tests {
             if flag != "--help" && flag != "--version" {
                 assert!(
                     documented.contains(flag),
-                    "ringlb-controller takes {flag}, README's Flags section does not name it"
+                    "ringlb-controller takes {flag}, docs/operating.md's Flags section does not name it"
                 );
             }
         }
         for para in section.split("\n\n") {
             if para.trim_start().starts_with("`ringlb-controller`") {
                 for flag in flags_in(para) {
-                    assert!(helped.contains(&flag), "README names {flag}:\n{para}");
+                    assert!(
+                        helped.contains(&flag),
+                        "docs/operating.md names {flag}:\n{para}"
+                    );
                 }
             }
         }

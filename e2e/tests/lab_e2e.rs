@@ -247,7 +247,7 @@ fn the_tor_learns_the_vip_from_both_edges(
     edges
 }
 
-/// The README's health probe, `curl -s -w '%{http_code}\n' URL`, against each real
+/// docs/gtm.md's health probe, `curl -s -w '%{http_code}\n' URL`, against each real
 /// edge's ops port: 200, healthy, both pods ready.
 fn each_edge_says_the_vip_is_healthy(topo: &Topology, a: &Addrs, vip: &str) {
     for i in 1..=a.edges.len() {

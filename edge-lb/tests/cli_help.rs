@@ -114,15 +114,15 @@ fn flags_in(text: &str) -> std::collections::BTreeSet<String> {
     out
 }
 
-/// README's "### Flags" section and `--help` name the same flags: every flag of every
+/// docs/operating.md's "### Flags" section and `--help` name the same flags: every flag of every
 /// `ringlb-edge` command is in the section, and every flag the section's `ringlb-edge`
 /// paragraphs name is one the program takes.
 #[test]
 fn readme_flags_section_matches_help() {
-    let readme = include_str!("../../README.md");
+    let readme = include_str!("../../docs/operating.md");
     let start = readme
         .find("### Flags")
-        .expect("README has a ### Flags section");
+        .expect("docs/operating.md has a ### Flags section");
     let section = &readme[start..];
     let section = &section[..section.find("\n## ").unwrap_or(section.len())];
     let documented = flags_in(section);
@@ -147,7 +147,7 @@ fn readme_flags_section_matches_help() {
             if flag != "--help" && flag != "--version" {
                 assert!(
                     documented.contains(&flag),
-                    "`ringlb-edge {}` takes {flag}, README's Flags section does not name it",
+                    "`ringlb-edge {}` takes {flag}, docs/operating.md's Flags section does not name it",
                     cmd.join(" ")
                 );
             }
@@ -161,7 +161,7 @@ fn readme_flags_section_matches_help() {
             for flag in flags_in(para) {
                 assert!(
                     helped.contains(&flag),
-                    "README names {flag} for ringlb-edge, which no `--help` of it lists:\n{para}"
+                    "docs/operating.md names {flag} for ringlb-edge, which no `--help` of it lists:\n{para}"
                 );
             }
         }

@@ -181,7 +181,7 @@ fn fib(lab: &Lab) -> String {
     lab.tor_route(VIP)
 }
 
-/// The README's command, `curl -s -w '%{http_code}\n' URL`, from the ToR (where a GTM's
+/// docs/gtm.md's command, `curl -s -w '%{http_code}\n' URL`, from the ToR (where a GTM's
 /// probe would come from): (HTTP status, body as printed, body parsed). The output
 /// must be the body's line, then the status's.
 fn probe(lab: &Lab, edge: &Edge, path: &str) -> (u16, String, serde_json::Value) {
@@ -198,24 +198,26 @@ fn probe(lab: &Lab, edge: &Edge, path: &str) -> (u16, String, serde_json::Value)
     )
 }
 
-/// README's health example: the VIP in its `curl -s -w '%{http_code}\n'
+/// docs/gtm.md's health example: the VIP in its `curl -s -w '%{http_code}\n'
 /// http://EDGE:PORT/health/vip/VIP/80` line, and the two lines it prints (body,
-/// status). Panics if README no longer has the command `probe` runs.
+/// status). Panics if docs/gtm.md no longer has the command `probe` runs.
 fn readme_health_example() -> (String, String, String) {
-    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md");
+    let readme = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/gtm.md");
     let text = std::fs::read_to_string(readme).unwrap();
     let prefix = "$ curl -s -w '%{http_code}\\n' http://";
     let mut lines = text.lines().skip_while(|l| !l.starts_with(prefix));
     let cmd = lines
         .next()
-        .unwrap_or_else(|| panic!("README has no line starting {prefix:?}"));
+        .unwrap_or_else(|| panic!("docs/gtm.md has no line starting {prefix:?}"));
     let vip = cmd
         .split("/health/vip/")
         .nth(1)
         .and_then(|rest| rest.split('/').next())
         .unwrap_or_else(|| panic!("no /health/vip/VIP/ in {cmd:?}"));
-    let body = lines.next().expect("README: the example's body line");
-    let status = lines.next().expect("README: the example's status line");
+    let body = lines.next().expect("docs/gtm.md: the example's body line");
+    let status = lines
+        .next()
+        .expect("docs/gtm.md: the example's status line");
     (vip.to_string(), body.to_string(), status.to_string())
 }
 
@@ -243,14 +245,14 @@ fn bird_sees_prepend_med_and_withdraw_below_the_threshold_with_hold_down() {
     );
     let path = format!("/health/vip/{VIP}/80");
     let (code, printed, _) = probe(&lab, &e2, &path);
-    // The README's example as printed there (read now, so an edit of README is
-    // checked too), with this lab's VIP for README's.
+    // docs/gtm.md's example as printed there (read now, so an edit of the page is
+    // checked too), with this lab's VIP for the page's.
     let (readme_vip, body, status) = readme_health_example();
     assert_eq!(code.to_string(), status, "{printed}");
     assert_eq!(
         printed,
         body.replace(&readme_vip, VIP),
-        "README's example output"
+        "docs/gtm.md's example output"
     );
 
     // Edge 2's region loses a pod: one ready of two required. Prepended at once.

@@ -1,7 +1,7 @@
 //! The container images (docs/images.md).
 //! - Always: the names and tag the build produces are the chart's defaults, and
 //!   images/Dockerfile labels each image with the workspace version and the licence
-//!   of its program (README, "Licence").
+//!   of its program (docs/operating.md, "Licences").
 //! - With `RINGLB_IMAGES=1`, after `make images` (scripts/build-images.sh): each OCI
 //!   layout under images/out/oci (or `$RINGLB_IMAGES_OUT/oci`) is re-read from scratch: every blob re-hashed and
 //!   sized, every layer's uncompressed digest equal to the config's diff_id, the

@@ -5,12 +5,12 @@
 //!   MPL-2.0 everywhere; GPL-3.0-compatible copyleft (bgp-rs is `GPL-3.0`) only in a
 //!   crate that is itself GPL-3.0;
 //! - the licence texts the crates name are in the repository, and the programs'
-//!   crates have the licences README, "Licence", says.
+//!   crates have the licences docs/operating.md, "Licences", says.
 //!
 //! Dev-dependencies are left out: test binaries are not distributed, so a test of
 //! an Apache-2.0 crate may use a GPL helper. MPL-2.0 is allowed everywhere because
 //! its copyleft is per file: it asks that changes to the MPL files themselves stay
-//! MPL, not that the work linking them does. Why GPL and where: README, "Licence".
+//! MPL, not that the work linking them does. Why GPL and where: docs/operating.md, "Licences".
 
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::path::PathBuf;
@@ -354,7 +354,7 @@ fn every_crate_links_only_licences_it_may() {
     }
     assert!(
         problems.is_empty(),
-        "licence problems (see testkit/tests/licenses.rs and README, Licence):\n{}",
+        "licence problems (see testkit/tests/licenses.rs and docs/operating.md, Licences):\n{}",
         problems.join("\n")
     );
 }
@@ -377,7 +377,7 @@ fn gpl_reaches_only_gpl_crates() {
         .into();
     assert_eq!(
         gpl, expected,
-        "the crates that link bgp-rs changed: set their `license` (README, Licence)"
+        "the crates that link bgp-rs changed: set their `license` (docs/operating.md, Licences)"
     );
 }
 

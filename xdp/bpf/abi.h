@@ -80,6 +80,11 @@ struct ringlb_backend {
  * failover target), encapsulated to like a pod. A decapsulated packet is never
  * sent to one (RINGLB_ST_FAILOVER_LOOP). */
 #define RINGLB_BE_F_REMOTE_VIP 0x4
+/* Not a next-hop bit either: addr is a pod on this node (docs/datapath.md,
+ * Pods on edge nodes). The encapsulated frame keeps the L2 header it came in
+ * with and is passed (XDP_PASS) to this port's stack, where the node agent's
+ * tc ingress program decapsulates it; the other next-hop fields are unused. */
+#define RINGLB_BE_F_LOCAL 0x8
 
 /* ---- conntrack: LRU_HASH (BPF_F_NO_COMMON_LRU) flow -> ct_value ---------- */
 struct ringlb_flow {
@@ -235,6 +240,8 @@ enum ringlb_stat {
 				    * (this CPU, this window) had no room for: forwarded by
 				    * the ring, nothing inserted (a flood of new flows
 				    * evicts no established flow) */
+	RINGLB_ST_LOCAL,           /* encapsulated to a pod on this node (RINGLB_BE_F_LOCAL):
+				    * XDP_PASS to the node agent's tc program on this port */
 	RINGLB_ST_MAX,
 };
 

@@ -17,7 +17,8 @@
  *     -> L2 header of the next hop: its MACs, and its VLAN tag (pushed,
  *        rewritten or stripped: the ingress tag does not matter)
  *     -> XDP_TX when the next hop is on the ingress port, bpf_redirect to
- *        its (parent) port otherwise
+ *        its (parent) port otherwise; XDP_PASS with the frame's own L2
+ *        header for a pod on this node (the node agent decapsulates it)
  *
  * Why conntrack comes first: most packets belong to established flows, and
  * their conntrack entry already names the backend, so the vips hash lookup is
@@ -489,7 +490,23 @@ int ringlb_xdp(struct xdp_md *ctx)
 	__u8 dmac[ETH_ALEN], smac[ETH_ALEN];
 	__u32 ifindex;
 	__u16 out_tci = 0, out_tpid = bpf_htons(RINGLB_ETH_P_8021Q);
-	if (be->nh_valid & RINGLB_NH_VALID) {
+	int local = 0;
+	if (be->nh_valid & RINGLB_BE_F_LOCAL) {
+		/* a pod on this node: up this port's stack with the frame's own
+		 * L2 header (our MAC, its tag), to the node agent's tc program */
+		struct ethhdr *in = data;
+		if (data + 18 > data_end)
+			return XDP_DROP;
+		__builtin_memcpy(dmac, in->h_dest, ETH_ALEN);
+		__builtin_memcpy(smac, in->h_source, ETH_ALEN);
+		if (in->h_proto == bpf_htons(RINGLB_ETH_P_8021Q) ||
+		    in->h_proto == bpf_htons(RINGLB_ETH_P_8021AD)) {
+			out_tpid = in->h_proto;
+			out_tci = ((struct ringlb_vlan_hdr *)(data + 14))->tci;
+		}
+		ifindex = 0;
+		local = 1;
+	} else if (be->nh_valid & RINGLB_NH_VALID) {
 		__builtin_memcpy(dmac, be->dmac, ETH_ALEN);
 		__builtin_memcpy(smac, be->smac, ETH_ALEN);
 		ifindex = be->ifindex;
@@ -607,7 +624,10 @@ int ringlb_xdp(struct xdp_md *ctx)
 	}
 
 	int action;
-	if (!redirect) {
+	if (local) {
+		count(RINGLB_ST_LOCAL);
+		action = XDP_PASS;
+	} else if (!redirect) {
 		count(RINGLB_ST_TX);
 		action = XDP_TX;
 	} else {

@@ -42,6 +42,10 @@ pub const NH_VLAN_8021AD: u8 = 0x2;
 /// `BackendValue::nh_valid` (not a next-hop bit; it shares the byte): the
 /// backend is another region's VIP. A decapsulated packet is never sent to one.
 pub const BE_F_REMOTE_VIP: u8 = 0x4;
+/// `BackendValue::nh_valid` (not a next-hop bit): the backend is a pod on this
+/// node. The program passes the encapsulated frame to this port's stack with
+/// the L2 header it came in with (the node agent's tc program decapsulates it).
+pub const BE_F_LOCAL: u8 = 0x8;
 /// `Flow::flags`: a decapsulated (failed-over) flow's entry.
 pub const FLOW_F_DECAP: u8 = 0x1;
 
@@ -323,9 +327,10 @@ pub enum Stat {
     FailoverLoop,
     CtSynFiltered,
     CtOverBudget,
+    Local,
 }
 
-pub const STAT_MAX: u32 = 29;
+pub const STAT_MAX: u32 = 30;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -358,6 +363,7 @@ impl Stat {
         Stat::FailoverLoop,
         Stat::CtSynFiltered,
         Stat::CtOverBudget,
+        Stat::Local,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -392,6 +398,7 @@ impl Stat {
             Stat::FailoverLoop => "failover_loop",
             Stat::CtSynFiltered => "ct_syn_filtered",
             Stat::CtOverBudget => "ct_over_budget",
+            Stat::Local => "local",
         }
     }
 }
@@ -422,6 +429,24 @@ impl BackendValue {
             }
         }
         v
+    }
+
+    /// Marks the backend a pod on this node (`BE_F_LOCAL`): the next hop is
+    /// the ingress frame's own L2 header, so no resolved one is kept.
+    pub fn with_local(mut self, local: bool) -> Self {
+        if local {
+            self.nh_valid = (self.nh_valid & BE_F_REMOTE_VIP) | BE_F_LOCAL;
+            self.ifindex = 0;
+            self.dmac = [0; 6];
+            self.smac = [0; 6];
+            self.vlan_tci = Be16::default();
+        }
+        self
+    }
+
+    /// Whether the backend is a pod on this node (`BE_F_LOCAL`).
+    pub fn is_local(&self) -> bool {
+        self.nh_valid & BE_F_LOCAL != 0
     }
 
     /// Whether the backend is another region's VIP (`BE_F_REMOTE_VIP`).
@@ -489,6 +514,7 @@ mod tests {
         assert_eq!(define("RINGLB_NH_VLAN_8021AD"), NH_VLAN_8021AD as u32);
         assert_eq!(define("RINGLB_VIP_F_FAILOVER_ALIAS"), VIP_F_FAILOVER_ALIAS);
         assert_eq!(define("RINGLB_BE_F_REMOTE_VIP"), BE_F_REMOTE_VIP as u32);
+        assert_eq!(define("RINGLB_BE_F_LOCAL"), BE_F_LOCAL as u32);
         assert_eq!(define("RINGLB_FLOW_F_DECAP"), FLOW_F_DECAP as u32);
         assert_eq!(define("RINGLB_BFD_HOLD_MAX"), BFD_HOLD_MAX);
         assert_eq!(define("RINGLB_BFD_PORT"), u32::from(BFD_PORT));
