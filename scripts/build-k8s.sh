@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds the test control plane -- etcd, kube-apiserver, kube-controller-manager,
-# kube-scheduler and kubectl -- from their upstream Go modules at the versions pinned
-# in e2e/controlplane/go/go.mod, and helm at HELM_VERSION, into one folder the tests
-# find (docs/controlplane.md).
+# kube-scheduler and kubectl -- and the real-cluster harness's node programs --
+# kubelet, kube-proxy and the test image program agnhost -- from their upstream Go
+# modules at the versions pinned in e2e/controlplane/go/go.mod, plus helm at
+# HELM_VERSION and CoreDNS at COREDNS_VERSION, into one folder the tests find
+# (docs/controlplane.md, docs/real-cluster.md).
 #
 # Like envtest: if RINGLB_K8S_ASSETS or KUBEBUILDER_ASSETS names a folder that already
 # holds the programs, nothing is built. Otherwise the output goes to
@@ -15,8 +17,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 MOD=e2e/controlplane/go
 PROGS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
-# helm is its own module, built with `go install` at this version (the chart tests).
+# The real cluster's node programs (scripts/build-test-images.sh packs agnhost).
+NODE_PROGS=(kubelet kube-proxy agnhost coredns)
+# helm and CoreDNS are their own modules, built with `go install` at these versions.
 HELM_VERSION=v3.22.0
+COREDNS_VERSION=v1.12.4
 
 have_all() {
   local d=$1
@@ -49,8 +54,12 @@ if [ -n "${K8S_VERSION:-}" ] && [ "$K8S_VERSION" != "$version" ]; then
   version=$K8S_VERSION
 fi
 out=${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/k8s-$version
-stamp=$( (cat "$MOD/go.mod" "$MOD/go.sum"; echo "helm $HELM_VERSION, version-stamped") | sha256sum | cut -c1-16)
-if have_all "$out" && [ -x "$out/helm" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
+stamp=$( (cat "$MOD/go.mod" "$MOD/go.sum"; echo "helm $HELM_VERSION, coredns $COREDNS_VERSION, version-stamped") | sha256sum | cut -c1-16)
+have_node_progs() {
+  local p
+  for p in "${NODE_PROGS[@]}"; do [ -x "$1/$p" ] || return 1; done
+}
+if have_all "$out" && have_node_progs "$out" && [ -x "$out/helm" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "build-k8s: $out is current ($version)" >&2
   echo "$out"
   exit 0
@@ -75,7 +84,12 @@ build kube-apiserver k8s.io/kubernetes/cmd/kube-apiserver
 build kube-controller-manager k8s.io/kubernetes/cmd/kube-controller-manager
 build kube-scheduler k8s.io/kubernetes/cmd/kube-scheduler
 build kubectl k8s.io/kubernetes/cmd/kubectl
+build kubelet k8s.io/kubernetes/cmd/kubelet
+build kube-proxy k8s.io/kubernetes/cmd/kube-proxy
+# agnhost runs inside a minimal image: static, no cgo.
+CGO_ENABLED=0 build agnhost k8s.io/kubernetes/test/images/agnhost
 GOBIN=$out go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
+GOBIN=$out go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
 echo "$stamp" > "$out/.stamp"
 echo "build-k8s: built in $(( $(date +%s) - start )) s" >&2
 echo "$out"

@@ -13,13 +13,17 @@ DEMO_PKGS=(
   clang llvm libbpf-dev                  # BPF C programs (xdp/bpf, node/bpf, testkit/bpf)
   bird2                                  # the lab's ToR
   iproute2 nftables curl ethtool procps  # namespaces, the ToR's NAT, traffic, checksum offload off
+  # the real cluster (docs/real-cluster.md): a container runtime and CNI per node,
+  # kube-proxy's backends, and the images built without a registry or engine
+  containerd runc containernetworking-plugins iptables conntrack
+  debootstrap umoci skopeo gcc libc6-dev   # scripts/build-images.sh, scripts/build-test-images.sh
 )
 # The tests need more: interop peers, comparisons, inspection, the Rust tools.
 TEST_PKGS=(
   bpftool                                # object inspection
   gobgpd                                 # real BGP peers for interop tests
   frr                                    # FRR bgpd + bfdd: BFD interop (edge-lb/tests/bgp_bfd_frr.rs)
-  iptables tcpdump                       # kube-proxy comparison, captures
+  tcpdump                                # captures
   iputils-ping python3                   # helpers
   libclang-dev                           # (used by some -sys crates' build scripts)
   pdns-server pdns-backend-bind          # the two-region lab's GTM (PowerDNS, LUA records)
@@ -47,9 +51,9 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
 
-# BIRD, gobgpd, FRR and PowerDNS are only used as test and lab peers: keep the
+# BIRD, gobgpd, FRR, PowerDNS and containerd are only used by tests and labs: keep the
 # packaged services from running on the host.
-for svc in bird gobgpd frr pdns; do
+for svc in bird gobgpd frr pdns containerd; do
   if command -v systemctl >/dev/null 2>&1 && systemctl is-active --quiet "$svc" 2>/dev/null; then
     systemctl stop "$svc" || true
   fi

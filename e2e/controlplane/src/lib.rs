@@ -117,6 +117,13 @@ pub struct Options {
     /// Extra IP SANs of the serving certificate: addresses at which clients outside
     /// the host's loopback reach the API server (a lab namespace's bridge).
     pub extra_sans: Vec<IpAddr>,
+    /// Node names that get a kubelet credential (user `system:node:<name>`, group
+    /// `system:nodes`, so the Node authorizer and NodeRestriction apply), written by
+    /// [`ControlPlane::node_kubeconfig`]; a kube-proxy credential (`system:kube-proxy`)
+    /// comes with them.
+    pub nodes: Vec<String>,
+    /// kube-controller-manager's `--controllers`; `None`: [`KCM_CONTROLLERS`].
+    pub kcm_controllers: Option<String>,
 }
 
 impl Default for Options {
@@ -130,6 +137,8 @@ impl Default for Options {
             apiserver_args: Vec::new(),
             extra_sans: Vec::new(),
             audit: false,
+            nodes: Vec::new(),
+            kcm_controllers: None,
         }
     }
 }
@@ -137,7 +146,7 @@ impl Default for Options {
 /// The controllers kube-controller-manager runs: what Deployments, Services and
 /// namespaces need. Node lifecycle is off: lab nodes have no kubelet heartbeats, and
 /// that controller would taint them and evict their pods.
-const KCM_CONTROLLERS: &str = "deployment,replicaset,endpointslice,endpointslicemirroring,\
+pub const KCM_CONTROLLERS: &str = "deployment,replicaset,endpointslice,endpointslicemirroring,\
 namespace,garbagecollector,serviceaccount,serviceaccount-token,root-ca-certificate-publisher-controller,\
 podgc,statefulset,daemonset,job,disruption,resourcequota,ttl-after-finished";
 
@@ -170,7 +179,7 @@ impl ControlPlane {
         ));
         std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
         let pki = Pki::write(&dir, &opts.extra_sans)?;
-        let tokens = Tokens::new();
+        let tokens = Tokens::new(&opts.nodes);
         let token_file = dir.join("tokens.csv");
         std::fs::write(&token_file, tokens.csv())
             .map_err(Error::io(format!("writing {}", token_file.display())))?;
@@ -199,6 +208,24 @@ impl ControlPlane {
             &tokens.scheduler,
             "default",
         )?;
+        for (name, token) in &tokens.nodes {
+            write_kubeconfig(
+                &dir.join(format!("node-{name}.kubeconfig")),
+                api_addr,
+                &pki.ca_cert,
+                token,
+                "default",
+            )?;
+        }
+        if let Some(token) = &tokens.proxy {
+            write_kubeconfig(
+                &dir.join("kube-proxy.kubeconfig"),
+                api_addr,
+                &pki.ca_cert,
+                token,
+                "default",
+            )?;
+        }
         let mut cp = ControlPlane {
             keep_dir: std::env::var_os("RINGLB_KEEP_CONTROLPLANE").is_some(),
             etcd: None,
@@ -250,6 +277,18 @@ impl ControlPlane {
     /// The admin kubeconfig (system:masters; for the test itself and kubectl).
     pub fn kubeconfig_path(&self) -> &Path {
         &self.admin_kubeconfig
+    }
+
+    /// Node `name`'s kubelet kubeconfig (`system:node:<name>`; see [`Options::nodes`]),
+    /// pointing at [`ControlPlane::url`].
+    pub fn node_kubeconfig(&self, name: &str) -> PathBuf {
+        self.dir.join(format!("node-{name}.kubeconfig"))
+    }
+
+    /// kube-proxy's kubeconfig (`system:kube-proxy`, bound to `system:node-proxier` by
+    /// the API server's bootstrap RBAC); written when [`Options::nodes`] is not empty.
+    pub fn proxy_kubeconfig(&self) -> PathBuf {
+        self.dir.join("kube-proxy.kubeconfig")
     }
 
     /// The temporary folder holding the PKI, kubeconfigs, logs and etcd's data.
@@ -393,6 +432,14 @@ impl ControlPlane {
                 self.opts.service_cidrs.join(",")
             ),
             "--allow-privileged=true".into(),
+            format!(
+                "--kubelet-client-certificate={}",
+                self.pki.kubelet_client_cert.display()
+            ),
+            format!(
+                "--kubelet-client-key={}",
+                self.pki.kubelet_client_key.display()
+            ),
             // The `kubernetes` Service's endpoints would be 127.0.0.1, which the
             // endpoint reconciler refuses (an error every 10 s on v1.34, a start
             // failure from v1.37); nothing here reaches the API by its ClusterIP.
@@ -482,7 +529,13 @@ impl ControlPlane {
         let argv: Vec<String> = vec![
             bin.display().to_string(),
             format!("--kubeconfig={}", kubeconfig.display()),
-            format!("--controllers={KCM_CONTROLLERS}"),
+            format!(
+                "--controllers={}",
+                self.opts
+                    .kcm_controllers
+                    .as_deref()
+                    .unwrap_or(KCM_CONTROLLERS)
+            ),
             "--leader-elect=false".into(),
             "--use-service-account-credentials=true".into(),
             format!(
@@ -613,29 +666,43 @@ impl Drop for ControlPlane {
 }
 
 /// The bearer tokens of the static token file: the test's admin (system:masters),
-/// kube-controller-manager and kube-scheduler (their bootstrap RBAC users).
+/// kube-controller-manager and kube-scheduler (their bootstrap RBAC users), and with
+/// nodes, each node's kubelet and kube-proxy.
 struct Tokens {
     admin: String,
     kcm: String,
     scheduler: String,
+    nodes: Vec<(String, String)>,
+    proxy: Option<String>,
 }
 
 impl Tokens {
-    fn new() -> Tokens {
+    fn new(nodes: &[String]) -> Tokens {
         Tokens {
             admin: random_token(),
             kcm: random_token(),
             scheduler: random_token(),
+            nodes: nodes.iter().map(|n| (n.clone(), random_token())).collect(),
+            proxy: (!nodes.is_empty()).then(random_token),
         }
     }
 
     fn csv(&self) -> String {
-        format!(
+        let mut out = format!(
             "{},ringlb-test-admin,uid-admin,\"system:masters\"\n\
              {},system:kube-controller-manager,uid-kcm\n\
              {},system:kube-scheduler,uid-scheduler\n",
             self.admin, self.kcm, self.scheduler
-        )
+        );
+        for (name, token) in &self.nodes {
+            out.push_str(&format!(
+                "{token},system:node:{name},uid-node-{name},\"system:nodes\"\n"
+            ));
+        }
+        if let Some(token) = &self.proxy {
+            out.push_str(&format!("{token},system:kube-proxy,uid-kube-proxy\n"));
+        }
+        out
     }
 }
 

@@ -1,0 +1,239 @@
+//! ringlb on a real cluster, installed as its users install it (docs/real-cluster.md):
+//! four kubelet + containerd nodes (two edges, two workers) in their own network and
+//! mount namespaces, registered with node credentials under the Node authorizer and
+//! NodeRestriction, the reference CNI plugins, kube-proxy (iptables) and CoreDNS,
+//! a BIRD ToR, and `helm install ringlb charts/ringlb -f <values>` from the images
+//! `make images` built, imported into every node's containerd (nothing is pulled).
+//!
+//! - `kubectl get nodes -o wide`: four Ready Nodes with `containerd://` runtimes;
+//! - every chart pod (2 controllers, 2 edges, a node agent per node) Running and Ready;
+//! - `kubectl create deployment` + `kubectl expose --type=LoadBalancer`, dual-stack:
+//!   an IPv4 and an IPv6 VIP in the Service's status, ECMP over both edges at the ToR
+//!   for each;
+//! - HTTP from the client reaches pods on both workers over IPv4 and IPv6, each pod
+//!   sees the client's own address, every reply comes from a worker (the ToR counts
+//!   no frame with a VIP source from an edge) and the edges carried the requests
+//!   (IPIP from both);
+//! - a pod reaches the VIP from inside the cluster (kube-proxy, `ipMode: VIP`);
+//! - `helm uninstall` leaves no ringlb object, no BPF program, link or pin on any
+//!   node, and no VIP route at the ToR.
+//!
+//! Needs root and what scripts/setup.sh installs, the Go builds of `make k8s`, the
+//! images of `make images` and scripts/build-test-images.sh; skips loudly when not
+//! root or a tool is missing, fails when a build is missing.
+
+use std::net::IpAddr;
+use std::time::{Duration, Instant};
+
+use ringlb_e2e::realcluster::{self, Options, RealCluster, workload::WEB};
+
+fn skip() -> bool {
+    if let Some(why) = realcluster::skip_reason() {
+        eprintln!("SKIPPED: real cluster: {why}");
+        return true;
+    }
+    false
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_on_real_kubelets_serves_a_dual_stack_loadbalancer_by_dsr() {
+    if skip() {
+        return;
+    }
+    let prefix = format!("rc{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("ringlb-{prefix}"));
+    let t0 = Instant::now();
+    let rc = RealCluster::up(Options::new(&prefix, &dir))
+        .await
+        .unwrap_or_else(|e| panic!("bringing the cluster up: {e}"));
+    eprintln!(
+        "cluster up in {:.1} s: {:?}",
+        t0.elapsed().as_secs_f64(),
+        rc.timings
+    );
+    tokio::task::block_in_place(|| scenario(&rc));
+}
+
+fn scenario(rc: &RealCluster) {
+    let nodes = rc.kubectl(&["get", "nodes", "-o", "wide"]).unwrap();
+    eprintln!("{nodes}");
+    assert_eq!(
+        nodes.matches("containerd://").count(),
+        4,
+        "four nodes on containerd:\n{nodes}"
+    );
+    assert_eq!(nodes.matches(" Ready ").count(), 4, "{nodes}");
+
+    let t = Instant::now();
+    let installed = rc.helm_install("").unwrap_or_else(|e| {
+        panic!(
+            "helm install: {e}\n{}",
+            rc.kubectl(&["get", "pods", "-A", "-o", "wide"])
+                .unwrap_or_default()
+        )
+    });
+    eprintln!(
+        "helm install --wait: {:.1} s\n{installed}",
+        t.elapsed().as_secs_f64()
+    );
+    let pods = rc
+        .kubectl(&["get", "pods", "-n", "ringlb-system", "-o", "wide"])
+        .unwrap();
+    eprintln!("{pods}");
+    let running = pods.lines().filter(|l| l.contains("Running")).count();
+    assert_eq!(
+        running,
+        2 + 2 + 2,
+        "2 controllers, 2 edges, 2 node agents:\n{pods}"
+    );
+    for l in pods.lines().skip(1) {
+        let ready = l.split_whitespace().nth(1).unwrap_or("");
+        let (a, b) = ready.split_once('/').unwrap_or(("0", "1"));
+        assert_eq!(a, b, "not Ready: {l}");
+    }
+
+    rc.deploy_web(4).unwrap();
+    rc.expose_web().unwrap();
+    let (v4, v6) = rc
+        .wait_vips(WEB, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!("VIPs {v4} {v6}");
+    for vip in [v4, v6] {
+        let hops = rc
+            .wait_ecmp(vip, 2, Duration::from_secs(60))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{e}\n{}",
+                    rc.birdc(&["show", "protocols"]).unwrap_or_default()
+                )
+            });
+        eprintln!("{vip}: next hops {hops:?}");
+    }
+
+    rc.count_vip_sources().unwrap();
+    let pods = rc.web_pods().unwrap();
+    let workers: Vec<&str> = rc.plan.workers().map(|n| n.name.as_str()).collect();
+    for (vip, client) in [
+        (v4, IpAddr::from(realcluster::plan::CLIENT_V4)),
+        (v6, IpAddr::from(realcluster::plan::CLIENT_V6)),
+    ] {
+        let seen = rc
+            .get(vip, "clientip")
+            .unwrap_or_else(|e| panic!("GET {vip}: {e}"));
+        let addr = seen.trim().rsplit_once(':').map(|(a, _)| a).unwrap_or("");
+        assert_eq!(
+            addr.trim_matches(|c| c == '[' || c == ']'),
+            client.to_string(),
+            "the pod sees the client's own address"
+        );
+        let spread = rc.spread(vip, 40).unwrap_or_else(|e| panic!("{vip}: {e}"));
+        eprintln!("{vip}: {spread:?}");
+        let nodes_hit: std::collections::BTreeSet<&str> = spread
+            .keys()
+            .filter_map(|p| pods.get(p).map(String::as_str))
+            .collect();
+        for w in &workers {
+            assert!(
+                nodes_hit.contains(w),
+                "{vip}: no answer from a pod on {w}: {spread:?} (pods {pods:?})"
+            );
+        }
+    }
+    let counters = rc.vip_source_counters().unwrap();
+    eprintln!("ToR counters: {counters:?}");
+    for e in rc.plan.edges() {
+        assert_eq!(
+            counters.get(&format!("{}-reply", e.name)),
+            Some(&0),
+            "a reply went through edge {}: {counters:?}",
+            e.name
+        );
+        assert!(
+            counters
+                .get(&format!("{}-encap", e.name))
+                .copied()
+                .unwrap_or(0)
+                > 0,
+            "edge {} encapsulated nothing: {counters:?}",
+            e.name
+        );
+    }
+    let replies: u64 = workers
+        .iter()
+        .map(|w| counters.get(&format!("{w}-reply")).copied().unwrap_or(0))
+        .sum();
+    assert!(replies > 0, "{counters:?}");
+
+    // from inside the cluster: kube-proxy carries a pod's traffic to the VIP
+    let pod = pods.keys().next().unwrap().clone();
+    let inside = rc
+        .kubectl(&[
+            "exec",
+            &pod,
+            "--",
+            "curl",
+            "-sS",
+            "--max-time",
+            "3",
+            &format!("http://{v4}/hostname"),
+        ])
+        .unwrap_or_else(|e| panic!("a pod reaching the VIP: {e}"));
+    assert!(pods.contains_key(inside.trim()), "{inside}");
+
+    // uninstall: nothing of ringlb left
+    rc.kubectl(&["delete", "service", WEB, "--wait=true", "--timeout=60s"])
+        .unwrap();
+    rc.helm(&[
+        "uninstall",
+        "ringlb",
+        "-n",
+        "ringlb-system",
+        "--wait",
+        "--timeout",
+        "120s",
+    ])
+    .unwrap();
+    let left = ringlb_e2e::lab::wait_for(
+        "no ringlb pod left",
+        Duration::from_secs(60),
+        Duration::from_millis(500),
+        || {
+            let out = rc.kubectl(&["get", "pods", "-n", "ringlb-system", "-o", "name"])?;
+            Ok(if out.trim().is_empty() {
+                Ok(())
+            } else {
+                Err(out)
+            })
+        },
+    );
+    left.unwrap();
+    for n in &rc.nodes {
+        let pins = n.exec(&["sh", "-c", "ls -A /sys/fs/bpf"]).unwrap();
+        assert!(
+            !pins.contains("ringlb"),
+            "node {}: pins left in /sys/fs/bpf: {pins}",
+            n.plan.name
+        );
+        // XDP, tc and tcx attachments on the uplink
+        let net = n.exec(&["bpftool", "net", "show", "dev", "eth0"]).unwrap();
+        assert!(
+            !net.contains("ringlb"),
+            "node {}: a program left on eth0:\n{net}",
+            n.plan.name
+        );
+    }
+    let routes = ringlb_e2e::lab::wait_for(
+        "the VIP routes to leave the ToR",
+        Duration::from_secs(30),
+        Duration::from_millis(500),
+        || {
+            let out = rc.birdc(&["show", "route"])?;
+            Ok(if out.contains(&v4.to_string()) {
+                Err(out)
+            } else {
+                Ok(())
+            })
+        },
+    );
+    routes.unwrap();
+}
