@@ -92,7 +92,8 @@ fn default_identity() -> String {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    ringlb_ops::logging::init(&args.common.log_level).map_err(anyhow::Error::msg)?;
+    ringlb_ops::logging::init(&args.common.log_level, args.common.log_format)
+        .map_err(anyhow::Error::msg)?;
     let settings = args.settings();
     settings.validate()?;
 

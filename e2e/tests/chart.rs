@@ -317,6 +317,7 @@ fn bad_values_are_refused_with_a_message_that_names_them() {
             "'replicaz' not allowed",
         ),
         (&["--set", "edge.xdpMode=fast"], "/edge/xdpMode"),
+        (&["--set", "logFormat=xml"], "/logFormat"),
         (&["--set", "edge.sourceV4=eth0"], "/edge/sourceV4"),
         (&["--set", "edge.ringSize=70000"], "/edge/ringSize"),
         (&["--set", "edge.pinDir=/tmp/x"], "/edge/pinDir"),
@@ -408,6 +409,13 @@ fn caps(workload: &Value) -> BTreeSet<String> {
         .as_array()
         .map(|a| a.iter().map(|c| c.as_str().unwrap().to_string()).collect())
         .unwrap_or_default()
+}
+
+fn env_value<'a>(workload: &'a Value, name: &str) -> &'a Value {
+    let env = container(workload)["env"].as_array().expect("env");
+    &env.iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("env {name}"))["value"]
 }
 
 fn env_field_ref<'a>(workload: &'a Value, name: &str) -> &'a Value {
@@ -532,6 +540,23 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
     assert_eq!(caps(node), want);
     assert_eq!(env_field_ref(node, "NODE_NAME"), "spec.nodeName");
     assert_eq!(pod["volumes"][0]["hostPath"]["path"], "/sys/fs/bpf");
+
+    // One log format for the three programs: plain text unless json is asked for.
+    let json = docs(&template_ok(&["--set", "logFormat=json"]));
+    for (kind, name) in [
+        ("Deployment", "ringlb-controller"),
+        ("DaemonSet", "ringlb-edge"),
+        ("DaemonSet", "ringlb-node"),
+    ] {
+        assert_eq!(
+            env_value(find(&objs, kind, name), "RINGLB_LOG_FORMAT"),
+            "text"
+        );
+        assert_eq!(
+            env_value(find(&json, kind, name), "RINGLB_LOG_FORMAT"),
+            "json"
+        );
+    }
 
     // Turning a component off takes its RBAC with it.
     let no_node = docs(&template_ok(&["--set", "nodeAgent.enabled=false"]));

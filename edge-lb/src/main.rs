@@ -44,7 +44,8 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    ringlb_ops::logging::init(&args.common.log_level).map_err(anyhow::Error::msg)?;
+    ringlb_ops::logging::init(&args.common.log_level, args.common.log_format)
+        .map_err(anyhow::Error::msg)?;
     match args.command {
         Command::Run(run) => ringlb_edge::agent::run(&args.common, &run).await,
         Command::Speaker {

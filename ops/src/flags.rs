@@ -21,6 +21,17 @@ pub struct CommonArgs {
     /// EnvFilter directive such as `info,ringlb_edge::bgp=debug`.
     #[arg(long, default_value = "info", env = "RINGLB_LOG", global = true)]
     pub log_level: String,
+
+    /// Log line format: `text` (coloured only when standard output is a terminal) or
+    /// `json` (one object per line, for log collectors).
+    #[arg(
+        long,
+        value_enum,
+        default_value_t = crate::logging::LogFormat::Text,
+        env = "RINGLB_LOG_FORMAT",
+        global = true
+    )]
+    pub log_format: crate::logging::LogFormat,
 }
 
 /// A duration flag: `15s`, `1500ms`, `2m`, or plain seconds. Use as
@@ -174,6 +185,12 @@ mod tests {
             );
             assert_eq!(p.common.log_level, "debug", "{args:?}");
         }
+        use crate::logging::LogFormat;
+        let p = Prog::try_parse_from(["p", "run", "--log-format", "json"]).unwrap();
+        assert_eq!(p.common.log_format, LogFormat::Json);
+        let p = Prog::try_parse_from(["p", "run"]).unwrap();
+        assert_eq!(p.common.log_format, LogFormat::Text);
+        assert!(Prog::try_parse_from(["p", "run", "--log-format", "xml"]).is_err());
     }
 
     #[cfg(feature = "kube")]
@@ -192,6 +209,7 @@ mod tests {
             kubeconfig: Some(path.clone()),
             metrics_addr: "127.0.0.1:0".parse().unwrap(),
             log_level: "info".into(),
+            log_format: Default::default(),
         };
         let Err(err) = common.connect().await else {
             panic!("nothing listens on port 1")
