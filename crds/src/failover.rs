@@ -1,4 +1,4 @@
-//! The cross-region failover annotations (issue 14), shared by the controller and the
+//! The cross-region failover annotations, shared by the controller and the
 //! edges. Pure: a Service's annotations and its own VIPs in, what they ask for and
 //! what is wrong with them out.
 //!
