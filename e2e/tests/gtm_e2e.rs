@@ -1,4 +1,4 @@
-//! Issue 14, "what it must show": two regions behind a core router, PowerDNS as the
+//! Cross-region failover end to end: two regions behind a core router, PowerDNS as the
 //! global traffic manager probing the edges' per-VIP health endpoints.
 //!
 //! Each region is the one-region lab's unit (`lab::gtm`): a BIRD ToR, one
