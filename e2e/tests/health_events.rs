@@ -66,7 +66,7 @@ async fn health_changes_are_events_on_the_service_under_the_edge_role() {
             changed(Transition::Recovered),
         ],
     );
-    // Failover (issue 14): one Event per change.
+    // Cross-region failover: one Event per change.
     let failover = |active| FailoverChanged {
         vip: changed(Transition::Healthy).vip,
         service: "default/web".into(),
