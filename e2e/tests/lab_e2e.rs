@@ -42,7 +42,7 @@ use ringlb_e2e::lab::httpd::SLOW_LINES;
 use ringlb_e2e::lab::{self, Addrs, Bins, Cluster, Topology, config};
 
 const REQUESTS: usize = 30;
-/// Long downloads in flight when an edge goes (issue 11: at least 100).
+/// Long downloads in flight when an edge goes (the lab's goal: at least 100).
 const SLOW_FLOWS: usize = 100;
 
 fn bins() -> Bins {
