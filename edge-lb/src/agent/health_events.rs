@@ -4,7 +4,7 @@
 //! A VIP:port that is healthy for the first time (a new Service, an edge starting)
 //! makes no Event.
 //!
-//! Failover (issue 14): Warning `FailoverActive` when a VIP:port with a failover VIP
+//! Cross-region failover: Warning `FailoverActive` when a VIP:port with a failover VIP
 //! has no ready local backend left and its new flows go to the remote VIP, Normal
 //! `FailoverEnded` when local backends take them again; once per change.
 //!
