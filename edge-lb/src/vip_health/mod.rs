@@ -17,7 +17,7 @@
 //! - `pages`: the HTTP answers on the ops endpoint.
 //! - `metrics`: `ringlb_vip_health_state`, `ringlb_vip_health_transitions_total`.
 //!
-//! Failover (issue 14): a VIP:port with a failover VIP is never withdrawn for its
+//! Cross-region failover: a VIP:port with a failover VIP is never withdrawn for its
 //! health while programmed (see `assess::verdict`); with no ready local backend its
 //! health answer is 503 `failing over to <ip>` and `Tracker::evaluate` reports the
 //! start and the end of the failover once each. Failover aliases (other regions'
