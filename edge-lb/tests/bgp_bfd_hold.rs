@@ -1,4 +1,4 @@
-//! BFD held by the XDP datapath across a hitless restart (issue 15), in network
+//! BFD held by the XDP datapath across a hitless restart, in network
 //! namespaces: a real BIRD 2 ToR with `bfd on` (not `bfd graceful`) and graceful
 //! restart, the production XDP program attached natively to the edge's uplink with
 //! its maps pinned, and the `ringlb-edge speaker` binary's restart path
