@@ -37,7 +37,7 @@ pub struct ServiceEntry {
     backends: Vec<IpAddr>,
     ring: Vec<u32>,
     conntrack: bool,
-    /// Backends that are another region's VIP (a failover VIP, issue 14): the
+    /// Backends that are another region's VIP (a failover VIP): the
     /// datapath encapsulates to them as to a pod, and the remote edge decapsulates.
     remote: BTreeSet<IpAddr>,
     /// This entry is another region's VIP accepted here for failover: served only

@@ -9,7 +9,7 @@
 //! encapsulates 4-in-6 and 6-in-4). Every edge sorts backends the same way, so every
 //! edge builds the same Maglev table.
 //!
-//! Cross-region failover (issue 14, `ringlb_crds::failover`): a VIP:port whose Service
+//! Cross-region failover (`ringlb_crds::failover`): a VIP:port whose Service
 //! names a failover VIP of its family carries it in [`VipBackends::failover`] (the
 //! datapath adds it as a remote backend, see `tables`). Each address a Service accepts
 //! (`ringlb.io/accept-failover-from`) becomes one more VIP:port per Service port, a

@@ -65,7 +65,7 @@ impl Tables {
 /// announcing a VIP that has no ready backend. Terminating backends that are not in the
 /// table stay in the backend set, so conntrack keeps their established flows.
 ///
-/// A VIP:port with a failover VIP (issue 14) has it as a remote backend, always in the
+/// A VIP:port with a failover VIP (cross-region failover) has it as a remote backend, always in the
 /// backend set (established cross-region flows finish after the local pods return):
 /// with no ready local backend it is the only member of the table (draining ones
 /// keep their flows only); with ready ones it takes `weight`% of the slots (each local

@@ -635,7 +635,7 @@ fn owners_follow_a_ring_size_change() {
     );
 }
 
-/// Failover (issue 14): a remote-VIP backend and a failover alias are written
+/// Cross-region failover: a remote-VIP backend and a failover alias are written
 /// with their flags, read back with them (a restart plans nothing), and an
 /// address that turns remote (or back) gets a new id, so its flows move.
 #[test]
