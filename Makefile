@@ -25,7 +25,8 @@ help:
 	@echo "make setup  - install the Debian packages and Rust tools the tests need (idempotent)"
 	@echo "make setup-demo - only what the demo needs (a subset of setup)"
 	@echo "make k8s    - build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl from Go modules (cached)"
-	@echo "make demo   - (root) the end-to-end lab: Service -> VIP -> BGP ECMP -> XDP edges -> pods, DSR"
+	@echo "make demo   - (root) the real cluster: helm install, a LoadBalancer Service, traffic through the edges to the pods, DSR"
+	@echo "make lab-demo - (root) the namespace lab without kubelets (docs/lab.md)"
 
 setup:
 	bash scripts/setup.sh test
@@ -46,15 +47,32 @@ lint:
 unit:
 	$(CARGO) nextest run --workspace --no-fail-fast
 
-test: setup k8s fmt lint unit kernels ipvs-vm
+test: setup k8s cluster-images fmt lint unit kernels ipvs-vm
 
 crds:
 	$(CARGO) run -q -p ringlb-crds --bin crdgen
 
-# The end-to-end lab in network namespaces (needs root); docs/lab.md.
-demo: setup-demo k8s
+# The real cluster (needs root): kubelet + containerd nodes, kube-proxy, CoreDNS and a
+# BIRD ToR in namespaces; ringlb installed by helm from the images built here; a
+# dual-stack LoadBalancer Service and traffic, each step with its evidence; torn down
+# at the end (`ringlb-lab cluster-demo --keep` leaves it up until Ctrl-C).
+# docs/real-cluster.md.
+demo: setup-demo k8s cluster-images
+	$(CARGO) build -q -p ringlb-e2e --bin ringlb-lab
+	$(CARGO_TARGET_DIR)/debug/ringlb-lab cluster-demo
+
+# The older namespace lab with the programs run directly (no kubelet); docs/lab.md.
+.PHONY: lab-demo
+lab-demo: setup-demo k8s
 	$(CARGO) build -p ringlb-e2e -p ringlb-controller -p ringlb-edge --bins
 	$(CARGO_TARGET_DIR)/debug/ringlb-lab demo
+
+# The images the real cluster's nodes import: ringlb's (`make images`) and the
+# upstream pause and agnhost (scripts/build-test-images.sh); each step is skipped
+# while its output is current.
+.PHONY: cluster-images
+cluster-images: images
+	bash scripts/build-test-images.sh >/dev/null
 
 # Container images without a registry or engine (root: debootstrap, umoci, skopeo,
 # chroot): images/out/oci/<program> and images/out/<program>-<version>.tar; see

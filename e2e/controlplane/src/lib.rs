@@ -124,6 +124,10 @@ pub struct Options {
     pub nodes: Vec<String>,
     /// kube-controller-manager's `--controllers`; `None`: [`KCM_CONTROLLERS`].
     pub kcm_controllers: Option<String>,
+    /// The folder the control plane's own folder is made in; `None`: the system's
+    /// temporary folder. A lab puts it under its own folder, so its teardown finds
+    /// the control plane's recorded PIDs after a crash.
+    pub parent_dir: Option<PathBuf>,
 }
 
 impl Default for Options {
@@ -139,6 +143,7 @@ impl Default for Options {
             audit: false,
             nodes: Vec::new(),
             kcm_controllers: None,
+            parent_dir: None,
         }
     }
 }
@@ -172,7 +177,7 @@ impl ControlPlane {
     /// starts the controller manager.
     pub async fn start(opts: Options) -> Result<ControlPlane> {
         let assets = Assets::find()?;
-        let dir = std::env::temp_dir().join(format!(
+        let dir = opts.parent_dir.clone().unwrap_or_else(std::env::temp_dir).join(format!(
             "ringlb-cp-{}-{}",
             std::process::id(),
             random_suffix()

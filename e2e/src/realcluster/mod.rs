@@ -28,6 +28,7 @@
 
 pub mod egress;
 pub mod node;
+pub mod demo;
 pub mod plan;
 pub mod workload;
 
@@ -245,6 +246,7 @@ impl RealCluster {
             nodes: plan.nodes.iter().map(|n| n.name.clone()).collect(),
             scheduler: true,
             kcm_controllers: Some("*".into()),
+            parent_dir: Some(o.dir.clone()),
             apiserver_args: vec![
                 "--enable-admission-plugins=NodeRestriction".into(),
                 format!("--egress-selector-config-file={}", egress_conf.display()),
@@ -572,6 +574,22 @@ impl Drop for RealCluster {
         self.nodes.clear();
         self.namespaces.clear();
     }
+}
+
+/// Removes real cluster `prefix` completely, also what a crashed run left: the
+/// nodes' containers, every daemon recorded under `dir`, the `<prefix>-*`
+/// namespaces, the nodes' mount namespaces and cgroups, and `dir`.
+pub fn teardown(prefix: &str, dir: &Path) -> Vec<String> {
+    let nodes = node::leftovers(prefix);
+    for ns in &nodes {
+        node::kill_containers(ns);
+    }
+    let mut removed = crate::lab::topology::teardown(prefix, dir);
+    for ns in &nodes {
+        node::release(ns);
+        removed.push(format!("node {ns}"));
+    }
+    removed
 }
 
 /// The release namespace the harness installs the chart into.

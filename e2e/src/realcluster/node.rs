@@ -257,27 +257,6 @@ impl Node {
         self.start_containerd()
     }
 
-    /// The PIDs of every process in this node's cgroup root (the pods' containers).
-    fn container_pids(&self) -> Vec<u32> {
-        let root = Path::new("/sys/fs/cgroup/pids").join(&self.ns);
-        let mut pids = Vec::new();
-        let mut stack = vec![root];
-        while let Some(d) = stack.pop() {
-            for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
-                if e.path().is_dir() {
-                    stack.push(e.path());
-                }
-            }
-            let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-            pids.extend(
-                procs
-                    .split_whitespace()
-                    .filter_map(|p| p.parse::<u32>().ok()),
-            );
-        }
-        pids
-    }
-
     /// Stops everything of this node: the kubelet first (so it restarts nothing), the
     /// containers, kube-proxy and containerd (with its shims: they share its network
     /// namespace), then the mount namespace and the cgroups.
@@ -285,16 +264,7 @@ impl Node {
         if let Some(mut d) = self.kubelet.take() {
             d.stop(Duration::from_secs(2));
         }
-        for _ in 0..3 {
-            let pids = self.container_pids();
-            if pids.is_empty() {
-                break;
-            }
-            for p in pids {
-                daemon::signal(p, "KILL");
-            }
-            std::thread::sleep(Duration::from_millis(200));
-        }
+        kill_containers(&self.ns);
         for d in [self.proxy.take(), self.containerd.take()]
             .into_iter()
             .flatten()
@@ -302,17 +272,70 @@ impl Node {
             let mut d = d;
             d.stop(Duration::from_secs(2));
         }
-        // the shims and anything else left in the node's network namespace
-        for p in crate::lab::netns::pids(&self.ns) {
+        release(&self.ns);
+    }
+}
+
+/// Kills every process in node `ns`'s cgroup root (its pods' containers).
+pub(super) fn kill_containers(ns: &str) {
+    for _ in 0..3 {
+        let pids = cgroup_pids(&Path::new("/sys/fs/cgroup/pids").join(ns));
+        if pids.is_empty() {
+            return;
+        }
+        for p in pids {
             daemon::signal(p, "KILL");
         }
-        let m = self.mnt.display().to_string();
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// After its programs stopped: kills what is left in node `ns`'s network namespace
+/// (the containers' shims), releases its mount namespace and removes its cgroups.
+pub(super) fn release(ns: &str) {
+    for p in crate::lab::netns::pids(ns) {
+        daemon::signal(p, "KILL");
+    }
+    let mnt = Path::new(MNT_ROOT).join(ns);
+    if mnt.exists() {
+        let m = mnt.display().to_string();
         let _ = run(&["umount", "-l", &m]);
-        let _ = std::fs::remove_file(&self.mnt);
-        for c in CGROUP_CONTROLLERS {
-            remove_cgroup(&Path::new("/sys/fs/cgroup").join(c).join(&self.ns));
+        let _ = std::fs::remove_file(&mnt);
+    }
+    for c in CGROUP_CONTROLLERS {
+        remove_cgroup(&Path::new("/sys/fs/cgroup").join(c).join(ns));
+    }
+}
+
+/// The names of the nodes' namespaces whose mount namespace or cgroup root is left
+/// for prefix `prefix` (a crashed run).
+pub(super) fn leftovers(prefix: &str) -> Vec<String> {
+    let mut out = std::collections::BTreeSet::new();
+    for dir in [Path::new(MNT_ROOT), Path::new("/sys/fs/cgroup/pids")] {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with(&format!("{prefix}-")) {
+                out.insert(name);
+            }
         }
     }
+    out.into_iter().collect()
+}
+
+/// Every PID in a cgroup v1 folder and its children.
+fn cgroup_pids(root: &Path) -> Vec<u32> {
+    let mut pids = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            if e.path().is_dir() {
+                stack.push(e.path());
+            }
+        }
+        let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
+        pids.extend(procs.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+    }
+    pids
 }
 
 impl Drop for Node {
