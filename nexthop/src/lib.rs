@@ -48,6 +48,7 @@
 mod filter;
 mod in_use;
 mod link;
+mod local;
 mod rtnl;
 mod socket;
 
@@ -60,6 +61,7 @@ use std::{
 
 pub use filter::Change;
 pub use in_use::NextHopsInUse;
+pub use local::{LocalPods, WithLocalPods};
 pub use rtnl::{Neigh, Route};
 pub use socket::{NetlinkError, Subscription, Watch};
 
@@ -132,6 +134,11 @@ impl std::fmt::Display for Vlan {
 /// Resolves the next hop of a backend address.
 pub trait Resolver: Send {
     fn resolve(&self, addr: IpAddr) -> Result<NextHop, Error>;
+    /// Whether `addr` is a pod on this node ([`LocalPods`]): no next hop reaches
+    /// it, its frames go up this node's stack. Not asked to resolve then.
+    fn is_local(&self, _addr: IpAddr) -> bool {
+        false
+    }
 }
 
 /// Fixed answers: for benchmarks and packet fixtures.

@@ -178,12 +178,22 @@ impl<M: Maps> Applier<M> {
         let (mut ids, mut vals) = (Vec::new(), Vec::new());
         let mut changes = NextHopChanges::default();
         for (addr, pairs) in by_addr {
-            let nh = self.resolver.resolve(addr);
+            // a pod on this node has no next hop to resolve (`BE_F_LOCAL`)
+            let local = self.resolver.is_local(addr);
+            let nh = if local {
+                Err(ringlb_nexthop::Error {
+                    addr,
+                    reason: "a pod on this node (passed to its stack)".into(),
+                })
+            } else {
+                self.resolver.resolve(addr)
+            };
             let new_nh = nh.as_ref().ok().copied();
             let mut old_nh = None;
             for (id, generation, remote) in pairs {
                 let old = self.maps.backend(id)?.unwrap_or_default();
-                let new = abi::BackendValue::new(addr, generation, new_nh, remote);
+                let new =
+                    abi::BackendValue::new(addr, generation, new_nh, remote).with_local(local);
                 if new != old {
                     old_nh.get_or_insert(old.next_hop());
                     ids.push(id);
@@ -191,7 +201,13 @@ impl<M: Maps> Applier<M> {
                 }
             }
             match old_nh {
+                Some(old_nh) if local => tracing::info!(
+                    backend = %addr,
+                    was = %show(old_nh),
+                    "a pod on this node: its frames go up this node's stack for the node agent"
+                ),
                 Some(old_nh) => changes.record(addr, old_nh, nh),
+                None if local => {}
                 None => {
                     if let Err(e) = nh {
                         tracing::debug!(backend = %addr, error = %e, "next hop still unresolved");

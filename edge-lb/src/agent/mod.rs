@@ -40,7 +40,7 @@ use ringlb_datapath::{Datapath, DesiredState};
 use ringlb_ipvs::kernel::netlink::NetlinkKernel;
 use ringlb_ipvs::{Forward, IpvsDatapath};
 use ringlb_maglev as maglev;
-use ringlb_nexthop::KernelResolver;
+use ringlb_nexthop::{KernelResolver, WithLocalPods};
 use ringlb_ops::flags::parse_duration;
 use ringlb_ops::{CommonArgs, Health, Heartbeat};
 use ringlb_xdp::abi::MAX_RING_SIZE;
@@ -54,6 +54,7 @@ use crate::vip_health;
 
 mod api;
 pub mod health_events;
+pub mod local_pods;
 pub mod metrics;
 mod nexthops;
 pub mod stop;
@@ -273,6 +274,8 @@ struct Agent {
     board: Arc<vip_health::Board>,
     health_metrics: vip_health::HealthMetrics,
     health_events: health_events::HealthEvents,
+    /// This node's pods, shared with the XDP datapath's resolver.
+    local_pods: local_pods::LocalPodsOf,
 }
 
 /// How many BGP sessions are Established right now (the health pages' "announced").
@@ -343,6 +346,8 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
 
     let resolver = KernelResolver::default();
     let nh_watch = nexthops::Watcher::start(&resolver, &nh_metrics);
+    let local_pods = local_pods::LocalPodsOf::new(&args.node_name, Default::default());
+    let resolver = WithLocalPods::new(resolver, local_pods.pods.clone());
     let (dp, kept) = load_datapath(args, resolver, ipvs)?;
     tracing::info!(
         datapath = args.datapath.name(),
@@ -393,6 +398,7 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         board,
         health_metrics,
         health_events: health_events::HealthEvents::new(client.clone(), args.node_name.clone()),
+        local_pods,
     };
     let (speaker, dp, sig) = agent.run_loop(args, signals).await;
     let cordoned = match (sig, args.on_sigterm) {
@@ -434,12 +440,15 @@ impl Signals {
     }
 }
 
+/// Next hops from the kernel, and this node's pods passed up its stack.
+type EdgeResolver = WithLocalPods<KernelResolver>;
+
 /// The datapath `--datapath` names, behind the seam (IPVS when `ipvs`, the kernel
 /// opened at start-up, is given; else XDP), and whether it was kept from an earlier
 /// agent (pinned XDP install, IPVS services) and so forwarded on.
 fn load_datapath(
     args: &RunArgs,
-    resolver: KernelResolver,
+    resolver: EdgeResolver,
     ipvs: Option<NetlinkKernel>,
 ) -> anyhow::Result<(Box<dyn Datapath + Send>, bool)> {
     Ok(match ipvs {
@@ -499,7 +508,7 @@ fn remove_ipvs(mut dp: Box<dyn Datapath + Send>) {
 /// pinned is removed, so a failed first start leaves no program or pin behind. Over
 /// an earlier install a failure leaves that install as it was: its pinned link keeps
 /// forwarding.
-fn load_xdp(args: &RunArgs, resolver: KernelResolver) -> anyhow::Result<XdpDatapath> {
+fn load_xdp(args: &RunArgs, resolver: EdgeResolver) -> anyhow::Result<XdpDatapath> {
     let interface = args.xdp_interface()?;
     let ct_insert_budget = args.ct_insert_budget.resolve()?;
     tracing::info!(
@@ -622,6 +631,7 @@ impl Agent {
         let Signals { mut term, mut int } = signals;
         let mut state = SyncState {
             board: self.board.clone(),
+            local_pods: self.local_pods.clone(),
             ..Default::default()
         };
         let mut counters_tick = tokio::time::interval(COUNTERS);

@@ -16,6 +16,7 @@ use kube::runtime::reflector::Store;
 use ringlb_bgp::{RouteAttrs, Speaker};
 use ringlb_datapath::Datapath;
 
+use super::local_pods::LocalPodsOf;
 use super::metrics::DatapathMetrics;
 use crate::vip_health::{Board, Changed, FailoverChanged, Tracker};
 use crate::{serving, tables};
@@ -45,6 +46,11 @@ pub struct SyncState {
     pub aliases: usize,
     /// The bad annotations of the last sync (for Events).
     pub bad_annotations: Vec<serving::Skipped>,
+    /// This node's pods, which the XDP datapath passes up this node's stack.
+    pub local_pods: LocalPodsOf,
+    /// The set of local pods changed since the last refresh of next hops that
+    /// followed a successful apply.
+    pub local_pods_changed: bool,
 }
 
 /// The reflectors the sync reads.
@@ -97,9 +103,26 @@ pub fn sync(
     for p in &problems {
         tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
     }
+    // before the apply, so new backends are written local; existing ones are
+    // rewritten by the refresh after it
+    st.local_pods_changed |= st.local_pods.update(&slices);
     let applied = Instant::now();
     let result = dp.apply(&state);
     metrics.observe_apply(applied.elapsed().as_secs_f64(), result.as_ref().map(|_| ()));
+    if result.is_ok() && st.local_pods_changed {
+        match dp.refresh_next_hops() {
+            Ok(n) => {
+                st.local_pods_changed = false;
+                tracing::debug!(
+                    rewritten = n,
+                    "next hops refreshed for the pods on this node"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, kind = e.metric_label(), "refreshing next hops for the pods on this node; retrying next sync")
+            }
+        }
+    }
     st.changed.clear();
     st.failovers.clear();
     let routes = match result {
@@ -269,6 +292,60 @@ mod tests {
                 })
                 .collect()
         }
+    }
+
+    #[tokio::test]
+    async fn a_pod_on_this_node_is_written_local_and_others_keep_their_next_hop() {
+        use ringlb_nexthop::{LocalPods, NextHop, WithLocalPods};
+        let nh = NextHop {
+            ifindex: 2,
+            smac: [2, 0, 0, 0, 0, 1],
+            dmac: [2, 0, 0, 0, 0, 2],
+            vlan: None,
+        };
+        let pods = LocalPods::default();
+        let resolver = WithLocalPods::new(StaticResolver::everywhere(nh), pods.clone());
+        let mut edge = Edge::with(
+            Applier::new(MemoryMaps::default(), Box::new(resolver)).unwrap(),
+            "xdp",
+        );
+        let on = |ip: &str, node: &str| json!({"addresses": [ip], "nodeName": node, "conditions": {"ready": true, "serving": true}});
+        let objs = stores(
+            vec![web("10.100.0.1")],
+            vec![slice(
+                "web",
+                "web-1",
+                "IPv4",
+                json!([{"port": 8080, "protocol": "TCP"}]),
+                json!([on("10.1.0.1", "edge-1"), on("10.1.0.2", "worker-1")]),
+            )],
+        );
+        let local_of = |edge: &Edge<Applier<MemoryMaps>>| -> BTreeSet<String> {
+            let m = edge.dp.maps();
+            m.backends
+                .values()
+                .filter(|b| b.family != 0)
+                .inspect(|b| assert_eq!(b.is_local(), b.next_hop().is_none(), "{b:?}"))
+                .filter(|b| b.is_local())
+                .map(|b| b.addr.to_ip(b.family).unwrap().to_string())
+                .collect()
+        };
+        // no node name: nothing is local, both pods have a next hop
+        edge.sync(&objs);
+        assert!(local_of(&edge).is_empty());
+        // this edge is edge-1: its pod's existing entry is rewritten local
+        edge.st.local_pods = LocalPodsOf::new("edge-1", pods.clone());
+        edge.sync(&objs);
+        assert_eq!(local_of(&edge), ["10.1.0.1".to_string()].into());
+        assert!(!edge.st.local_pods_changed, "refreshed after the apply");
+        let m = edge.dp.maps();
+        let other = m
+            .backends
+            .values()
+            .find(|b| !b.is_local() && b.family != 0)
+            .unwrap();
+        assert_eq!(other.next_hop(), Some(nh));
+        assert_eq!(edge.announced(), ["10.100.0.1/32"]);
     }
 
     #[tokio::test]

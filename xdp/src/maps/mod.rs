@@ -94,9 +94,13 @@ pub fn run_ops(
                     remote,
                 }) = ops.get(i)
                 {
-                    let nh = *nhs.entry(*addr).or_insert_with(|| resolve(resolver, *addr));
+                    let (nh, local) = *nhs
+                        .entry(*addr)
+                        .or_insert_with(|| next_hop(resolver, *addr));
                     ids.push(*id);
-                    vals.push(abi::BackendValue::new(*addr, *generation, nh, *remote));
+                    vals.push(
+                        abi::BackendValue::new(*addr, *generation, nh, *remote).with_local(local),
+                    );
                     i += 1;
                 }
                 maps.put_backends(&ids, &vals)?;
@@ -166,6 +170,15 @@ pub fn read_back(maps: &dyn Maps) -> Result<ReadBack, Error> {
 }
 
 /// The next hop of `addr`, `None` (logged) when unresolved.
+/// A backend's next hop, and whether it is a pod on this node (then it has
+/// none: the program passes its frames to this node's stack).
+pub fn next_hop(resolver: &dyn Resolver, addr: IpAddr) -> (Option<NextHop>, bool) {
+    if resolver.is_local(addr) {
+        return (None, true);
+    }
+    (resolve(resolver, addr), false)
+}
+
 fn resolve(resolver: &dyn Resolver, addr: IpAddr) -> Option<NextHop> {
     resolver
         .resolve(addr)
