@@ -30,6 +30,7 @@ pub mod egress;
 pub mod node;
 pub mod demo;
 pub mod plan;
+pub mod traffic;
 pub mod workload;
 
 use std::net::{IpAddr, SocketAddr};
