@@ -15,6 +15,7 @@ const XDP_HEADERS: &[&str] = &[
     "../xdp/bpf/failover.h",
     "../xdp/bpf/flow_filter.h",
     "../xdp/bpf/bfd_hold.h",
+    "../xdp/bpf/src_ranges.h",
 ];
 
 /// The program before the SYN-insert, VIP-filter and flow-filter changes (all

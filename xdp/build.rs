@@ -12,6 +12,7 @@ const HEADERS: &[&str] = &[
     "bpf/failover.h",
     "bpf/flow_filter.h",
     "bpf/bfd_hold.h",
+    "bpf/src_ranges.h",
 ];
 
 fn main() -> anyhow::Result<()> {

@@ -12,10 +12,12 @@
 
 mod error;
 mod proto;
+mod ranges;
 mod state;
 
 pub use error::{Error, InvalidService};
 pub use proto::Proto;
+pub use ranges::SourceRange;
 pub use state::{DesiredState, ServiceEntry, Vip};
 
 /// What one `apply` wrote, for logs and the update-latency benchmark. The fields
@@ -41,6 +43,10 @@ pub struct Counters {
     pub global: Vec<(&'static str, u64)>,
     /// (vip, packets, bytes)
     pub per_vip: Vec<(Vip, u64, u64)>,
+    /// (vip, reason, packets) the datapath dropped for a VIP on purpose
+    /// (XDP: `source_range`, a source outside the Service's ranges); only
+    /// the reasons a datapath counts.
+    pub per_vip_dropped: Vec<(Vip, &'static str, u64)>,
 }
 
 /// The seam the edge agent programs a datapath through: XDP (`ringlb_xdp`'s

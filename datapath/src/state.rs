@@ -5,7 +5,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
 
-use crate::{Error, Proto};
+use crate::{Error, Proto, SourceRange};
 
 /// A VIP:port:protocol. Port 0 is the wildcard: every port of (addr, proto)
 /// that has no exact entry (XDP only; IPVS refuses it).
@@ -44,6 +44,10 @@ pub struct ServiceEntry {
     /// for IPIP packets whose outer destination is one of this edge's own VIPs,
     /// never announced, and never forwarded to a remote backend (the loop guard).
     failover_alias: bool,
+    /// `Some`: only sources inside these prefixes (of the VIP's family) reach
+    /// the backends, on every packet; an empty set refuses every source.
+    /// `None`: every source.
+    source_ranges: Option<BTreeSet<SourceRange>>,
 }
 
 impl ServiceEntry {
@@ -79,6 +83,7 @@ impl ServiceEntry {
             conntrack: true,
             remote: BTreeSet::new(),
             failover_alias: false,
+            source_ranges: None,
         })
     }
 
@@ -119,6 +124,30 @@ impl ServiceEntry {
         self.failover_alias = true;
         self.check_loop(vip)?;
         Ok(self)
+    }
+
+    /// Restricts the sources (`spec.loadBalancerSourceRanges`) to `ranges`.
+    /// Only prefixes of the VIP's family can match its packets, so the others
+    /// are left out; none left means no source is accepted (a restricted
+    /// Service is never opened by a range of the other family).
+    pub fn with_source_ranges(
+        mut self,
+        vip: &Vip,
+        ranges: impl IntoIterator<Item = SourceRange>,
+    ) -> Self {
+        let v4 = vip.addr.is_ipv4();
+        self.source_ranges = Some(
+            ranges
+                .into_iter()
+                .filter(|r| r.addr().is_ipv4() == v4)
+                .collect(),
+        );
+        self
+    }
+
+    /// The sources this VIP accepts (`None`: all of them).
+    pub fn source_ranges(&self) -> Option<&BTreeSet<SourceRange>> {
+        self.source_ranges.as_ref()
     }
 
     fn check_loop(&self, vip: &Vip) -> Result<(), Error> {
@@ -210,6 +239,23 @@ mod tests {
         let stranger: IpAddr = "10.9.9.9".parse().unwrap();
         let err = e.with_remote(&v, [stranger]).unwrap_err();
         assert!(err.to_string().contains("not one of the backends"), "{err}");
+    }
+
+    #[test]
+    fn source_ranges_keep_the_vips_family_only() {
+        let v = vip();
+        let e = ServiceEntry::new(&v, vec!["10.1.0.1".parse().unwrap()], vec![0]).unwrap();
+        assert_eq!(e.source_ranges(), None);
+        let r = |s: &str, p| SourceRange::new(s.parse().unwrap(), p).unwrap();
+        let e = e.with_source_ranges(&v, [r("2001:db8:1::", 48), r("192.0.2.0", 24)]);
+        let want: BTreeSet<_> = [r("2001:db8:1::", 48)].into();
+        assert_eq!(e.source_ranges(), Some(&want));
+        let closed = e.with_source_ranges(&v, [r("192.0.2.0", 24)]);
+        assert_eq!(
+            closed.source_ranges(),
+            Some(&BTreeSet::new()),
+            "closed, not open"
+        );
     }
 
     #[test]

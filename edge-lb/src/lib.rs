@@ -4,6 +4,7 @@
 //! and tells the BGP speaker (`ringlb-bgp`) which VIPs to announce.
 //!
 //! - `serving`: Services + EndpointSlices -> the backends of every VIP:port (pure).
+//! - `source_ranges`: a Service's `loadBalancerSourceRanges` (field or annotation) (pure).
 //! - `tables`: those backends -> Maglev tables, datapath entries, VIPs to announce (pure).
 //! - `peers`: `BGPPeer`/`BGPAdvertisement`/`IPPool` -> the speaker's peers; status.
 //! - `agent`: the tasks of `ringlb-edge run` that wire it all together.
@@ -17,6 +18,7 @@ pub mod bfd_hold;
 pub mod node;
 pub mod peers;
 pub mod serving;
+pub mod source_ranges;
 pub mod tables;
 pub mod vip_health;
 pub mod watch;

@@ -25,9 +25,10 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use ringlb_crds::failover;
 use ringlb_crds::service::{is_ours, service_key, status_ips};
 
-use ringlb_datapath::{Proto, Vip};
+use ringlb_datapath::{Proto, SourceRange, Vip};
 use ringlb_maglev::Backend;
 
+use crate::source_ranges;
 use crate::vip_health::policy::{self, HealthPolicy};
 
 /// The label that ties an EndpointSlice to its Service.
@@ -49,6 +50,9 @@ pub struct VipBackends {
     /// This VIP:port is another region's VIP accepted for failover: served only for
     /// packets that other region's edges tunnel here, never announced, no health page.
     pub alias: bool,
+    /// The Service's `loadBalancerSourceRanges` (`source_ranges`): `Some`, only these
+    /// sources (none at all when empty); `None`, every source.
+    pub source_ranges: Option<Vec<SourceRange>>,
 }
 
 /// A VIP:port's failover target (`ringlb.io/failover-vip`, `ringlb.io/failover-weight`).
@@ -80,7 +84,7 @@ pub struct Serving {
     pub vips: BTreeMap<Vip, VipBackends>,
     pub skipped: Vec<Skipped>,
     /// Bad health or failover annotations (the Service is served with the defaults,
-    /// or without the failover part).
+    /// or without the failover part), and bad source ranges (`source_ranges`).
     pub bad_annotations: Vec<Skipped>,
 }
 
@@ -127,6 +131,8 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
         let (health, mut problems) = policy::from_annotations(ann);
         let fo = failover::from_annotations(ann, &vips);
         problems.extend(fo.problems.iter().cloned());
+        let src = source_ranges::of_service(svc, &vips);
+        problems.extend(src.problems.iter().cloned());
         out.bad_annotations
             .extend(problems.into_iter().map(|reason| Skipped {
                 service: key.clone(),
@@ -171,6 +177,7 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
                     policy: health,
                     failover: None,
                     alias: false,
+                    source_ranges: src.ranges.clone(),
                 }
             };
             for addr in &fo.accept {
@@ -636,5 +643,43 @@ mod tests {
             "{:?}",
             d.bad_annotations
         );
+    }
+
+    /// A Service's source ranges reach every VIP:port of it; a bad entry is left
+    /// out and reported, the Service still served (and still restricted).
+    #[test]
+    fn source_ranges_go_to_every_port_and_bad_entries_are_reported() {
+        let mut s = annotated(
+            "web",
+            &["192.0.2.1"],
+            json!({"service.beta.kubernetes.io/load-balancer-source-ranges": "0.0.0.0/0"}),
+        );
+        s.spec.as_mut().unwrap().load_balancer_source_ranges =
+            Some(vec!["198.51.100.0/24".into(), "bogus".into()]);
+        let d = build(
+            &[s, annotated("open", &["192.0.2.2"], json!({}))],
+            &[],
+            true,
+        );
+        let want = Some(vec![
+            SourceRange::new("198.51.100.0".parse().unwrap(), 24).unwrap(),
+        ]);
+        for port in [(80, Proto::Tcp), (53, Proto::Udp)] {
+            let b = &d.vips[&vip("192.0.2.1", port.0, port.1)];
+            assert_eq!(b.source_ranges, want);
+        }
+        assert_eq!(
+            d.vips[&vip("192.0.2.2", 80, Proto::Tcp)].source_ranges,
+            None
+        );
+        let reasons: Vec<&str> = d
+            .bad_annotations
+            .iter()
+            .map(|s| s.reason.as_str())
+            .collect();
+        assert_eq!(reasons.len(), 2, "{reasons:?}");
+        assert!(reasons[0].contains("spec.loadBalancerSourceRanges: \"bogus\""));
+        assert!(reasons[1].contains("disagrees"));
+        assert!(d.bad_annotations.iter().all(|s| s.service == "default/web"));
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use crate::serving::{Failover, Serving, VipBackends};
-use ringlb_datapath::{DesiredState, ServiceEntry, Vip};
+use ringlb_datapath::{DesiredState, ServiceEntry, SourceRange, Vip};
 use ringlb_maglev::{Backend, Table};
 
 /// A VIP:port the agent could not program, with the reason (for a log line).
@@ -30,6 +30,7 @@ struct Inputs {
     draining: Vec<Backend>,
     failover: Option<Failover>,
     alias: bool,
+    source_ranges: Option<Vec<SourceRange>>,
 }
 
 impl Inputs {
@@ -40,6 +41,7 @@ impl Inputs {
             draining: b.draining.clone(),
             failover: b.failover,
             alias: b.alias,
+            source_ranges: b.source_ranges.clone(),
         }
     }
 }
@@ -70,6 +72,8 @@ impl Tables {
 /// with no ready local backend it is the only member of the table (draining ones
 /// keep their flows only); with ready ones it takes `weight`% of the slots (each local
 /// backend weighs 100 - p, the remote p * n). A failover alias is marked as such.
+/// A Service's source ranges go to each of its entries (the datapath keeps the
+/// prefixes of the VIP's family).
 pub fn datapath_state(
     desired: &Serving,
     ring_size: u32,
@@ -151,6 +155,9 @@ fn entry_for(vip: &Vip, b: &VipBackends, ring_size: u32) -> Result<ServiceEntry,
     }
     if b.alias {
         e = e.as_failover_alias(vip).map_err(|e| e.to_string())?;
+    }
+    if let Some(r) = &b.source_ranges {
+        e = e.with_source_ranges(vip, r.iter().copied());
     }
     Ok(e)
 }
@@ -382,5 +389,34 @@ mod tests {
             problems[0].reason.contains("also a local backend"),
             "{problems:?}"
         );
+    }
+
+    /// Source ranges reach the entry, and a change of them alone (same backends)
+    /// rebuilds it: the cache key holds them.
+    #[test]
+    fn source_ranges_reach_the_entry_and_are_part_of_the_cache_key() {
+        let v = vip("192.0.2.1", 80);
+        let mut d = desired(vec![(v, vec![b("10.2.0.1")], vec![])]);
+        let mut tables = Tables::default();
+        let (s, _) = datapath_state(&d, 251, &mut tables);
+        assert_eq!(s.services[&v].source_ranges(), None);
+        let r = |a: &str, p| SourceRange::new(a.parse().unwrap(), p).unwrap();
+        let ranges = vec![r("198.51.100.0", 24), r("2001:db8::", 32)];
+        d.vips
+            .values_mut()
+            .for_each(|x| x.source_ranges = Some(ranges.clone()));
+        let (s, _) = datapath_state(&d, 251, &mut tables);
+        let got: Vec<_> = s.services[&v]
+            .source_ranges()
+            .unwrap()
+            .iter()
+            .copied()
+            .collect();
+        assert_eq!(got, vec![r("198.51.100.0", 24)], "the VIP's family only");
+        d.vips
+            .values_mut()
+            .for_each(|x| x.source_ranges = Some(vec![]));
+        let (s, _) = datapath_state(&d, 251, &mut tables);
+        assert!(s.services[&v].source_ranges().unwrap().is_empty(), "closed");
     }
 }

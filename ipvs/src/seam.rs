@@ -143,6 +143,7 @@ impl<K: Kernel> seam::Datapath for IpvsDatapath<K> {
         Ok(seam::Counters {
             global: Vec::new(),
             per_vip,
+            per_vip_dropped: Vec::new(),
         })
     }
 

@@ -48,6 +48,11 @@ struct ringlb_vip_info {
 };                        /* 12 bytes */
 
 #define RINGLB_VIP_F_NO_CT 0x1 /* never use/insert conntrack (pure hashing) */
+/* Restricted sources (spec.loadBalancerSourceRanges): a packet is forwarded
+ * only when src_ranges holds a prefix of its source under this vip_id
+ * (src_ranges.h); checked on every packet, conntrack hits included (the
+ * owners entry carries the same bit: RINGLB_OWNER_F_SRC_RANGES). */
+#define RINGLB_VIP_F_SRC_RANGES 0x4
 /* Another region's VIP accepted here for failover (docs/datapath.md, Failover
  * VIPs): forwarded only for an IPIP packet whose outer destination is in
  * vip_addrs (one of this edge's own VIPs), decapsulated first; a plain packet
@@ -109,6 +114,11 @@ struct ringlb_ct_value {
 };                        /* 8 bytes */
 
 /* ---- owners: ARRAY backend id -> 1 + vip_id of the VIP owning it; 0 = none -- */
+/* Bit RINGLB_OWNER_F_SRC_RANGES of the value: that VIP has source ranges
+ * (RINGLB_VIP_F_SRC_RANGES), so a conntrack hit checks its source too; the
+ * rest (RINGLB_OWNER_VIP_MASK) is 1 + vip_id. */
+#define RINGLB_OWNER_F_SRC_RANGES 0x80000000
+#define RINGLB_OWNER_VIP_MASK     0x7fffffff
 /* Backend ids belong to one (VIP, pod) pair. The loader keeps this map current
  * (also when a VIP moves to a new ring, i.e. a new vip_id) and reads it back
  * after a restart; the program reads it on a conntrack hit, which skips the
@@ -118,6 +128,24 @@ struct ringlb_ct_value {
 /* The addresses of this edge's own VIPs (every VIP entry but failover
  * aliases): an IPIP packet is decapsulated only when its outer destination is
  * one of them. Kept by the loader from its view after every apply. */
+
+/* ---- src_ranges: LPM_TRIE src_key -> __u32 family, BPF_F_NO_PREALLOC ------ */
+/* The source prefixes each restricted VIP accepts, keyed by its vip_id (one
+ * VIP:port:proto entry, so two Services on one address have their own). The
+ * lookup key is (160, vip_id, saddr); an entry's prefixlen is 32 + the
+ * source prefix length (IPv4: 32 + 0..32 over address word 0). The value is
+ * the prefix's RINGLB_AF_* (for the loader's read-back; the program only
+ * asks whether an entry matches). */
+#define RINGLB_MAX_SRC_RANGES 65536
+struct ringlb_src_key {
+	__u32 prefixlen;  /* LPM: bits of vip_id + addr that must match */
+	__u32 vip_id;     /* host order (always matched whole) */
+	__u32 addr[4];    /* be */
+};                        /* 24 bytes */
+
+/* ---- src_drops: PERCPU_ARRAY vip_id -> __u64 -------------------------------- */
+/* packets to the VIP dropped for a source outside its ranges (zeroed when a
+ * VIP gets the vip_id, as vip_stats) */
 
 /* ---- vip_filter: ARRAY word -> __u64, a Bloom filter of VIP addresses ---- */
 /* bit ringlb_vip_filter_bit(daddr) (vip_filter.h) set = maybe a VIP address */
@@ -242,11 +270,14 @@ enum ringlb_stat {
 				    * evicts no established flow) */
 	RINGLB_ST_LOCAL,           /* encapsulated to a pod on this node (RINGLB_BE_F_LOCAL):
 				    * XDP_PASS to the node agent's tc program on this port */
+	RINGLB_ST_DROP_SOURCE_RANGE, /* a packet to a VIP with source ranges from a source
+				    * outside them (src_ranges.h): dropped before the ring
+				    * and any conntrack insert, also on a conntrack hit */
 	RINGLB_ST_MAX,
 };
 
 /* ---- map names (the loader finds maps by these) ----------------------------- */
 /* vips, rings, backends, conntrack, owners, config, vip_stats, stats, vip_filter,
- * vip_addrs, flow_filter, bfd_hold, ct_budget */
+ * vip_addrs, flow_filter, bfd_hold, ct_budget, src_ranges, src_drops */
 
 #endif /* RINGLB_ABI_H */

@@ -8,7 +8,10 @@
  *        goes on, and only a failover alias forwards it: failover.h)
  *     -> conntrack[5-tuple]           (not for a SYN) hit, and the backend id
  *                                     still has the entry's generation? done
+ *        (a VIP with source ranges: the source must be in them, or
+ *        XDP_DROP; src_ranges.h)
  *     -> else vips[(daddr, dport, proto)]  (then the port-0 wildcard)
+ *        -> source outside the VIP's ranges? XDP_DROP (src_ranges.h)
  *        -> rings[vip_id][flow_hash % M]   (Maglev, flow_hash.h)
  *        -> conntrack insert {backend id, generation} (not by a SYN, and
  *           within the VIP's insert budget: conntrack.h)
@@ -68,6 +71,7 @@
 #include "vip_filter.h"
 #include "failover.h"
 #include "bfd_hold.h"
+#include "src_ranges.h"
 
 #ifndef IPPROTO_IPV6
 #define IPPROTO_IPV6 41
@@ -371,7 +375,16 @@ int ringlb_xdp(struct xdp_md *ctx)
 			/* the VIP this id belongs to now (owners is kept current by
 			 * the loader, also across a ring-size change) */
 			__u32 *own = bpf_map_lookup_elem(&owners, &bid);
-			vip_id = own && *own ? *own - 1 : RINGLB_MAX_VIPS;
+			__u32 ov = own ? *own : 0;
+			vip_id = ov & RINGLB_OWNER_VIP_MASK ? (ov & RINGLB_OWNER_VIP_MASK) - 1
+							    : RINGLB_MAX_VIPS;
+			/* source ranges hold for established flows too: a
+			 * narrowed range cuts them at their next packet */
+			if ((ov & RINGLB_OWNER_F_SRC_RANGES) &&
+			    !ringlb_src_allowed(vip_id, &pkt.flow)) {
+				count(RINGLB_ST_DROP_SOURCE_RANGE);
+				return XDP_DROP;
+			}
 			count(RINGLB_ST_CT_HIT);
 		} else {
 			count(RINGLB_ST_CT_STALE);
@@ -407,6 +420,13 @@ int ringlb_xdp(struct xdp_md *ctx)
 			return XDP_PASS;
 		}
 		vip_id = vip->vip_id;
+		/* a source outside the VIP's ranges: before the ring, and
+		 * nothing inserted */
+		if ((vip->flags & RINGLB_VIP_F_SRC_RANGES) &&
+		    !ringlb_src_allowed(vip_id, &pkt.flow)) {
+			count(RINGLB_ST_DROP_SOURCE_RANGE);
+			return XDP_DROP;
+		}
 		int use_ct = !(vip->flags & RINGLB_VIP_F_NO_CT);
 		if (use_ct && !stale && (!pkt.syn || RINGLB_SYN_INSERTS))
 			count(RINGLB_ST_CT_MISS);

@@ -34,6 +34,15 @@ pub const VIP_F_NO_CT: u32 = 0x1;
 /// `VipInfo::flags`: another region's VIP accepted here for failover, forwarded
 /// only for IPIP packets to one of this edge's own VIP addresses (`vip_addrs`).
 pub const VIP_F_FAILOVER_ALIAS: u32 = 0x2;
+/// `VipInfo::flags`: the VIP accepts only the sources in `src_ranges` under
+/// its vip_id (`spec.loadBalancerSourceRanges`; src_ranges.h).
+pub const VIP_F_SRC_RANGES: u32 = 0x4;
+/// The `owners` value's bit for a VIP with `VIP_F_SRC_RANGES` (a conntrack hit
+/// checks the source too); the rest (`OWNER_VIP_MASK`) is 1 + vip_id.
+pub const OWNER_F_SRC_RANGES: u32 = 0x8000_0000;
+pub const OWNER_VIP_MASK: u32 = 0x7fff_ffff;
+/// `src_ranges` entries (LPM trie, allocated on use).
+pub const MAX_SRC_RANGES: u32 = 65_536;
 pub const CFG_F_FIB_FALLBACK: u32 = 0x1;
 /// `BackendValue::nh_valid`: the next hop (MACs, ifindex, VLAN) is resolved.
 pub const NH_VALID: u8 = 0x1;
@@ -74,8 +83,14 @@ pub mod map {
     /// current window (program state, zeroed when a VIP gets the id;
     /// conntrack.h).
     pub const CT_BUDGET: &str = "ct_budget";
+    /// `Key<SrcRange>` -> family: the source prefixes of each VIP with source
+    /// ranges (LPM trie; src_ranges.h).
+    pub const SRC_RANGES: &str = "src_ranges";
+    /// vip_id -> u64 per CPU: packets dropped for a source outside the VIP's
+    /// ranges.
+    pub const SRC_DROPS: &str = "src_drops";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 13] = [
+    pub const ALL: [&str; 15] = [
         VIPS,
         RINGS,
         BACKENDS,
@@ -89,10 +104,12 @@ pub mod map {
         FLOW_FILTER,
         BFD_HOLD,
         CT_BUDGET,
+        SRC_RANGES,
+        SRC_DROPS,
     ];
     /// Maps newer than some pin dirs in the field: a running edge of an
     /// older release has none pinned.
-    pub const NEWER: [&str; 2] = [BFD_HOLD, CT_BUDGET];
+    pub const NEWER: [&str; 4] = [BFD_HOLD, CT_BUDGET, SRC_RANGES, SRC_DROPS];
 }
 
 /// `struct ringlb_vip_key`
@@ -173,6 +190,16 @@ pub struct ConfigValue {
     pub src6: RawAddr,
     pub mtu: u32,
     pub flags: u32,
+}
+
+/// `struct ringlb_src_key` past its `prefixlen` (aya's `lpm_trie::Key` holds
+/// that): the data an `src_ranges` entry matches.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrcRange {
+    /// Host order; always matched whole (32 bits of the prefix length).
+    pub vip_id: u32,
+    pub addr: RawAddr,
 }
 
 /// `struct ringlb_vip_stats`
@@ -274,6 +301,8 @@ const _: () = assert!(size_of::<CtValue>() == 8);
 const _: () = assert!(size_of::<ConfigValue>() == 28);
 const _: () = assert!(size_of::<VipStats>() == 16);
 const _: () = assert!(size_of::<CtBudget>() == 16);
+// struct ringlb_src_key (24) = prefixlen (4) + this
+const _: () = assert!(size_of::<SrcRange>() == 20);
 
 // SAFETY (for every impl below): aya::Pod requires a plain-old-data type with
 // no padding bytes the kernel could read uninitialised and no invalid bit
@@ -290,6 +319,7 @@ mod pod {
     unsafe impl aya::Pod for ConfigValue {}
     unsafe impl aya::Pod for VipStats {}
     unsafe impl aya::Pod for CtBudget {}
+    unsafe impl aya::Pod for SrcRange {}
     unsafe impl aya::Pod for BfdHoldKey {}
     unsafe impl aya::Pod for BfdHold {}
 }
@@ -328,9 +358,10 @@ pub enum Stat {
     CtSynFiltered,
     CtOverBudget,
     Local,
+    DropSourceRange,
 }
 
-pub const STAT_MAX: u32 = 30;
+pub const STAT_MAX: u32 = 31;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -364,6 +395,7 @@ impl Stat {
         Stat::CtSynFiltered,
         Stat::CtOverBudget,
         Stat::Local,
+        Stat::DropSourceRange,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -399,6 +431,7 @@ impl Stat {
             Stat::CtSynFiltered => "ct_syn_filtered",
             Stat::CtOverBudget => "ct_over_budget",
             Stat::Local => "local",
+            Stat::DropSourceRange => "drop_source_range",
         }
     }
 }
@@ -514,6 +547,11 @@ mod tests {
         assert_eq!(define("RINGLB_NH_VLAN_8021AD"), NH_VLAN_8021AD as u32);
         assert_eq!(define("RINGLB_VIP_F_FAILOVER_ALIAS"), VIP_F_FAILOVER_ALIAS);
         assert_eq!(define("RINGLB_BE_F_REMOTE_VIP"), BE_F_REMOTE_VIP as u32);
+        assert_eq!(define("RINGLB_VIP_F_SRC_RANGES"), VIP_F_SRC_RANGES);
+        assert_eq!(define("RINGLB_OWNER_F_SRC_RANGES"), OWNER_F_SRC_RANGES);
+        assert_eq!(define("RINGLB_OWNER_VIP_MASK"), OWNER_VIP_MASK);
+        assert_eq!(define("RINGLB_MAX_SRC_RANGES"), MAX_SRC_RANGES);
+        assert!(h.contains("struct ringlb_src_key {\n\t__u32 prefixlen;"));
         assert_eq!(define("RINGLB_BE_F_LOCAL"), BE_F_LOCAL as u32);
         assert_eq!(define("RINGLB_FLOW_F_DECAP"), FLOW_F_DECAP as u32);
         assert_eq!(define("RINGLB_BFD_HOLD_MAX"), BFD_HOLD_MAX);

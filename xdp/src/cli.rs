@@ -316,6 +316,7 @@ mod tests {
                 .into_iter()
                 .collect(),
                 entry: None,
+                src_ranges: Default::default(),
             },
         )]
         .into_iter()
@@ -387,7 +388,7 @@ mod tests {
     fn counters_and_flow_keys() {
         let c = Counters {
             global: vec![("tx", 5)],
-            per_vip: vec![],
+            ..Default::default()
         };
         assert!(format_counters(&c).contains("tx"));
         let f = flow(

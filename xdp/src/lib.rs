@@ -25,12 +25,13 @@ pub mod lookup;
 pub mod maps;
 
 pub mod readback;
+pub mod src_ranges;
 pub mod state;
 pub mod vip_filter;
 pub mod xdp;
 
 pub use ringlb_bpf_types::BpfError;
-pub use ringlb_datapath::{ApplyStats, Counters, Datapath};
+pub use ringlb_datapath::{ApplyStats, Counters, Datapath, SourceRange};
 pub use state::{
     DesiredState, MapOp, Programmed, Proto, ServiceEntry, Vip, VipAbi, plan, plan_update,
 };

@@ -7,7 +7,7 @@
 
 use std::path::Path;
 
-use aya::maps::{Array, ArrayOfMaps, HashMap, IterableMap, MapData, PerCpuArray};
+use aya::maps::{Array, ArrayOfMaps, HashMap, IterableMap, LpmTrie, MapData, PerCpuArray};
 use ringlb_bpf_types::check_capacity;
 
 use super::{
@@ -110,6 +110,8 @@ pub(crate) fn check_abi(maps: &KernelMaps) -> Result<(), Error> {
     let _: Array<_, abi::ConfigValue> = maps.map(CONFIG)?;
     let _: PerCpuArray<_, abi::VipStats> = maps.map(VIP_STATS)?;
     let _: PerCpuArray<_, abi::CtBudget> = maps.map(CT_BUDGET)?;
+    let _: PerCpuArray<_, u64> = maps.map(SRC_DROPS)?;
+    let _: LpmTrie<_, abi::SrcRange, u32> = maps.map(SRC_RANGES)?;
     let stats: PerCpuArray<_, u64> = maps.map(STATS)?;
     if stats.len() != abi::STAT_MAX {
         return Err(Error::InvalidService {

@@ -6,6 +6,10 @@
 //! - `ringlb_xdp_packets_total{reason}`: every verdict/reason of `abi::Stat`
 //!   (`tx`, `pass_not_vip`, `pass_mtu`, `drop_fib`, `ct_hit`, ...); IPVS has none
 //! - `ringlb_<dp>_vip_packets_total{vip}`, `ringlb_<dp>_vip_bytes_total{vip}`
+//! - `ringlb_<dp>_vip_dropped_total{vip,reason}`: packets to the VIP the datapath
+//!   dropped on purpose (XDP: `source_range`, a source outside the Service's
+//!   `loadBalancerSourceRanges`; the global count is
+//!   `ringlb_xdp_packets_total{reason="drop_source_range"}`)
 //! - `ringlb_<dp>_apply_seconds`: time of one apply (plan + kernel writes)
 //! - `ringlb_<dp>_apply_errors_total{kind}`
 //!
@@ -30,6 +34,7 @@ pub struct DatapathMetrics {
     pub packets: Family<Labels, Counter>,
     pub vip_packets: Family<Labels, Counter>,
     pub vip_bytes: Family<Labels, Counter>,
+    pub vip_dropped: Family<Labels, Counter>,
     pub apply_seconds: Histogram,
     pub apply_errors: Family<Labels, Counter>,
     last: std::sync::Arc<std::sync::Mutex<BTreeMap<(String, String), u64>>>,
@@ -42,6 +47,7 @@ impl DatapathMetrics {
             packets: Family::default(),
             vip_packets: Family::default(),
             vip_bytes: Family::default(),
+            vip_dropped: Family::default(),
             apply_seconds: Histogram::new([1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1.0, 3.0]),
             apply_errors: Family::default(),
             last: Default::default(),
@@ -62,6 +68,11 @@ impl DatapathMetrics {
             "vip_bytes",
             format!("{what} bytes per VIP"),
             m.vip_bytes.clone(),
+        );
+        sub.register(
+            "vip_dropped",
+            format!("{what} packets per VIP dropped on purpose, by reason"),
+            m.vip_dropped.clone(),
         );
         sub.register(
             "apply_seconds",
@@ -100,18 +111,37 @@ impl DatapathMetrics {
             add(&self.vip_bytes, "b", ("vip", label.clone()), *b);
             present.insert(label);
         }
+        for (vip, reason, n) in &c.per_vip_dropped {
+            let labels = vec![
+                ("vip".to_string(), vip.to_string()),
+                ("reason".to_string(), reason.to_string()),
+            ];
+            let key = (format!("d{reason}"), vip.to_string());
+            let before = last.insert(key, *n).unwrap_or(0);
+            let delta = if *n >= before { *n - before } else { *n };
+            if delta > 0 {
+                self.vip_dropped.get_or_create(&labels).inc_by(delta);
+            }
+        }
         // VIPs gone since the last call: drop their series and their memory
-        let gone: Vec<String> = last
+        let gone: Vec<(String, String)> = last
             .keys()
-            .filter(|(kind, l)| (kind == "p" || kind == "b") && !present.contains(l))
-            .map(|(_, l)| l.clone())
+            .filter(|(kind, l)| kind != "g" && !present.contains(l))
+            .cloned()
             .collect();
-        for label in gone {
-            let labels = vec![("vip".to_string(), label.clone())];
-            self.vip_packets.remove(&labels);
-            self.vip_bytes.remove(&labels);
-            last.remove(&("p".to_string(), label.clone()));
-            last.remove(&("b".to_string(), label));
+        for (kind, label) in gone {
+            let vip = ("vip".to_string(), label.clone());
+            match kind.strip_prefix('d') {
+                Some(reason) => {
+                    let labels = vec![vip, ("reason".to_string(), reason.to_string())];
+                    self.vip_dropped.remove(&labels);
+                }
+                None => {
+                    self.vip_packets.remove(&vec![vip.clone()]);
+                    self.vip_bytes.remove(&vec![vip]);
+                }
+            }
+            last.remove(&(kind, label));
         }
     }
 
@@ -149,10 +179,12 @@ mod tests {
         m.update(&Counters {
             global: vec![("tx", 10), ("pass_mtu", 0)],
             per_vip: vec![(vip, 10, 640)],
+            per_vip_dropped: vec![(vip, "source_range", 3)],
         });
         m.update(&Counters {
             global: vec![("tx", 15), ("pass_mtu", 2)],
             per_vip: vec![(vip, 15, 960)],
+            per_vip_dropped: vec![(vip, "source_range", 7)],
         });
         let t = text(&r);
         assert!(
@@ -165,6 +197,12 @@ mod tests {
         );
         assert!(
             t.contains("ringlb_xdp_vip_bytes_total{vip=\"10.0.0.1:80/tcp\"} 960"),
+            "{t}"
+        );
+        assert!(
+            t.contains(
+                "ringlb_xdp_vip_dropped_total{vip=\"10.0.0.1:80/tcp\",reason=\"source_range\"} 7"
+            ),
             "{t}"
         );
         m.observe_apply(
@@ -195,6 +233,7 @@ mod tests {
         m.update(&Counters {
             global: vec![("tx", 3)],
             per_vip: vec![(vip(1), 1, 64), (vip(2), 2, 128)],
+            per_vip_dropped: vec![(vip(1), "source_range", 1)],
         });
         let t = text(&r);
         assert!(t.contains("vip=\"10.0.0.1:80/tcp\""), "{t}");
@@ -203,6 +242,7 @@ mod tests {
         m.update(&Counters {
             global: vec![("tx", 5)],
             per_vip: vec![(vip(2), 4, 256)],
+            ..Default::default()
         });
         let t = text(&r);
         assert!(!t.contains("10.0.0.1:80/tcp"), "{t}");
@@ -218,6 +258,7 @@ mod tests {
         m.update(&Counters {
             global: vec![("tx", 6)],
             per_vip: vec![(vip(1), 1, 64), (vip(2), 4, 256)],
+            ..Default::default()
         });
         let t = text(&r);
         assert!(

@@ -8,16 +8,16 @@ use std::os::fd::AsFd;
 
 use aya::{
     Ebpf,
-    maps::{Array, ArrayOfMaps, HashMap, IterableMap, MapData, PerCpuArray, PerCpuValues},
+    maps::{Array, ArrayOfMaps, HashMap, IterableMap, LpmTrie, MapData, PerCpuArray, PerCpuValues},
 };
 
 use super::Maps;
 use crate::flow_filter::{self, FilterBits, RebuildStats};
 use crate::vip_filter::VipFilter;
 use crate::{
-    BpfError, Counters, Error, Vip, VipAbi, abi,
+    BpfError, Counters, Error, SourceRange, Vip, VipAbi, abi,
     batch::{self, BPF_F_MMAPABLE, read_mmapped_u32, update_batch, write_mmapped_u32},
-    map_err,
+    map_err, src_ranges,
 };
 
 /// `BPF_F_INNER_MAP`: inner maps of different sizes may share the outer map.
@@ -136,7 +136,8 @@ impl Maps for KernelMaps {
         self.set_ring(vip_id, size)?;
         // a reused vip_id starts afresh: no counts, no open insert window
         self.zero_per_cpu::<abi::VipStats>(abi::map::VIP_STATS, vip_id)?;
-        self.zero_per_cpu::<abi::CtBudget>(abi::map::CT_BUDGET, vip_id)
+        self.zero_per_cpu::<abi::CtBudget>(abi::map::CT_BUDGET, vip_id)?;
+        self.zero_per_cpu::<u64>(abi::map::SRC_DROPS, vip_id)
     }
 
     fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error> {
@@ -211,8 +212,7 @@ impl Maps for KernelMaps {
         let v = read_mmapped_u32(o.map().fd().as_fd(), o.len(), o.len())?;
         Ok((0..)
             .zip(v)
-            .filter(|&(_, owner)| owner != 0)
-            .map(|(id, owner)| (id, owner - 1))
+            .filter_map(|(id, owner)| Some((id, src_ranges::owner_of(owner).0?)))
             .collect())
     }
 
@@ -268,6 +268,39 @@ impl Maps for KernelMaps {
         Ok(())
     }
 
+    fn put_src_ranges(&mut self, vip_id: u32, ranges: &[SourceRange]) -> Result<(), Error> {
+        let mut m: LpmTrie<_, abi::SrcRange, u32> = self.map_mut(abi::map::SRC_RANGES)?;
+        for r in ranges {
+            let (k, family) = src_ranges::key(vip_id, r);
+            m.insert(&k, family, 0)
+                .map_err(map_err(abi::map::SRC_RANGES))?;
+        }
+        Ok(())
+    }
+
+    fn del_src_ranges(&mut self, vip_id: u32, ranges: &[SourceRange]) -> Result<(), Error> {
+        let mut m: LpmTrie<_, abi::SrcRange, u32> = self.map_mut(abi::map::SRC_RANGES)?;
+        for r in ranges {
+            match m.remove(&src_ranges::key(vip_id, r).0) {
+                Ok(()) | Err(aya::maps::MapError::KeyNotFound) => {}
+                Err(e) => return Err(map_err(abi::map::SRC_RANGES)(e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn src_ranges(&self) -> Result<BTreeMap<u32, BTreeSet<SourceRange>>, Error> {
+        let m: LpmTrie<_, abi::SrcRange, u32> = self.map(abi::map::SRC_RANGES)?;
+        let mut by_vip: BTreeMap<u32, BTreeSet<SourceRange>> = BTreeMap::new();
+        for kv in m.iter() {
+            let (k, family) = kv.map_err(map_err(abi::map::SRC_RANGES))?;
+            if let Some((vip_id, r)) = src_ranges::from_key(&k, family) {
+                by_vip.entry(vip_id).or_default().insert(r);
+            }
+        }
+        Ok(by_vip)
+    }
+
     fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error> {
         let stats: PerCpuArray<_, u64> = self.map(abi::map::STATS)?;
         let mut c = Counters::default();
@@ -285,6 +318,12 @@ impl Maps for KernelMaps {
                 v.iter().map(|x| x.packets).sum(),
                 v.iter().map(|x| x.bytes).sum(),
             ));
+        }
+        let drops: PerCpuArray<_, u64> = self.map(abi::map::SRC_DROPS)?;
+        for (vip, vip_id) in vips {
+            let v = drops.get(vip_id, 0).map_err(map_err(abi::map::SRC_DROPS))?;
+            c.per_vip_dropped
+                .push((*vip, "source_range", v.iter().sum()));
         }
         Ok(c)
     }

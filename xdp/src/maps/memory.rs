@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use super::Maps;
-use crate::{BpfError, Counters, Error, Vip, abi, vip_filter::VipFilter};
+use crate::{BpfError, Counters, Error, SourceRange, Vip, abi, src_ranges, vip_filter::VipFilter};
 
 /// The XDP program's maps as plain collections.
 #[derive(Clone, Debug, Default)]
@@ -13,7 +13,12 @@ pub struct MemoryMaps {
     pub vips: BTreeMap<Vip, abi::VipInfo>,
     pub rings: BTreeMap<u32, Vec<u32>>,
     pub backends: BTreeMap<u32, abi::BackendValue>,
+    /// id -> vip_id (the `owners` value without its ranges bit)
     pub owners: BTreeMap<u32, u32>,
+    /// The ids whose `owners` value has `abi::OWNER_F_SRC_RANGES`.
+    pub owners_src_ranges: BTreeSet<u32>,
+    /// `src_ranges` by vip_id.
+    pub src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
     pub vip_filter: VipFilter,
     pub vip_addrs: BTreeSet<std::net::IpAddr>,
     /// Writes left before one fails (`None`: never). Each trait call that writes
@@ -127,11 +132,16 @@ impl Maps for MemoryMaps {
 
     fn set_owners(&mut self, ids: &[u32], owner: u32) -> Result<(), Error> {
         self.write("set_owners")?;
+        let (vip_id, ranges) = src_ranges::owner_of(owner);
         for id in ids {
-            if owner == 0 {
-                self.owners.remove(id);
+            match vip_id {
+                None => self.owners.remove(id),
+                Some(v) => self.owners.insert(*id, v),
+            };
+            if ranges {
+                self.owners_src_ranges.insert(*id);
             } else {
-                self.owners.insert(*id, owner - 1);
+                self.owners_src_ranges.remove(id);
             }
         }
         Ok(())
@@ -172,12 +182,40 @@ impl Maps for MemoryMaps {
         Ok(())
     }
 
+    fn put_src_ranges(&mut self, vip_id: u32, ranges: &[SourceRange]) -> Result<(), Error> {
+        self.write("put_src_ranges")?;
+        self.src_ranges
+            .entry(vip_id)
+            .or_default()
+            .extend(ranges.iter().copied());
+        Ok(())
+    }
+
+    fn del_src_ranges(&mut self, vip_id: u32, ranges: &[SourceRange]) -> Result<(), Error> {
+        self.write("del_src_ranges")?;
+        if let Some(set) = self.src_ranges.get_mut(&vip_id) {
+            for r in ranges {
+                set.remove(r);
+            }
+            if set.is_empty() {
+                self.src_ranges.remove(&vip_id);
+            }
+        }
+        Ok(())
+    }
+
+    fn src_ranges(&self) -> Result<BTreeMap<u32, BTreeSet<SourceRange>>, Error> {
+        self.read("src_ranges")?;
+        Ok(self.src_ranges.clone())
+    }
+
     /// No packets cross memory: every counter is zero.
     fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error> {
         self.read("counters")?;
         Ok(Counters {
             global: abi::Stat::ALL.iter().map(|s| (s.label(), 0)).collect(),
             per_vip: vips.iter().map(|(v, _)| (*v, 0, 0)).collect(),
+            per_vip_dropped: vips.iter().map(|(v, _)| (*v, "source_range", 0)).collect(),
         })
     }
 }

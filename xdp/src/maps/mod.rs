@@ -21,7 +21,10 @@ use std::net::IpAddr;
 
 use ringlb_nexthop::{NextHop, Resolver};
 
-use crate::{ApplyStats, Counters, Error, MapOp, Vip, abi, state::ReadBack, vip_filter::VipFilter};
+use crate::{
+    ApplyStats, Counters, Error, MapOp, SourceRange, Vip, abi, src_ranges, state::ReadBack,
+    vip_filter::VipFilter,
+};
 
 /// The BPF maps of the XDP program, as the loader writes and reads them.
 pub trait Maps {
@@ -43,7 +46,8 @@ pub trait Maps {
     fn del_vip(&mut self, vip: &Vip) -> Result<(), Error>;
     /// Every VIP entry.
     fn vips(&self) -> Result<Vec<(Vip, abi::VipInfo)>, Error>;
-    /// `owners[id] = owner` for each id (1 + vip_id; 0 = none). A layer without an
+    /// `owners[id] = owner` for each id (1 + vip_id, and maybe
+    /// `abi::OWNER_F_SRC_RANGES`; 0 = none). A layer without an
     /// owners map (pinned by an old release) ignores it.
     fn set_owners(&mut self, ids: &[u32], owner: u32) -> Result<(), Error>;
     /// Every non-zero `owners` entry as id -> vip_id (empty without an owners map).
@@ -57,6 +61,12 @@ pub trait Maps {
     fn vip_addrs(&self) -> Result<BTreeSet<IpAddr>, Error>;
     /// Adds `add` to `vip_addrs` and removes `del` (a missing one is no error).
     fn vip_addrs_update(&mut self, add: &[IpAddr], del: &[IpAddr]) -> Result<(), Error>;
+    /// Adds `ranges` to `src_ranges` under `vip_id`.
+    fn put_src_ranges(&mut self, vip_id: u32, ranges: &[SourceRange]) -> Result<(), Error>;
+    /// Removes `ranges` of `vip_id` from `src_ranges` (a missing one is no error).
+    fn del_src_ranges(&mut self, vip_id: u32, ranges: &[SourceRange]) -> Result<(), Error>;
+    /// Every `src_ranges` entry, by vip_id.
+    fn src_ranges(&self) -> Result<BTreeMap<u32, BTreeSet<SourceRange>>, Error>;
     /// The global counters, and the per-VIP ones of `vips` (VIP, vip_id), summed
     /// over CPUs.
     fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error>;
@@ -129,7 +139,13 @@ pub fn run_ops(
                 maps.del_ring(*vip_id)?;
                 st.rings_deleted += 1;
             }
-            MapOp::Own { vip_id, ids } => maps.set_owners(ids, vip_id + 1)?,
+            MapOp::Own {
+                vip_id,
+                ids,
+                src_ranges: r,
+            } => maps.set_owners(ids, src_ranges::owner_value(*vip_id, *r))?,
+            MapOp::PutSrcRanges { vip_id, ranges } => maps.put_src_ranges(*vip_id, ranges)?,
+            MapOp::DelSrcRanges { vip_id, ranges } => maps.del_src_ranges(*vip_id, ranges)?,
             MapOp::DelBackend { id } => {
                 maps.put_backends(&[*id], &[tombstone])?;
                 // after the tombstone: a live id never loses its owner
@@ -149,6 +165,7 @@ pub fn run_ops(
 pub fn read_back(maps: &dyn Maps) -> Result<ReadBack, Error> {
     let mut r = ReadBack {
         owners: maps.owners()?,
+        src_ranges: maps.src_ranges()?,
         ..Default::default()
     };
     let mut entries = maps.vips()?;

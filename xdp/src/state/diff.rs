@@ -8,7 +8,8 @@ use std::{
 };
 
 use super::{
-    DesiredState, MapOp, Programmed, ProgrammedBackend, ProgrammedVip, ServiceEntry, Vip, vip_flags,
+    DesiredState, MapOp, Programmed, ProgrammedBackend, ProgrammedVip, ServiceEntry, SourceRange,
+    Vip, vip_flags,
 };
 use crate::{Error, abi};
 
@@ -75,16 +76,32 @@ pub fn plan_update(
     check_ids_available(p, vip, new, &new_addrs, &remote)?;
     let old = p.vips.remove(vip);
     let mut ops = PlanOps::default();
+    // source ranges left under a vip_id nobody has: gone before it is reused
+    for (vip_id, ranges) in std::mem::take(&mut p.stray_src_ranges) {
+        let ranges = ranges.into_iter().collect();
+        ops.src_strays.push(MapOp::DelSrcRanges { vip_id, ranges });
+    }
     // the ring (and owner) id: the old one, or a new ring when M changes
     let ring_id = new.map(|svc| match &old {
         Some(o) if o.ring_size == svc.ring().len() as u32 => (o.vip_id, false),
         _ => (p.vip_ids.alloc().expect("checked above"), true),
     });
+    let src = new.is_some_and(|s| s.source_ranges().is_some());
+    let src_ranges = plan_src_ranges(ring_id, new, old.as_ref(), &mut ops);
 
     // 1. this service's ids: kept per address, new addresses get a fresh id
-    //    and generation; ids of addresses that left are deleted last
+    //    and generation; ids of addresses that left are deleted last. Every
+    //    kept id is owned again when the ring moves, when the VIP's ranges
+    //    bit changes, and after a restart when ranges are or were involved
+    //    (the owners bit is not read back).
+    let reown = old.as_ref().is_some_and(|o| {
+        let had = o.flags & abi::VIP_F_SRC_RANGES != 0;
+        ring_id.is_some_and(|(_, fresh)| fresh)
+            || had != src
+            || (o.entry.is_none() && (had || src || !o.src_ranges.is_empty()))
+    });
     let (kept, leaving) = assign_backend_ids(p, &new_addrs, &remote, old.as_ref(), &mut ops.puts);
-    own_backend_ids(p, vip, ring_id, old.is_some(), &kept, &mut ops);
+    own_backend_ids(p, vip, ring_id, (reown, src), &kept, &mut ops);
     // sorted input: built in one pass
     let backends = kept.into_iter().map(|(a, b, _)| (a, b)).collect();
 
@@ -92,7 +109,11 @@ pub fn plan_update(
     let freed_vip = match (new, &old) {
         (Some(svc), _) => {
             let ring_id = ring_id.expect("a new entry has a ring");
-            program_service(p, vip, svc, ring_id, old.as_ref(), backends, &mut ops)
+            let freed = program_service(p, vip, svc, ring_id, old.as_ref(), backends, &mut ops);
+            if let Some(pv) = p.vips.get_mut(vip) {
+                pv.src_ranges = src_ranges;
+            }
+            freed
         }
         (None, Some(o)) => {
             ops.del_vips.push(MapOp::DelVip { vip: *vip });
@@ -110,7 +131,9 @@ pub fn plan_update(
 /// A plan's operations by kind, concatenated in the order [`MapOp`] describes.
 #[derive(Default)]
 struct PlanOps {
+    src_strays: Vec<MapOp>,
     strays: Vec<MapOp>,
+    src_puts: Vec<MapOp>,
     puts: Vec<MapOp>,
     own_new: Vec<MapOp>,
     rings: Vec<MapOp>,
@@ -125,7 +148,9 @@ impl PlanOps {
     fn in_safe_order(self) -> Vec<MapOp> {
         // removals of the VIP entry come before the ring and backend removals
         [
+            self.src_strays,
             self.strays,
+            self.src_puts,
             self.puts,
             self.own_new,
             self.rings,
@@ -139,6 +164,58 @@ impl PlanOps {
         .flatten()
         .collect()
     }
+}
+
+/// The `src_ranges` writes of one update: entries the VIP gains go in before
+/// its VIP entry and owners say it has ranges (`src_puts`); entries it loses,
+/// and all of an old vip_id's, go last (`dels`), after they stop saying so.
+/// Returns what the trie holds under the new vip_id afterwards.
+fn plan_src_ranges(
+    ring_id: Option<(u32, bool)>,
+    new: Option<&ServiceEntry>,
+    old: Option<&ProgrammedVip>,
+    ops: &mut PlanOps,
+) -> BTreeSet<SourceRange> {
+    let want: BTreeSet<SourceRange> = new
+        .and_then(|s| s.source_ranges())
+        .cloned()
+        .unwrap_or_default();
+    let Some((vip_id, _)) = ring_id else {
+        if let Some(o) = old.filter(|o| !o.src_ranges.is_empty()) {
+            let ranges = o.src_ranges.iter().copied().collect();
+            ops.dels.push(MapOp::DelSrcRanges {
+                vip_id: o.vip_id,
+                ranges,
+            });
+        }
+        return want;
+    };
+    let empty = BTreeSet::new();
+    let have = old
+        .filter(|o| o.vip_id == vip_id)
+        .map_or(&empty, |o| &o.src_ranges);
+    let add: Vec<SourceRange> = want.difference(have).copied().collect();
+    if !add.is_empty() {
+        ops.src_puts.push(MapOp::PutSrcRanges {
+            vip_id,
+            ranges: add,
+        });
+    }
+    let gone: Vec<SourceRange> = have.difference(&want).copied().collect();
+    if !gone.is_empty() {
+        ops.dels.push(MapOp::DelSrcRanges {
+            vip_id,
+            ranges: gone,
+        });
+    }
+    if let Some(o) = old.filter(|o| o.vip_id != vip_id && !o.src_ranges.is_empty()) {
+        let ranges = o.src_ranges.iter().copied().collect();
+        ops.dels.push(MapOp::DelSrcRanges {
+            vip_id: o.vip_id,
+            ranges,
+        });
+    }
+    want
 }
 
 /// Fails before anything changes when the update needs more backend ids (one
@@ -235,11 +312,11 @@ fn own_backend_ids(
     p: &mut Programmed,
     vip: &Vip,
     ring_id: Option<(u32, bool)>,
-    had_old: bool,
+    (all, src_ranges): (bool, bool),
     kept: &Kept,
     ops: &mut PlanOps,
 ) {
-    let Some((vip_id, fresh)) = ring_id else {
+    let Some((vip_id, _)) = ring_id else {
         p.adopted.remove(vip);
         return;
     };
@@ -255,6 +332,7 @@ fn own_backend_ids(
         ops.own_new.push(MapOp::Own {
             vip_id,
             ids: new_ids,
+            src_ranges,
         });
     }
     // O(kept): a set for the adopted ids, and the new-id flag from the
@@ -265,14 +343,17 @@ fn own_backend_ids(
         .unwrap_or_default()
         .into_iter()
         .collect();
-    let all = fresh && had_old;
     let moved: Vec<u32> = kept
         .iter()
         .filter(|(_, b, is_new)| !is_new && (all || adopted.contains(&b.id)))
         .map(|(_, b, _)| b.id)
         .collect();
     if !moved.is_empty() {
-        ops.own_kept.push(MapOp::Own { vip_id, ids: moved });
+        ops.own_kept.push(MapOp::Own {
+            vip_id,
+            ids: moved,
+            src_ranges,
+        });
     }
 }
 
@@ -338,6 +419,7 @@ fn program_service(
             ring: Some(ids),
             backends,
             entry: Some(svc.clone()),
+            src_ranges: BTreeSet::new(),
         },
     );
     freed_vip
@@ -436,6 +518,10 @@ pub fn plan(
     }
     // strays are drained by the first plan_update; with no service at all
     // to update they go here
+    for (vip_id, ranges) in std::mem::take(&mut next.stray_src_ranges) {
+        let ranges = ranges.into_iter().collect();
+        ops.push(MapOp::DelSrcRanges { vip_id, ranges });
+    }
     for id in std::mem::take(&mut next.strays) {
         ops.push(MapOp::DelBackend { id });
         next.backend_ids.release(id);

@@ -22,7 +22,7 @@ pub use diff::{plan, plan_update};
 pub use view::View;
 
 /// The seam's types (`ringlb-datapath`), where the planner finds them.
-pub use ringlb_datapath::{DesiredState, Proto, ServiceEntry, Vip};
+pub use ringlb_datapath::{DesiredState, Proto, ServiceEntry, SourceRange, Vip};
 
 /// A [`Vip`] as the `vips` map keys it.
 pub trait VipAbi: Sized {
@@ -58,6 +58,9 @@ fn vip_flags(svc: &ServiceEntry) -> u32 {
     if svc.failover_alias() {
         f |= abi::VIP_F_FAILOVER_ALIAS;
     }
+    if svc.source_ranges().is_some() {
+        f |= abi::VIP_F_SRC_RANGES;
+    }
     f
 }
 
@@ -87,6 +90,8 @@ pub struct ProgrammedVip {
     pub backends: BTreeMap<IpAddr, ProgrammedBackend>,
     /// The entry last applied; `None` after a restart (always re-planned).
     pub entry: Option<ServiceEntry>,
+    /// What `src_ranges` holds under `vip_id` (`src_ranges.rs`).
+    pub src_ranges: BTreeSet<SourceRange>,
 }
 
 /// Lowest-first id allocator. Ids freed by a plan are released only after
@@ -141,6 +146,10 @@ pub struct Programmed {
     /// entry was missing or named a VIP that is gone: the VIP's next plan
     /// writes their owner.
     pub adopted: BTreeMap<Vip, Vec<u32>>,
+    /// `src_ranges` entries under a vip_id no VIP has (read back after a
+    /// failed apply): the next plan deletes them, before it can give the
+    /// vip_id to a VIP.
+    pub stray_src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
     backend_ids: IdPool,
     vip_ids: IdPool,
 }
@@ -164,6 +173,8 @@ pub struct ReadBack {
     pub backends: BTreeMap<u32, abi::BackendValue>,
     /// The generation high-water mark kept in `backends[0]`.
     pub high_water: u32,
+    /// Every `src_ranges` entry, by vip_id.
+    pub src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
 }
 
 impl Programmed {
@@ -176,6 +187,7 @@ impl Programmed {
     /// (deleted by the next update). Tombstones (family 0) are free ids.
     pub fn restore(r: ReadBack) -> Self {
         let by_vid: BTreeMap<u32, Vip> = r.vips.iter().map(|(v, i, _)| (i.vip_id, *v)).collect();
+        let mut src_ranges = r.src_ranges.clone();
         let mut owned = BTreeMap::new();
         let mut claimed = BTreeSet::new();
         let mut last_generation = r.high_water;
@@ -257,6 +269,7 @@ impl Programmed {
                     ring,
                     backends: owned.remove(&vip).unwrap_or_default(),
                     entry: None,
+                    src_ranges: src_ranges.remove(&info.vip_id).unwrap_or_default(),
                 },
             );
         }
@@ -274,6 +287,7 @@ impl Programmed {
             orphans,
             strays,
             adopted,
+            stray_src_ranges: src_ranges,
         }
     }
 
@@ -342,6 +356,19 @@ pub enum MapOp {
     Own {
         vip_id: u32,
         ids: Vec<u32>,
+        /// The VIP has source ranges: the owner value carries
+        /// `abi::OWNER_F_SRC_RANGES`, so conntrack hits check the source.
+        src_ranges: bool,
+    },
+    /// `src_ranges` entries of `vip_id`, added.
+    PutSrcRanges {
+        vip_id: u32,
+        ranges: Vec<SourceRange>,
+    },
+    /// `src_ranges` entries of `vip_id`, removed.
+    DelSrcRanges {
+        vip_id: u32,
+        ranges: Vec<SourceRange>,
     },
     /// A new inner ring map of `size` slots at `rings[vip_id]` (counters reset).
     CreateRing {
@@ -370,5 +397,7 @@ pub enum MapOp {
 
 #[cfg(test)]
 mod failure_tests;
+#[cfg(test)]
+mod src_ranges_tests;
 #[cfg(test)]
 mod tests;

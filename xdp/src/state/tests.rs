@@ -50,7 +50,8 @@ fn first_plan_writes_everything_in_order() {
         ops[2],
         MapOp::Own {
             vip_id: 0,
-            ids: vec![1, 2]
+            ids: vec![1, 2],
+            src_ranges: false,
         },
         "owned before any ring names them"
     );
@@ -95,7 +96,8 @@ fn backend_change_writes_only_changed_slots_and_frees_id_later() {
         ops[1],
         MapOp::Own {
             vip_id: 0,
-            ids: vec![3]
+            ids: vec![3],
+            src_ranges: false,
         }
     );
     match &ops[2] {
@@ -178,7 +180,8 @@ fn ring_size_change_gets_a_new_ring_before_the_old_goes() {
         ops[3],
         MapOp::Own {
             vip_id: 1,
-            ids: vec![1]
+            ids: vec![1],
+            src_ranges: false,
         },
         "the kept id follows its VIP to the new ring once the VIP points there"
     );
@@ -320,6 +323,7 @@ fn a_new_vip_with_50_000_endpoints_is_planned_and_owned() {
 fn apply_service_deletes_an_orphan_once_no_ring_names_it() {
     let (a, b) = (vip(1, 80), vip(2, 80));
     let r = ReadBack {
+        src_ranges: Default::default(),
         vips: vec![
             // 7 is a second id for .1 in a's ring and in b's (maps of a
             // loader with global ids, or a failed apply)
@@ -382,7 +386,7 @@ fn single_service_update_touches_only_that_service() {
     let id = p.vips[&target].vip_id;
     let ops = plan_update(&mut p, &target, Some(&svc(&target, &[1, 2, 3], 11))).unwrap();
     assert!(matches!(ops[0], MapOp::PutBackend { addr, .. } if addr == ip(3)));
-    assert!(matches!(&ops[1], MapOp::Own { vip_id, ids } if *vip_id == id && ids.len() == 1));
+    assert!(matches!(&ops[1], MapOp::Own { vip_id, ids, .. } if *vip_id == id && ids.len() == 1));
     assert!(
         ops[2..]
             .iter()
@@ -433,6 +437,7 @@ fn restore_takes_ownership_from_the_rings() {
         ..Default::default()
     };
     let r = ReadBack {
+        src_ranges: Default::default(),
         vips: vec![
             // a: ids 1 (.1) and 4 (.2), an empty slot and a tombstone (6)
             (a, info(3, 5), Some(vec![1, 4, 0, 6, 1])),
@@ -509,6 +514,7 @@ fn restore_takes_ownership_from_the_rings() {
     // also when no service is left to plan
     // a stray also goes when no service is left at all
     let lone = Programmed::restore(ReadBack {
+        src_ranges: Default::default(),
         owners: [(3, 5)].into_iter().collect(),
         backends: [(3, be(ip(9), 2))].into_iter().collect(),
         ..Default::default()
@@ -533,6 +539,7 @@ fn restored_identical_state_writes_nothing() {
     let (_, p) = plan(&Programmed::default(), &d).unwrap();
     let pv = &p.vips[&v];
     let r = ReadBack {
+        src_ranges: Default::default(),
         vips: vec![(v, info(pv.vip_id, 5), pv.ring.clone())],
         owners: pv.backends.values().map(|b| (b.id, pv.vip_id)).collect(),
         backends: pv
@@ -547,6 +554,7 @@ fn restored_identical_state_writes_nothing() {
     assert!(ops.is_empty(), "{ops:?}");
     // an unreadable ring is rewritten whole (with fresh ids: ownership unknown)
     let r = ReadBack {
+        src_ranges: Default::default(),
         vips: vec![(v, info(pv.vip_id, 5), None)],
         ..Default::default()
     };

@@ -12,6 +12,9 @@
 //!            repeat=N, kernel average; S: N calls with repeat=1, mean kernel
 //!            duration); every output frame is checked. With
 //!            --katran-object, Katran's balancer side by side (S only)
+//!   ranges   what spec.loadBalancerSourceRanges costs a packet: one VIP
+//!            without ranges, with 4 and with 256, in alternating rounds,
+//!            beside the floor (method S)
 //!   flood    1 M SYNs to one VIP while 1,000 established flows of another
 //!            run: how many of those flows moved backend, before and after
 //!   veth     packets per second through a veth pair with native XDP:
@@ -29,13 +32,14 @@ mod flood;
 mod katran;
 mod kube;
 mod packet;
+mod ranges;
 mod setup;
 mod veth;
 
 #[derive(Parser, Debug)]
 #[command(about = "ringlb XDP datapath benchmarks (needs root)")]
 pub struct Args {
-    /// Only this section: packet, flood, veth, iptables, update.
+    /// Only this section: packet, ranges, flood, veth, iptables, update.
     #[arg(long)]
     pub only: Option<String>,
     /// Repetitions for method R (one BPF_PROG_TEST_RUN call).
@@ -92,6 +96,9 @@ fn main() -> anyhow::Result<()> {
     );
     if want("packet") {
         packet::section_packet(&a)?;
+    }
+    if want("ranges") {
+        ranges::section_ranges(&a)?;
     }
     if want("flood") {
         flood::section_flood(&a)?;

@@ -1,0 +1,93 @@
+//! `spec.loadBalancerSourceRanges` in the XDP maps (src_ranges.h): the keys of
+//! the `src_ranges` LPM trie and the `owners` value that carries a VIP's
+//! "has ranges" bit to conntrack hits.
+//!
+//! A VIP with source ranges has `abi::VIP_F_SRC_RANGES` in its `vips` entry and
+//! `abi::OWNER_F_SRC_RANGES` in the `owners` entry of each of its backend ids,
+//! and one trie entry per prefix of its family under its vip_id. A VIP whose
+//! Service lists ranges but none of its family has the bits and no entry: it
+//! accepts no source (never opened to the world by mistake).
+
+use aya::maps::lpm_trie::Key;
+use ringlb_datapath::SourceRange;
+
+use crate::abi;
+
+/// The trie key of `range` under `vip_id`: (32 + prefix, vip_id, address).
+pub fn key(vip_id: u32, range: &SourceRange) -> (Key<abi::SrcRange>, u32) {
+    let (addr, family) = abi::RawAddr::from_ip(range.addr());
+    let k = Key::new(
+        32 + u32::from(range.prefix()),
+        abi::SrcRange { vip_id, addr },
+    );
+    (k, u32::from(family))
+}
+
+/// The vip_id and range of a trie entry (its value is the range's family);
+/// `None` for an entry no loader writes.
+pub fn from_key(k: &Key<abi::SrcRange>, family: u32) -> Option<(u32, SourceRange)> {
+    let data = k.data();
+    let prefix = u8::try_from(k.prefix_len().checked_sub(32)?).ok()?;
+    let addr = data.addr.to_ip(u8::try_from(family).ok()?)?;
+    let r = SourceRange::new(addr, prefix)?;
+    (r.addr() == addr).then_some((data.vip_id, r))
+}
+
+/// The `owners` value of a backend id of VIP `vip_id`.
+pub fn owner_value(vip_id: u32, src_ranges: bool) -> u32 {
+    let v = (vip_id + 1) & abi::OWNER_VIP_MASK;
+    if src_ranges {
+        v | abi::OWNER_F_SRC_RANGES
+    } else {
+        v
+    }
+}
+
+/// The vip_id an `owners` value names (`None`: no owner), and its ranges bit.
+pub fn owner_of(value: u32) -> (Option<u32>, bool) {
+    let v = value & abi::OWNER_VIP_MASK;
+    (
+        (v != 0).then(|| v - 1),
+        value & abi::OWNER_F_SRC_RANGES != 0,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::IpAddr;
+
+    fn r(s: &str, p: u8) -> SourceRange {
+        SourceRange::new(s.parse::<IpAddr>().unwrap(), p).unwrap()
+    }
+
+    #[test]
+    fn keys_round_trip_with_their_family() {
+        for range in [
+            r("192.0.2.0", 24),
+            r("0.0.0.0", 0),
+            r("2001:db8::", 32),
+            r("::", 0),
+        ] {
+            let (k, fam) = key(7, &range);
+            assert_eq!(k.prefix_len(), 32 + u32::from(range.prefix()));
+            assert_eq!(from_key(&k, fam), Some((7, range)));
+        }
+        // 192.0.2.0/24 and 2001:db8::/32 differ in family, not only bits
+        let (k4, f4) = key(1, &r("192.0.2.0", 24));
+        assert_eq!(f4, u32::from(abi::AF_INET));
+        assert!(from_key(&k4, 99).is_none(), "unknown family");
+        // the bytes the program matches: vip_id, then the address as on the wire
+        let d = k4.data();
+        assert_eq!(d.addr.0[0].to_ne_bytes(), [192, 0, 2, 0]);
+    }
+
+    #[test]
+    fn owner_values_carry_the_ranges_bit_beside_the_vip() {
+        assert_eq!(owner_value(0, false), 1);
+        assert_eq!(owner_value(4, true), 5 | 0x8000_0000);
+        assert_eq!(owner_of(owner_value(4, true)), (Some(4), true));
+        assert_eq!(owner_of(owner_value(65_535, false)), (Some(65_535), false));
+        assert_eq!(owner_of(0), (None, false));
+    }
+}
