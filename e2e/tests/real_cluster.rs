@@ -23,8 +23,11 @@
 //! root or a tool is missing, fails when a build is missing.
 
 use std::net::IpAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
+use ringlb_e2e::realcluster::traffic::{self, KeepAlive, Outcome};
 use ringlb_e2e::realcluster::{self, Options, RealCluster, workload::WEB};
 
 fn skip() -> bool {
@@ -92,7 +95,7 @@ fn scenario(rc: &RealCluster) {
         assert_eq!(a, b, "not Ready: {l}");
     }
 
-    rc.deploy_web(4).unwrap();
+    rc.deploy_web(4, false).unwrap();
     rc.expose_web().unwrap();
     let (v4, v6) = rc
         .wait_vips(WEB, Duration::from_secs(30))
@@ -236,4 +239,244 @@ fn scenario(rc: &RealCluster) {
         },
     );
     routes.unwrap();
+}
+
+/// What a fault did to the traffic that ran through it.
+struct Through {
+    keepalive: Outcome,
+    requests: u64,
+    failed: u64,
+    first_failure: Option<String>,
+}
+
+/// Runs `fault` while `conns` keep-alive connections ask every 100 ms and a loop of
+/// new connections asks every 50 ms, then `settle` more of both.
+fn through(
+    client: &str,
+    vip: IpAddr,
+    conns: usize,
+    settle: Duration,
+    fault: impl FnOnce(),
+) -> Through {
+    let mut ka = KeepAlive::open(client, vip, 80, conns)
+        .unwrap_or_else(|e| panic!("opening {conns} connections: {e}"));
+    let stop = Arc::new(AtomicBool::new(false));
+    let looped = traffic::request_loop(client, vip, 80, stop.clone(), Duration::from_millis(50));
+    let keepalive = std::thread::scope(|s| {
+        let stop2 = stop.clone();
+        let h = s.spawn(move || ka.rounds(&stop2, Duration::from_millis(100)));
+        fault();
+        std::thread::sleep(settle);
+        stop.store(true, Ordering::SeqCst);
+        h.join().expect("keep-alive thread")
+    });
+    let (requests, failed, first_failure) = looped.join().expect("request loop");
+    Through {
+        keepalive,
+        requests,
+        failed,
+        first_failure,
+    }
+}
+
+fn pod_on(rc: &RealCluster, ns: &str, selector: &str, node: &str) -> String {
+    let out = rc
+        .kubectl(&[
+            "get",
+            "pods",
+            "-n",
+            ns,
+            "-l",
+            selector,
+            "-o",
+            "jsonpath={range .items[*]}{.metadata.name}={.spec.nodeName} {end}",
+        ])
+        .unwrap();
+    out.split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .find(|(_, n)| *n == node)
+        .map(|(p, _)| p.to_string())
+        .unwrap_or_else(|| panic!("no pod {selector} on {node}: {out}"))
+}
+
+fn leader(rc: &RealCluster) -> String {
+    rc.kubectl(&[
+        "get",
+        "lease",
+        "-n",
+        "ringlb-system",
+        "-o",
+        "jsonpath={.items[*].spec.holderIdentity}",
+    ])
+    .unwrap()
+    .trim()
+    .to_string()
+}
+
+fn wait_ds_ready(rc: &RealCluster, component: &str) {
+    rc.kubectl(&[
+        "rollout",
+        "status",
+        "-n",
+        "ringlb-system",
+        "daemonset",
+        "-l",
+        &format!("app.kubernetes.io/component={component}"),
+        "--timeout=120s",
+    ])
+    .unwrap_or_else(|e| panic!("{component} DaemonSet: {e}"));
+}
+
+/// The faults of a real cluster, each with 100 long-lived connections open and a loop
+/// of new connections running: the controller's leader pod deleted (no VIP changes),
+/// an edge pod deleted (0 broken), a rolling `helm upgrade` of the edges (0 failed),
+/// a worker's containerd and kubelet killed and restarted (0 broken), a worker
+/// drained (the connections to the other worker's pods stay up), and an edge node cut
+/// off (out of the ToR's ECMP within the BFD time).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn faults_on_real_kubelets_break_no_connection() {
+    if skip() {
+        return;
+    }
+    let prefix = format!("rf{}", std::process::id());
+    let dir = std::env::temp_dir().join(format!("ringlb-{prefix}"));
+    let mut rc = RealCluster::up(Options::new(&prefix, &dir))
+        .await
+        .unwrap_or_else(|e| panic!("bringing the cluster up: {e}"));
+    tokio::task::block_in_place(|| faults(&mut rc));
+}
+
+fn faults(rc: &mut RealCluster) {
+    rc.helm_install("")
+        .unwrap_or_else(|e| panic!("helm install: {e}"));
+    rc.deploy_web(4, false).unwrap();
+    rc.expose_web().unwrap();
+    let (v4, v6) = rc.wait_vips(WEB, Duration::from_secs(30)).unwrap();
+    rc.wait_ecmp(v4, 2, Duration::from_secs(60)).unwrap();
+    rc.wait_ecmp(v6, 2, Duration::from_secs(60)).unwrap();
+    let client = rc.plan.ns("client");
+    let vips_before = rc
+        .kubectl(&[
+            "get",
+            "service",
+            WEB,
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress}",
+        ])
+        .unwrap();
+
+    // the controller's leader goes: another replica takes over, no VIP changes
+    let old = leader(rc);
+    assert!(!old.is_empty(), "no leader holds the Lease");
+    rc.kubectl(&["delete", "pod", "-n", "ringlb-system", &old, "--wait=false"])
+        .unwrap();
+    let t = Instant::now();
+    let new = ringlb_e2e::lab::wait_for(
+        "another controller replica to lead",
+        Duration::from_secs(60),
+        Duration::from_millis(200),
+        || {
+            let l = leader(rc);
+            Ok(if !l.is_empty() && l != old {
+                Ok(l)
+            } else {
+                Err(l)
+            })
+        },
+    )
+    .unwrap();
+    eprintln!(
+        "leader {old} deleted: {new} leads after {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    std::thread::sleep(Duration::from_secs(2));
+    let vips_after = rc
+        .kubectl(&[
+            "get",
+            "service",
+            WEB,
+            "-o",
+            "jsonpath={.status.loadBalancer.ingress}",
+        ])
+        .unwrap();
+    assert_eq!(vips_before, vips_after, "a new leader changed the VIPs");
+
+    // an edge pod deleted; the DaemonSet starts another
+    let edge_pod = pod_on(
+        rc,
+        "ringlb-system",
+        "app.kubernetes.io/component=edge",
+        "e1",
+    );
+    let r = through(&client, v4, 100, Duration::from_secs(3), || {
+        rc.kubectl(&["delete", "pod", "-n", "ringlb-system", &edge_pod])
+            .unwrap();
+        wait_ds_ready(rc, "edge");
+    });
+    eprintln!(
+        "edge pod deleted: {} keep-alive requests, {} broken; {} new connections, {} failed",
+        r.keepalive.requests, r.keepalive.broken, r.requests, r.failed
+    );
+    assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
+    assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+
+    // a rolling upgrade of the edges
+    let chart = realcluster::repo_root().join("charts/ringlb");
+    let values = rc.dir.join("values.yaml");
+    let r = through(&client, v4, 100, Duration::from_secs(3), || {
+        rc.helm(&[
+            "upgrade",
+            "ringlb",
+            &chart.display().to_string(),
+            "-n",
+            "ringlb-system",
+            "-f",
+            &values.display().to_string(),
+            "--set",
+            "edge.podAnnotations.rolled=yes",
+            "--wait",
+            "--timeout",
+            "180s",
+        ])
+        .unwrap_or_else(|e| panic!("helm upgrade: {e}"));
+        wait_ds_ready(rc, "edge");
+    });
+    eprintln!(
+        "helm upgrade rolled the edges: {} keep-alive requests, {} broken; {} new connections, {} failed",
+        r.keepalive.requests, r.keepalive.broken, r.requests, r.failed
+    );
+    assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
+    assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+
+    // a worker's containerd, then its kubelet, killed and restarted
+    let r = through(&client, v4, 100, Duration::from_secs(3), || {
+        rc.node_mut("w1").unwrap().restart_containerd().unwrap();
+        rc.restart_kubelet("w1").unwrap();
+        std::thread::sleep(Duration::from_secs(5));
+    });
+    eprintln!(
+        "w1's containerd and kubelet restarted: {} keep-alive requests, {} broken; {} new connections, {} failed",
+        r.keepalive.requests, r.keepalive.broken, r.requests, r.failed
+    );
+    assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
+    assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+
+    // an edge node cut off: the ToR drops it within the BFD time
+    let ns = rc.plan.ns("e2");
+    let e2 = rc.plan.node("e2").unwrap().v4;
+    let t = Instant::now();
+    ringlb_e2e::lab::cmd::run(&["ip", "-n", &ns, "link", "set", "eth0", "down"]).unwrap();
+    let hops = rc.wait_ecmp(v4, 1, Duration::from_secs(15)).unwrap();
+    let took = t.elapsed();
+    eprintln!(
+        "edge e2 cut off: out of the ToR's ECMP after {} ms ({hops:?})",
+        took.as_millis()
+    );
+    assert!(!hops.contains(&IpAddr::from(e2)), "{hops:?}");
+    assert!(
+        took < Duration::from_secs(2),
+        "BFD is 100 ms x 3; took {took:?}"
+    );
+    let spread = rc.spread(v4, 10).unwrap();
+    eprintln!("through e1 alone: {spread:?}");
 }

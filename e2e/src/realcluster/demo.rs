@@ -87,7 +87,10 @@ fn show(rc: &RealCluster, s: &mut Steps) -> Result<(IpAddr, IpAddr)> {
     s.step("helm install ringlb charts/ringlb -f values.yaml (images imported into every node)");
     let t = Instant::now();
     let out = rc.helm_install("")?;
-    println!("  installed and Ready in {:.1} s", t.elapsed().as_secs_f64());
+    println!(
+        "  installed and Ready in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
     s.shown(
         &format!(
             "helm --kubeconfig {} install ringlb charts/ringlb -n ringlb-system --create-namespace -f {} --wait",
@@ -102,7 +105,7 @@ fn show(rc: &RealCluster, s: &mut Steps) -> Result<(IpAddr, IpAddr)> {
     );
 
     s.step("kubectl create deployment web (agnhost netexec :8080) + kubectl expose --type=LoadBalancer");
-    rc.deploy_web(4)?;
+    rc.deploy_web(4, false)?;
     let exposed = rc.expose_web()?;
     s.shown(
         &rc.kubectl_shown(&format!(
@@ -180,8 +183,14 @@ fn show(rc: &RealCluster, s: &mut Steps) -> Result<(IpAddr, IpAddr)> {
 pub fn print_try(rc: &RealCluster, v4: IpAddr, v6: IpAddr, lab: &Path) {
     println!("\nThe cluster stays up until Ctrl-C. Try:");
     println!("  {}", rc.kubectl_shown("get nodes,pods -A -o wide"));
-    println!("  {}", rc.in_ns_shown("client", &format!("curl http://{v4}/hostname")));
-    println!("  {}", rc.in_ns_shown("client", &format!("curl -g http://[{v6}]/clientip")));
+    println!(
+        "  {}",
+        rc.in_ns_shown("client", &format!("curl http://{v4}/hostname"))
+    );
+    println!(
+        "  {}",
+        rc.in_ns_shown("client", &format!("curl -g http://[{v6}]/clientip"))
+    );
     println!(
         "  {}",
         rc.kubectl_shown("logs -n ringlb-system -l app.kubernetes.io/component=edge --tail=20")

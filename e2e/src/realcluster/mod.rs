@@ -26,9 +26,9 @@
 //! Modules: [`plan`] (addresses and every file written; pure), [`node`] (one node's
 //! namespaces and programs), [`egress`] (the API server's way in).
 
+pub mod demo;
 pub mod egress;
 pub mod node;
-pub mod demo;
 pub mod plan;
 pub mod traffic;
 pub mod workload;

@@ -333,7 +333,11 @@ fn cgroup_pids(root: &Path) -> Vec<u32> {
             }
         }
         let procs = std::fs::read_to_string(d.join("cgroup.procs")).unwrap_or_default();
-        pids.extend(procs.split_whitespace().filter_map(|p| p.parse::<u32>().ok()));
+        pids.extend(
+            procs
+                .split_whitespace()
+                .filter_map(|p| p.parse::<u32>().ok()),
+        );
     }
     pids
 }

@@ -444,7 +444,8 @@ pub fn corefile(kubeconfig: &Path) -> String {
 }
 
 /// The one values file `helm install` gets: the edges' uplink, the VIP pools, the
-/// IPv4 and IPv6 BGP sessions to the ToR and an advertisement of every pool to it.
+/// IPv4 and IPv6 BGP sessions to the ToR (BFD 100 ms x 3 on the IPv4 one, which the
+/// ToR's `bfd on` follows) and an advertisement of every pool to it.
 pub fn values_yaml(extra: &str) -> String {
     format!(
         r#"# The real cluster's values (written by ringlb-lab; docs/real-cluster.md).
@@ -471,6 +472,7 @@ bgpPeers:
       peerASN: {TOR_ASN}
       myASN: {EDGE_ASN}
       holdTime: 9
+      bfd: {{minRxMs: 100, minTxMs: 100, multiplier: 3}}
       nodeSelector:
         matchLabels: {{ringlb.io/edge: "true"}}
   - name: tor-v6

@@ -77,7 +77,9 @@ impl KeepAlive {
                 })
                 .collect::<std::io::Result<Vec<_>>>()
         })
-        .map_err(Error::io(format!("opening {n} connections to {addr} in {netns}")))?;
+        .map_err(Error::io(format!(
+            "opening {n} connections to {addr} in {netns}"
+        )))?;
         let mut conns = Vec::new();
         for s in streams {
             let mut reader = BufReader::new(s);

@@ -18,8 +18,9 @@ pub const TARGET_PORT: u16 = 8080;
 
 impl RealCluster {
     /// `kubectl create deployment web --image=<agnhost> --replicas=N -- /agnhost netexec
-    /// --http-port=8080 --udp-port=-1`; waits until every replica is Ready.
-    pub fn deploy_web(&self, replicas: u32) -> Result<String> {
+    /// --http-port=8080 --udp-port=-1`, kept off the edge nodes unless `on_edges`
+    /// (a node affinity on `ringlb.io/edge`); waits until every replica is Ready.
+    pub fn deploy_web(&self, replicas: u32, on_edges: bool) -> Result<String> {
         let out = self.kubectl(&[
             "create",
             "deployment",
@@ -33,6 +34,16 @@ impl RealCluster {
             &format!("--http-port={TARGET_PORT}"),
             "--udp-port=-1",
         ])?;
+        if !on_edges {
+            self.kubectl(&[
+                "patch",
+                "deployment",
+                WEB,
+                "--type=merge",
+                "-p",
+                r#"{"spec":{"template":{"spec":{"affinity":{"nodeAffinity":{"requiredDuringSchedulingIgnoredDuringExecution":{"nodeSelectorTerms":[{"matchExpressions":[{"key":"ringlb.io/edge","operator":"DoesNotExist"}]}]}}}}}}}"#,
+            ])?;
+        }
         self.kubectl(&[
             "rollout",
             "status",
