@@ -21,6 +21,7 @@ CARGO_TARGET_DIR ?= target
 
 help:
 	@echo "make test   - set up (apt) + fmt check + clippy + all tests (what CI runs)"
+	@echo "make check  - fmt check + clippy + the tests that need no root, apt or Go (the quick tier)"
 	@echo "make crds   - regenerate crds/*.yaml and the chart's copy from the Rust types"
 	@echo "make setup  - install the Debian packages and Rust tools the tests need (idempotent)"
 	@echo "make setup-demo - only what the demo needs (a subset of setup)"
@@ -46,6 +47,13 @@ lint:
 
 unit:
 	$(CARGO) nextest run --workspace --no-fail-fast
+
+# The quick tier: no root, no apt, no Go. The nextest profile `check` leaves out
+# the tests that need root and those against the real control plane
+# (.config/nextest.toml); building still needs clang for the BPF programs.
+.PHONY: check
+check: fmt lint
+	$(CARGO) nextest run --workspace --no-fail-fast --profile check
 
 test: setup k8s cluster-images fmt lint unit kernels ipvs-vm
 

@@ -1,7 +1,8 @@
 //! ringlb's test kit, for tests and benchmarks only (never a dependency of a
 //! program): network namespaces and commands (`netns`), packet builders for
 //! BPF_PROG_TEST_RUN fixtures (`packet`), the test pods' client (`pod`), test-only
-//! BPF objects (`objects`), and what the benchmark programs share (`bench`).
+//! BPF objects (`objects`), what the benchmark programs share (`bench`), and what a
+//! test that cannot run here does (`tier`).
 
 pub mod bench;
 pub mod cargo;
@@ -9,6 +10,7 @@ pub mod fuzz;
 pub mod netns;
 pub mod packet;
 pub mod pod;
+pub mod tier;
 
 /// Test-only BPF objects (built by build.rs from `bpf/`).
 pub mod objects {
