@@ -1,12 +1,13 @@
 //! ringlb controller: allocates VIPs for `type: LoadBalancer` Services from
 //! `IPPool`s, writes them to the Services' status, and keeps pool status.
 //!
-//! Pure decisions live in [`ipam`] and [`status`]; everything that talks to the API
-//! server is in [`reconcile`], [`pools`], [`rebuild`], [`leader`] and [`events`];
-//! [`app`] starts the tasks in order.
+//! Pure decisions live in [`ipam`], [`status`] and [`cleanup`] (the finalizer's);
+//! everything that talks to the API server is in [`reconcile`], [`pools`],
+//! [`rebuild`], [`leader`] and [`events`]; [`app`] starts the tasks in order.
 
 pub mod app;
 pub mod backends;
+pub mod cleanup;
 pub mod events;
 pub mod ipam;
 pub mod leader;

@@ -23,6 +23,9 @@ struct Args {
     #[command(flatten)]
     common: CommonArgs,
 
+    #[command(subcommand)]
+    command: Option<Command>,
+
     /// Also serve LoadBalancer Services that set no spec.loadBalancerClass.
     /// `--default-class=false` serves only class ringlb.io/maglev.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
@@ -62,6 +65,18 @@ struct Args {
     stall_timeout: Duration,
 }
 
+#[derive(clap::Subcommand, Debug)]
+enum Command {
+    /// For uninstalling: waits until no controller holds the Lease (--lease-namespace,
+    /// --lease-name), then removes the finalizer service.kubernetes.io/load-balancer-cleanup
+    /// from every Service and exits. Statuses are left as they are.
+    RemoveFinalizers {
+        /// Give up when a controller still leads after this long.
+        #[arg(long, default_value = "120s", value_parser = parse_duration)]
+        timeout: Duration,
+    },
+}
+
 impl Args {
     fn settings(&self) -> Settings {
         let identity = self.identity.clone().unwrap_or_else(default_identity);
@@ -94,6 +109,18 @@ async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     ringlb_ops::logging::init(&args.common.log_level, args.common.log_format)
         .map_err(anyhow::Error::msg)?;
+    if let Some(Command::RemoveFinalizers { timeout }) = args.command {
+        let client = args.common.connect().await?;
+        let n = ringlb_controller::cleanup::remove_all(
+            &client,
+            &args.lease_namespace,
+            &args.lease_name,
+            timeout,
+        )
+        .await?;
+        tracing::info!(services = n, "finalizers removed");
+        return Ok(());
+    }
     let settings = args.settings();
     settings.validate()?;
 

@@ -11,8 +11,10 @@
 //!        └─ listed (InitDone) ──► reconcile_all ────┘ the BackendsReady condition
 //! ```
 //!
-//! Releasing is derived from state, not a finalizer: a Delete seen on the watch (or
-//! a Service missing from a relist) releases its addresses; see docs/controller.md.
+//! A ringlb Service carries the cleanup finalizer (`cleanup`): deleted or no longer
+//! ours, its VIP leaves the status first, and only `CLEANUP_WAIT` later is the address
+//! released and the finalizer removed. A Delete seen on the watch (or a Service missing
+//! from a relist) releases whatever is still held; see docs/controller.md.
 
 use std::collections::{HashMap, HashSet};
 use std::net::IpAddr;
@@ -36,6 +38,7 @@ use ringlb_ops::Heartbeat;
 use tracing::Instrument;
 
 use crate::backends::{BackendsState, SERVICE_NAME_LABEL, backends_state, slice_of};
+use crate::cleanup::{CLEANUP_WAIT, Step, cleanup_step, finalizer_patch, has_finalizer};
 use crate::events::Events;
 use crate::ipam::request::{is_ours, request_from_service, service_key, status_ips};
 use crate::ipam::{Family, Ipam};
@@ -55,6 +58,13 @@ pub enum Error {
     #[error("writing status of Service {key}: {source}")]
     Status {
         key: String,
+        #[source]
+        source: kube::Error,
+    },
+    #[error("{action} the finalizer {finalizer} of Service {key}: {source}", finalizer = crate::cleanup::FINALIZER)]
+    Finalizer {
+        key: String,
+        action: &'static str,
         #[source]
         source: kube::Error,
     },
@@ -85,6 +95,11 @@ pub struct Ctx {
     warned_outside: Mutex<HashSet<(String, IpAddr)>>,
     /// Consecutive API failures per Service, for the error backoff.
     failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
+    /// Services being cleaned up: when their status was seen without our VIP.
+    withdrawn: Mutex<HashMap<ObjectRef<Service>, Instant>>,
+    /// How long the edges get to withdraw a VIP before its address is released
+    /// ([`CLEANUP_WAIT`]; shorter in tests).
+    pub cleanup_wait: Duration,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -123,6 +138,8 @@ impl Ctx {
             retry_tx,
             warned_outside: Mutex::default(),
             failures: Mutex::default(),
+            withdrawn: Mutex::default(),
+            cleanup_wait: CLEANUP_WAIT,
         };
         (Arc::new(ctx), retry_rx)
     }
@@ -225,27 +242,42 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
     let ns = svc.namespace().unwrap_or_else(|| "default".into());
     let api: Api<Service> = Api::namespaced(ctx.client.clone(), &ns);
 
-    if svc.metadata.deletion_timestamp.is_some() {
-        // Being deleted, held by someone else's finalizer: the edges still serve its
-        // VIP until the object is gone, so the address stays taken until the Delete
-        // event (or a relist without it) releases it.
+    let deleting = svc.metadata.deletion_timestamp.is_some();
+    if deleting && !has_finalizer(svc) {
+        // Being deleted without our finalizer (deleted before it could be added),
+        // held by someone else's: the edges still serve its VIP until the object is
+        // gone, so the address stays taken until the Delete event (or a relist
+        // without it) releases it.
         lock(&ctx.pending).remove(&oref);
         return Ok(Action::await_change());
     }
-    if !is_ours(svc, ctx.default_class) {
+    if deleting || !is_ours(svc, ctx.default_class) {
         lock(&ctx.pending).remove(&oref);
-        let released = ctx.forget(key);
-        if has_our_status(svc) {
-            write_status(&api, svc, key, &WantedStatus::Clear, None).await?;
-            let note = if released.is_empty() {
-                "no longer a ringlb Service; status cleared".to_string()
-            } else {
-                format!("no longer a ringlb Service; released {}", join(&released))
+        return clean_up(&api, svc, ctx, key, deleting).await;
+    }
+    lock(&ctx.withdrawn).remove(&oref);
+    // The finalizer goes on before the first VIP is written, so no VIP is ever
+    // announced for a Service that can disappear without the controller seeing it.
+    let added;
+    let svc = match finalizer_patch(svc, true) {
+        None => svc,
+        Some(patch) => {
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
             };
-            ctx.events.normal(svc, "IPReleased", note).await;
+            added = api
+                .patch(&svc.name_any(), &pp, &Patch::Merge(&patch))
+                .await
+                .map_err(|source| Error::Finalizer {
+                    key: key.to_string(),
+                    action: "adding",
+                    source,
+                })?;
+            tracing::debug!("finalizer added");
+            &added
         }
-        return Ok(Action::await_change());
-    }
+    };
 
     let ns_labels = ctx
         .namespaces
@@ -314,6 +346,59 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
                     .await;
             }
             Ok(Action::requeue(REFUSED_RETRY))
+        }
+    }
+}
+
+/// A Service that is deleted or no longer ours: its VIP leaves the status, the edges
+/// get `cleanup_wait` to withdraw it, then the address is released and the finalizer
+/// (if any) removed.
+async fn clean_up(
+    api: &Api<Service>,
+    svc: &Service,
+    ctx: &Ctx,
+    key: &str,
+    deleting: bool,
+) -> Result<Action, Error> {
+    let oref = ObjectRef::from_obj(svc);
+    if has_our_status(svc) {
+        write_status(api, svc, key, &WantedStatus::Clear, None).await?;
+        tracing::info!("VIP withdrawn from the status; the edges stop announcing it");
+        lock(&ctx.withdrawn).insert(oref, Instant::now());
+        // Our own status write brings the Service back; the wait runs from here.
+        return Ok(Action::requeue(ctx.cleanup_wait));
+    }
+    let holds = !lock(&ctx.ipam).held(key).is_empty();
+    let since = lock(&ctx.withdrawn).get(&oref).map(Instant::elapsed);
+    match cleanup_step(holds, since, ctx.cleanup_wait) {
+        Step::Wait(d) => {
+            lock(&ctx.withdrawn)
+                .entry(oref)
+                .or_insert_with(Instant::now);
+            Ok(Action::requeue(d))
+        }
+        Step::Release => {
+            let released = ctx.forget(key);
+            if let Some(patch) = finalizer_patch(svc, false) {
+                let pp = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                };
+                api.patch(&svc.name_any(), &pp, &Patch::Merge(&patch))
+                    .await
+                    .map_err(|source| Error::Finalizer {
+                        key: key.to_string(),
+                        action: "removing",
+                        source,
+                    })?;
+                tracing::info!(?released, "finalizer removed");
+            }
+            lock(&ctx.withdrawn).remove(&oref);
+            if !deleting && !released.is_empty() {
+                let note = format!("no longer a ringlb Service; released {}", join(&released));
+                ctx.events.normal(svc, "IPReleased", note).await;
+            }
+            Ok(Action::await_change())
         }
     }
 }

@@ -5,6 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
+use ringlb_controller::cleanup::CLEANUP_WAIT;
 use serde_json::json;
 
 #[tokio::test]
@@ -56,9 +57,10 @@ async fn create_gets_vip_within_one_second_and_delete_frees_it() {
         }
     })
     .await;
+    // Released after the edges' cleanup wait (the finalizer; tests/cleanup_finalizer.rs).
     delete_svc(&client, "web").await;
     assert_eq!(
-        wait_ips(&client, "e", Duration::from_secs(5)).await,
+        wait_ips(&client, "e", CLEANUP_WAIT + Duration::from_secs(5)).await,
         ips,
         "e reuses web's freed address"
     );
@@ -163,7 +165,7 @@ async fn requested_ip_and_refusals() {
     // The cause goes away (holder deleted): the refused Service is retried by itself.
     delete_svc(&client, "want").await;
     assert_eq!(
-        wait_ips(&client, "taken", Duration::from_secs(5)).await,
+        wait_ips(&client, "taken", CLEANUP_WAIT + Duration::from_secs(5)).await,
         ["192.0.2.77".parse::<std::net::IpAddr>().unwrap()]
     );
 }
@@ -373,7 +375,8 @@ async fn class_and_type_changes() {
             "{n} is not ours with --default-class=false"
         );
     }
-    // Type changes to ClusterIP: released and status cleared; the address is reused.
+    // Type changes to ClusterIP: status cleared, released after the cleanup wait (the
+    // finalizer goes then); the address is reused.
     let api: kube::Api<k8s_openapi::api::core::v1::Service> =
         kube::Api::namespaced(client.clone(), "default");
     let patch = json!({"spec": {"type": "ClusterIP", "loadBalancerClass": null}});
@@ -384,11 +387,17 @@ async fn class_and_type_changes() {
     )
     .await
     .unwrap();
-    wait_for(Duration::from_secs(5), "status cleared", || {
+    let released = CLEANUP_WAIT + Duration::from_secs(5);
+    wait_for(released, "status cleared and finalizer removed", || {
         let client = client.clone();
         async move {
             let s = get_svc(&client, "ours").await;
-            (ingress_ips(&s).is_empty() && condition(&s).is_none()).then_some(())
+            let finalized = s
+                .metadata
+                .finalizers
+                .as_ref()
+                .is_some_and(|f| !f.is_empty());
+            (ingress_ips(&s).is_empty() && condition(&s).is_none() && !finalized).then_some(())
         }
     })
     .await;
@@ -540,10 +549,12 @@ async fn pool_status_shows_overlaps_and_usage() {
     );
 }
 
-/// A Service held by someone else's finalizer is still served by the edges while it
-/// terminates, so its VIP is not handed out until the object is really gone.
+/// A deleted Service that someone else's finalizer keeps: as the Kubernetes service
+/// controller does, the VIP is withdrawn at once (the status), held for the cleanup
+/// wait while the edges withdraw it, then released and our finalizer removed, while
+/// the object itself waits for the other finalizer.
 #[tokio::test]
-async fn terminating_service_keeps_its_vip_until_it_is_gone() {
+async fn terminating_service_releases_its_vip_after_the_cleanup_wait() {
     use k8s_openapi::api::core::v1::Service;
     use kube::api::{Api, DeleteParams, Patch, PatchParams};
     let cluster = cluster().await;
@@ -568,7 +579,7 @@ async fn terminating_service_keeps_its_vip_until_it_is_gone() {
             .is_some()
     );
 
-    // While "held" terminates, its address is still in use.
+    // While the edges withdraw it, its address is still in use.
     create_svc(&client, &lb_service("next", 80, want)).await;
     wait_for(Duration::from_secs(10), "IPInUse refusal for next", || {
         let client = client.clone();
@@ -583,13 +594,20 @@ async fn terminating_service_keeps_its_vip_until_it_is_gone() {
     .await;
     assert!(ingress_ips(&get_svc(&client, "next").await).is_empty());
 
-    // The finalizer goes, the object goes, and the address moves on by itself.
+    // After the wait the address moves on by itself; "held" is still there, with
+    // only the other finalizer and no VIP.
+    assert_eq!(
+        wait_ips(&client, "next", CLEANUP_WAIT + Duration::from_secs(10)).await,
+        ["192.0.2.50".parse::<std::net::IpAddr>().unwrap()]
+    );
+    let still = get_svc(&client, "held").await;
+    assert_eq!(
+        still.metadata.finalizers,
+        Some(vec!["example.com/hold".to_string()])
+    );
+    assert!(ingress_ips(&still).is_empty());
     let patch = json!({"metadata": {"finalizers": null}});
     api.patch("held", &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .unwrap();
-    assert_eq!(
-        wait_ips(&client, "next", Duration::from_secs(10)).await,
-        ["192.0.2.50".parse::<std::net::IpAddr>().unwrap()]
-    );
 }

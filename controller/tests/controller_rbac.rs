@@ -90,8 +90,13 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     })
     .await;
     tokio::time::sleep(Duration::from_millis(200)).await;
-    delete_svc(&client, "a").await; // release -> c allocated
-    wait_ips(&client, "c", Duration::from_secs(5)).await;
+    delete_svc(&client, "a").await; // release (after the cleanup wait) -> c allocated
+    wait_ips(
+        &client,
+        "c",
+        ringlb_controller::cleanup::CLEANUP_WAIT + Duration::from_secs(5),
+    )
+    .await;
     tokio::time::sleep(Duration::from_millis(1200)).await; // pool status write, lease renewals
     ctrl.terminate().await; // lease release
 

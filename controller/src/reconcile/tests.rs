@@ -20,6 +20,7 @@ use tower_test::mock::{self, Handle};
 
 use super::{Ctx, Error, REFUSED_RETRY, RESYNC, lock, reconcile};
 use crate::backends::{BACKENDS_CONDITION_TYPE, FAILOVER_CONDITION_TYPE};
+use crate::cleanup::FINALIZER;
 use crate::events::Events;
 use crate::ipam::Ipam;
 use crate::metrics::Metrics;
@@ -27,6 +28,9 @@ use crate::pools::pools_from;
 use crate::status::CONDITION_TYPE;
 
 const STATUS_PATH: &str = "/api/v1/namespaces/shop/services/web/status";
+const SERVICE_PATH: &str = "/api/v1/namespaces/shop/services/web";
+/// The cleanup wait in these tests.
+const WAIT: Duration = Duration::from_millis(100);
 const EVENTS_PATH: &str = "/apis/events.k8s.io/v1/namespaces/shop/events";
 
 /// The API server's side of the mocked client.
@@ -55,6 +59,13 @@ impl ApiServer {
     async fn expect_status_patch(&mut self, svc: &Service) -> (String, Value) {
         let reply = serde_json::to_value(svc).unwrap();
         self.expect(Method::PATCH, STATUS_PATH, &reply).await
+    }
+
+    /// Expects a (metadata) patch of `shop/web`, answers it with `svc`, and returns
+    /// the patch's body.
+    async fn expect_service_patch(&mut self, svc: &Service) -> Value {
+        let reply = serde_json::to_value(svc).unwrap();
+        self.expect(Method::PATCH, SERVICE_PATH, &reply).await.1
     }
 
     /// Expects an Event about `shop/web` and returns it.
@@ -95,7 +106,7 @@ fn setup() -> (Arc<Ctx>, ApiServer) {
     let (pools, invalid) = pools_from([&pool]);
     ipam.set_pools(pools, invalid);
     let (namespaces, _) = kube::runtime::reflector::store();
-    let (ctx, _retry_rx) = Ctx::new(
+    let (mut ctx, _retry_rx) = Ctx::new(
         client.clone(),
         Arc::new(Mutex::new(ipam)),
         Events::new(client, Some("test".into())),
@@ -104,15 +115,16 @@ fn setup() -> (Arc<Ctx>, ApiServer) {
         namespaces,
         Arc::default(),
     );
+    Arc::get_mut(&mut ctx).expect("not shared yet").cleanup_wait = WAIT;
     (ctx, ApiServer(handle))
 }
 
-/// `shop/web`, type LoadBalancer, with `extra` merged into it.
+/// `shop/web`, type LoadBalancer, with our finalizer and `extra` merged into it.
 fn web(extra: Value) -> Service {
     let mut v = json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": "web", "namespace": "shop", "uid": "u1",
-                     "resourceVersion": "7", "generation": 1},
+                     "resourceVersion": "7", "generation": 1, "finalizers": [FINALIZER]},
         "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
     });
     merge(&mut v, extra);
@@ -257,8 +269,9 @@ async fn deleted_and_foreign_services_are_left_alone() {
     let deleting = web(json!({"metadata": {
         "deletionTimestamp": "2024-01-01T00:00:00Z", "finalizers": ["other.io/x"]
     }}));
-    let foreign = web(json!({"spec": {"loadBalancerClass": "other.io/lb"}}));
-    let cluster_ip = web(json!({"spec": {"type": "ClusterIP"}}));
+    let never_ours = |spec: Value| web(json!({"metadata": {"finalizers": null}, "spec": spec}));
+    let foreign = never_ours(json!({"loadBalancerClass": "other.io/lb"}));
+    let cluster_ip = never_ours(json!({"type": "ClusterIP"}));
     for (case, svc) in [
         ("deleting", deleting),
         ("foreign class", foreign),
@@ -292,6 +305,25 @@ async fn a_service_that_stops_being_ours_is_released_and_cleared() {
         "{clear}"
     );
     assert_eq!(clear["status"]["conditions"], Value::Null, "{clear}");
+    // The edges get the cleanup wait to withdraw the VIP: the address stays held.
+    assert_eq!(run.await.unwrap().unwrap(), Action::requeue(WAIT));
+    assert_eq!(held(&ctx), ["192.0.2.8"]);
+    let mut cleared = moved.clone();
+    cleared.status = None;
+    let again = api.reconcile_silently(cleared.clone(), &ctx).await;
+    assert_ne!(again, Action::await_change(), "still waiting");
+    assert_eq!(held(&ctx), ["192.0.2.8"]);
+
+    // The wait is over: released, the finalizer removed, one Event.
+    tokio::time::sleep(WAIT).await;
+    let run = start(&ctx, &cleared);
+    let mut done = cleared.clone();
+    done.metadata.finalizers = None;
+    let unfinalize = api.expect_service_patch(&done).await;
+    assert_eq!(
+        unfinalize,
+        json!({"metadata": {"resourceVersion": "7", "finalizers": null}})
+    );
     let event = api.expect_event().await;
     assert_eq!(
         (&event["reason"], &event["note"]),
@@ -300,6 +332,62 @@ async fn a_service_that_stops_being_ours_is_released_and_cleared() {
             &json!("no longer a ringlb Service; released 192.0.2.8")
         )
     );
+    assert_eq!(run.await.unwrap().unwrap(), Action::await_change());
+    assert!(held(&ctx).is_empty());
+    drop(ctx);
+    api.expect_nothing_more().await;
+}
+
+#[tokio::test]
+async fn the_finalizer_goes_on_before_the_first_vip() {
+    let (ctx, mut api) = setup();
+    let mut svc = web(json!({}));
+    svc.metadata.finalizers = Some(vec!["other.io/x".into()]);
+    let run = start(&ctx, &svc);
+    let mut finalized = svc.clone();
+    finalized.metadata.finalizers = Some(vec!["other.io/x".into(), FINALIZER.into()]);
+    finalized.metadata.resource_version = Some("8".into());
+    let patch = api.expect_service_patch(&finalized).await;
+    assert_eq!(
+        patch,
+        json!({"metadata": {"resourceVersion": "7", "finalizers": ["other.io/x", FINALIZER]}})
+    );
+    // The status patch is conditional on the version the finalizer patch returned.
+    let (_, status) = api.expect_status_patch(&finalized).await;
+    assert_eq!(status["metadata"]["resourceVersion"], "8");
+    assert_eq!(
+        status["status"]["loadBalancer"]["ingress"],
+        json!([{"ip": "192.0.2.8", "ipMode": "VIP"}])
+    );
+    api.expect_event().await; // IPAllocated
+    assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
+    drop(ctx);
+    api.expect_nothing_more().await;
+}
+
+#[tokio::test]
+async fn a_deleted_service_is_withdrawn_then_released_then_unfinalized() {
+    let (ctx, mut api) = setup();
+    let svc = web(json!({}));
+    let run = start(&ctx, &svc);
+    let (_, patch) = api.expect_status_patch(&svc).await;
+    api.expect_event().await;
+    run.await.unwrap().unwrap();
+
+    let mut deleting = web(json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}}));
+    deleting.status = serde_json::from_value(patch["status"].clone()).unwrap();
+    let run = start(&ctx, &deleting);
+    let (_, clear) = api.expect_status_patch(&deleting).await;
+    assert_eq!(clear["status"]["loadBalancer"], json!({"ingress": null}));
+    assert_eq!(run.await.unwrap().unwrap(), Action::requeue(WAIT));
+    assert_eq!(held(&ctx), ["192.0.2.8"], "held while the edges withdraw");
+
+    tokio::time::sleep(WAIT).await;
+    deleting.status = None;
+    let run = start(&ctx, &deleting);
+    let unfinalize = api.expect_service_patch(&deleting).await;
+    assert_eq!(unfinalize["metadata"]["finalizers"], Value::Null);
+    // No Event about an object that is going away.
     assert_eq!(run.await.unwrap().unwrap(), Action::await_change());
     assert!(held(&ctx).is_empty());
     drop(ctx);
