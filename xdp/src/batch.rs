@@ -253,6 +253,22 @@ struct InfoAttr {
 /// 0 when the link is defunct: its interface was deleted (the kernel detaches
 /// an XDP link when its device unregisters, and the link stays pinned).
 pub fn pinned_link_ifindex(pin: &Path) -> Result<(u32, u32), Error> {
+    pinned_link_info(pin).map(|i| (i.link_type, i.ifindex))
+}
+
+/// What `bpf_link_info` says of a pinned XDP link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PinnedLinkInfo {
+    /// `enum bpf_link_type` ([`BPF_LINK_TYPE_XDP`] for ours).
+    pub link_type: u32,
+    /// The id of the program inside the link.
+    pub prog_id: u32,
+    /// The interface it drives; 0 when defunct.
+    pub ifindex: u32,
+}
+
+/// [`PinnedLinkInfo`] of the bpf_link pinned at `pin`.
+pub fn pinned_link_info(pin: &Path) -> Result<PinnedLinkInfo, Error> {
     let path = CString::new(pin.as_os_str().as_encoded_bytes()).map_err(|e| Error::Syscall {
         call: "bpf(BPF_OBJ_GET)",
         source: std::io::Error::other(e),
@@ -298,8 +314,11 @@ pub fn pinned_link_ifindex(pin: &Path) -> Result<(u32, u32), Error> {
         let o = (i % 2) * 4;
         u32::from_ne_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]])
     };
-    let (link_type, ifindex) = (word(0), word(4));
-    Ok((link_type, ifindex))
+    Ok(PinnedLinkInfo {
+        link_type: word(0),
+        prog_id: word(2),
+        ifindex: word(4),
+    })
 }
 
 /// The index of interface `name` in the calling thread's network namespace;

@@ -17,6 +17,7 @@
 
 pub mod abi;
 pub mod apply;
+pub mod attach_mode;
 pub mod batch;
 pub mod bfd_hold;
 pub mod cli;

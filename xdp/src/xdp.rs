@@ -29,7 +29,8 @@ use super::{
     ApplyStats, BpfError, Counters, Datapath, DesiredState, Error, Programmed, ServiceEntry, Vip,
     abi,
     apply::Applier,
-    batch::{BPF_LINK_TYPE_XDP, if_index, pinned_link_ifindex},
+    attach_mode::{Reuse, reuse, xdp_progs},
+    batch::{BPF_LINK_TYPE_XDP, if_index, pinned_link_info},
     flow_filter::{self, FilterBits, RebuildStats},
     map_err,
     maps::kernel::KernelMaps,
@@ -122,7 +123,8 @@ pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/ringlb";
 /// How to attach.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
 pub enum AttachMode {
-    /// Native (driver) mode, falling back to generic with a warning.
+    /// Native (driver) mode, falling back to generic with a warning; generic on a
+    /// veth whose peer runs no XDP program (`auto_mode`).
     Auto,
     Native,
     Generic,
@@ -393,6 +395,64 @@ fn write_config(maps: &mut KernelMaps, opts: &XdpOptions) -> Result<(), Error> {
     m.set(0, cfg, 0).map_err(map_err(abi::map::CONFIG))
 }
 
+/// Removes the pin at `pin` and detaches the link before returning: the pin is
+/// opened first, so closing that last reference frees the link synchronously (a
+/// removed pin alone is released later, from a work queue, and a new attach in
+/// the other mode would meet the old program: "Native and generic XDP can't be
+/// active at the same time").
+fn unpin(pin: &Path) -> Result<(), Error> {
+    let pin_err = |source| -> Error {
+        BpfError::Pin {
+            path: pin.to_path_buf(),
+            source,
+        }
+        .into()
+    };
+    match PinnedLink::from_pin(pin) {
+        Ok(link) => {
+            let fd_link = link.unpin().map_err(pin_err)?;
+            drop(fd_link); // the last reference: the kernel detaches it now
+            Ok(())
+        }
+        Err(e) => {
+            tracing::debug!(pin = %pin.display(), error = %e, "opening the pinned link failed; removing the pin");
+            std::fs::remove_file(pin).map_err(pin_err)
+        }
+    }
+}
+
+/// Unpins (and so detaches) the XDP links pinned in `dir` for interfaces other
+/// than `iface`: they were attached under an earlier `--interface`, and would go
+/// on forwarding there with the same maps.
+fn unpin_links_of_other_interfaces(dir: &Path, iface: &str) -> Result<(), Error> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Ok(());
+    };
+    let ours = format!("link_{iface}");
+    for e in entries.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let Some(other) = name.strip_prefix("link_") else {
+            continue;
+        };
+        if name == ours {
+            continue;
+        }
+        let path = e.path();
+        let xdp = pinned_link_info(&path).is_ok_and(|i| i.link_type == BPF_LINK_TYPE_XDP);
+        if !xdp {
+            continue;
+        }
+        tracing::warn!(
+            interface = other,
+            now = iface,
+            pin = %path.display(),
+            "an XDP link is pinned for another interface (an earlier --interface): detaching it there"
+        );
+        unpin(&path)?;
+    }
+    Ok(())
+}
+
 impl XdpDatapath {
     /// The loaded program (for BPF_PROG_TEST_RUN).
     pub fn program(&self) -> Result<&Xdp, Error> {
@@ -418,12 +478,19 @@ impl XdpDatapath {
     /// for `iface`, the program inside that link is replaced atomically. A
     /// pinned link that no longer drives `iface` (the interface was deleted
     /// and re-created: the link is defunct) is unpinned with a warning and a
-    /// fresh link is attached.
+    /// fresh link is attached; so is a link in another mode than `mode` asks
+    /// for (see [`crate::attach_mode::reuse`]), and a link pinned for another
+    /// interface (an earlier `--interface`) is detached.
     pub fn attach(&mut self, iface: &str, mode: AttachMode) -> Result<&'static str, Error> {
+        // `auto` on a veth whose peer runs no XDP program: generic (auto_mode.rs)
+        let mode = crate::auto_mode::resolve(iface, mode);
         let link_pin = self
             .pin_dir
             .as_ref()
             .map(|d| d.join(format!("link_{iface}")));
+        if let Some(dir) = &self.pin_dir {
+            unpin_links_of_other_interfaces(dir, iface)?;
+        }
         if let Some(pin) = link_pin.as_ref().filter(|p| p.exists()) {
             let want = if_index(iface);
             if want == 0 {
@@ -433,10 +500,11 @@ impl XdpDatapath {
                 }
                 .into());
             }
-            let (link_type, have) = pinned_link_ifindex(pin).map_err(|e| BpfError::Interface {
+            let info = pinned_link_info(pin).map_err(|e| BpfError::Interface {
                 iface: iface.into(),
                 reason: format!("reading pinned link {}: {e}", pin.display()),
             })?;
+            let (link_type, have) = (info.link_type, info.ifindex);
             if link_type != BPF_LINK_TYPE_XDP || have != want {
                 tracing::warn!(
                     iface,
@@ -446,10 +514,26 @@ impl XdpDatapath {
                     pin = %pin.display(),
                     "the pinned XDP link does not drive this interface (defunct: the interface was deleted and re-created); unpinning it and attaching afresh"
                 );
-                std::fs::remove_file(pin).map_err(|source| BpfError::Pin {
-                    path: pin.clone(),
-                    source,
-                })?;
+                unpin(pin)?;
+            } else {
+                let have_mode = match xdp_progs(want) {
+                    Ok(progs) => progs.mode_of(info.prog_id),
+                    Err(e) => {
+                        tracing::warn!(iface, error = %e, "reading the interface's XDP mode failed; keeping the pinned link as it is");
+                        None
+                    }
+                };
+                if let Reuse::Reattach { have, want } = reuse(have_mode, mode) {
+                    tracing::warn!(
+                        iface,
+                        pinned_mode = have.as_str(),
+                        requested = ?want,
+                        pin = %pin.display(),
+                        "the pinned XDP link runs in {} mode but --xdp-mode asks for {want:?}: detaching it and attaching in the requested mode (the interface is without XDP between the two)",
+                        have.as_str()
+                    );
+                    unpin(pin)?;
+                }
             }
         }
         if let Some(pin) = link_pin.as_ref().filter(|p| p.exists()) {
@@ -555,10 +639,7 @@ impl XdpDatapath {
         if let Ok(entries) = std::fs::read_dir(dir) {
             for e in entries.flatten() {
                 if e.file_name().to_string_lossy().starts_with("link_") {
-                    std::fs::remove_file(e.path()).map_err(|source| BpfError::Pin {
-                        path: e.path(),
-                        source,
-                    })?;
+                    unpin(&e.path())?; // detached when this returns
                 }
             }
         }

@@ -1,0 +1,114 @@
+//! A changed `--xdp-mode` is applied on restart (root; skips otherwise): a veth in
+//! a namespace of its own, a private bpffs. Attach generic, restart asking for
+//! generic (the program is replaced inside the pinned link: hitless), restart
+//! asking for native (the link is detached and attached natively), then restart
+//! on another interface (the first one's link is detached). The mode is read from
+//! `ip -d link`, and from netlink by the loader's own query.
+
+mod xdp_support;
+
+use ringlb_xdp::attach_mode::{LinkMode, xdp_progs};
+use ringlb_xdp::batch::{if_index, pinned_link_info};
+use ringlb_xdp::xdp::{AttachMode, XdpDatapath, XdpOptions};
+use xdp_support::*;
+
+fn opts(pin: &std::path::Path) -> XdpOptions {
+    XdpOptions {
+        pin_dir: Some(pin.join("ringlb")),
+        src4: Some("10.0.0.11".parse().unwrap()),
+        fib_fallback: false,
+        ..XdpOptions::default()
+    }
+}
+
+/// What `ip -d link show dev` says of XDP on its first line: "xdpgeneric",
+/// "xdp" (native), "xdpmulti", or "none".
+fn ip_link_mode(dev: &str) -> &'static str {
+    let text = sh(&["ip", "-d", "link", "show", "dev", dev]);
+    let first = text.lines().next().unwrap_or_default();
+    for mode in ["xdpgeneric", "xdpmulti", "xdpoffload", "xdp"] {
+        if first.split_whitespace().any(|w| w == mode) {
+            return mode;
+        }
+    }
+    "none"
+}
+
+/// A new loader (a restarted edge) attaching to `dev` in `mode`.
+fn restart(bpffs: &BpfFs, dev: &str, mode: AttachMode) -> &'static str {
+    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let used = dp.attach(dev, mode).unwrap();
+    drop(dp); // the process exits; the pinned link stays
+    used
+}
+
+fn resolver() -> Box<ringlb_nexthop::StaticResolver> {
+    Box::new(ringlb_nexthop::StaticResolver::everywhere(
+        ringlb_nexthop::NextHop {
+            ifindex: 0,
+            smac: [2, 0, 0, 0, 0, 1],
+            dmac: [2, 0, 0, 0, 0, 2],
+            vlan: None,
+        },
+    ))
+}
+
+#[test]
+fn a_changed_attach_mode_is_applied_on_restart() {
+    if !is_root() {
+        eprintln!("SKIP: the XDP mode test needs root (bpffs mount, netns, BPF)");
+        return;
+    }
+    let bpffs = BpfFs::new("mode");
+    let ns = Netns::new(&format!("rlbmode-{}", std::process::id()));
+    enter_netns(&ns.0);
+    for (a, b) in [("pa", "pb"), ("pc", "pd")] {
+        sh(&["ip", "link", "add", a, "type", "veth", "peer", "name", b]);
+        sh(&["ip", "link", "set", a, "up"]);
+        sh(&["ip", "link", "set", b, "up"]);
+    }
+    let pin = bpffs.path().join("ringlb").join("link_pa");
+
+    assert_eq!(restart(&bpffs, "pa", AttachMode::Generic), "generic");
+    assert_eq!(ip_link_mode("pa"), "xdpgeneric");
+    let first = pinned_link_info(&pin).unwrap();
+    let progs = xdp_progs(if_index("pa")).unwrap();
+    assert_eq!(progs.mode_of(first.prog_id), Some(LinkMode::Generic));
+
+    // Same mode: the program is replaced inside the same link (hitless).
+    assert_eq!(restart(&bpffs, "pa", AttachMode::Generic), "replaced");
+    assert_eq!(ip_link_mode("pa"), "xdpgeneric");
+    // `auto` keeps the mode the link has.
+    assert_eq!(restart(&bpffs, "pa", AttachMode::Auto), "replaced");
+    assert_eq!(ip_link_mode("pa"), "xdpgeneric");
+
+    // Native asked for: the link is detached and attached natively.
+    assert_eq!(restart(&bpffs, "pa", AttachMode::Native), "native");
+    assert_eq!(
+        ip_link_mode("pa"),
+        "xdp",
+        "{}",
+        sh(&["ip", "-d", "link", "show", "pa"])
+    );
+    let now = pinned_link_info(&pin).unwrap();
+    let progs = xdp_progs(if_index("pa")).unwrap();
+    assert_eq!(progs.mode_of(now.prog_id), Some(LinkMode::Native));
+    assert_eq!(
+        progs.generic, None,
+        "the generic program is gone: {progs:?}"
+    );
+
+    // And back to generic.
+    assert_eq!(restart(&bpffs, "pa", AttachMode::Generic), "generic");
+    assert_eq!(ip_link_mode("pa"), "xdpgeneric");
+
+    // Another interface: the old one's link is detached.
+    assert_eq!(restart(&bpffs, "pc", AttachMode::Generic), "generic");
+    assert_eq!(ip_link_mode("pc"), "xdpgeneric");
+    assert_eq!(ip_link_mode("pa"), "none", "pa's link was detached");
+    assert!(!pin.exists(), "pa's link was unpinned");
+
+    let dir = bpffs.path().join("ringlb");
+    XdpDatapath::remove_pins(&dir).unwrap();
+    assert_eq!(ip_link_mode("pc"), "none");
+}
