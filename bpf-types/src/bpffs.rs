@@ -1,6 +1,10 @@
 //! Is a pin directory on a bpffs? Both loaders check before they create or pin
 //! anything, so a wrong `--pin-dir` fails with what is wrong and how to fix it
 //! rather than a raw `BPF_OBJ_PIN` error after half a load.
+//!
+//! [`mount_bpffs`] mounts one where there is none (`ringlb-edge mount-bpffs`, the
+//! Helm chart's init container), as CNIs do: a node without bpffs at `/sys/fs/bpf`
+//! needs no setup by hand.
 
 use std::path::{Path, PathBuf};
 
@@ -12,8 +16,11 @@ pub const BPF_FS_MAGIC: u64 = 0xcafe_4a11;
 pub enum PinDirError {
     #[error(
         "{dir} is not on a bpffs ({on} is on {fs}): BPF maps and links can only be pinned \
-         on a bpffs. Mount one with `mount -t bpf bpf /sys/fs/bpf` (in a pod: a hostPath \
-         volume of /sys/fs/bpf), or choose a pin directory under a mounted bpffs"
+         on a bpffs. Mount one on the node with `mount -t bpf bpf /sys/fs/bpf` or \
+         `ringlb-edge mount-bpffs --path /sys/fs/bpf` (the Helm chart's init container \
+         `mount-bpffs` does this unless mountBpffs=false; in a pod of your own: a hostPath \
+         volume of /sys/fs/bpf with mountPropagation HostToContainer), or choose a pin \
+         directory under a mounted bpffs"
     )]
     NotBpffs {
         dir: PathBuf,
@@ -59,6 +66,94 @@ pub fn prepare_pin_dir(dir: &Path) -> Result<(), crate::BpfError> {
         path: dir.to_path_buf(),
         source,
     })
+}
+
+/// What [`mount_bpffs`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BpffsMount {
+    /// A bpffs was there already; nothing was done.
+    AlreadyMounted,
+    /// A bpffs was mounted.
+    Mounted,
+}
+
+/// Why a bpffs could not be mounted.
+#[derive(Debug, thiserror::Error)]
+pub enum MountError {
+    #[error("creating {path} to mount a bpffs on: {source}")]
+    Create {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error(
+        "mounting a bpffs on {path} (`mount -t bpf bpf {path}`): {source}; this needs \
+         CAP_SYS_ADMIN in the node's mount namespace (in a pod: a privileged container \
+         whose hostPath volume of {path} has mountPropagation Bidirectional)"
+    )]
+    Mount {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("mounted a bpffs on {path}, yet statfs finds {fs} there")]
+    NotAfterMount { path: PathBuf, fs: String },
+    #[error("checking the filesystem of {path}: {source}")]
+    Statfs {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// Mounts a bpffs on `path` (created when missing) unless `path` is on one
+/// already: idempotent. Mode 0700, nosuid, nodev, noexec, as systemd mounts it.
+pub fn mount_bpffs(path: &Path) -> Result<BpffsMount, MountError> {
+    let statfs = |source| MountError::Statfs {
+        path: path.to_path_buf(),
+        source,
+    };
+    if path.exists() && fs_magic(path).map_err(statfs)? == BPF_FS_MAGIC {
+        return Ok(BpffsMount::AlreadyMounted);
+    }
+    std::fs::create_dir_all(path).map_err(|source| MountError::Create {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    mount_bpf(path).map_err(|source| MountError::Mount {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let magic = fs_magic(path).map_err(statfs)?;
+    if magic != BPF_FS_MAGIC {
+        return Err(MountError::NotAfterMount {
+            path: path.to_path_buf(),
+            fs: fs_name(magic),
+        });
+    }
+    Ok(BpffsMount::Mounted)
+}
+
+#[allow(unsafe_code)] // mount(2) through libc: no safe wrapper in std
+fn mount_bpf(path: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let target = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e))?;
+    let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    // SAFETY: every pointer is to a NUL-terminated string that outlives the call.
+    let rc = unsafe {
+        libc::mount(
+            c"bpf".as_ptr(),
+            target.as_ptr(),
+            c"bpf".as_ptr(),
+            flags,
+            c"mode=0700".as_ptr().cast(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// `dir` itself, or the closest ancestor that exists (`.` for a relative path
@@ -115,6 +210,7 @@ mod tests {
         let text = err.to_string();
         assert!(matches!(err, PinDirError::NotBpffs { .. }), "{text}");
         assert!(text.contains("mount -t bpf bpf /sys/fs/bpf"), "{text}");
+        assert!(text.contains("ringlb-edge mount-bpffs"), "{text}");
         assert!(text.contains(&dir.display().to_string()), "{text}");
         assert!(!dir.exists(), "the check creates nothing");
     }

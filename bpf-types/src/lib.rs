@@ -15,7 +15,7 @@ mod error;
 mod layout;
 
 pub use abi::{AF_INET, AF_INET6, Be16, RawAddr};
-pub use bpffs::{PinDirError, check_pin_dir, prepare_pin_dir};
+pub use bpffs::{BpffsMount, MountError, PinDirError, check_pin_dir, mount_bpffs, prepare_pin_dir};
 pub use error::{BpfError, map_err, prog_err};
 pub use layout::check_capacity;
 /// The L4 protocol, defined with the datapath seam (`ringlb-datapath`).

@@ -558,6 +558,46 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
         );
     }
 
+    // bpffs: an init container mounts it on the host (Bidirectional, so privileged
+    // there only); the agents see it with HostToContainer.
+    let no_mount = docs(&template_ok(&["--set", "mountBpffs=false"]));
+    for w in [edge, node] {
+        let pod = &w["spec"]["template"]["spec"];
+        let init = &pod["initContainers"][0];
+        assert_eq!(init["name"], "mount-bpffs", "{pod}");
+        assert_eq!(
+            init["image"],
+            container(w)["image"],
+            "the agent's own image"
+        );
+        assert_eq!(
+            init["args"],
+            serde_json::json!(["mount-bpffs", "--path=/sys/fs/bpf"])
+        );
+        assert_eq!(init["securityContext"]["privileged"], true);
+        assert_eq!(init["volumeMounts"][0]["name"], pod["volumes"][0]["name"]);
+        assert_eq!(init["volumeMounts"][0]["mountPath"], "/sys/fs/bpf");
+        assert_eq!(init["volumeMounts"][0]["mountPropagation"], "Bidirectional");
+        let main = container(w);
+        assert!(
+            main["securityContext"].get("privileged").is_none(),
+            "{main}"
+        );
+        assert_eq!(main["volumeMounts"][0]["mountPath"], "/sys/fs/bpf");
+        assert_eq!(
+            main["volumeMounts"][0]["mountPropagation"],
+            "HostToContainer"
+        );
+        let name = w["metadata"]["name"].as_str().unwrap();
+        let off = find(&no_mount, "DaemonSet", name);
+        assert!(
+            off["spec"]["template"]["spec"]
+                .get("initContainers")
+                .is_none(),
+            "mountBpffs=false: no init container in {name}"
+        );
+    }
+
     // Turning a component off takes its RBAC with it.
     let no_node = docs(&template_ok(&["--set", "nodeAgent.enabled=false"]));
     assert!(!names(&no_node, "ServiceAccount").contains("ringlb-node"));
@@ -593,6 +633,22 @@ fn rendered_flags_are_accepted_by_the_programs() {
                 .collect();
             let mut cmd = Command::new(bin);
             cmd.args(&a).arg("--help").env_remove("RINGLB_LOG");
+            if let Some(init) =
+                find(&objs, kind, name)["spec"]["template"]["spec"]["initContainers"].as_array()
+            {
+                for c in init {
+                    let a: Vec<&str> = c["args"]
+                        .as_array()
+                        .unwrap()
+                        .iter()
+                        .map(|a| a.as_str().unwrap())
+                        .collect();
+                    let mut init_cmd = Command::new(bin);
+                    init_cmd.args(&a).arg("--help");
+                    let (ok, _, err) = run(init_cmd, "");
+                    assert!(ok, "init container {a:?} --help refused:\n{err}");
+                }
+            }
             let (ok, _, err) = run(cmd, "");
             assert!(
                 ok,

@@ -39,6 +39,15 @@ enum Command {
     /// pod:targetPort, DSR replies) from Services, EndpointSlices and this node's Pods;
     /// `node uninstall` removes it; see docs/node.md.
     Node(ringlb_edge::node::NodeArgs),
+    /// Mount a bpffs at --path unless one is there already (idempotent), then exit.
+    /// The Helm chart's init container runs it so that nodes need no setup; see
+    /// docs/install.md.
+    MountBpffs {
+        /// Where the bpffs belongs: the host's /sys/fs/bpf, mounted into the
+        /// container with mountPropagation Bidirectional.
+        #[arg(long, default_value = "/sys/fs/bpf")]
+        path: std::path::PathBuf,
+    },
 }
 
 #[tokio::main]
@@ -62,6 +71,18 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Datapath(dp) => Ok(ringlb_xdp::cli::run(&dp, &mut std::io::stdout())?),
         Command::Node(node) => ringlb_edge::node::run(&args.common, &node).await,
+        Command::MountBpffs { path } => {
+            use ringlb_bpf_types::{BpffsMount, mount_bpffs};
+            let path_text = path.display().to_string();
+            match mount_bpffs(&path)? {
+                BpffsMount::AlreadyMounted => tracing::info!(
+                    path = %path_text,
+                    "a bpffs is already mounted here; nothing to do"
+                ),
+                BpffsMount::Mounted => tracing::info!(path = %path_text, "mounted a bpffs"),
+            }
+            Ok(())
+        }
     }
 }
 
