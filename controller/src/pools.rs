@@ -297,7 +297,7 @@ mod tests {
                 free: "256".into()
             })
         );
-        assert_eq!(st.ipv6.as_ref().unwrap().free, "18446744073709551616");
+        assert_eq!(st.ipv6.as_ref().unwrap().free, "18446744073709551615");
         let c = |st: &IPPoolStatus, t: &str| {
             st.conditions
                 .iter()

@@ -104,6 +104,17 @@ pub fn reference_markdown(crds: &[CustomResourceDefinition]) -> String {
     md
 }
 
+/// A rule's fixed message, or what its `messageExpression` says.
+fn rule_message(
+    v: &k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::ValidationRule,
+) -> String {
+    match (&v.message, &v.message_expression) {
+        (Some(m), _) => m.clone(),
+        (None, Some(e)) => format!("refused, with the message computed by `{e}`, unless"),
+        (None, None) => String::new(),
+    }
+}
+
 fn walk(
     md: &mut String,
     rules: &mut Vec<(String, String, String)>,
@@ -141,11 +152,7 @@ fn walk(
         .replace('|', "\\|");
     let _ = writeln!(md, "| `{path}` | {ty} | {} | {desc} |", limits.join(", "));
     for v in p.x_kubernetes_validations.iter().flatten() {
-        rules.push((
-            path.to_string(),
-            v.rule.clone(),
-            v.message.clone().unwrap_or_default(),
-        ));
+        rules.push((path.to_string(), v.rule.clone(), rule_message(v)));
     }
     if let Some(props) = &p.properties {
         for (name, child) in props {
@@ -154,11 +161,7 @@ fn walk(
     }
     if let Some(k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::JSONSchemaPropsOrArray::Schema(item)) = &p.items {
         for v in item.x_kubernetes_validations.iter().flatten() {
-            rules.push((
-                format!("{path}[*]"),
-                v.rule.clone(),
-                v.message.clone().unwrap_or_default(),
-            ));
+            rules.push((format!("{path}[*]"), v.rule.clone(), rule_message(v)));
         }
         if let Some(props) = &item.properties {
             for (name, child) in props {

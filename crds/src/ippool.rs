@@ -12,6 +12,33 @@ use crate::common::{Condition, LabelSelector, ValidationError, ValidationErrors}
 /// Most CIDRs or ranges one pool may list (bounds the CEL cost the API server estimates).
 pub const MAX_BLOCKS: usize = 64;
 
+/// CEL on each `cidrs` entry: no host bits set (`10.9.1.5/24` is refused, not widened).
+/// On the entry, not the list: the API server then names the entry's index, and the
+/// message's cost is bounded by the entry's `maxLength`.
+const HOST_BITS_RULE: &str = "!isCIDR(self) || cidr(self) == cidr(self).masked()";
+
+/// CEL message for [`HOST_BITS_RULE`]: the entry, as `validate()` says.
+/// (`string(cidr(self).masked())` would name the network too, but kube-apiserver
+/// estimates a CIDR's string as unbounded and refuses the CRD over its cost.)
+const HOST_BITS_MESSAGE: &str =
+    "self + ' has host bits set; write its network address or list the addresses in ranges'";
+
+/// The schema of `cidrs`: a bounded list of bounded strings, each free of host bits.
+fn cidrs_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+    schemars::json_schema!({
+        "type": "array",
+        "maxItems": MAX_BLOCKS,
+        "items": {
+            "type": "string",
+            "maxLength": 64,
+            "x-kubernetes-validations": [{
+                "rule": HOST_BITS_RULE,
+                "messageExpression": HOST_BITS_MESSAGE,
+            }],
+        },
+    })
+}
+
 /// A pool of addresses the controller may hand out as Service VIPs.
 #[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[kube(
@@ -27,6 +54,8 @@ pub const MAX_BLOCKS: usize = 64;
     printcolumn = r#"{"name":"V4 Used","type":"integer","jsonPath":".status.ipv4.allocated"}"#,
     printcolumn = r#"{"name":"V4 Free","type":"string","jsonPath":".status.ipv4.free"}"#,
     printcolumn = r#"{"name":"V6 Used","type":"integer","jsonPath":".status.ipv6.allocated"}"#,
+    printcolumn = r#"{"name":"V6 Free","type":"string","jsonPath":".status.ipv6.free"}"#,
+    printcolumn = r#"{"name":"Overlapping","type":"string","jsonPath":".status.conditions[?(@.type==\"Overlapping\")].status"}"#,
     printcolumn = r#"{"name":"Age","type":"date","jsonPath":".metadata.creationTimestamp"}"#
 )]
 #[x_kube(validation = Rule::new(
@@ -34,9 +63,12 @@ pub const MAX_BLOCKS: usize = 64;
 ).message("an IPPool needs at least one entry in cidrs or ranges"))]
 #[serde(rename_all = "camelCase")]
 pub struct IPPoolSpec {
-    /// CIDRs in the pool, IPv4 or IPv6, e.g. `192.0.2.0/24` or `2001:db8::/64`.
+    /// CIDRs in the pool, IPv4 or IPv6, e.g. `192.0.2.0/24` or `2001:db8::/64`. The
+    /// address must be the network's (no host bits set: `10.9.1.5/24` is refused). The
+    /// all-zeros address of an IPv6 CIDR shorter than /127 (the subnet-router anycast
+    /// address, RFC 4291) is never handed out.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    #[schemars(length(max = 64), inner(length(max = 64)))]
+    #[schemars(schema_with = "cidrs_schema")]
     #[x_kube(validation = Rule::new("self.all(c, isCIDR(c))")
         .message("every entry must be a CIDR such as 192.0.2.0/24 or 2001:db8::/64"))]
     pub cidrs: Vec<String>,
@@ -147,6 +179,10 @@ impl IPPoolSpec {
         }
         for (i, cidr) in self.cidrs.iter().enumerate() {
             match cidr.parse::<IpNetwork>() {
+                Ok(net) if net.ip() != net.network() => errors.push(ValidationError::new(
+                    format!("spec.cidrs[{i}]"),
+                    host_bits_message(cidr, &net),
+                )),
                 Ok(net) => blocks.push(Block {
                     start: net.network(),
                     end: net.broadcast_or_last(),
@@ -201,6 +237,31 @@ impl IPRange {
             ));
         }
         Ok(Block { start, end })
+    }
+}
+
+/// The refusal of a CIDR with host bits set, worded as the CRD's CEL message is.
+fn host_bits_message(cidr: &str, net: &IpNetwork) -> String {
+    let masked = IpNetwork::new(net.network(), net.prefix())
+        .map_or_else(|_| net.network().to_string(), |n| n.to_string());
+    format!(
+        "{cidr} has host bits set; write its network address or list the addresses in ranges \
+         (the network is {masked})"
+    )
+}
+
+impl IPPoolSpec {
+    /// The subnet-router anycast address (RFC 4291 section 2.6.1: the all-zeros host
+    /// address) of every IPv6 CIDR shorter than /127, which the controller never hands
+    /// out. A /127 (RFC 6164) or /128 has no such address. Entries that do not parse are
+    /// skipped ([`IPPoolSpec::blocks`] reports them).
+    pub fn reserved_addresses(&self) -> Vec<IpAddr> {
+        self.cidrs
+            .iter()
+            .filter_map(|c| c.parse::<IpNetwork>().ok())
+            .filter(|n| n.is_ipv6() && n.prefix() < 127)
+            .map(|n| n.network())
+            .collect()
     }
 }
 
@@ -289,5 +350,47 @@ mod tests {
         assert_eq!(e.0[0].field, "spec.ranges[0].start");
         let e = spec(&[], &[]).validate().unwrap_err();
         assert_eq!(e.0[0].field, "spec");
+    }
+
+    #[test]
+    fn host_bits_are_refused_naming_the_entry() {
+        let e = spec(&["192.0.2.0/24", "10.9.1.5/24"], &[])
+            .validate()
+            .unwrap_err();
+        assert_eq!(e.0.len(), 1, "{e}");
+        assert_eq!(e.0[0].field, "spec.cidrs[1]");
+        assert_eq!(
+            e.0[0].message,
+            "10.9.1.5/24 has host bits set; write its network address or list the addresses \
+             in ranges (the network is 10.9.1.0/24)"
+        );
+        let e = spec(&["2001:db8::8/64"], &[]).validate().unwrap_err();
+        assert!(
+            e.to_string().contains("(the network is 2001:db8::/64)"),
+            "{e}"
+        );
+        // A host route is its own network.
+        spec(&["10.9.1.5/32", "2001:db8::5/128"], &[])
+            .validate()
+            .unwrap();
+    }
+
+    #[test]
+    fn reserved_addresses_are_the_v6_subnet_router_anycast_ones() {
+        let s = spec(
+            &[
+                "192.0.2.0/24",
+                "2001:db8::/64",
+                "2001:db8:1::/126",
+                "2001:db8:2::/127",
+                "2001:db8:3::/128",
+            ],
+            &[("2001:db8:4::", "2001:db8:4::9")],
+        );
+        let want: Vec<IpAddr> = ["2001:db8::", "2001:db8:1::"]
+            .iter()
+            .map(|a| a.parse().unwrap())
+            .collect();
+        assert_eq!(s.reserved_addresses(), want);
     }
 }

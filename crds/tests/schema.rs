@@ -212,6 +212,24 @@ fn ippool_rules() {
         "spec",
         "at least one entry",
     );
+    // Host bits set: refused, naming the entry and its network (not widened).
+    assert_refused(
+        &refusals(
+            &crd,
+            pool(json!({"cidrs": ["192.0.2.0/24", "10.9.1.5/24"]})),
+        ),
+        "spec.cidrs[1]",
+        "10.9.1.5/24 has host bits set; write its network address",
+    );
+    assert_refused(
+        &refusals(&crd, pool(json!({"cidrs": ["2001:db8::1/64"]}))),
+        "spec.cidrs[0]",
+        "2001:db8::1/64 has host bits set",
+    );
+    for good in ["10.9.1.5/32", "2001:db8::1/128", "0.0.0.0/0"] {
+        let errs = refusals(&crd, pool(json!({ "cidrs": [good] })));
+        assert!(errs.is_empty(), "{good} refused: {errs:?}");
+    }
     assert_refused(
         &refusals(
             &crd,
@@ -331,6 +349,31 @@ fn validate_agrees_with_the_schema() {
             .unwrap_err()
             .to_string()
             .contains("spec.cidrs[0]")
+    );
+    let host_bits: ringlb_crds::IPPool =
+        serde_json::from_value(pool(json!({"cidrs": ["10.9.1.5/24"]}))).unwrap();
+    let rust = host_bits.spec.validate().unwrap_err().to_string();
+    assert!(
+        rust.contains("spec.cidrs[0]: 10.9.1.5/24 has host bits set"),
+        "{rust}"
+    );
+    let crd = ringlb_crds::generate::crds().remove(0);
+    let schema = refusals(&crd, pool(json!({"cidrs": ["10.9.1.5/24"]})));
+    // The schema's words, then validate() adds the network.
+    let message = rust
+        .split_once(": ")
+        .unwrap()
+        .1
+        .split(" (the network is")
+        .next()
+        .unwrap();
+    assert!(
+        schema.iter().any(|e| e.contains("spec.cidrs[0]")),
+        "{schema:?}"
+    );
+    assert!(
+        schema.iter().any(|e| e.contains(message)),
+        "the schema's words {schema:?} differ from validate()'s {message:?}"
     );
     let bad_peer: ringlb_crds::BGPPeer = serde_json::from_value(peer(
         json!({"peerAddress": "10.0.0.1", "peerASN": 0, "myASN": 1}),

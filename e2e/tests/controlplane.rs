@@ -128,6 +128,16 @@ async fn crd_rules_refuse_bad_objects_with_the_field_path_in_kubectl_output() {
         ),
         (
             pool(
+                "host-bits",
+                "  cidrs: [\"192.0.2.0/28\", \"10.9.1.5/24\"]\n",
+            ),
+            &[
+                "spec.cidrs[1]: Invalid value",
+                "10.9.1.5/24 has host bits set; write its network address",
+            ],
+        ),
+        (
+            pool(
                 "backwards",
                 "  ranges:\n  - {start: 192.0.2.20, end: 192.0.2.10}\n",
             ),
@@ -231,6 +241,44 @@ async fn crd_rules_refuse_bad_objects_with_the_field_path_in_kubectl_output() {
             failures.push(format!("refused a valid object:\n{yaml}\n{out}"));
         }
     }
+    // `kubectl get ippools` shows free addresses per family and overlaps, from the
+    // status the controller writes (written here by hand).
+    let (ok, out) = kubectl_stdin(
+        &cp,
+        &[
+            "patch",
+            "ippool",
+            "v4",
+            "--subresource=status",
+            "--type=merge",
+            "-p",
+            r#"{"status":{"ipv4":{"allocated":1,"free":"0"},"ipv6":{"allocated":0,"free":"1"},
+                "conditions":[{"type":"Overlapping","status":"True","reason":"Overlaps",
+                "message":"overlaps pool(s) one","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}"#,
+        ],
+        "",
+    );
+    assert!(ok, "kubectl patch --subresource=status: {out}");
+    let (ok, out) = kubectl_stdin(&cp, &["get", "ippools", "v4"], "");
+    assert!(ok, "kubectl get ippools: {out}");
+    eprintln!("---- kubectl get ippools v4:\n{out}");
+    // Columns: NAME AUTO PRIORITY V4-USED V4-FREE V6-USED V6-FREE OVERLAPPING AGE.
+    let header = out.lines().next().unwrap_or("");
+    assert!(
+        header.contains("V6 FREE") && header.contains("OVERLAPPING"),
+        "{out}"
+    );
+    let row: Vec<&str> = out
+        .lines()
+        .nth(1)
+        .unwrap_or("")
+        .split_whitespace()
+        .collect();
+    assert_eq!(
+        row.get(..8),
+        Some(&["v4", "true", "0", "1", "0", "0", "1", "True"][..]),
+        "{out}"
+    );
     assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 

@@ -43,6 +43,11 @@ pub enum Refusal {
     NoMatchingPool { family: Family },
     #[error("requested {ip} is outside every pool this Service may use")]
     OutsidePools { ip: IpAddr },
+    #[error(
+        "requested {ip} is the subnet-router anycast address of a CIDR in pool {pool:?} \
+         (RFC 4291), which is never handed out"
+    )]
+    Reserved { ip: IpAddr, pool: String },
     #[error("requested {ip} is already in use by {holder}")]
     InUse { ip: IpAddr, holder: String },
     #[error("{ip} cannot be shared with {holder}: {reason}")]
@@ -75,6 +80,7 @@ impl Refusal {
             Refusal::UnsupportedFamily { .. } => "unsupported_family",
             Refusal::NoMatchingPool { .. } => "no_matching_pool",
             Refusal::OutsidePools { .. } => "ip_outside_pools",
+            Refusal::Reserved { .. } => "ip_reserved",
             Refusal::InUse { .. } => "ip_in_use",
             Refusal::SharingConflict { .. } => "sharing_conflict",
             Refusal::Malformed { .. } => "malformed_annotation",
@@ -91,6 +97,7 @@ impl Refusal {
             Refusal::UnsupportedFamily { .. } => "UnsupportedFamily",
             Refusal::NoMatchingPool { .. } => "NoMatchingPool",
             Refusal::OutsidePools { .. } => "IPOutsidePools",
+            Refusal::Reserved { .. } => "IPReserved",
             Refusal::InUse { .. } => "IPInUse",
             Refusal::SharingConflict { .. } => "SharingKeyConflict",
             Refusal::Malformed { .. } => "MalformedAnnotation",
@@ -539,6 +546,17 @@ impl Ipam {
                 .find(|p| p.offers(&ip) && allowed(p))
                 .map(|p| p.name.clone());
             let Some(pool) = pool else {
+                if let Some(p) = self
+                    .pools
+                    .iter()
+                    .filter(|p| req.pool.as_ref().is_none_or(|n| &p.name == n))
+                    .find(|p| p.reserves(&ip) && allowed(p))
+                {
+                    return Err(Refusal::Reserved {
+                        ip,
+                        pool: p.name.clone(),
+                    });
+                }
                 return Err(Refusal::OutsidePools { ip });
             };
             return match self.can_hold(&ip, &req.key, req.sharing_key.as_deref(), &req.ports) {
@@ -630,8 +648,14 @@ impl Ipam {
         let pool = &self.pools[pi];
         let r = pool.ranges[ri];
         let avoid = pool.avoid_buggy_ips;
+        let reserved: Vec<u128> = pool
+            .reserved
+            .iter()
+            .filter(|ip| r.contains(ip))
+            .map(ip_to_u128)
+            .collect();
         let key = (pool.name.clone(), ri);
-        let usable = |v: u128| !(avoid && is_buggy(r.family, v));
+        let usable = |v: u128| !(reserved.contains(&v) || (avoid && is_buggy(r.family, v)));
         let mut x = self
             .cursors
             .get(&key)

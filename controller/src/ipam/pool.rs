@@ -4,6 +4,7 @@
 //! An address is kept as a `u128` together with its [`Family`], so IPv4 and IPv6 share
 //! one arithmetic and nothing ever enumerates a range.
 
+use std::collections::BTreeSet;
 use std::fmt;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
@@ -134,6 +135,9 @@ pub fn is_buggy(family: Family, v: u128) -> bool {
 pub struct Pool {
     pub name: String,
     pub ranges: Vec<Range>,
+    /// Addresses inside the ranges that are never handed out: the IPv6 subnet-router
+    /// anycast address (RFC 4291 section 2.6.1) of each IPv6 CIDR shorter than /127.
+    pub reserved: BTreeSet<IpAddr>,
     pub auto_assign: bool,
     pub avoid_buggy_ips: bool,
     pub priority: i32,
@@ -208,6 +212,7 @@ impl Pool {
         Ok(Pool {
             name: name.to_string(),
             ranges,
+            reserved: spec.reserved_addresses().into_iter().collect(),
             auto_assign: spec.auto_assign,
             avoid_buggy_ips: spec.avoid_buggy_ips,
             priority: spec.priority,
@@ -220,11 +225,17 @@ impl Pool {
         self.ranges.iter().any(|r| r.family == family)
     }
 
-    /// Whether the pool would hand out `ip` (inside a range and, with
+    /// Whether the pool would hand out `ip` (inside a range, not reserved and, with
     /// `avoidBuggyIPs`, not a .0/.255 address).
     pub fn offers(&self, ip: &IpAddr) -> bool {
         self.ranges.iter().any(|r| r.contains(ip))
+            && !self.reserved.contains(ip)
             && !(self.avoid_buggy_ips && is_buggy(Family::of(ip), ip_to_u128(ip)))
+    }
+
+    /// Whether `ip` lies in the pool but is one of its [`Pool::reserved`] addresses.
+    pub fn reserves(&self, ip: &IpAddr) -> bool {
+        self.reserved.contains(ip) && self.covers(ip)
     }
 
     /// Whether the pool lies anywhere over `ip` (ignoring `avoidBuggyIPs`).
@@ -244,8 +255,15 @@ impl Pool {
                 .is_none_or(|s| s.matches(namespace_labels))
     }
 
-    /// Usable addresses of one family (after `avoidBuggyIPs`), saturating.
+    /// Usable addresses of one family (after `avoidBuggyIPs` and the reserved
+    /// addresses), saturating.
     pub fn usable(&self, family: Family) -> u128 {
+        // Reserved addresses are IPv6, so never also counted as buggy.
+        let reserved = self
+            .reserved
+            .iter()
+            .filter(|ip| Family::of(ip) == family && self.covers(ip))
+            .count() as u128;
         self.ranges
             .iter()
             .filter(|r| r.family == family)
@@ -258,6 +276,7 @@ impl Pool {
                     }
             })
             .fold(0u128, |a, b| a.saturating_add(b))
+            .saturating_sub(reserved)
     }
 }
 

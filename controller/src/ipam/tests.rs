@@ -148,7 +148,7 @@ fn buggy_count_is_arithmetic() {
 #[test]
 fn v6_slash64_uses_memory_proportional_to_allocations() {
     let p = pool("v6", spec(&["2001:db8::/64"]));
-    assert_eq!(p.usable(Family::V6), 1u128 << 64);
+    assert_eq!(p.usable(Family::V6), (1u128 << 64) - 1);
     let mut m = ipam(vec![p]);
     let mut r = req("ns/x");
     r.families = vec![FamilyWant {
@@ -160,19 +160,21 @@ fn v6_slash64_uses_memory_proportional_to_allocations() {
         m.ensure(&r, &[]).unwrap();
     }
     assert_eq!(m.allocated_count(), 2000);
-    assert_eq!(m.held("ns/s1999"), &[ip("2001:db8::7cf")]);
+    // 2001:db8:: is the subnet-router anycast address, never handed out.
+    assert_eq!(m.held("ns/s0"), &[ip("2001:db8::1")]);
+    assert_eq!(m.held("ns/s1999"), &[ip("2001:db8::7d0")]);
     let u = m.usage("v6");
     assert_eq!(u[0].allocated, 2000);
-    assert_eq!(u[0].free, (1u128 << 64) - 2000);
+    assert_eq!(u[0].free, (1u128 << 64) - 1 - 2000);
     // The pool's own footprint does not depend on its size: one range, no bitmap.
     assert_eq!(m.pools()[0].ranges.len(), 1);
     // Release in the middle and re-fill from the gap.
     m.release("ns/s5");
     r.key = "ns/new".into();
-    assert_eq!(m.ensure(&r, &[]).unwrap().ips, vec![ip("2001:db8::5")]);
-    // A whole ::/0 does not overflow.
+    assert_eq!(m.ensure(&r, &[]).unwrap().ips, vec![ip("2001:db8::6")]);
+    // A whole ::/0 does not overflow (its size saturates, less its anycast address).
     let all = pool("all", spec(&["::/0"]));
-    assert_eq!(all.usable(Family::V6), u128::MAX);
+    assert_eq!(all.usable(Family::V6), u128::MAX - 1);
 }
 
 #[test]
@@ -298,11 +300,12 @@ fn invalid_specs_name_every_bad_field() {
         end: "y".into(),
     });
     let errs = Pool::from_spec("p", &s).unwrap_err();
-    // Host bits are ignored, as the CRD schema does: 192.0.2.1/24 is 192.0.2.0/24.
+    // Host bits are refused, as the CRD schema does: 192.0.2.1/24 is not widened.
     let fields: Vec<&str> = errs.iter().map(|e| e.field.as_str()).collect();
     assert_eq!(
         fields,
         [
+            "spec.cidrs[0]",
             "spec.cidrs[1]",
             "spec.ranges[0]",
             "spec.ranges[1]",
@@ -310,7 +313,7 @@ fn invalid_specs_name_every_bad_field() {
         ]
     );
     assert!(Pool::from_spec("p", &spec(&[])).is_err());
-    let p = Pool::from_spec("p", &spec(&["192.0.2.1/24"])).unwrap();
+    let p = Pool::from_spec("p", &spec(&["192.0.2.0/24"])).unwrap();
     assert_eq!(p.ranges[0].to_string(), "192.0.2.0-192.0.2.255");
     // Overlaps inside one pool are refused (they would double-count).
     let errs = Pool::from_spec("p", &spec(&["192.0.2.0/24", "192.0.2.128/25"])).unwrap_err();
@@ -470,7 +473,7 @@ fn dual_stack_policies() {
     ];
     assert_eq!(
         m.ensure(&r, &[]).unwrap().ips,
-        vec![ip("2001:db8::"), ip("192.0.2.0")]
+        vec![ip("2001:db8::1"), ip("192.0.2.0")]
     );
 
     // Prefer: v4 exhausted after one more, then only v6 (no refusal).
@@ -487,7 +490,7 @@ fn dual_stack_policies() {
         },
     ];
     let out = m.ensure(&p, &[]).unwrap();
-    assert_eq!(out.ips, vec![ip("2001:db8::1")]);
+    assert_eq!(out.ips, vec![ip("2001:db8::2")]);
     assert_eq!(out.missing_optional.len(), 1);
     // Require: all or nothing; nothing is held after the refusal.
     let mut q = req("ns/require");
@@ -513,8 +516,8 @@ fn dual_stack_policies() {
     // Once a v4 address frees up, Prefer fills its missing family on the next pass.
     m.release("ns/fill");
     assert_eq!(
-        m.ensure(&p, &[ip("2001:db8::1")]).unwrap().ips,
-        vec![ip("2001:db8::1"), ip("192.0.2.1")]
+        m.ensure(&p, &[ip("2001:db8::2")]).unwrap().ips,
+        vec![ip("2001:db8::2"), ip("192.0.2.1")]
     );
 
     // No v6 pool at all: unsupported family.
@@ -641,4 +644,97 @@ fn a_dual_stack_service_with_one_conflicting_address_adopts_neither() {
         "no half-adoption that ensure() would later complete with a new v4 address"
     );
     assert!(m.holders(&ip("2001:db8::5")).is_empty());
+}
+
+fn v6_req(key: &str) -> Request {
+    let mut r = req(key);
+    r.families = vec![FamilyWant {
+        family: Family::V6,
+        required: true,
+    }];
+    r
+}
+
+#[test]
+fn the_v6_subnet_router_anycast_address_is_never_handed_out() {
+    let mut m = ipam(vec![pool("v6", spec(&["2001:db8::/126"]))]);
+    assert_eq!(m.pools()[0].usable(Family::V6), 3);
+    let got: Vec<IpAddr> = (0..3)
+        .map(|i| m.ensure(&v6_req(&format!("ns/s{i}")), &[]).unwrap().ips[0])
+        .collect();
+    assert_eq!(got, ["2001:db8::1", "2001:db8::2", "2001:db8::3"].map(ip));
+    assert!(matches!(
+        m.ensure(&v6_req("ns/more"), &[]),
+        Err(Refusal::PoolExhausted { .. })
+    ));
+    assert_eq!(m.usage("v6")[0].free, 0);
+    // Released and re-drawn: still never the anycast address.
+    m.release("ns/s0");
+    assert_eq!(
+        m.ensure(&v6_req("ns/again"), &[]).unwrap().ips,
+        vec![ip("2001:db8::1")]
+    );
+    // Asked for by name: refused with its own reason, not "outside every pool".
+    let mut r = v6_req("ns/asks");
+    r.requested = vec![ip("2001:db8::")];
+    let e = m.ensure(&r, &[]).unwrap_err();
+    assert_eq!(
+        e,
+        Refusal::Reserved {
+            ip: ip("2001:db8::"),
+            pool: "v6".into()
+        }
+    );
+    assert_eq!(
+        (e.reason(), e.metric_label()),
+        ("IPReserved", "ip_reserved")
+    );
+    assert!(e.to_string().contains("subnet-router anycast"), "{e}");
+}
+
+#[test]
+fn only_v6_cidrs_shorter_than_127_reserve_their_zero_address() {
+    // A /127 (RFC 6164) and a /128 have no subnet-router anycast address; IPv4 CIDRs
+    // and explicit ranges hand out their first address.
+    let mut s = spec(&["2001:db8:1::/127", "2001:db8:2::/128", "192.0.2.0/31"]);
+    s.ranges.push(IPRange {
+        start: "2001:db8:3::".into(),
+        end: "2001:db8:3::1".into(),
+    });
+    let p = pool("p", s);
+    assert!(p.reserved.is_empty(), "{:?}", p.reserved);
+    assert_eq!(p.usable(Family::V6), 5);
+    let mut m = ipam(vec![p]);
+    assert_eq!(
+        m.ensure(&v6_req("ns/a"), &[]).unwrap().ips,
+        vec![ip("2001:db8:1::")]
+    );
+    assert_eq!(
+        m.ensure(&req("ns/b"), &[]).unwrap().ips,
+        vec![ip("192.0.2.0")]
+    );
+    // Two /64s in one pool: each reserves its own.
+    let p = pool("two", spec(&["2001:db8:a::/64", "2001:db8:b::/64"]));
+    assert_eq!(
+        p.reserved.iter().copied().collect::<Vec<_>>(),
+        [ip("2001:db8:a::"), ip("2001:db8:b::")]
+    );
+    assert!(!p.offers(&ip("2001:db8:b::")) && p.offers(&ip("2001:db8:b::1")));
+}
+
+#[test]
+fn a_cidr_with_host_bits_is_refused_naming_the_entry() {
+    let errs = Pool::from_spec("p", &spec(&["192.0.2.0/28", "10.9.1.5/24"])).unwrap_err();
+    assert_eq!(errs.len(), 1, "{errs:?}");
+    assert_eq!(errs[0].field, "spec.cidrs[1]");
+    assert_eq!(
+        errs[0].to_string(),
+        "spec.cidrs[1]: 10.9.1.5/24 has host bits set; write its network address or list \
+         the addresses in ranges (the network is 10.9.1.0/24)"
+    );
+    let errs = Pool::from_spec("p", &spec(&["2001:db8::1/64"])).unwrap_err();
+    assert!(
+        errs[0].message.contains("(the network is 2001:db8::/64)"),
+        "{errs:?}"
+    );
 }
