@@ -47,6 +47,12 @@ struct Args {
     #[arg(long, env = "POD_NAME")]
     identity: Option<String>,
 
+    /// This replica's ServiceAccount (in the Lease's namespace), made the Lease's
+    /// owner: the Lease goes with it, and a new installation's ServiceAccount takes
+    /// over a Lease left by the previous one at once. Unset: no owner.
+    #[arg(long, env = "POD_SERVICE_ACCOUNT")]
+    service_account: Option<String>,
+
     /// How long a Lease is valid without renewal (e.g. 15s, 1500ms).
     #[arg(long, default_value = "15s", value_parser = parse_duration)]
     lease_duration: Duration,
@@ -87,6 +93,7 @@ impl Args {
             lease_duration: self.lease_duration,
             renew_deadline: self.renew_deadline,
             retry_period: self.retry_period,
+            service_account: self.service_account.clone(),
         });
         Settings {
             default_class: self.default_class,

@@ -481,6 +481,15 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
     assert_eq!(env_field_ref(ctrl, "POD_NAMESPACE"), "metadata.namespace");
     assert_eq!(env_field_ref(ctrl, "POD_NAME"), "metadata.name");
     assert_eq!(
+        env_field_ref(ctrl, "POD_SERVICE_ACCOUNT"),
+        "spec.serviceAccountName"
+    );
+    assert_eq!(
+        role["rules"][2]["resourceNames"],
+        serde_json::json!([ctrl["spec"]["template"]["spec"]["serviceAccountName"]]),
+        "the Role lets the controller read its own ServiceAccount, the Lease's owner"
+    );
+    assert_eq!(
         ctrl["spec"]["template"]["spec"]["securityContext"]["runAsNonRoot"],
         true
     );

@@ -98,19 +98,23 @@ impl Ctrl {
         if !extra.contains(&"--log-level") {
             cmd.args(["--log-level", "info,kube=warn"]);
         }
-        let child = cmd
-            .arg("--kubeconfig")
-            .arg(cluster.kubeconfig_path())
-            .args(["--metrics-addr", &metrics.to_string()])
-            .args(["--identity", identity, "--lease-namespace", RELEASE_NS])
-            .args([
+        // Short Lease timings unless the test gives its own.
+        if !extra.contains(&"--lease-duration") {
+            cmd.args([
                 "--lease-duration",
                 "2s",
                 "--renew-deadline",
                 "1500ms",
                 "--retry-period",
                 "250ms",
-            ])
+            ]);
+        }
+        let child = cmd
+            .arg("--kubeconfig")
+            .arg(cluster.kubeconfig_path())
+            .args(["--metrics-addr", &metrics.to_string()])
+            .args(["--identity", identity, "--lease-namespace", RELEASE_NS])
+            .env("POD_SERVICE_ACCOUNT", "ringlb-controller")
             .args(extra)
             .stdout(out.try_clone().expect("dup log"))
             .stderr(out)
