@@ -64,7 +64,7 @@ fn spawn_edge(lab: &mut Lab, i: u8) -> usize {
 fn frr_bfd_removes_a_frozen_edge_within_the_detection_time() {
     require_lab!("vtysh");
     if let Some(why) = frr::missing() {
-        eprintln!("SKIPPED frr_bfd: {why}");
+        ringlb_testkit::tier::skip(format_args!("frr_bfd: {why}"));
         return;
     }
     let mut lab = Lab::new("frrbfd", 2);

@@ -47,7 +47,7 @@ fn established(lab: &Lab, dir: &std::path::Path) -> bool {
 fn frr_keeps_the_nexthop_through_a_hitless_restart() {
     require_lab!("vtysh");
     if let Some(why) = frr::missing() {
-        eprintln!("SKIPPED frr_gr: {why}");
+        ringlb_testkit::tier::skip(format_args!("frr_gr: {why}"));
         return;
     }
     let mut lab = Lab::new("frrgr", 1);

@@ -155,7 +155,9 @@ fn packet_hex((s, d, sp, dp, proto): &Tuple) -> String {
 #[test]
 fn c_header_matches_rust_flow_hash() {
     if !have("cc") {
-        eprintln!("SKIPPED c_header_matches_rust_flow_hash: no `cc` on PATH (CI installs gcc)");
+        ringlb_testkit::tier::skip(
+            "c_header_matches_rust_flow_hash: no `cc` on PATH (CI installs gcc)",
+        );
         return;
     }
     let dir = scratch("fh");
@@ -212,7 +214,9 @@ fn c_header_matches_rust_flow_hash() {
 #[test]
 fn header_compiles_for_bpf() {
     if !have("clang") {
-        eprintln!("SKIPPED header_compiles_for_bpf: no `clang` on PATH (CI installs clang)");
+        ringlb_testkit::tier::skip(
+            "header_compiles_for_bpf: no `clang` on PATH (CI installs clang)",
+        );
         return;
     }
     let dir = scratch("fh-bpf");

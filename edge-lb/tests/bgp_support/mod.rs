@@ -61,7 +61,7 @@ fn is_root() -> bool {
 macro_rules! require_lab {
     ($($tool:expr),*) => {
         if let Some(why) = bgp_support::skip_reason(&["ip", $($tool),*]) {
-            eprintln!("SKIPPED {}: {why}", module_path!());
+            ringlb_testkit::tier::skip(format_args!("{}: {why}", module_path!()));
             return;
         }
     };

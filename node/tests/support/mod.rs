@@ -42,7 +42,9 @@ pub fn services() -> NodeState {
 /// `None` (after a loud SKIP) without root.
 pub fn load() -> Option<NodeDatapath> {
     if !is_root() {
-        eprintln!("SKIP: node fixtures need root to load BPF programs (CI runs as root)");
+        ringlb_testkit::tier::skip(
+            "node fixtures need root to load BPF programs (CI runs as root)",
+        );
         return None;
     }
     let opts = NodeOptions {

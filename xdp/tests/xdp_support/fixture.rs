@@ -81,7 +81,7 @@ pub fn load(mtu: u32, src6: bool) -> Option<XdpDatapath> {
 /// [`load`] with options of the test's own (built from [`opts`]).
 pub fn load_with(o: &XdpOptions) -> Option<XdpDatapath> {
     if !is_root() {
-        eprintln!("SKIP: xdp fixtures need root to load BPF programs (CI runs as root)");
+        ringlb_testkit::tier::skip("xdp fixtures need root to load BPF programs (CI runs as root)");
         return None;
     }
     let resolver = StaticResolver::everywhere(NH);
