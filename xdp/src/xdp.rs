@@ -421,6 +421,37 @@ fn unpin(pin: &Path) -> Result<(), Error> {
     }
 }
 
+/// A failed attach, explained when the interface already has an XDP program that
+/// is not this edge's pinned link (one pinned under another `--pin-dir`, or
+/// attached with `ip link`): the kernel's EBUSY/EEXIST alone does not say so.
+fn attach_error(iface: &str, e: aya::programs::ProgramError) -> Error {
+    let progs = match xdp_progs(if_index(iface)) {
+        Ok(p) => p,
+        Err(_) => return prog_err(e),
+    };
+    let attached = [
+        (progs.native, "native"),
+        (progs.generic, "generic"),
+        (progs.offload, "offload"),
+    ]
+    .into_iter()
+    .find_map(|(id, mode)| id.map(|id| (id, mode)));
+    match attached {
+        Some((id, mode)) => BpfError::Interface {
+            iface: iface.into(),
+            reason: format!(
+                "attaching XDP failed ({e}): the interface already has an XDP program \
+                 (id {id}, {mode} mode) that is not the link pinned in this --pin-dir: one \
+                 pinned under another --pin-dir, or attached with `ip link`. See `ip -d link \
+                 show dev {iface}`; remove it with `ringlb-edge datapath --pin-dir <that dir> \
+                 uninstall` or `ip link set dev {iface} xdp off`"
+            ),
+        }
+        .into(),
+        None => prog_err(e),
+    }
+}
+
 /// Unpins (and so detaches) the XDP links pinned in `dir` for interfaces other
 /// than `iface`: they were attached under an earlier `--interface`, and would go
 /// on forwarding there with the same maps.
@@ -558,13 +589,14 @@ impl XdpDatapath {
             return Ok("replaced");
         }
         let prog = self.xdp_mut()?;
+        let attach_err = |e| attach_error(iface, e);
         let (id, used) = match mode {
             AttachMode::Native => (
-                prog.attach(iface, XdpMode::Driver).map_err(prog_err)?,
+                prog.attach(iface, XdpMode::Driver).map_err(attach_err)?,
                 "native",
             ),
             AttachMode::Generic => (
-                prog.attach(iface, XdpMode::Skb).map_err(prog_err)?,
+                prog.attach(iface, XdpMode::Skb).map_err(attach_err)?,
                 "generic",
             ),
             AttachMode::Auto => match prog.attach(iface, XdpMode::Driver) {
@@ -572,7 +604,7 @@ impl XdpDatapath {
                 Err(e) => {
                     tracing::warn!(iface, error = %e, "native XDP attach failed; falling back to generic (skb) mode, which is much slower");
                     (
-                        prog.attach(iface, XdpMode::Skb).map_err(prog_err)?,
+                        prog.attach(iface, XdpMode::Skb).map_err(attach_err)?,
                         "generic",
                     )
                 }

@@ -2,7 +2,8 @@
 //! a namespace of its own, a private bpffs. Attach generic, restart asking for
 //! generic (the program is replaced inside the pinned link: hitless), restart
 //! asking for native (the link is detached and attached natively), then restart
-//! on another interface (the first one's link is detached). The mode is read from
+//! on another interface (the first one's link is detached); a loader with another
+//! pin directory is refused with the reason. The mode is read from
 //! `ip -d link`, and from netlink by the loader's own query.
 
 mod xdp_support;
@@ -107,6 +108,22 @@ fn a_changed_attach_mode_is_applied_on_restart() {
     assert_eq!(ip_link_mode("pc"), "xdpgeneric");
     assert_eq!(ip_link_mode("pa"), "none", "pa's link was detached");
     assert!(!pin.exists(), "pa's link was unpinned");
+
+    // A loader with another pin directory meets pc's link: refused, saying why.
+    let other = BpfFs::new("mode-other");
+    let mut dp = XdpDatapath::load(&opts(other.path()), resolver()).unwrap();
+    let err = dp.attach("pc", AttachMode::Auto).unwrap_err().to_string();
+    assert!(
+        err.contains("not the link pinned in this --pin-dir"),
+        "{err}"
+    );
+    assert!(err.contains("ip link set dev pc xdp off"), "{err}");
+    drop(dp);
+    assert_eq!(
+        ip_link_mode("pc"),
+        "xdpgeneric",
+        "the first link is untouched"
+    );
 
     let dir = bpffs.path().join("ringlb");
     XdpDatapath::remove_pins(&dir).unwrap();
