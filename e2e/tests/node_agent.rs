@@ -56,9 +56,13 @@ fn ip(s: &str) -> IpAddr {
 }
 
 /// `(pod, VIP port) -> targetPort` entries of VIP over TCP, each tunnelled to the pod.
+/// The edge's address: the only tunnel source the node takes.
+const EDGE: &str = "192.168.0.11";
+
 fn state(entries: &[(&str, u16, u16)], pods: &[&str]) -> NodeState {
     let mut s = NodeState {
         pods: pods.iter().map(|p| ip(p)).collect::<BTreeSet<_>>(),
+        edges: [ip(EDGE)].into(),
         services: BTreeMap::new(),
     };
     for (pod, port, target) in entries {
@@ -169,7 +173,14 @@ async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
     }
     let _kubelet = cp
         .start_kubelet(KubeletOptions {
-            nodes: vec![LabNode::new("node-1"), LabNode::new("node-2")],
+            nodes: vec![
+                LabNode::new("node-1"),
+                LabNode::new("node-2"),
+                LabNode::new("edge-1")
+                    .label("ringlb.io/edge", "true")
+                    .address(ip(EDGE))
+                    .without_pods(),
+            ],
             pod_ips: vec![],
             pod_cidrs: vec!["10.244.0.0/24".parse().unwrap()],
         })
@@ -202,7 +213,7 @@ async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
 
     // the agent, as `ringlb-edge node --node-name node-1` runs it, over fake maps
     let notify = Arc::new(Notify::new());
-    let stores = watch_stores(&node_client, "node-1", &notify)
+    let stores = watch_stores(&node_client, "node-1", "ringlb.io/edge=true", &notify)
         .await
         .expect("the node's reflectors list under its RBAC");
     let health = Health::new();
@@ -233,7 +244,8 @@ async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
     });
 
     // node-1's two pods, port 80 -> 8080 and the named https port per pod; nothing
-    // of node-2's pod b, nothing of the other provider's VIP
+    // of node-2's pod b, nothing of the other provider's VIP; tunnels taken from the
+    // edge Node's address only (node-1's and node-2's are no edges)
     maps_become(
         &dp,
         &state(

@@ -6,6 +6,8 @@
  * ringlb_node_ingress (uplink ingress):
  *   eth -> outer IPv4 proto 4/41 or IPv6 next header 41/4
  *     -> local_pods[outer dst]?            no: pass untouched (NOT_LOCAL)
+ *     -> edges[outer src]? (only with RINGLB_NODE_CFG_CHECK_SOURCE)
+ *                                          no: drop (DROP_SOURCE)
  *     -> inner TCP/UDP, not a fragment     no: pass untouched (INNER_UNSUP)
  *     -> services[(outer dst, VIP, port, proto)] -> pod:targetPort
  *                                          no: pass untouched (NO_SERVICE)
@@ -109,6 +111,19 @@ static __always_inline void node_record(const struct node_l3 *in, __u16 sport, _
 		node_count(RINGLB_NODE_ST_FLOW_NEW);
 }
 
+/* A tunnel to a local pod whose outer source is no edge of this cluster, while
+ * the source check is on: nobody else may hand a pod a packet "from" a client. */
+static __always_inline int node_source_refused(const struct node_l3 *outer)
+{
+	__u32 zero = 0;
+	struct ringlb_node_config *cfg = bpf_map_lookup_elem(&node_config, &zero);
+	if (!cfg || !(cfg->flags & RINGLB_NODE_CFG_CHECK_SOURCE))
+		return 0;
+	struct ringlb_node_addr ek = { .family = outer->family };
+	node_addr_copy(ek.addr, outer->saddr);
+	return !bpf_map_lookup_elem(&edges, &ek);
+}
+
 /* Removes the outer header (`outer` bytes) behind the Ethernet header. */
 static __always_inline int node_decap(struct __sk_buff *skb, __u32 outer, __u8 out_fam, __u8 in_fam)
 {
@@ -138,6 +153,10 @@ static __always_inline int node_tunnel(struct __sk_buff *skb, const struct node_
 	if (!bpf_map_lookup_elem(&local_pods, &pk)) {
 		node_count(RINGLB_NODE_ST_NOT_LOCAL);
 		return TC_ACT_OK;
+	}
+	if (node_source_refused(outer)) {
+		node_count(RINGLB_NODE_ST_DROP_SOURCE);
+		return TC_ACT_SHOT;
 	}
 	__u16 in_eth = outer->proto == IPPROTO_IPIP ? bpf_htons(ETH_P_IP) : bpf_htons(ETH_P_IPV6);
 	if (node_parse_l3(data, data_end, outer->l4_off, in_eth, &in) || in.frag ||

@@ -19,6 +19,7 @@
 #define RINGLB_NODE_MAX_PODS     16384   /* local pod addresses (both families) */
 #define RINGLB_NODE_MAX_SERVICES 65536   /* (tunnel dst, VIP, port, proto) entries */
 #define RINGLB_NODE_FLOWS        131072  /* translated flows (LRU) */
+#define RINGLB_NODE_MAX_EDGES    4096    /* allowed outer sources (both families) */
 
 /* ---- families (same values as AF_INET / AF_INET6) ------------------------- */
 #define RINGLB_NODE_AF_INET  2
@@ -34,6 +35,15 @@ struct ringlb_node_addr {
 };                       /* 20 bytes */
 
 struct ringlb_node_pod {
+	__u32 flags;     /* reserved, 0 */
+};                       /* 4 bytes */
+
+/* ---- edges: HASH addr -> edge --------------------------------------------- */
+/* The outer sources a tunnel to a local pod may come from: the node addresses
+ * of this cluster's edges. With RINGLB_NODE_CFG_CHECK_SOURCE set, a tunnel to a
+ * local pod from any other source is dropped (RINGLB_NODE_ST_DROP_SOURCE). Keyed
+ * by struct ringlb_node_addr. */
+struct ringlb_node_edge {
 	__u32 flags;     /* reserved, 0 */
 };                       /* 4 bytes */
 
@@ -84,8 +94,11 @@ struct ringlb_node_flow_value {
 struct ringlb_node_config {
 	__u16 mss4;          /* host order; clamp the MSS of IPv4 SYN-ACKs to this; 0 = off */
 	__u16 mss6;          /* host order; the same for IPv6 */
-	__u32 flags;         /* reserved, 0 */
+	__u32 flags;         /* RINGLB_NODE_CFG_* */
 };                           /* 8 bytes */
+
+/* decapsulate only tunnels whose outer source is in `edges` */
+#define RINGLB_NODE_CFG_CHECK_SOURCE 1
 
 /* ---- counters: PERCPU_ARRAY index -> __u64 -------------------------------- */
 enum ringlb_node_stat {
@@ -108,11 +121,13 @@ enum ringlb_node_stat {
 	RINGLB_NODE_ST_ICMP_NO_FLOW,   /* ICMP error about an untranslated flow: untouched */
 	RINGLB_NODE_ST_DROP_REWRITE,   /* a reply rewrite failed half-way: dropped */
 	RINGLB_NODE_ST_EGRESS_PASS,    /* anything else on egress: untouched */
+	/* ingress, added later (indices above are kept) */
+	RINGLB_NODE_ST_DROP_SOURCE,    /* tunnel to a local pod from a source that is no edge: dropped */
 	RINGLB_NODE_ST_MAX,
 };
 
 /* ---- program and map names (the loader finds them by these) -------------- */
 /* programs: ringlb_node_ingress, ringlb_node_egress
- * maps: local_pods, services, flows, node_config, node_stats */
+ * maps: local_pods, edges, services, flows, node_config, node_stats */
 
 #endif /* RINGLB_NODE_ABI_H */

@@ -16,6 +16,13 @@ struct {
 
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RINGLB_NODE_MAX_EDGES);
+	__type(key, struct ringlb_node_addr);
+	__type(value, struct ringlb_node_edge);
+} edges SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, RINGLB_NODE_MAX_SERVICES);
 	__type(key, struct ringlb_node_svc_key);
 	__type(value, struct ringlb_node_svc_value);

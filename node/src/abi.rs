@@ -13,6 +13,10 @@ pub use ringlb_bpf_types::{AF_INET, AF_INET6, Be16, RawAddr};
 pub const MAX_PODS: u32 = 16_384;
 pub const MAX_SERVICES: u32 = 65_536;
 pub const FLOWS: u32 = 131_072;
+pub const MAX_EDGES: u32 = 4096;
+
+/// `ringlb_node_config.flags`: decapsulate only tunnels from an address in `edges`.
+pub const CFG_CHECK_SOURCE: u32 = 1;
 
 /// Program names in the object.
 pub mod prog {
@@ -25,12 +29,13 @@ pub mod prog {
 /// Map names in the object (`SEC(".maps")` variables).
 pub mod map {
     pub const LOCAL_PODS: &str = "local_pods";
+    pub const EDGES: &str = "edges";
     pub const SERVICES: &str = "services";
     pub const FLOWS: &str = "flows";
     pub const CONFIG: &str = "node_config";
     pub const STATS: &str = "node_stats";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 5] = [LOCAL_PODS, SERVICES, FLOWS, CONFIG, STATS];
+    pub const ALL: [&str; 6] = [LOCAL_PODS, EDGES, SERVICES, FLOWS, CONFIG, STATS];
 }
 
 /// `struct ringlb_node_addr`: key of `local_pods`.
@@ -57,6 +62,15 @@ impl PodKey {
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct PodValue {
+    /// Reserved, 0.
+    pub flags: u32,
+}
+
+/// `struct ringlb_node_edge`: value of `edges` (keyed by [`PodKey`], which is
+/// `struct ringlb_node_addr`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct EdgeValue {
     /// Reserved, 0.
     pub flags: u32,
 }
@@ -118,6 +132,7 @@ pub struct ConfigValue {
 
 const _: () = assert!(size_of::<PodKey>() == 20);
 const _: () = assert!(size_of::<PodValue>() == 4);
+const _: () = assert!(size_of::<EdgeValue>() == 4);
 const _: () = assert!(size_of::<SvcKey>() == 40);
 const _: () = assert!(size_of::<SvcValue>() == 20);
 const _: () = assert!(size_of::<FlowKey>() == 40);
@@ -133,6 +148,7 @@ mod pod {
     use super::*;
     unsafe impl aya::Pod for PodKey {}
     unsafe impl aya::Pod for PodValue {}
+    unsafe impl aya::Pod for EdgeValue {}
     unsafe impl aya::Pod for SvcKey {}
     unsafe impl aya::Pod for SvcValue {}
     unsafe impl aya::Pod for FlowKey {}
@@ -161,9 +177,10 @@ pub enum Stat {
     IcmpNoFlow,
     DropRewrite,
     EgressPass,
+    DropSource,
 }
 
-pub const STAT_MAX: u32 = 17;
+pub const STAT_MAX: u32 = 18;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -184,6 +201,7 @@ impl Stat {
         Stat::IcmpNoFlow,
         Stat::DropRewrite,
         Stat::EgressPass,
+        Stat::DropSource,
     ];
 
     /// Metric label: `ringlb_node_packets_total{reason="..."}`.
@@ -206,6 +224,7 @@ impl Stat {
             Stat::IcmpNoFlow => "icmp_no_flow",
             Stat::DropRewrite => "drop_rewrite",
             Stat::EgressPass => "egress_pass",
+            Stat::DropSource => "drop_source",
         }
     }
 }

@@ -74,6 +74,9 @@ pub struct NodeOptions {
     /// MSS clamp for IPv4 / IPv6 SYN-ACKs of translated flows; 0 = off.
     pub mss4: u16,
     pub mss6: u16,
+    /// Decapsulate only tunnels whose outer source is in `NodeState::edges`
+    /// (the node agent turns it on; off, any source is taken).
+    pub check_source: bool,
 }
 
 impl NodeOptions {
@@ -95,6 +98,7 @@ impl Default for NodeOptions {
             pin_dir: Some(PathBuf::from(DEFAULT_PIN_DIR)),
             mss4,
             mss6,
+            check_source: false,
         }
     }
 }
@@ -140,6 +144,27 @@ fn check_size(name: &'static str, data: &MapData, want: u32) -> Result<(), Error
     )?)
 }
 
+/// A pinned counter map of a build with another number of counters (a release
+/// that added one) is unpinned, so this build creates its own: the counters
+/// start from zero, the pods, services and flows are kept.
+fn drop_stale_stats(dir: &std::path::Path) {
+    let path = dir.join(abi::map::STATS);
+    let Ok(old) = MapData::from_pin(&path) else {
+        return;
+    };
+    let have = old.info().map(|i| i.max_entries()).ok();
+    if have != Some(abi::STAT_MAX) {
+        tracing::info!(
+            ?have,
+            want = abi::STAT_MAX,
+            "replacing the pinned counter map"
+        );
+        if let Err(e) = std::fs::remove_file(&path) {
+            tracing::warn!(path = %path.display(), error = %e, "could not unpin the old counter map");
+        }
+    }
+}
+
 impl NodeDatapath {
     /// Loads both programs and the maps (reusing pinned maps when present),
     /// checks the maps against the Rust ABI, writes the config and reads back
@@ -154,6 +179,7 @@ impl NodeDatapath {
         let mut loader = EbpfLoader::new();
         if let Some(dir) = &opts.pin_dir {
             ringlb_bpf_types::prepare_pin_dir(dir)?;
+            drop_stale_stats(dir);
             for name in abi::map::ALL {
                 loader.map_pin_path(name, dir.join(name));
             }
@@ -173,14 +199,21 @@ impl NodeDatapath {
         // typed views check key/value sizes against node_abi.h's mirror
         let pods: HashMap<MapData, abi::PodKey, abi::PodValue> =
             take_map(&mut ebpf, abi::map::LOCAL_PODS)?;
+        let edges: HashMap<MapData, abi::PodKey, abi::EdgeValue> =
+            take_map(&mut ebpf, abi::map::EDGES)?;
         let services: HashMap<MapData, abi::SvcKey, abi::SvcValue> =
             take_map(&mut ebpf, abi::map::SERVICES)?;
         let flows: HashMap<MapData, abi::FlowKey, abi::FlowValue> =
             take_map(&mut ebpf, abi::map::FLOWS)?;
         check_size(abi::map::LOCAL_PODS, pods.map(), abi::MAX_PODS)?;
+        check_size(abi::map::EDGES, edges.map(), abi::MAX_EDGES)?;
         check_size(abi::map::SERVICES, services.map(), abi::MAX_SERVICES)?;
         check_size(abi::map::FLOWS, flows.map(), abi::FLOWS)?;
-        let maps = Applier::new(KernelMaps { pods, services })?;
+        let maps = Applier::new(KernelMaps {
+            pods,
+            edges,
+            services,
+        })?;
         let mut me = Self {
             ebpf,
             maps,
@@ -218,7 +251,11 @@ impl NodeDatapath {
         let v = abi::ConfigValue {
             mss4: opts.mss4,
             mss6: opts.mss6,
-            flags: 0,
+            flags: if opts.check_source {
+                abi::CFG_CHECK_SOURCE
+            } else {
+                0
+            },
         };
         cfg.set(0, v, 0).map_err(map_err(name))
     }

@@ -14,11 +14,13 @@ use crate::{
 
 /// What [`apply`] needs from the maps.
 pub trait NodeMaps {
+    fn put_edge(&mut self, key: abi::PodKey) -> Result<(), Error>;
+    fn del_edge(&mut self, key: &abi::PodKey) -> Result<(), Error>;
     fn put_pod(&mut self, key: abi::PodKey) -> Result<(), Error>;
     fn del_pod(&mut self, key: &abi::PodKey) -> Result<(), Error>;
     fn put_service(&mut self, key: abi::SvcKey, value: abi::SvcValue) -> Result<(), Error>;
     fn del_service(&mut self, key: &abi::SvcKey) -> Result<(), Error>;
-    /// Every pod and service entry (read back after a restart).
+    /// Every edge, pod and service entry (read back after a restart).
     fn read(&self) -> Result<NodeState, Error>;
 }
 
@@ -27,6 +29,8 @@ pub trait NodeMaps {
 pub fn apply(maps: &mut dyn NodeMaps, ops: &[MapOp]) -> Result<usize, (usize, Error)> {
     for (i, op) in ops.iter().enumerate() {
         let r = match op {
+            MapOp::PutEdge(e) => maps.put_edge(abi::PodKey::new(*e)),
+            MapOp::DelEdge(e) => maps.del_edge(&abi::PodKey::new(*e)),
             MapOp::PutPod(p) => maps.put_pod(abi::PodKey::new(*p)),
             MapOp::DelPod(p) => maps.del_pod(&abi::PodKey::new(*p)),
             MapOp::PutService(k, t) => {
@@ -97,9 +101,10 @@ fn pod_ip(k: &abi::PodKey) -> Option<IpAddr> {
     k.addr.to_ip(k.family)
 }
 
-/// The kernel maps `local_pods` and `services`.
+/// The kernel maps `local_pods`, `edges` and `services`.
 pub struct KernelMaps {
     pub(crate) pods: HashMap<MapData, abi::PodKey, abi::PodValue>,
+    pub(crate) edges: HashMap<MapData, abi::PodKey, abi::EdgeValue>,
     pub(crate) services: HashMap<MapData, abi::SvcKey, abi::SvcValue>,
 }
 
@@ -116,6 +121,16 @@ fn absent_ok(name: &'static str, r: Result<(), aya::maps::MapError>) -> Result<(
 }
 
 impl NodeMaps for KernelMaps {
+    fn put_edge(&mut self, key: abi::PodKey) -> Result<(), Error> {
+        self.edges
+            .insert(key, abi::EdgeValue::default(), 0)
+            .map_err(map_err(abi::map::EDGES))
+    }
+
+    fn del_edge(&mut self, key: &abi::PodKey) -> Result<(), Error> {
+        absent_ok(abi::map::EDGES, self.edges.remove(key))
+    }
+
     fn put_pod(&mut self, key: abi::PodKey) -> Result<(), Error> {
         self.pods
             .insert(key, abi::PodValue::default(), 0)
@@ -138,6 +153,10 @@ impl NodeMaps for KernelMaps {
             let k = k.map_err(map_err(abi::map::LOCAL_PODS))?;
             s.pods.extend(pod_ip(&k));
         }
+        for k in self.edges.keys() {
+            let k = k.map_err(map_err(abi::map::EDGES))?;
+            s.edges.extend(pod_ip(&k));
+        }
         for kv in self.services.iter() {
             let (k, v) = kv.map_err(map_err(abi::map::SERVICES))?;
             match entry_from_raw(&k, &v) {
@@ -157,6 +176,7 @@ impl NodeMaps for KernelMaps {
 /// makes the n-th write fail.
 #[derive(Debug, Default)]
 pub struct FakeMaps {
+    pub edges: BTreeMap<abi::PodKey, abi::EdgeValue>,
     pub pods: BTreeMap<abi::PodKey, abi::PodValue>,
     pub services: BTreeMap<abi::SvcKey, abi::SvcValue>,
     pub fail_after: Option<usize>,
@@ -177,6 +197,18 @@ impl FakeMaps {
 }
 
 impl NodeMaps for FakeMaps {
+    fn put_edge(&mut self, key: abi::PodKey) -> Result<(), Error> {
+        self.write()?;
+        self.edges.insert(key, abi::EdgeValue::default());
+        Ok(())
+    }
+
+    fn del_edge(&mut self, key: &abi::PodKey) -> Result<(), Error> {
+        self.write()?;
+        self.edges.remove(key);
+        Ok(())
+    }
+
     fn put_pod(&mut self, key: abi::PodKey) -> Result<(), Error> {
         self.write()?;
         self.pods.insert(key, abi::PodValue::default());
@@ -200,6 +232,7 @@ impl NodeMaps for FakeMaps {
     fn read(&self) -> Result<NodeState, Error> {
         let mut s = NodeState::default();
         s.pods.extend(self.pods.keys().filter_map(pod_ip));
+        s.edges.extend(self.edges.keys().filter_map(pod_ip));
         for (k, v) in &self.services {
             if let Some((k, t)) = entry_from_raw(k, v) {
                 s.services.insert(k, t);

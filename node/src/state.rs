@@ -37,6 +37,9 @@ pub struct ServiceTarget {
 pub struct NodeState {
     /// Every address of every local pod that may receive tunnelled traffic.
     pub pods: BTreeSet<IpAddr>,
+    /// The outer sources tunnels may come from (the edges' node addresses);
+    /// enforced when the datapath was loaded with `NodeOptions::check_source`.
+    pub edges: BTreeSet<IpAddr>,
     pub services: BTreeMap<ServiceKey, ServiceTarget>,
 }
 
@@ -94,18 +97,26 @@ impl NodeState {
 /// One map write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MapOp {
+    PutEdge(IpAddr),
     PutPod(IpAddr),
     PutService(ServiceKey, ServiceTarget),
     DelService(ServiceKey),
     DelPod(IpAddr),
+    DelEdge(IpAddr),
 }
 
 /// The operations that turn `have` into `want`, in a safe order: pods before
-/// the services that need them, services removed before their pods. Flow
+/// the services that need them, services removed before their pods; new edges
+/// first, edges that left last (a moving edge is never refused in between). Flow
 /// entries are never removed: established connections of a pod that left a
 /// Service keep their replies translated until the LRU recycles them.
 pub fn plan(have: &NodeState, want: &NodeState) -> Vec<MapOp> {
     let mut ops = Vec::new();
+    ops.extend(
+        want.edges
+            .difference(&have.edges)
+            .map(|e| MapOp::PutEdge(*e)),
+    );
     ops.extend(want.pods.difference(&have.pods).map(|p| MapOp::PutPod(*p)));
     for (k, t) in &want.services {
         if have.services.get(k) != Some(t) {
@@ -118,6 +129,11 @@ pub fn plan(have: &NodeState, want: &NodeState) -> Vec<MapOp> {
         }
     }
     ops.extend(have.pods.difference(&want.pods).map(|p| MapOp::DelPod(*p)));
+    ops.extend(
+        have.edges
+            .difference(&want.edges)
+            .map(|e| MapOp::DelEdge(*e)),
+    );
     ops
 }
 
@@ -192,6 +208,25 @@ mod tests {
         let ops = plan(&one(), &NodeState::default());
         assert!(matches!(ops[0], MapOp::DelService(_)));
         assert!(matches!(ops[1], MapOp::DelPod(_)));
+    }
+
+    #[test]
+    fn plan_adds_edges_first_and_removes_them_last() {
+        let mut want = one();
+        want.edges.insert(ip("192.168.0.11"));
+        let ops = plan(&NodeState::default(), &want);
+        assert_eq!(ops[0], MapOp::PutEdge(ip("192.168.0.11")));
+        let ops = plan(&want, &NodeState::default());
+        assert_eq!(ops.last(), Some(&MapOp::DelEdge(ip("192.168.0.11"))));
+        let mut moved = want.clone();
+        moved.edges = [ip("192.168.0.12")].into();
+        assert_eq!(
+            plan(&want, &moved),
+            [
+                MapOp::PutEdge(ip("192.168.0.12")),
+                MapOp::DelEdge(ip("192.168.0.11"))
+            ]
+        );
     }
 
     #[test]

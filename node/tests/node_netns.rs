@@ -12,7 +12,10 @@
 //! pod:8080 -> VIP:80, SYN-ACK MSS clamped) -> tor -> client, never the edge.
 //! Every link has MTU 1500, so a client segment of the default MSS (1460)
 //! would not fit the tunnel (1460 + 40 + 20 = 1520): only the clamp (1440)
-//! lets uploads through. Needs root; skips loudly otherwise.
+//! lets uploads through. The node checks tunnel sources (as `ringlb-edge node`
+//! does): the edge is its only allowed one, and an IPIP packet the client crafts
+//! for the pod (a host that is no edge) is dropped and counted. Needs root; skips
+//! loudly otherwise.
 
 use std::{
     io::{BufRead, BufReader, Read, Write},
@@ -33,6 +36,7 @@ use ringlb_xdp::{
 const VIP: &str = "10.202.100.1";
 const POD: &str = "10.202.3.5";
 const CLIENT: &str = "10.202.1.2";
+const EDGE: &str = "10.202.0.11";
 const MB10: usize = 10 * 1024 * 1024;
 
 fn ip(s: &str) -> IpAddr {
@@ -159,16 +163,19 @@ fn the_edge(t: &str, e: &str) -> (XdpDatapath, aya::Ebpf) {
 }
 
 /// The node: both programs on its uplink, Service 80 -> targetPort 8080 on
-/// the pod, MSS clamp for a 1500-byte fabric (1440).
+/// the pod, MSS clamp for a 1500-byte fabric (1440), tunnels taken from the
+/// edge's address only.
 fn the_node(n: &str) -> NodeDatapath {
     let opts = NodeOptions {
         pin_dir: None,
+        check_source: true,
         ..NodeOptions::default()
     };
     assert_eq!(opts.mss4, 1440);
     let mut dp = NodeDatapath::load(&opts).unwrap();
     let mut s = NodeState::default();
     s.add_backend(ip(VIP), 80, NodeProto::Tcp, ip(POD), 8080);
+    s.edges.insert(ip(EDGE));
     dp.apply(&s).unwrap();
     in_netns(n, || dp.attach_uplink("eth0").unwrap());
     dp
@@ -342,6 +349,45 @@ fn edge_to_node_to_pod_with_port_translation_dsr_and_mss_clamp() {
         count(Stat::Decap4),
         count(Stat::ReplySnat),
         count(Stat::MssClamped)
+    );
+    assert_eq!(
+        count(Stat::DropSource),
+        0,
+        "the edge's tunnels are all taken"
+    );
+
+    // The client (no edge) hands the node an IPIP packet for the pod itself: a
+    // SYN "from" 192.0.2.66 to VIP:80. Dropped at the node, counted, never seen
+    // by the pod.
+    let accepted = seen.lock().unwrap().len();
+    let syn = ringlb_testkit::packet::Segment::tcp(
+        "192.0.2.66:40000".parse().unwrap(),
+        SocketAddr::new(ip(VIP), 80),
+        ringlb_testkit::packet::TCP_SYN,
+    );
+    in_netns(c, || {
+        use socket2::{Domain, Protocol, Socket, Type};
+        let raw = Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::from(4)))
+            .expect("a raw IPIP socket");
+        let to: SocketAddr = (ip(POD), 0).into();
+        for _ in 0..5 {
+            raw.send_to(&syn.l3(), &to.into()).expect("send IPIP");
+        }
+    });
+    let t0 = std::time::Instant::now();
+    while count(Stat::DropSource) < 5 && t0.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(
+        count(Stat::DropSource),
+        5,
+        "the client's tunnels were refused"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        accepted,
+        "the pod saw none of them"
     );
     drop(node);
     drop(edge);

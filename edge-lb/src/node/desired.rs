@@ -30,10 +30,10 @@
 //! every address in `status.podIPs`; hostNetwork pods included (their address is the
 //! node's; the decapsulated packet is then delivered locally).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use ringlb_node::{NodeState, ServiceKey, ServiceTarget};
 
@@ -158,6 +158,21 @@ pub fn build(
     out
 }
 
+/// The outer sources this node takes tunnels from: every `InternalIP` and
+/// `ExternalIP` address of the edges' Nodes (the agent watches only Nodes that match
+/// `--edge-selector`). An edge encapsulates from its `--source-v4`/`--source-v6`,
+/// which the chart sets to the node's address. Hostnames and unparsable entries are
+/// ignored.
+pub fn edge_addresses(edges: &[Node]) -> BTreeSet<IpAddr> {
+    edges
+        .iter()
+        .filter_map(|n| n.status.as_ref()?.addresses.as_ref())
+        .flatten()
+        .filter(|a| a.type_ == "InternalIP" || a.type_ == "ExternalIP")
+        .filter_map(|a| a.address.parse().ok())
+        .collect()
+}
+
 #[cfg(test)]
 pub(crate) mod fixtures {
     //! Pods as the API serves them, for tests.
@@ -183,6 +198,42 @@ pub(crate) mod fixtures {
 mod tests {
     use super::fixtures::pod;
     use super::*;
+
+    #[test]
+    fn edge_addresses_are_the_edges_internal_and_external_ips() {
+        let node = |name: &str, addrs: serde_json::Value| -> Node {
+            serde_json::from_value(serde_json::json!({
+                "metadata": {"name": name, "labels": {"ringlb.io/edge": "true"}},
+                "status": {"addresses": addrs}
+            }))
+            .unwrap()
+        };
+        let edges = [
+            node(
+                "edge1",
+                serde_json::json!([
+                    {"type": "InternalIP", "address": "192.168.0.11"},
+                    {"type": "InternalIP", "address": "fd00::11"},
+                    {"type": "Hostname", "address": "edge1"}
+                ]),
+            ),
+            node(
+                "edge2",
+                serde_json::json!([
+                    {"type": "ExternalIP", "address": "198.51.100.12"},
+                    {"type": "InternalDNS", "address": "edge2.example"},
+                    {"type": "InternalIP", "address": "not-an-ip"}
+                ]),
+            ),
+            serde_json::from_value(serde_json::json!({"metadata": {"name": "edge3"}})).unwrap(),
+        ];
+        let want: BTreeSet<IpAddr> = ["192.168.0.11", "fd00::11", "198.51.100.12"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert_eq!(edge_addresses(&edges), want);
+        assert!(edge_addresses(&[]).is_empty());
+    }
     use crate::serving::fixtures::{ep, service, slice};
     use ringlb_node::Proto;
     use serde_json::json;

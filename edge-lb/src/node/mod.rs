@@ -3,11 +3,13 @@
 //! from the API. See docs/node.md.
 //!
 //! ```text
-//!  reflectors: Services, EndpointSlices, Pods (spec.nodeName=<node>)
+//!  reflectors: Services, EndpointSlices, Pods (spec.nodeName=<node>),
+//!              edge Nodes (--edge-selector)
 //!        │ any event ──> notify (coalesced for DEBOUNCE)
 //!        ▼
 //!  sync (this task owns the datapath, through the `NodeProgram` seam; sync.rs):
-//!     desired::build (serving::build, this node's pods) ──> NodeDatapath::apply (diff)
+//!     desired::build (serving::build, this node's pods)
+//!       + desired::edge_addresses (allowed tunnel sources) ──> NodeDatapath::apply (diff)
 //!  every RESYNC: the same sync; after a failure: again after RETRY
 //!  every COUNTERS: node_stats ──> ringlb_node_packets_total
 //!  SIGTERM ──> exit. Programs, links and maps stay pinned: flows keep being
@@ -21,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Context;
-use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::api::core::v1::{Node, Pod};
 use kube::api::Api;
 use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
@@ -84,6 +86,14 @@ pub struct NodeArgs {
     /// edges do). `--default-class=false` serves only class ringlb.io/maglev.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub default_class: bool,
+    /// Label selector of the edges' Nodes: their addresses are the only outer sources
+    /// whose tunnels to local pods are decapsulated (the edge DaemonSet's selector).
+    #[arg(long, default_value = "ringlb.io/edge=true")]
+    pub edge_selector: String,
+    /// Refuse (drop and count, `drop_source`) tunnels to local pods from any address
+    /// that is no edge's. `--check-tunnel-source=false` takes them from anywhere.
+    #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
+    pub check_tunnel_source: bool,
     #[command(subcommand)]
     pub command: Option<NodeCommand>,
 }
@@ -140,7 +150,7 @@ pub async fn run(common: &CommonArgs, args: &NodeArgs) -> anyhow::Result<()> {
     // /healthz to 503 after the allowance instead of a healthy-looking wait forever.
     let heartbeat = sync_heartbeat(&health);
     let notify = Arc::new(Notify::new());
-    let stores = watch_stores(&client, &node_name, &notify).await?;
+    let stores = watch_stores(&client, &node_name, &args.edge_selector, &notify).await?;
     let mut dp = load_datapath(args, &interfaces)?;
     let agent = Agent {
         stores,
@@ -216,6 +226,7 @@ fn load_and_attach(args: &NodeArgs, interfaces: &[String]) -> anyhow::Result<Nod
         pin_dir: Some(args.pin_dir.clone()),
         mss4: args.mss_v4,
         mss6: args.mss_v6,
+        check_source: args.check_tunnel_source,
     };
     let mut dp = NodeDatapath::load(&opts).context("loading the node datapath")?;
     for stale in stale_links(&args.pin_dir, interfaces) {
@@ -230,6 +241,7 @@ fn load_and_attach(args: &NodeArgs, interfaces: &[String]) -> anyhow::Result<Nod
         ?interfaces,
         mss_v4 = args.mss_v4,
         mss_v6 = args.mss_v6,
+        check_tunnel_source = args.check_tunnel_source,
         "node datapath attached"
     );
     Ok(dp)
@@ -260,23 +272,31 @@ fn link_interface(file: &str) -> Option<&str> {
         .find_map(|h| rest.strip_suffix(&format!("_{}", h.label())))
 }
 
-/// Watches Services, EndpointSlices and this node's Pods (every change pokes
-/// `notify`) and waits for their first lists.
+/// Watches Services, EndpointSlices, this node's Pods and the edges' Nodes (Nodes
+/// matching `edge_selector`; every change pokes `notify`) and waits for their first
+/// lists.
 pub async fn watch_stores(
     client: &kube::Client,
     node_name: &str,
+    edge_selector: &str,
     notify: &Arc<Notify>,
 ) -> anyhow::Result<Stores> {
     let (services, slices) = watch_services(client, notify);
     let local = watcher::Config::default().fields(&format!("spec.nodeName={node_name}"));
     let pods = watch_into(Api::<Pod>::all(client.clone()), local, notify.clone()).0;
+    let edge_nodes = watcher::Config::default().labels(edge_selector);
+    let edges = watch_into(Api::<Node>::all(client.clone()), edge_nodes, notify.clone()).0;
     first_list(&services).await?;
     first_list(&slices).await?;
     first_list(&pods).await?;
+    first_list(&edges)
+        .await
+        .with_context(|| format!("listing the edge Nodes (--edge-selector {edge_selector})"))?;
     Ok(Stores {
         services,
         slices,
         pods,
+        edges,
     })
 }
 

@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use k8s_openapi::api::core::v1::{Pod, Service};
+use k8s_openapi::api::core::v1::{Node, Pod, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::Store;
 use prometheus_client::metrics::{
@@ -43,11 +43,12 @@ impl<M: NodeMaps> NodeProgram for Applier<M> {
     }
 }
 
-/// The reflectors the sync reads (Pods: this node's only).
+/// The reflectors the sync reads (Pods: this node's only; Nodes: the edges' only).
 pub struct Stores {
     pub services: Store<Service>,
     pub slices: Store<EndpointSlice>,
     pub pods: Store<Pod>,
+    pub edges: Store<Node>,
 }
 
 /// What a sync needs besides the API objects.
@@ -66,6 +67,8 @@ pub struct SyncState {
     pub retry: bool,
     /// What was last reported as not programmable (logged again only when it changes).
     pub skipped: Vec<Skipped>,
+    /// The last sync found no edge address (warned once until that changes).
+    pub warned_no_edges: bool,
 }
 
 /// `ringlb_node_*` metrics.
@@ -77,6 +80,7 @@ pub struct NodeMetrics {
     pub pods: Gauge,
     pub entries: Gauge,
     pub skipped: Gauge,
+    pub tunnel_sources: Gauge,
     last: std::sync::Arc<std::sync::Mutex<Vec<u64>>>,
 }
 
@@ -89,6 +93,7 @@ impl NodeMetrics {
             pods: Gauge::default(),
             entries: Gauge::default(),
             skipped: Gauge::default(),
+            tunnel_sources: Gauge::default(),
             last: Default::default(),
         };
         let sub = registry.sub_registry_with_prefix("node");
@@ -116,6 +121,11 @@ impl NodeMetrics {
             "service_entries",
             "(pod, VIP, port, protocol) entries programmed",
             m.entries.clone(),
+        );
+        sub.register(
+            "tunnel_sources",
+            "Edge addresses tunnels to local pods are taken from",
+            m.tunnel_sources.clone(),
         );
         sub.register(
             "skipped_entries",
@@ -159,13 +169,18 @@ pub fn sync(
     metrics: &NodeMetrics,
     st: &mut SyncState,
 ) {
-    let want = desired::build(
+    let mut want = desired::build(
         &cfg.node_name,
         &cloned(&stores.services),
         &cloned(&stores.slices),
         &cloned(&stores.pods),
         cfg.default_class,
     );
+    want.state.edges = desired::edge_addresses(&cloned(&stores.edges));
+    if want.state.edges.is_empty() && !st.warned_no_edges {
+        tracing::warn!("no edge Node has an address: tunnels to local pods are refused");
+    }
+    st.warned_no_edges = want.state.edges.is_empty();
     for s in &want.not_served {
         tracing::debug!(service = %s.service, reason = %s.reason, "not served");
     }
@@ -191,6 +206,7 @@ pub fn sync(
             }
             metrics.pods.set(want.state.pods.len() as i64);
             metrics.entries.set(want.state.services.len() as i64);
+            metrics.tunnel_sources.set(want.state.edges.len() as i64);
             st.retry = false;
             st.synced_once = true;
         }
@@ -221,6 +237,16 @@ pub(crate) mod tests {
 
     /// Reflector stores holding the objects, as the watches fill them.
     pub fn stores(services: Vec<Service>, slices: Vec<EndpointSlice>, pods: Vec<Pod>) -> Stores {
+        stores_with_edges(services, slices, pods, Vec::new())
+    }
+
+    /// [`stores`] with the edges' Nodes too.
+    pub fn stores_with_edges(
+        services: Vec<Service>,
+        slices: Vec<EndpointSlice>,
+        pods: Vec<Pod>,
+        edges: Vec<k8s_openapi::api::core::v1::Node>,
+    ) -> Stores {
         fn fill<K>(objs: Vec<K>) -> Store<K>
         where
             K: kube::Resource + Clone,
@@ -236,6 +262,7 @@ pub(crate) mod tests {
             services: fill(services),
             slices: fill(slices),
             pods: fill(pods),
+            edges: fill(edges),
         }
     }
 
@@ -305,6 +332,58 @@ pub(crate) mod tests {
 
     fn e(tunnel: &str, vip: &str, to: &str) -> (String, String, String) {
         (tunnel.into(), vip.into(), to.into())
+    }
+
+    #[test]
+    fn the_edges_addresses_become_the_allowed_tunnel_sources() {
+        let edge = |name: &str, addr: &str| -> k8s_openapi::api::core::v1::Node {
+            serde_json::from_value(json!({
+                "metadata": {"name": name, "labels": {"ringlb.io/edge": "true"}},
+                "status": {"addresses": [{"type": "InternalIP", "address": addr}]}
+            }))
+            .unwrap()
+        };
+        let mut node = Node::new();
+        let objs = || {
+            (
+                vec![web(8080)],
+                vec![web_slice(8080, &["10.1.0.1"])],
+                pods(),
+            )
+        };
+        let (sv, sl, po) = objs();
+        node.sync(&stores_with_edges(
+            sv,
+            sl,
+            po,
+            vec![edge("edge1", "192.168.0.11"), edge("edge2", "192.168.0.12")],
+        ));
+        let held: Vec<String> = node
+            .dp
+            .maps()
+            .read()
+            .unwrap()
+            .edges
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(held, ["192.168.0.11", "192.168.0.12"]);
+        assert_eq!(node.metrics.tunnel_sources.get(), 2);
+        assert!(!node.st.warned_no_edges);
+        // edge2 leaves (unlabelled or deleted): its address goes
+        let (sv, sl, po) = objs();
+        node.sync(&stores_with_edges(
+            sv,
+            sl,
+            po,
+            vec![edge("edge1", "192.168.0.11")],
+        ));
+        assert_eq!(node.dp.maps().edges.len(), 1);
+        // no edge at all: nothing is allowed, and the agent says so once
+        let (sv, sl, po) = objs();
+        node.sync(&stores_with_edges(sv, sl, po, vec![]));
+        assert!(node.dp.maps().edges.is_empty());
+        assert!(node.st.warned_no_edges);
     }
 
     #[test]
