@@ -143,6 +143,26 @@ struct ringlb_src_key {
 	__u32 addr[4];    /* be */
 };                        /* 24 bytes */
 
+/* ---- src_sets: ARRAY set -> src_set; src_set_of: ARRAY vip_id -> __u32 set ---- */
+/* A VIP with 1..RINGLB_SRC_SET_NETS ranges has them in one set, scanned in
+ * place (two inlined array reads and a few compares, against a trie walk):
+ * src_set_of[vip_id] names it; 0 = none, the VIP's ranges are in src_ranges
+ * (more of them, or none at all: closed). A set is written while no VIP
+ * names it and never changed while one does: the loader writes a new set
+ * and then points the VIP at it (one 4-byte store), and reuses the old set
+ * only in a later update. Set 0 is never used. */
+#define RINGLB_SRC_SET_NETS 8
+#define RINGLB_MAX_SRC_SETS 16384
+struct ringlb_src_net {
+	__u32 addr[4];    /* be, host bits zero */
+	__u32 mask[4];    /* be; IPv4: word 0 only, words 1..3 zero */
+};                        /* 32 bytes */
+struct ringlb_src_set {
+	__u32 n;          /* nets in use, 1..RINGLB_SRC_SET_NETS */
+	__u32 pad;
+	struct ringlb_src_net net[RINGLB_SRC_SET_NETS];
+};                        /* 264 bytes */
+
 /* ---- src_drops: PERCPU_ARRAY vip_id -> __u64 -------------------------------- */
 /* packets to the VIP dropped for a source outside its ranges (zeroed when a
  * VIP gets the vip_id, as vip_stats) */
@@ -278,6 +298,7 @@ enum ringlb_stat {
 
 /* ---- map names (the loader finds maps by these) ----------------------------- */
 /* vips, rings, backends, conntrack, owners, config, vip_stats, stats, vip_filter,
- * vip_addrs, flow_filter, bfd_hold, ct_budget, src_ranges, src_drops */
+ * vip_addrs, flow_filter, bfd_hold, ct_budget, src_ranges, src_drops, src_sets,
+ * src_set_of */
 
 #endif /* RINGLB_ABI_H */

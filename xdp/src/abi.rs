@@ -43,6 +43,10 @@ pub const OWNER_F_SRC_RANGES: u32 = 0x8000_0000;
 pub const OWNER_VIP_MASK: u32 = 0x7fff_ffff;
 /// `src_ranges` entries (LPM trie, allocated on use).
 pub const MAX_SRC_RANGES: u32 = 65_536;
+/// Ranges a `src_sets` entry holds; a VIP with more has them in the trie.
+pub const SRC_SET_NETS: usize = 8;
+/// `src_sets` entries (set 0 unused).
+pub const MAX_SRC_SETS: u32 = 16_384;
 pub const CFG_F_FIB_FALLBACK: u32 = 0x1;
 /// `BackendValue::nh_valid`: the next hop (MACs, ifindex, VLAN) is resolved.
 pub const NH_VALID: u8 = 0x1;
@@ -89,8 +93,12 @@ pub mod map {
     /// vip_id -> u64 per CPU: packets dropped for a source outside the VIP's
     /// ranges.
     pub const SRC_DROPS: &str = "src_drops";
+    /// set -> `SrcSet`: the ranges of a VIP with a few, scanned in place.
+    pub const SRC_SETS: &str = "src_sets";
+    /// vip_id -> the set of its ranges (0 = none: `src_ranges`).
+    pub const SRC_SET_OF: &str = "src_set_of";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 15] = [
+    pub const ALL: [&str; 17] = [
         VIPS,
         RINGS,
         BACKENDS,
@@ -106,10 +114,14 @@ pub mod map {
         CT_BUDGET,
         SRC_RANGES,
         SRC_DROPS,
+        SRC_SETS,
+        SRC_SET_OF,
     ];
     /// Maps newer than some pin dirs in the field: a running edge of an
     /// older release has none pinned.
-    pub const NEWER: [&str; 4] = [BFD_HOLD, CT_BUDGET, SRC_RANGES, SRC_DROPS];
+    pub const NEWER: [&str; 6] = [
+        BFD_HOLD, CT_BUDGET, SRC_RANGES, SRC_DROPS, SRC_SETS, SRC_SET_OF,
+    ];
 }
 
 /// `struct ringlb_vip_key`
@@ -200,6 +212,23 @@ pub struct SrcRange {
     /// Host order; always matched whole (32 bits of the prefix length).
     pub vip_id: u32,
     pub addr: RawAddr,
+}
+
+/// `struct ringlb_src_net`: one range of a set.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrcNet {
+    pub addr: RawAddr,
+    pub mask: RawAddr,
+}
+
+/// `struct ringlb_src_set`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct SrcSet {
+    pub n: u32,
+    pub pad: u32,
+    pub net: [SrcNet; SRC_SET_NETS],
 }
 
 /// `struct ringlb_vip_stats`
@@ -303,6 +332,8 @@ const _: () = assert!(size_of::<VipStats>() == 16);
 const _: () = assert!(size_of::<CtBudget>() == 16);
 // struct ringlb_src_key (24) = prefixlen (4) + this
 const _: () = assert!(size_of::<SrcRange>() == 20);
+const _: () = assert!(size_of::<SrcNet>() == 32);
+const _: () = assert!(size_of::<SrcSet>() == 264);
 
 // SAFETY (for every impl below): aya::Pod requires a plain-old-data type with
 // no padding bytes the kernel could read uninitialised and no invalid bit
@@ -320,6 +351,8 @@ mod pod {
     unsafe impl aya::Pod for VipStats {}
     unsafe impl aya::Pod for CtBudget {}
     unsafe impl aya::Pod for SrcRange {}
+    unsafe impl aya::Pod for SrcNet {}
+    unsafe impl aya::Pod for SrcSet {}
     unsafe impl aya::Pod for BfdHoldKey {}
     unsafe impl aya::Pod for BfdHold {}
 }
@@ -551,6 +584,8 @@ mod tests {
         assert_eq!(define("RINGLB_OWNER_F_SRC_RANGES"), OWNER_F_SRC_RANGES);
         assert_eq!(define("RINGLB_OWNER_VIP_MASK"), OWNER_VIP_MASK);
         assert_eq!(define("RINGLB_MAX_SRC_RANGES"), MAX_SRC_RANGES);
+        assert_eq!(define("RINGLB_SRC_SET_NETS") as usize, SRC_SET_NETS);
+        assert_eq!(define("RINGLB_MAX_SRC_SETS"), MAX_SRC_SETS);
         assert!(h.contains("struct ringlb_src_key {\n\t__u32 prefixlen;"));
         assert_eq!(define("RINGLB_BE_F_LOCAL"), BE_F_LOCAL as u32);
         assert_eq!(define("RINGLB_FLOW_F_DECAP"), FLOW_F_DECAP as u32);

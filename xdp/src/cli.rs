@@ -317,6 +317,7 @@ mod tests {
                 .collect(),
                 entry: None,
                 src_ranges: Default::default(),
+                src_set_of: None,
             },
         )]
         .into_iter()

@@ -112,6 +112,8 @@ pub(crate) fn check_abi(maps: &KernelMaps) -> Result<(), Error> {
     let _: PerCpuArray<_, abi::CtBudget> = maps.map(CT_BUDGET)?;
     let _: PerCpuArray<_, u64> = maps.map(SRC_DROPS)?;
     let _: LpmTrie<_, abi::SrcRange, u32> = maps.map(SRC_RANGES)?;
+    let _: Array<_, abi::SrcSet> = maps.map(SRC_SETS)?;
+    let _: Array<_, u32> = maps.map(SRC_SET_OF)?;
     let stats: PerCpuArray<_, u64> = maps.map(STATS)?;
     if stats.len() != abi::STAT_MAX {
         return Err(Error::InvalidService {

@@ -8,6 +8,8 @@
 //! Service lists ranges but none of its family has the bits and no entry: it
 //! accepts no source (never opened to the world by mistake).
 
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+
 use aya::maps::lpm_trie::Key;
 use ringlb_datapath::SourceRange;
 
@@ -31,6 +33,33 @@ pub fn from_key(k: &Key<abi::SrcRange>, family: u32) -> Option<(u32, SourceRange
     let addr = data.addr.to_ip(u8::try_from(family).ok()?)?;
     let r = SourceRange::new(addr, prefix)?;
     (r.addr() == addr).then_some((data.vip_id, r))
+}
+
+/// The `src_sets` value of up to `abi::SRC_SET_NETS` ranges (more are left out:
+/// the planner gives such a VIP trie entries instead).
+pub fn set_value(ranges: &[SourceRange]) -> abi::SrcSet {
+    let mut v = abi::SrcSet::default();
+    for (net, r) in v.net.iter_mut().zip(ranges) {
+        let (addr, _) = abi::RawAddr::from_ip(r.addr());
+        let mask = match r.addr() {
+            IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::from(
+                u32::MAX
+                    .checked_shl(32 - u32::from(r.prefix()))
+                    .unwrap_or(0),
+            )),
+            IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::from(
+                u128::MAX
+                    .checked_shl(128 - u32::from(r.prefix()))
+                    .unwrap_or(0),
+            )),
+        };
+        *net = abi::SrcNet {
+            addr,
+            mask: abi::RawAddr::from_ip(mask).0,
+        };
+        v.n += 1;
+    }
+    v
 }
 
 /// The `owners` value of a backend id of VIP `vip_id`.
@@ -80,6 +109,21 @@ mod tests {
         // the bytes the program matches: vip_id, then the address as on the wire
         let d = k4.data();
         assert_eq!(d.addr.0[0].to_ne_bytes(), [192, 0, 2, 0]);
+    }
+
+    /// The set the program scans: address and mask words as on the wire, an
+    /// IPv4 net in word 0 only.
+    #[test]
+    fn set_values_hold_address_and_mask_words() {
+        let v = set_value(&[r("192.0.2.0", 24), r("2001:db8::", 33), r("0.0.0.0", 0)]);
+        assert_eq!(v.n, 3);
+        assert_eq!(v.net[0].addr.0[0].to_ne_bytes(), [192, 0, 2, 0]);
+        assert_eq!(v.net[0].mask.0[0].to_ne_bytes(), [255, 255, 255, 0]);
+        assert_eq!(&v.net[0].mask.0[1..], &[0, 0, 0]);
+        assert_eq!(v.net[1].mask.0[0], u32::MAX);
+        assert_eq!(v.net[1].mask.0[1].to_ne_bytes(), [0x80, 0, 0, 0]);
+        assert_eq!(v.net[2].mask.0, [0; 4]);
+        assert_eq!(v.net[3], abi::SrcNet::default());
     }
 
     #[test]

@@ -191,3 +191,52 @@ fn two_services_on_one_address_keep_their_own_ranges() {
     );
     assert_eq!((vip_dropped(&dp, &web), vip_dropped(&dp, &admin)), (0, 1));
 }
+
+fn refs(v: &[String]) -> Vec<&str> {
+    v.iter().map(String::as_str).collect()
+}
+
+/// More ranges than a set holds go to the LPM trie: the same answers, IPv4
+/// and IPv6, and an established flow keeps them across the move between the
+/// trie and a set.
+#[test]
+fn many_ranges_are_matched_by_the_trie() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let (v4, v6) = (vip4(), vip("2001:db8:100::1", 443, Proto::Tcp));
+    let many4: Vec<String> = (0..11).map(|k| format!("198.18.{k}.0/24")).collect();
+    let many6: Vec<String> = (0..11).map(|k| format!("2001:db8:{k:x}::/48")).collect();
+    dp.apply(&state(vec![
+        (v4, ranged(&v4, &["10.1.0.1"], &refs(&many4))),
+        (v6, ranged(&v6, &["10.1.0.1"], &refs(&many6))),
+    ]))
+    .unwrap();
+    let ack = Frame::tcp(ip("198.18.10.7"), ip("10.100.0.1"), 40000, 80).established();
+    assert_eq!(
+        run(&dp, &ack.bytes()),
+        (XDP_TX, encapped(&ack, "10.0.0.11", "10.1.0.1", 0))
+    );
+    let ok6 = Frame::tcp(ip("2001:db8:a:1::7"), ip("2001:db8:100::1"), 40000, 443);
+    assert_eq!(run(&dp, &ok6.bytes()).0, XDP_TX);
+    for (src, dst, port) in [
+        ("198.18.11.7", "10.100.0.1", 80),
+        ("2001:db8:b::7", "2001:db8:100::1", 443),
+    ] {
+        let f = Frame::tcp(ip(src), ip(dst), 40000, port);
+        assert_eq!(run(&dp, &f.bytes()), (XDP_DROP, f.bytes()), "{src}");
+    }
+    // the established flow (conntrack) through trie -> set -> trie
+    for ranges in [&["198.18.10.0/24"][..], &refs(&many4)[..]] {
+        dp.apply(&state(vec![(v4, ranged(&v4, &["10.1.0.1"], ranges))]))
+            .unwrap();
+        assert_eq!(run(&dp, &ack.bytes()).0, XDP_TX, "{ranges:?}");
+    }
+    dp.apply(&state(vec![(
+        v4,
+        ranged(&v4, &["10.1.0.1"], &["198.18.9.0/24"]),
+    )]))
+    .unwrap();
+    assert_eq!(run(&dp, &ack.bytes()), (XDP_DROP, ack.bytes()));
+    assert_eq!(counter(&dp, "drop_source_range"), 3);
+}

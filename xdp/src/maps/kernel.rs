@@ -301,6 +301,28 @@ impl Maps for KernelMaps {
         Ok(by_vip)
     }
 
+    fn put_src_set(&mut self, set: u32, value: &abi::SrcSet) -> Result<(), Error> {
+        let mut m: Array<_, abi::SrcSet> = self.map_mut(abi::map::SRC_SETS)?;
+        m.set(set, value, 0).map_err(map_err(abi::map::SRC_SETS))
+    }
+
+    fn point_src_set(&mut self, vip_id: u32, set: u32) -> Result<(), Error> {
+        let mut m: Array<_, u32> = self.map_mut(abi::map::SRC_SET_OF)?;
+        m.set(vip_id, set, 0).map_err(map_err(abi::map::SRC_SET_OF))
+    }
+
+    fn src_set_of(&self, vip_ids: &[u32]) -> Result<BTreeMap<u32, u32>, Error> {
+        let m: Array<_, u32> = self.map(abi::map::SRC_SET_OF)?;
+        let mut out = BTreeMap::new();
+        for &id in vip_ids {
+            let set = m.get(&id, 0).map_err(map_err(abi::map::SRC_SET_OF))?;
+            if set != 0 {
+                out.insert(id, set);
+            }
+        }
+        Ok(out)
+    }
+
     fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error> {
         let stats: PerCpuArray<_, u64> = self.map(abi::map::STATS)?;
         let mut c = Counters::default();

@@ -19,6 +19,10 @@ pub struct MemoryMaps {
     pub owners_src_ranges: BTreeSet<u32>,
     /// `src_ranges` by vip_id.
     pub src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
+    /// `src_sets` (the sets ever written).
+    pub src_sets: BTreeMap<u32, abi::SrcSet>,
+    /// `src_set_of`, its non-zero entries.
+    pub src_set_of: BTreeMap<u32, u32>,
     pub vip_filter: VipFilter,
     pub vip_addrs: BTreeSet<std::net::IpAddr>,
     /// Writes left before one fails (`None`: never). Each trait call that writes
@@ -207,6 +211,30 @@ impl Maps for MemoryMaps {
     fn src_ranges(&self) -> Result<BTreeMap<u32, BTreeSet<SourceRange>>, Error> {
         self.read("src_ranges")?;
         Ok(self.src_ranges.clone())
+    }
+
+    fn put_src_set(&mut self, set: u32, value: &abi::SrcSet) -> Result<(), Error> {
+        self.write("put_src_set")?;
+        self.src_sets.insert(set, *value);
+        Ok(())
+    }
+
+    fn point_src_set(&mut self, vip_id: u32, set: u32) -> Result<(), Error> {
+        self.write("point_src_set")?;
+        if set == 0 {
+            self.src_set_of.remove(&vip_id);
+        } else {
+            self.src_set_of.insert(vip_id, set);
+        }
+        Ok(())
+    }
+
+    fn src_set_of(&self, vip_ids: &[u32]) -> Result<BTreeMap<u32, u32>, Error> {
+        self.read("src_set_of")?;
+        Ok(vip_ids
+            .iter()
+            .filter_map(|id| Some((*id, *self.src_set_of.get(id)?)))
+            .collect())
     }
 
     /// No packets cross memory: every counter is zero.

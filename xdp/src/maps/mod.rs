@@ -67,6 +67,12 @@ pub trait Maps {
     fn del_src_ranges(&mut self, vip_id: u32, ranges: &[SourceRange]) -> Result<(), Error>;
     /// Every `src_ranges` entry, by vip_id.
     fn src_ranges(&self) -> Result<BTreeMap<u32, BTreeSet<SourceRange>>, Error>;
+    /// `src_sets[set] = value`.
+    fn put_src_set(&mut self, set: u32, value: &abi::SrcSet) -> Result<(), Error>;
+    /// `src_set_of[vip_id] = set`.
+    fn point_src_set(&mut self, vip_id: u32, set: u32) -> Result<(), Error>;
+    /// `src_set_of[vip_id]` for each of `vip_ids` (0 = no set).
+    fn src_set_of(&self, vip_ids: &[u32]) -> Result<BTreeMap<u32, u32>, Error>;
     /// The global counters, and the per-VIP ones of `vips` (VIP, vip_id), summed
     /// over CPUs.
     fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error>;
@@ -146,6 +152,10 @@ pub fn run_ops(
             } => maps.set_owners(ids, src_ranges::owner_value(*vip_id, *r))?,
             MapOp::PutSrcRanges { vip_id, ranges } => maps.put_src_ranges(*vip_id, ranges)?,
             MapOp::DelSrcRanges { vip_id, ranges } => maps.del_src_ranges(*vip_id, ranges)?,
+            MapOp::PutSrcSet { set, ranges } => {
+                maps.put_src_set(*set, &src_ranges::set_value(ranges))?
+            }
+            MapOp::PointSrcSet { vip_id, set } => maps.point_src_set(*vip_id, *set)?,
             MapOp::DelBackend { id } => {
                 maps.put_backends(&[*id], &[tombstone])?;
                 // after the tombstone: a live id never loses its owner
@@ -172,6 +182,8 @@ pub fn read_back(maps: &dyn Maps) -> Result<ReadBack, Error> {
     entries.sort_by_key(|(vip, _)| *vip);
     let mut ids: BTreeSet<u32> = r.owners.keys().copied().collect();
     ids.insert(0);
+    let vip_ids: Vec<u32> = entries.iter().map(|(_, i)| i.vip_id).collect();
+    r.src_set_of = maps.src_set_of(&vip_ids)?;
     for (vip, info) in entries {
         let ring = maps.ring(info.vip_id, info.ring_size)?;
         ids.extend(ring.iter().flatten().copied());

@@ -8,8 +8,7 @@ use std::{
 };
 
 use super::{
-    DesiredState, MapOp, Programmed, ProgrammedBackend, ProgrammedVip, ServiceEntry, SourceRange,
-    Vip, vip_flags,
+    DesiredState, MapOp, Programmed, ProgrammedBackend, ProgrammedVip, ServiceEntry, Vip, vip_flags,
 };
 use crate::{Error, abi};
 
@@ -87,7 +86,7 @@ pub fn plan_update(
         _ => (p.vip_ids.alloc().expect("checked above"), true),
     });
     let src = new.is_some_and(|s| s.source_ranges().is_some());
-    let src_ranges = plan_src_ranges(ring_id, new, old.as_ref(), &mut ops);
+    let src_plan = super::src_plan::plan(p, ring_id, new, old.as_ref(), &mut ops);
 
     // 1. this service's ids: kept per address, new addresses get a fresh id
     //    and generation; ids of addresses that left are deleted last. Every
@@ -111,7 +110,8 @@ pub fn plan_update(
             let ring_id = ring_id.expect("a new entry has a ring");
             let freed = program_service(p, vip, svc, ring_id, old.as_ref(), backends, &mut ops);
             if let Some(pv) = p.vips.get_mut(vip) {
-                pv.src_ranges = src_ranges;
+                pv.src_ranges = src_plan.trie;
+                pv.src_set_of = src_plan.set_of;
             }
             freed
         }
@@ -123,17 +123,24 @@ pub fn plan_update(
         (None, None) => None,
     };
 
-    // 3. the ids that leave, the orphans and strays this update frees
+    // 3. the ids that leave, the orphans and strays this update frees; a
+    //    set this update stopped naming is reused by a later one only
     release_ids(p, vip, &leaving, freed_vip, &mut ops);
+    if let Some(set) = src_plan.release {
+        p.src_sets.release(set);
+    }
     Ok(ops.in_safe_order())
 }
 
 /// A plan's operations by kind, concatenated in the order [`MapOp`] describes.
 #[derive(Default)]
-struct PlanOps {
+pub(super) struct PlanOps {
     src_strays: Vec<MapOp>,
     strays: Vec<MapOp>,
-    src_puts: Vec<MapOp>,
+    /// `src_ranges` entries a VIP gains, then `src_sets` writes and pointers
+    /// (`src_plan`): before the VIP entry and owners say "ranges"
+    pub(super) src_puts: Vec<MapOp>,
+    pub(super) src_sets: Vec<MapOp>,
     puts: Vec<MapOp>,
     own_new: Vec<MapOp>,
     rings: Vec<MapOp>,
@@ -141,7 +148,7 @@ struct PlanOps {
     regen: Vec<MapOp>,
     own_kept: Vec<MapOp>,
     del_vips: Vec<MapOp>,
-    dels: Vec<MapOp>,
+    pub(super) dels: Vec<MapOp>,
 }
 
 impl PlanOps {
@@ -151,6 +158,7 @@ impl PlanOps {
             self.src_strays,
             self.strays,
             self.src_puts,
+            self.src_sets,
             self.puts,
             self.own_new,
             self.rings,
@@ -164,58 +172,6 @@ impl PlanOps {
         .flatten()
         .collect()
     }
-}
-
-/// The `src_ranges` writes of one update: entries the VIP gains go in before
-/// its VIP entry and owners say it has ranges (`src_puts`); entries it loses,
-/// and all of an old vip_id's, go last (`dels`), after they stop saying so.
-/// Returns what the trie holds under the new vip_id afterwards.
-fn plan_src_ranges(
-    ring_id: Option<(u32, bool)>,
-    new: Option<&ServiceEntry>,
-    old: Option<&ProgrammedVip>,
-    ops: &mut PlanOps,
-) -> BTreeSet<SourceRange> {
-    let want: BTreeSet<SourceRange> = new
-        .and_then(|s| s.source_ranges())
-        .cloned()
-        .unwrap_or_default();
-    let Some((vip_id, _)) = ring_id else {
-        if let Some(o) = old.filter(|o| !o.src_ranges.is_empty()) {
-            let ranges = o.src_ranges.iter().copied().collect();
-            ops.dels.push(MapOp::DelSrcRanges {
-                vip_id: o.vip_id,
-                ranges,
-            });
-        }
-        return want;
-    };
-    let empty = BTreeSet::new();
-    let have = old
-        .filter(|o| o.vip_id == vip_id)
-        .map_or(&empty, |o| &o.src_ranges);
-    let add: Vec<SourceRange> = want.difference(have).copied().collect();
-    if !add.is_empty() {
-        ops.src_puts.push(MapOp::PutSrcRanges {
-            vip_id,
-            ranges: add,
-        });
-    }
-    let gone: Vec<SourceRange> = have.difference(&want).copied().collect();
-    if !gone.is_empty() {
-        ops.dels.push(MapOp::DelSrcRanges {
-            vip_id,
-            ranges: gone,
-        });
-    }
-    if let Some(o) = old.filter(|o| o.vip_id != vip_id && !o.src_ranges.is_empty()) {
-        let ranges = o.src_ranges.iter().copied().collect();
-        ops.dels.push(MapOp::DelSrcRanges {
-            vip_id: o.vip_id,
-            ranges,
-        });
-    }
-    want
 }
 
 /// Fails before anything changes when the update needs more backend ids (one
@@ -420,6 +376,7 @@ fn program_service(
             backends,
             entry: Some(svc.clone()),
             src_ranges: BTreeSet::new(),
+            src_set_of: None,
         },
     );
     freed_vip

@@ -17,6 +17,7 @@ use std::{
 use super::abi;
 
 mod diff;
+mod src_plan;
 mod view;
 pub use diff::{plan, plan_update};
 pub use view::View;
@@ -92,6 +93,9 @@ pub struct ProgrammedVip {
     pub entry: Option<ServiceEntry>,
     /// What `src_ranges` holds under `vip_id` (`src_ranges.rs`).
     pub src_ranges: BTreeSet<SourceRange>,
+    /// What `src_set_of[vip_id]` holds (0: no set), `None` when unknown (a
+    /// new vip_id). The VIP owns that set while it has source ranges.
+    pub src_set_of: Option<u32>,
 }
 
 /// Lowest-first id allocator. Ids freed by a plan are released only after
@@ -151,6 +155,8 @@ pub struct Programmed {
     /// vip_id to a VIP.
     pub stray_src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
     backend_ids: IdPool,
+    /// `src_sets` indexes (set 0 unused).
+    src_sets: IdPool,
     vip_ids: IdPool,
 }
 
@@ -175,6 +181,8 @@ pub struct ReadBack {
     pub high_water: u32,
     /// Every `src_ranges` entry, by vip_id.
     pub src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
+    /// `src_set_of[vip_id]` of every VIP entry's vip_id.
+    pub src_set_of: BTreeMap<u32, u32>,
 }
 
 impl Programmed {
@@ -270,6 +278,7 @@ impl Programmed {
                     backends: owned.remove(&vip).unwrap_or_default(),
                     entry: None,
                     src_ranges: src_ranges.remove(&info.vip_id).unwrap_or_default(),
+                    src_set_of: Some(r.src_set_of.get(&info.vip_id).copied().unwrap_or(0)),
                 },
             );
         }
@@ -279,7 +288,13 @@ impl Programmed {
             .chain(&strays)
             .copied()
             .collect();
+        // the sets VIPs with ranges name are in use; any other is free
+        let sets = vips
+            .values()
+            .filter(|v| v.flags & abi::VIP_F_SRC_RANGES != 0)
+            .filter_map(|v| v.src_set_of.filter(|&s| s != 0));
         Self {
+            src_sets: IdPool::new(1, abi::MAX_SRC_SETS, sets),
             backend_ids: IdPool::new(1, abi::MAX_BACKENDS, used),
             vip_ids: IdPool::new(0, abi::MAX_VIPS, vips.values().map(|v| v.vip_id)),
             vips,
@@ -369,6 +384,16 @@ pub enum MapOp {
     DelSrcRanges {
         vip_id: u32,
         ranges: Vec<SourceRange>,
+    },
+    /// `src_sets[set]` = these ranges (no VIP names the set yet).
+    PutSrcSet {
+        set: u32,
+        ranges: Vec<SourceRange>,
+    },
+    /// `src_set_of[vip_id] = set` (0: the VIP's ranges are in the trie).
+    PointSrcSet {
+        vip_id: u32,
+        set: u32,
     },
     /// A new inner ring map of `size` slots at `rings[vip_id]` (counters reset).
     CreateRing {

@@ -324,6 +324,7 @@ fn apply_service_deletes_an_orphan_once_no_ring_names_it() {
     let (a, b) = (vip(1, 80), vip(2, 80));
     let r = ReadBack {
         src_ranges: Default::default(),
+        src_set_of: Default::default(),
         vips: vec![
             // 7 is a second id for .1 in a's ring and in b's (maps of a
             // loader with global ids, or a failed apply)
@@ -438,6 +439,7 @@ fn restore_takes_ownership_from_the_rings() {
     };
     let r = ReadBack {
         src_ranges: Default::default(),
+        src_set_of: Default::default(),
         vips: vec![
             // a: ids 1 (.1) and 4 (.2), an empty slot and a tombstone (6)
             (a, info(3, 5), Some(vec![1, 4, 0, 6, 1])),
@@ -515,6 +517,7 @@ fn restore_takes_ownership_from_the_rings() {
     // a stray also goes when no service is left at all
     let lone = Programmed::restore(ReadBack {
         src_ranges: Default::default(),
+        src_set_of: Default::default(),
         owners: [(3, 5)].into_iter().collect(),
         backends: [(3, be(ip(9), 2))].into_iter().collect(),
         ..Default::default()
@@ -540,6 +543,7 @@ fn restored_identical_state_writes_nothing() {
     let pv = &p.vips[&v];
     let r = ReadBack {
         src_ranges: Default::default(),
+        src_set_of: Default::default(),
         vips: vec![(v, info(pv.vip_id, 5), pv.ring.clone())],
         owners: pv.backends.values().map(|b| (b.id, pv.vip_id)).collect(),
         backends: pv
@@ -555,6 +559,7 @@ fn restored_identical_state_writes_nothing() {
     // an unreadable ring is rewritten whole (with fresh ids: ownership unknown)
     let r = ReadBack {
         src_ranges: Default::default(),
+        src_set_of: Default::default(),
         vips: vec![(v, info(pv.vip_id, 5), None)],
         ..Default::default()
     };
