@@ -18,9 +18,11 @@
 pub mod abi;
 pub mod apply;
 pub mod attach_mode;
+pub mod auto_mode;
 pub mod batch;
 pub mod bfd_hold;
 pub mod cli;
+pub mod ethtool;
 pub mod flow_filter;
 pub mod lookup;
 pub mod maps;

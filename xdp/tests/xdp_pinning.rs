@@ -87,7 +87,8 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
 fn first_process_attaches_and_pins(bpffs: &BpfFs) -> (Programmed, u64) {
     let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
     dp.apply(&desired()).unwrap();
-    assert_eq!(dp.attach("pa", AttachMode::Auto).unwrap(), "native");
+    // (auto would pick generic: pb runs no XDP program; auto_mode.rs)
+    assert_eq!(dp.attach("pa", AttachMode::Native).unwrap(), "native");
     let first_prog = xdp_prog_id("pa").expect("program attached");
     // the handshake: the SYN, then the ACK that inserts the conntrack entry
     let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
@@ -166,7 +167,7 @@ fn second_process_reads_back_and_replaces(
         (slots, slots),
         "every SYN looks up until a rebuild"
     );
-    assert_eq!(dp.attach("pa", AttachMode::Auto).unwrap(), "replaced");
+    assert_eq!(dp.attach("pa", AttachMode::Native).unwrap(), "replaced");
     let st = PinnedFlowFilter::open(&bpffs.path().join("ringlb"))
         .unwrap()
         .rebuild()
