@@ -228,7 +228,9 @@ fn served_on_the_edge_node(mode: AttachMode) {
         return;
     }
     let pid = std::process::id();
-    let nss = ["c", "t", "e", "n", "pa", "pb"].map(|x| Netns::new(&format!("rlbl{pid}{x}")));
+    // one process may run both modes (cargo test): a name per mode
+    let m = if mode == AttachMode::Native { "n" } else { "g" };
+    let nss = ["c", "t", "e", "n", "pa", "pb"].map(|x| Netns::new(&format!("rlbl{pid}{m}{x}")));
     let [c, t, e, n, pa, pb] = [0, 1, 2, 3, 4, 5].map(|i| nss[i].0.as_str());
     wire([c, t, e, n, pa, pb]);
     let (edge, _pass) = the_edge(t, e, mode);

@@ -136,3 +136,56 @@ fn attach_restart_and_uninstall_leave_nothing_behind() {
         );
     }
 }
+
+/// An upgrade that added a counter: the pinned `node_stats` of the older build
+/// (one counter fewer) is replaced, the other pinned maps are kept, and the new
+/// counter counts.
+#[test]
+fn a_pinned_counter_map_of_an_older_build_is_replaced() {
+    if !is_root() {
+        eprintln!("SKIP: node lifecycle needs root (CI runs as root)");
+        return;
+    }
+    let fs = BpfFs::new("node-stats-upgrade");
+    let dir = fs.path().join("ringlb-node");
+    std::fs::create_dir_all(&dir).unwrap();
+    let stats = dir.join("node_stats");
+    let older = (ringlb_node::abi::STAT_MAX - 1).to_string();
+    sh(&[
+        "bpftool",
+        "map",
+        "create",
+        &stats.display().to_string(),
+        "type",
+        "percpu_array",
+        "key",
+        "4",
+        "value",
+        "8",
+        "entries",
+        &older,
+        "name",
+        "node_stats",
+    ]);
+    let opts = NodeOptions {
+        pin_dir: Some(dir.clone()),
+        ..NodeOptions::default()
+    };
+    let dp = NodeDatapath::load(&opts).expect("loads over the older counter map");
+    assert_eq!(
+        dp.counters().unwrap().len(),
+        ringlb_node::abi::Stat::ALL.len()
+    );
+    let shown = sh(&[
+        "bpftool",
+        "map",
+        "show",
+        "pinned",
+        &stats.display().to_string(),
+    ]);
+    assert!(
+        shown.contains(&format!("max_entries {}", ringlb_node::abi::STAT_MAX)),
+        "the pinned map is the new one: {shown}"
+    );
+    dp.uninstall().unwrap();
+}

@@ -29,11 +29,14 @@ use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
 
-/// Liveness (heartbeats) and readiness (a flag) of one program.
+/// Liveness (heartbeats) and readiness (a flag, and no fault) of one program.
 #[derive(Debug, Default)]
 pub struct Health {
     ready: AtomicBool,
     beats: Mutex<Vec<Arc<Beat>>>,
+    /// Named reasons the program is not ready however its flag stands (e.g. a
+    /// datapath whose transmits fail); `/readyz` lists them.
+    faults: Mutex<std::collections::BTreeMap<String, String>>,
 }
 
 /// One registered loop: its name, allowance and last beat.
@@ -79,8 +82,27 @@ impl Health {
         self.ready.store(ready, Ordering::Relaxed);
     }
 
+    /// The flag is set and no fault stands.
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.ready.load(Ordering::Relaxed) && lock(&self.faults).is_empty()
+    }
+
+    /// Sets (`Some(reason)`) or clears (`None`) the fault `name`: while any fault
+    /// stands the program is not ready, and `/readyz` names it and its reason.
+    pub fn set_fault(&self, name: &str, reason: Option<String>) {
+        let mut f = lock(&self.faults);
+        match reason {
+            Some(r) => f.insert(name.to_string(), r),
+            None => f.remove(name),
+        };
+    }
+
+    /// The standing faults: (name, reason).
+    pub fn faults(&self) -> Vec<(String, String)> {
+        lock(&self.faults)
+            .iter()
+            .map(|(n, r)| (n.clone(), r.clone()))
+            .collect()
     }
 
     /// Registers a loop named `name` that must beat at least every `allowance`; it

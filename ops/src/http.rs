@@ -121,7 +121,17 @@ async fn answer(
             }
         }
         "/readyz" if health.is_ready() => text(StatusCode::OK, "ok\n"),
-        "/readyz" => text(StatusCode::SERVICE_UNAVAILABLE, "not ready\n"),
+        "/readyz" => {
+            let faults: String = health
+                .faults()
+                .iter()
+                .map(|(n, r)| format!("{n}: {r}\n"))
+                .collect();
+            text(
+                StatusCode::SERVICE_UNAVAILABLE,
+                &format!("not ready\n{faults}"),
+            )
+        }
         path => match extra.and_then(|e| e.answer(path)) {
             Some(page) => reply(
                 StatusCode::from_u16(page.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
@@ -166,6 +176,13 @@ mod tests {
         assert!(get("/healthz").await.starts_with("HTTP/1.1 200"));
         assert!(get("/readyz").await.starts_with("HTTP/1.1 503"));
         health.set_ready(true);
+        assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
+        // a fault makes it not ready, with its reason, until it is cleared
+        health.set_fault("xdp_tx", Some("transmits fail".into()));
+        let r = get("/readyz").await;
+        assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+        assert!(r.contains("xdp_tx: transmits fail"), "{r}");
+        health.set_fault("xdp_tx", None);
         assert!(get("/readyz").await.starts_with("HTTP/1.1 200"));
         let m = get("/metrics").await;
         assert!(m.contains("ringlb_test_events_total 1"), "{m}");

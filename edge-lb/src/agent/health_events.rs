@@ -152,6 +152,17 @@ impl HealthEvents {
         *reported = now;
     }
 
+    /// Sends `ev` about this edge's Node in the background (a fault of the edge
+    /// itself, not of one Service).
+    pub fn publish_on_node(&self, ev: Event) {
+        let (recorder, obj) = (self.recorder.clone(), super::tx_check::node_ref(&self.node));
+        tokio::spawn(async move {
+            if let Err(e) = recorder.publish(&ev, &obj).await {
+                tracing::warn!(error = %e, reason = %ev.reason, "writing Event failed");
+            }
+        });
+    }
+
     /// Sends `ev` about the Service `service` (`namespace/name`) in the background;
     /// a Service that is gone gets none.
     fn send(&self, services: &Store<Service>, service: &str, ev: Event) {

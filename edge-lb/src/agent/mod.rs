@@ -59,6 +59,7 @@ pub mod metrics;
 mod nexthops;
 pub mod stop;
 pub mod sync;
+pub mod tx_check;
 
 use metrics::DatapathMetrics;
 pub use stop::OnSigterm;
@@ -136,7 +137,9 @@ pub struct RunArgs {
     /// to another pod instead of being refused.
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     pub mh_fallback: bool,
-    /// XDP only. XDP attach mode: auto tries native and falls back to generic with a warning.
+    /// XDP only. XDP attach mode: auto tries native and falls back to generic with a
+    /// warning, and picks generic on a veth whose peer runs no XDP program (native
+    /// XDP_TX is dropped there).
     #[arg(long, value_enum, default_value = "auto")]
     pub xdp_mode: AttachMode,
     /// XDP only. Where the XDP maps and link are pinned (a bpffs).
@@ -276,6 +279,8 @@ struct Agent {
     health_events: health_events::HealthEvents,
     /// This node's pods, shared with the XDP datapath's resolver.
     local_pods: local_pods::LocalPodsOf,
+    /// XDP: whether the driver transmits what the program sends.
+    tx_check: Option<tx_check::TxCheck>,
 }
 
 /// How many BGP sessions are Established right now (the health pages' "announced").
@@ -318,14 +323,19 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
 
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
-    let (speaker, dp_metrics, nh_metrics, health_metrics) = {
+    let (speaker, dp_metrics, nh_metrics, health_metrics, tx_check) = {
         let mut r = registry.lock().await;
+        let tx_check = match (args.datapath, &args.interface) {
+            (DatapathKind::Xdp, Some(i)) => Some(tx_check::TxCheck::new(i, &mut r)),
+            _ => None,
+        };
         let speaker = Arc::new(Speaker::start(args.bgp_listen_port, &mut r)?);
         (
             speaker,
             DatapathMetrics::register(&mut r, args.datapath.name()),
             nexthops::Metrics::register(&mut r),
             vip_health::HealthMetrics::register(&mut r),
+            tx_check,
         )
     };
     let board = Arc::new(vip_health::Board::new(established_sessions(&speaker)));
@@ -399,6 +409,7 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         health_metrics,
         health_events: health_events::HealthEvents::new(client.clone(), args.node_name.clone()),
         local_pods,
+        tx_check,
     };
     let (speaker, dp, sig) = agent.run_loop(args, signals).await;
     let cordoned = match (sig, args.on_sigterm) {
@@ -705,7 +716,12 @@ impl Agent {
                 }
                 _ = counters_tick.tick() => {
                     match self.dp.counters() {
-                        Ok(c) => self.dp_metrics.update(&c),
+                        Ok(c) => {
+                            self.dp_metrics.update(&c);
+                            if let Some(why) = self.tx_check.as_mut().and_then(|tx| tx.check(&c, &self.health, &self.board)) {
+                                self.health_events.publish_on_node(tx_check::event(why));
+                            }
+                        }
                         Err(e) => tracing::warn!(error = %e, kind = e.metric_label(), "reading the datapath's counters"),
                     }
                     due = false;

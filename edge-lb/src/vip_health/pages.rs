@@ -36,6 +36,9 @@ struct Snapshot {
 pub struct Board {
     snapshot: RwLock<Snapshot>,
     peers_up: PeersUp,
+    /// A fault of the whole datapath (its transmits fail): every VIP answers 503
+    /// with it, whatever its own health.
+    datapath_fault: RwLock<Option<String>>,
 }
 
 impl Default for Board {
@@ -50,7 +53,16 @@ impl Board {
         Board {
             snapshot: RwLock::default(),
             peers_up,
+            datapath_fault: RwLock::default(),
         }
+    }
+
+    /// Sets (`Some(reason)`) or clears the datapath's fault.
+    pub fn set_datapath_fault(&self, reason: Option<String>) {
+        *self
+            .datapath_fault
+            .write()
+            .unwrap_or_else(|e| e.into_inner()) = reason;
     }
 
     /// The facts and routes of a sync that reached the datapath.
@@ -106,6 +118,14 @@ impl Board {
                 404,
                 &format!("VIP {vip} has no port {p} on this edge"),
             ));
+        }
+        let fault = self
+            .datapath_fault
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(why) = fault {
+            return Some(error(503, &why));
         }
         let report = aggregate(vip, port, parts);
         Some(json(report.http_status(), &report))
@@ -261,5 +281,20 @@ mod tests {
         assert_eq!(down.status, 503);
         assert!(down.body.contains("\"state\":\"down\""), "{}", down.body);
         assert!(down.body.contains("no BGP session"), "{}", down.body);
+        // A datapath that cannot transmit: every served VIP is down, with why;
+        // an unknown one is still 404.
+        b.set_datapath_fault(Some("XDP transmits fail on eth0".into()));
+        let f = b.answer_at("/health/vip/192.0.2.1/80", now).unwrap();
+        assert_eq!(f.status, 503);
+        assert!(f.body.contains("XDP transmits fail on eth0"), "{}", f.body);
+        assert_eq!(
+            b.answer_at("/health/vip/192.0.2.9", now).unwrap().status,
+            404
+        );
+        b.set_datapath_fault(None);
+        assert_eq!(
+            b.answer_at("/health/vip/192.0.2.1/80", now).unwrap().status,
+            200
+        );
     }
 }
