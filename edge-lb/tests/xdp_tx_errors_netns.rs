@@ -48,7 +48,10 @@ fn wire(c: &str, e: &str) {
     ]);
     // the client receives the IPIP packets it is sent back and drops them; all
     // that matters is whether they arrive: count them
-    nsx(c, &["iptables", "-w", "-t", "raw", "-A", "PREROUTING", "-p", "4"]);
+    nsx(
+        c,
+        &["iptables", "-w", "-t", "raw", "-A", "PREROUTING", "-p", "4"],
+    );
 }
 
 fn edge(e: &str) -> XdpDatapath {
@@ -92,7 +95,20 @@ fn send(c: &str, n: usize) {
 /// The IPIP packets the client received (a raw-table rule counts them; ARP
 /// and neighbour discovery do not count).
 fn client_rx(c: &str) -> u64 {
-    let out = nsx(c, &["iptables", "-w", "-t", "raw", "-L", "PREROUTING", "-v", "-x", "-n"]);
+    let out = nsx(
+        c,
+        &[
+            "iptables",
+            "-w",
+            "-t",
+            "raw",
+            "-L",
+            "PREROUTING",
+            "-v",
+            "-x",
+            "-n",
+        ],
+    );
     // columns: pkts bytes target prot ...
     out.lines()
         .skip(2)
