@@ -155,14 +155,17 @@ fn the_edge(t: &str, e: &str, mode: AttachMode) -> (XdpDatapath, aya::Ebpf) {
     (dp, pass)
 }
 
-/// A node agent's programs on `ns`'s eth0, VIP:80 -> `pod`:8080.
+/// A node agent's programs on `ns`'s eth0, VIP:80 -> `pod`:8080, taking
+/// tunnels from the edge's address only (as `ringlb-edge node` does).
 fn node_agent(ns: &str, pod: &str) -> NodeDatapath {
     let opts = NodeOptions {
         pin_dir: None,
+        check_source: true,
         ..NodeOptions::default()
     };
     let mut dp = NodeDatapath::load(&opts).unwrap();
     let mut s = NodeState::default();
+    s.edges.insert(ip("10.203.0.11"));
     s.add_backend(ip(VIP), 80, NodeProto::Tcp, ip(pod), 8080);
     dp.apply(&s).unwrap();
     in_netns(ns, || dp.attach_uplink("eth0").unwrap());
