@@ -127,6 +127,10 @@ pub struct BGPPeerStatus {
     /// Session state as seen by each node.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nodes: Vec<NodeSession>,
+    /// `Conflict` (True while a node runs no session for this peer because an earlier
+    /// BGPPeer has the same peerAddress there; the message names it) and `Invalid`
+    /// (True while a node cannot use the spec or the password Secret; reason
+    /// `SecretNotFound`, `SecretKeyMissing`, `SecretUnreadable` or `InvalidSpec`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }
@@ -137,7 +141,9 @@ pub struct BGPPeerStatus {
 pub struct NodeSession {
     /// Node name.
     pub node: String,
-    /// RFC 4271 state: Idle, Connect, Active, OpenSent, OpenConfirm, Established.
+    /// RFC 4271 state: Idle, Connect, Active, OpenSent, OpenConfirm, Established; or
+    /// `Conflict` / `Invalid` when the node runs no session for this peer (`lastError`
+    /// says why).
     pub state: String,
     /// Prefixes advertised to the peer.
     #[serde(default)]

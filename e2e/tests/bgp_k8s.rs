@@ -208,6 +208,193 @@ async fn objects_become_sessions_policy_and_status() {
     established_status(&peers).await;
 }
 
+/// Each BGPPeer's status is its own. A second BGPPeer with the first one's address
+/// (another ASN and port) used to be dropped without a word while its status showed
+/// the first one's session; a peer whose Secret is missing had no status at all. Now
+/// the later peer says `Conflict` (naming the earlier one, which keeps its session)
+/// with a Warning Event, and a missing Secret and a missing key say two different
+/// things on the BGPPeer's status. Runs as `ringlb-edge` under the chart's RBAC.
+#[tokio::test]
+async fn conflicting_and_secretless_peers_say_so_on_their_own_status() {
+    let cp = ControlPlane::start(Options::default())
+        .await
+        .expect("the control plane starts");
+    let client = cp.client().await;
+    cp.apply_chart_rbac(RELEASE_NS)
+        .await
+        .expect("the chart's RBAC applies");
+    let edge_kubeconfig = cp
+        .service_account_kubeconfig(RELEASE_NS, "ringlb-edge")
+        .await
+        .expect("a token for ringlb-edge");
+    let edge_client = client_for(&edge_kubeconfig).await.unwrap();
+    create(&Api::<Node>::all(client.clone()), json!({
+        "apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1", "labels": {"rack": "a"}}})).await;
+    // A Secret without the key the peer names.
+    create(
+        &Api::<Secret>::namespaced(client.clone(), "default"),
+        json!({"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "wrong-key"},
+               "data": {"pw": "c2VjcmV0"}}),
+    )
+    .await;
+    // Nobody listens here: the first peer's session stays short of Established.
+    let port = TcpListener::bind("127.0.0.1:0")
+        .await
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let peers: Api<BGPPeer> = Api::all(client.clone());
+    let mk = |name: &str, spec: serde_json::Value| {
+        json!({"apiVersion": "ringlb.io/v1alpha1", "kind": "BGPPeer",
+               "metadata": {"name": name}, "spec": spec})
+    };
+    create(
+        &peers,
+        mk(
+            "first",
+            json!({"peerAddress": "127.0.0.1", "peerASN": 65000, "myASN": 65011, "port": port}),
+        ),
+    )
+    .await;
+    // creationTimestamp has one-second resolution.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    create(
+        &peers,
+        mk(
+            "second",
+            json!({"peerAddress": "127.0.0.1", "peerASN": 65100, "myASN": 65011, "port": 1179}),
+        ),
+    )
+    .await;
+    create(
+        &peers,
+        mk(
+            "no-secret",
+            json!({"peerAddress": "127.0.0.2", "peerASN": 65000, "myASN": 65011,
+                   "passwordSecretRef": {"name": "absent", "namespace": "default"}}),
+        ),
+    )
+    .await;
+    create(
+        &peers,
+        mk(
+            "no-key",
+            json!({"peerAddress": "127.0.0.3", "peerASN": 65000, "myASN": 65011,
+                   "passwordSecretRef": {"name": "wrong-key", "namespace": "default"}}),
+        ),
+    )
+    .await;
+
+    let mut reg = Registry::default();
+    let speaker = Arc::new(Speaker::start(0, &mut reg).unwrap());
+    let node = NodeContext {
+        node_name: "edge-1".into(),
+        router_id: Ipv4Addr::new(10, 0, 0, 11),
+    };
+    tokio::spawn(run(edge_client, node, speaker.clone(), heartbeat()));
+
+    // (BGPPeer, its entry's state, words in its lastError, condition, reason)
+    let wanted = [
+        (
+            "second",
+            "Conflict",
+            "BGPPeer \"first\"",
+            "Conflict",
+            "SessionConflict",
+        ),
+        (
+            "no-secret",
+            "Invalid",
+            "Secret default/absent does not exist",
+            "Invalid",
+            "SecretNotFound",
+        ),
+        (
+            "no-key",
+            "Invalid",
+            "Secret default/wrong-key has no key \"password\" (it has: pw)",
+            "Invalid",
+            "SecretKeyMissing",
+        ),
+    ];
+    let check = |p: &BGPPeer, w: &(&str, &str, &str, &str, &str)| -> bool {
+        let Some(st) = p.status.as_ref() else {
+            return false;
+        };
+        let entry = st.nodes.iter().find(|n| n.node == "edge-1");
+        let cond = st.conditions.iter().find(|c| c.type_ == w.3);
+        entry.is_some_and(|e| {
+            e.state == w.1
+                && e.advertised == 0
+                && e.last_error.as_deref().unwrap_or("").contains(w.2)
+        }) && cond.is_some_and(|c| c.status == "True" && c.reason == w.4)
+    };
+    let done = timeout(Duration::from_secs(30), async {
+        loop {
+            let mut all = true;
+            for w in &wanted {
+                let p = peers.get_status(w.0).await.unwrap();
+                all &= check(&p, w);
+            }
+            if all {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await;
+    let mut seen = String::new();
+    for name in ["first", "second", "no-secret", "no-key"] {
+        let st = peers.get_status(name).await.unwrap().status;
+        seen.push_str(&format!("{name}: {st:?}\n"));
+    }
+    assert!(done.is_ok(), "statuses never said so:\n{seen}");
+    eprintln!("{seen}");
+    // The earlier peer keeps its session and its status is its own.
+    assert_eq!(speaker.peers(), vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
+    let first = peers.get_status("first").await.unwrap();
+    let st = first.status.unwrap_or_default();
+    assert!(
+        st.nodes
+            .iter()
+            .any(|n| n.node == "edge-1" && n.state != "Conflict" && n.state != "Invalid"),
+        "{seen}"
+    );
+    assert!(
+        st.conditions
+            .iter()
+            .filter(|c| c.type_ == "Conflict" || c.type_ == "Invalid")
+            .all(|c| c.status == "False"),
+        "{seen}"
+    );
+    // A Warning Event on the later peer, naming the earlier one.
+    let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
+    let found = timeout(Duration::from_secs(10), async {
+        loop {
+            let list = events.list(&Default::default()).await.unwrap();
+            if let Some(e) = list.items.into_iter().find(|e| {
+                e.regarding.as_ref().and_then(|r| r.name.as_deref()) == Some("second")
+                    && e.reason.as_deref() == Some("SessionConflict")
+            }) {
+                return e;
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    })
+    .await
+    .expect("no SessionConflict Event on BGPPeer second");
+    assert_eq!(found.type_.as_deref(), Some("Warning"));
+    assert!(
+        found
+            .note
+            .as_deref()
+            .unwrap_or("")
+            .contains("BGPPeer \"first\""),
+        "{found:?}"
+    );
+}
+
 /// Keeps the session up (keepalives out, everything in drained) while the status
 /// loop runs.
 fn keep_up(s: TcpStream) {

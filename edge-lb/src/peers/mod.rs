@@ -6,6 +6,7 @@
 //!  watch IPPool  ──┤                                  + Secrets (MD5 passwords)
 //!  watch this Node ┘                                  -> Speaker::set_peers
 //!  status loop: every peer's watch value -> merge_node_session -> replace_status
+//!               every skipped peer's problem (report.rs) ┘ (+ a Warning Event once)
 //! ```
 //!
 //! A resync also runs every minute, which picks up Secret changes (Secrets are read,
@@ -19,16 +20,20 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::PostParams;
 use kube::runtime::watcher;
-use kube::{Api, Client, ResourceExt};
+use kube::{Api, Client, Resource, ResourceExt};
 use ringlb_crds::{BGPAdvertisement, BGPPeer, IPPool, SecretKeyRef};
 use tokio::sync::Notify;
 
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use ringlb_bgp::Error;
+pub mod report;
 pub mod select;
 
 use crate::watch::watch_into;
+use report::{STATE_CONFLICT, STATE_INVALID, SecretProblem, peer_conditions, problem_entry};
 use ringlb_bgp::Speaker;
-use select::{merge_node_session, node_session, select_for_node};
+use select::{Selection, merge_node_session, node_session, select_for_node};
 
 /// Who this node is.
 #[derive(Debug, Clone)]
@@ -45,11 +50,12 @@ fn api_err(what: &str) -> impl FnOnce(kube::Error) -> Error + '_ {
     }
 }
 
-type Passwords = HashMap<(String, String, String), String>;
+type Passwords = HashMap<(String, String, String), Result<String, SecretProblem>>;
 
-/// The MD5 passwords the peers name. When a read fails (API timeout, 5xx), the
-/// password read last time is kept: a passing API problem must not reset a working
-/// session. Only a Secret that is gone, or lacks the key, drops the password.
+/// The MD5 passwords the peers name, or why each cannot be had. When a read fails
+/// (API timeout, 5xx, 403), the password read last time is kept: a passing API
+/// problem must not reset a working session. A Secret that is gone, or lacks the key,
+/// drops the password.
 async fn passwords(client: &Client, peers: &[Arc<BGPPeer>], previous: &Passwords) -> Passwords {
     let mut out = HashMap::new();
     for p in peers {
@@ -57,30 +63,98 @@ async fn passwords(client: &Client, peers: &[Arc<BGPPeer>], previous: &Passwords
             continue;
         };
         let key = r.key.clone().unwrap_or_else(|| "password".into());
+        let k = (r.namespace.clone(), r.name.clone(), key.clone());
         let api: Api<Secret> = Api::namespaced(client.clone(), &r.namespace);
-        match api.get_opt(&r.name).await {
+        let got = match api.get_opt(&r.name).await {
             Ok(Some(s)) => {
-                let v = s
-                    .data
-                    .as_ref()
-                    .and_then(|d| d.get(&key))
-                    .and_then(|b| String::from_utf8(b.0.clone()).ok());
-                if let Some(v) = v {
-                    out.insert((r.namespace.clone(), r.name.clone(), key), v);
+                let data = s.data.unwrap_or_default();
+                match data.get(&key).map(|b| String::from_utf8(b.0.clone())) {
+                    Some(Ok(v)) => Ok(v),
+                    _ => Err(SecretProblem::NoKey {
+                        key,
+                        // A key whose value is not UTF-8 is no usable key either.
+                        keys: data
+                            .iter()
+                            .filter(|(_, v)| std::str::from_utf8(&v.0).is_ok())
+                            .map(|(k, _)| k.clone())
+                            .collect(),
+                    }),
                 }
             }
-            Ok(None) => {
-                tracing::warn!(secret = %r.name, namespace = %r.namespace, "BGP password Secret not found")
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, secret = %r.name, "reading BGP password Secret; keeping the last one read");
-                let k = (r.namespace.clone(), r.name.clone(), key);
-                if let Some(v) = previous.get(&k) {
-                    out.insert(k, v.clone());
+            Ok(None) => Err(SecretProblem::NotFound),
+            Err(e) => match previous.get(&k) {
+                Some(Ok(v)) => {
+                    tracing::warn!(error = %e, secret = %r.name, namespace = %r.namespace,
+                        "reading BGP password Secret; keeping the last one read");
+                    Ok(v.clone())
                 }
-            }
+                _ => Err(SecretProblem::Unreadable {
+                    reason: match &e {
+                        kube::Error::Api(s) if s.code == 403 => format!(
+                            "forbidden (HTTP 403): the edge's ServiceAccount may not get it ({})",
+                            s.message
+                        ),
+                        other => other.to_string(),
+                    },
+                }),
+            },
+        };
+        out.insert(k, got);
+    }
+    out
+}
+
+/// What the status loop writes for one `BGPPeer` selecting this node.
+#[derive(Debug, Clone)]
+enum Report {
+    /// A session: its speaker status.
+    Session { name: String, addr: IpAddr },
+    /// No session here: why (`NodeSession.state`, condition type and reason, message).
+    Problem {
+        name: String,
+        state: &'static str,
+        condition: &'static str,
+        reason: &'static str,
+        message: String,
+    },
+}
+
+impl Report {
+    fn name(&self) -> &str {
+        match self {
+            Report::Session { name, .. } | Report::Problem { name, .. } => name,
         }
     }
+}
+
+/// The reports of one selection: sessions, then conflicts, then invalid peers.
+fn reports(sel: &Selection) -> Vec<Report> {
+    let mut out: Vec<Report> = sel
+        .names
+        .iter()
+        .zip(&sel.peers)
+        .map(|(name, p)| Report::Session {
+            name: name.clone(),
+            addr: p.address,
+        })
+        .collect();
+    out.extend(sel.conflicts.iter().map(|c| Report::Problem {
+        name: c.peer.clone(),
+        state: STATE_CONFLICT,
+        condition: "Conflict",
+        reason: "SessionConflict",
+        message: c.message(),
+    }));
+    out.extend(sel.errors.iter().map(|(name, e)| {
+        let secret = sel.secret_problems.iter().find(|(n, _)| n == name);
+        Report::Problem {
+            name: name.clone(),
+            state: STATE_INVALID,
+            condition: "Invalid",
+            reason: secret.map_or("InvalidSpec", |(_, r)| *r),
+            message: e.to_string(),
+        }
+    }));
     out
 }
 
@@ -115,7 +189,16 @@ pub async fn run(
         watcher::Config::default().fields(&format!("metadata.name={}", node.node_name)),
         dirty.clone(),
     );
-    let names: Arc<Mutex<Vec<(String, IpAddr)>>> = Arc::default();
+    let names: Arc<Mutex<Vec<Report>>> = Arc::default();
+    let recorder = Recorder::new(
+        client.clone(),
+        Reporter {
+            controller: "ringlb-edge".into(),
+            instance: Some(node.node_name.clone()),
+        },
+    );
+    // (BGPPeer, message) of the Warnings already sent: one Event per new problem.
+    let mut warned: std::collections::HashSet<(String, String)> = Default::default();
     // A Weak reference: the status loop must not keep the speaker alive, or the
     // agent's exit could not take it back to send its Cease (`agent::stop`).
     let status_task = tokio::spawn(status_loop(
@@ -144,7 +227,9 @@ pub async fn run(
         last_passwords = pw.clone();
         let lookup = |r: &SecretKeyRef| {
             let key = r.key.clone().unwrap_or_else(|| "password".into());
-            pw.get(&(r.namespace.clone(), r.name.clone(), key)).cloned()
+            pw.get(&(r.namespace.clone(), r.name.clone(), key))
+                .cloned()
+                .unwrap_or(Err(SecretProblem::NotFound))
         };
         let peer_list: Vec<BGPPeer> = peer_objs.iter().map(|p| (**p).clone()).collect();
         let adv_list: Vec<BGPAdvertisement> =
@@ -158,15 +243,45 @@ pub async fn run(
             &pool_list,
             &lookup,
         );
-        for (name, e) in &sel.errors {
-            tracing::warn!(bgppeer = %name, error = %e, "BGPPeer skipped");
+        let now_reports = reports(&sel);
+        let mut still = std::collections::HashSet::new();
+        for r in &now_reports {
+            let Report::Problem {
+                name,
+                reason,
+                message,
+                ..
+            } = r
+            else {
+                continue;
+            };
+            tracing::warn!(bgppeer = %name, reason = %reason, "BGPPeer runs no session on this node: {message}");
+            let key = (name.clone(), message.clone());
+            still.insert(key.clone());
+            if warned.contains(&key) {
+                continue;
+            }
+            let Some(obj) = peer_objs.iter().find(|p| p.name_any() == *name) else {
+                continue;
+            };
+            let ev = Event {
+                type_: EventType::Warning,
+                reason: (*reason).into(),
+                note: Some(format!("edge {}: {message}", node.node_name)),
+                action: "ConfigurePeer".into(),
+                secondary: None,
+            };
+            let (recorder, obj_ref) = (recorder.clone(), obj.object_ref(&()));
+            tokio::spawn(async move {
+                if let Err(e) = recorder.publish(&ev, &obj_ref).await {
+                    tracing::warn!(error = %e, reason = %ev.reason, "writing Event failed");
+                }
+            });
+            warned.insert(key);
         }
-        *names.lock().unwrap_or_else(|p| p.into_inner()) = sel
-            .names
-            .iter()
-            .cloned()
-            .zip(sel.peers.iter().map(|p| p.address))
-            .collect();
+        // A problem that went away and comes back is worth a new Event.
+        warned.retain(|k| still.contains(k));
+        *names.lock().unwrap_or_else(|p| p.into_inner()) = now_reports;
         if let Err(e) = speaker.set_peers(sel.peers).await {
             tracing::warn!(error = %e, "applying BGP peers");
         }
@@ -181,7 +296,7 @@ async fn status_loop(
     client: Client,
     node: String,
     speaker: std::sync::Weak<Speaker>,
-    names: Arc<Mutex<Vec<(String, IpAddr)>>>,
+    names: Arc<Mutex<Vec<Report>>>,
 ) {
     let api: Api<BGPPeer> = Api::all(client);
     let mut tick = tokio::time::interval(Duration::from_secs(5));
@@ -189,20 +304,36 @@ async fn status_loop(
     loop {
         tick.tick().await;
         let list = names.lock().unwrap_or_else(|p| p.into_inner()).clone();
-        for (name, addr) in list {
-            // the strong reference lives only for this read, never across an await
-            let Some(sp) = speaker.upgrade() else {
-                return; // the agent is stopping
+        for report in list {
+            let name = report.name().to_string();
+            let (entry, reason) = match &report {
+                Report::Session { addr, .. } => {
+                    // the strong reference lives only for this read, never across an await
+                    let Some(sp) = speaker.upgrade() else {
+                        return; // the agent is stopping
+                    };
+                    let Some(st) = sp.peer_status(*addr) else {
+                        continue;
+                    };
+                    let entry = node_session(&node, &st.borrow());
+                    drop((st, sp));
+                    (entry, None)
+                }
+                Report::Problem {
+                    state,
+                    condition,
+                    reason,
+                    message,
+                    ..
+                } => (
+                    problem_entry(&node, state, message.clone()),
+                    Some((*condition, *reason)),
+                ),
             };
-            let Some(st) = sp.peer_status(addr) else {
-                continue;
-            };
-            let entry = node_session(&node, &st.borrow());
-            drop((st, sp));
             if written.get(&name) == Some(&entry) {
                 continue;
             }
-            match write_status(&api, &name, entry.clone()).await {
+            match write_status(&api, &name, entry.clone(), reason).await {
                 Ok(()) => {
                     written.insert(name, entry);
                 }
@@ -218,6 +349,7 @@ async fn write_status(
     api: &Api<BGPPeer>,
     name: &str,
     entry: ringlb_crds::NodeSession,
+    reason: Option<(&str, &str)>,
 ) -> Result<(), Error> {
     for _ in 0..5 {
         let Some(mut obj) = api
@@ -228,9 +360,22 @@ async fn write_status(
             return Ok(());
         };
         let mut status = obj.status.clone().unwrap_or_default();
-        if !merge_node_session(&mut status, entry.clone()) {
+        let changed = merge_node_session(&mut status, entry.clone());
+        let now = Time(k8s_openapi::jiff::Timestamp::now());
+        let conditions =
+            peer_conditions(&status.nodes, reason.as_slice(), &status.conditions, &now);
+        // Conditions other writers set are kept.
+        let mut merged: Vec<_> = status
+            .conditions
+            .iter()
+            .filter(|c| !conditions.iter().any(|n| n.type_ == c.type_))
+            .cloned()
+            .collect();
+        merged.extend(conditions);
+        if !changed && merged == status.conditions {
             return Ok(());
         }
+        status.conditions = merged;
         obj.status = Some(status);
         match api.replace_status(name, &PostParams::default(), &obj).await {
             Ok(_) => return Ok(()),

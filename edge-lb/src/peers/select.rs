@@ -19,6 +19,8 @@ use ringlb_bgp::config::{
 };
 use ringlb_bgp::session::PeerStatus;
 
+use super::report::{Conflict, SecretProblem, resolve_sessions};
+
 pub use ringlb_crds::labels::Labels;
 
 /// Kubernetes label-selector semantics (`ringlb_crds::labels`): `None` or empty
@@ -97,13 +99,18 @@ fn name_of(meta: &kube::api::ObjectMeta) -> String {
 }
 
 /// This node's sessions. Peers whose objects are invalid are reported in `errors`
-/// (by object name) and left out; the others still run.
+/// (by object name) and left out; the others still run. A later peer with the
+/// address of an earlier one is left out and reported in `conflicts`.
 #[derive(Debug, Default)]
 pub struct Selection {
     pub peers: Vec<PeerConfig>,
     /// The `BGPPeer` object name of each entry of `peers`, in the same order.
     pub names: Vec<String>,
     pub errors: Vec<(String, Error)>,
+    /// The reason (`SecretNotFound`, ...) of each entry of `errors` whose Secret is
+    /// the problem, by object name.
+    pub secret_problems: Vec<(String, &'static str)>,
+    pub conflicts: Vec<Conflict>,
 }
 
 /// Pick the `BGPPeer`s whose `nodeSelector` matches this node, and for each the export
@@ -115,15 +122,22 @@ pub fn select_for_node(
     peers: &[BGPPeer],
     adverts: &[BGPAdvertisement],
     pools: &[IPPool],
-    password: &dyn Fn(&SecretKeyRef) -> Option<String>,
+    password: &dyn Fn(&SecretKeyRef) -> Result<String, SecretProblem>,
 ) -> Selection {
     let mut sel = Selection::default();
+    let mut here = Vec::new();
     for p in peers {
+        match selector_matches(p.spec.node_selector.as_ref(), node_labels, "nodeSelector") {
+            Ok(true) => here.push(p),
+            Ok(false) => {}
+            Err(e) => sel.errors.push((name_of(&p.metadata), e)),
+        }
+    }
+    let (here, conflicts) = resolve_sessions(&here);
+    sel.conflicts = conflicts;
+    for p in here {
         let pname = name_of(&p.metadata);
         let r = (|| -> Result<Option<PeerConfig>, Error> {
-            if !selector_matches(p.spec.node_selector.as_ref(), node_labels, "nodeSelector")? {
-                return Ok(None);
-            }
             let plabels = labels_of(&p.metadata);
             let mut rules = Vec::new();
             for a in adverts {
@@ -175,9 +189,12 @@ pub fn select_for_node(
             }
             let pw = match &p.spec.password_secret_ref {
                 None => None,
-                Some(r) => Some(password(r).ok_or_else(|| Error::Config {
-                    field: "passwordSecretRef".into(),
-                    reason: format!("Secret {}/{} has no usable key", r.namespace, r.name),
+                Some(r) => Some(password(r).map_err(|e| {
+                    sel.secret_problems.push((pname.clone(), e.reason()));
+                    Error::Config {
+                        field: "spec.passwordSecretRef".into(),
+                        reason: e.message(r),
+                    }
                 })?),
             };
             let extras = PeerExtras {

@@ -5,6 +5,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use serde_json::json;
 
 use super::*;
+use crate::peers::report::SecretProblem;
 use ringlb_bgp::fsm::State;
 
 fn peer(name: &str, labels: serde_json::Value, spec: serde_json::Value) -> BGPPeer {
@@ -95,7 +96,7 @@ fn node_selector_and_peer_selector_build_per_peer_policy() {
         &peers,
         &adverts,
         &pools,
-        &|_| None,
+        &|_| Err(SecretProblem::NotFound),
     );
     assert!(sel.errors.is_empty(), "{:?}", sel.errors);
     let addrs: Vec<String> = sel.peers.iter().map(|p| p.address.to_string()).collect();
@@ -127,7 +128,9 @@ fn peer_without_advertisement_is_told_nothing() {
         json!({}),
         json!({"peerAddress": "10.0.0.1", "peerASN": 1, "myASN": 2}),
     )];
-    let sel = select_for_node(&node(&[]), Ipv4Addr::LOCALHOST, &peers, &[], &[], &|_| None);
+    let sel = select_for_node(&node(&[]), Ipv4Addr::LOCALHOST, &peers, &[], &[], &|_| {
+        Err(SecretProblem::NotFound)
+    });
     assert_eq!(sel.peers[0].policy.rules[0].prefixes, Some(vec![]));
 }
 
@@ -156,12 +159,72 @@ fn bad_objects_are_reported_by_name_and_do_not_stop_the_others() {
             }),
         ),
     ];
-    let pw = |r: &SecretKeyRef| (r.name == "good").then(|| "pw".to_string());
+    let pw = |r: &SecretKeyRef| {
+        if r.name == "good" {
+            Ok("pw".to_string())
+        } else {
+            Err(SecretProblem::NotFound)
+        }
+    };
     let sel = select_for_node(&node(&[]), Ipv4Addr::LOCALHOST, &peers, &[], &[], &pw);
     let names: Vec<&str> = sel.errors.iter().map(|(n, _)| n.as_str()).collect();
     assert_eq!(names, vec!["bad-addr", "no-secret"]);
     assert_eq!(sel.peers.len(), 1);
     assert_eq!(sel.peers[0].password.as_deref(), Some("pw"));
+    assert_eq!(
+        sel.secret_problems,
+        vec![("no-secret".to_string(), "SecretNotFound")]
+    );
+    assert!(
+        sel.errors[1]
+            .1
+            .to_string()
+            .contains("spec.passwordSecretRef: Secret ringlb/s does not exist"),
+        "{}",
+        sel.errors[1].1
+    );
+}
+
+/// A second BGPPeer with the first one's address (another ASN and port) is a
+/// conflict on this node, not a silent no-op: the earlier one keeps the session.
+#[test]
+fn a_later_peer_with_the_same_address_is_a_conflict() {
+    let mk = |name: &str, created: &str, spec: serde_json::Value| {
+        let mut p = peer(name, json!({}), spec);
+        p.metadata.creation_timestamp = Some(serde_json::from_value(json!(created)).unwrap());
+        p
+    };
+    let peers = vec![
+        mk(
+            "second",
+            "2026-01-02T00:00:00Z",
+            json!({"peerAddress": "10.0.0.1", "peerASN": 65100, "myASN": 2, "port": 1179}),
+        ),
+        mk(
+            "first",
+            "2026-01-01T00:00:00Z",
+            json!({"peerAddress": "10.0.0.1", "peerASN": 65000, "myASN": 2}),
+        ),
+        mk(
+            "elsewhere",
+            "2026-01-03T00:00:00Z",
+            json!({"peerAddress": "10.0.0.1", "peerASN": 1, "myASN": 2,
+                   "nodeSelector": {"matchLabels": {"rack": "b"}}}),
+        ),
+    ];
+    let sel = select_for_node(&node(&[]), Ipv4Addr::LOCALHOST, &peers, &[], &[], &|_| {
+        Err(SecretProblem::NotFound)
+    });
+    assert_eq!(sel.names, vec!["first"]);
+    assert_eq!(sel.peers[0].peer_asn, 65000);
+    assert_eq!(sel.conflicts.len(), 1, "{:?}", sel.conflicts);
+    assert_eq!(
+        (
+            sel.conflicts[0].peer.as_str(),
+            sel.conflicts[0].holder.as_str()
+        ),
+        ("second", "first")
+    );
 }
 
 #[test]
@@ -284,7 +347,9 @@ fn bfd_block_reaches_the_peer_config_with_defaults_and_checks() {
             json!({"peerAddress": "10.0.0.3", "peerASN": 1, "myASN": 2, "bfd": {"minTxMs": 5}}),
         ),
     ];
-    let sel = select_for_node(&node(&[]), Ipv4Addr::LOCALHOST, &peers, &[], &[], &|_| None);
+    let sel = select_for_node(&node(&[]), Ipv4Addr::LOCALHOST, &peers, &[], &[], &|_| {
+        Err(SecretProblem::NotFound)
+    });
     let b = sel.peers[0].bfd.expect("bfd configured");
     assert_eq!(b.min_rx, Duration::from_millis(100));
     assert_eq!(b.min_tx, Duration::from_millis(300));
