@@ -178,6 +178,9 @@ fn format_dump_parts(
         for (addr, pb) in &p.backends {
             let nh = match backends.get(&pb.id) {
                 Some(b) if b.family == 0 => "slot is empty (tombstone)".to_string(),
+                Some(b) if b.is_local() => {
+                    "a pod on this node: passed up the port to the node agent".to_string()
+                }
                 Some(b) if b.nh_valid & abi::NH_VALID != 0 => format!(
                     "{}via ifindex {}{} {} -> {}",
                     remote_label(b),
@@ -374,6 +377,13 @@ mod tests {
         let s = format_dump_parts(&vips, &[(1, remote)].into_iter().collect(), &counts);
         assert!(
             s.contains("remote VIP next hop unresolved (bpf_fib_lookup fallback)"),
+            "{s}"
+        );
+        // a pod on this node (BE_F_LOCAL)
+        let local = b.with_local(true);
+        let s = format_dump_parts(&vips, &[(1, local)].into_iter().collect(), &counts);
+        assert!(
+            s.contains("a pod on this node: passed up the port to the node agent"),
             "{s}"
         );
         let mut alias = vips.clone();
