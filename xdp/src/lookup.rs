@@ -100,9 +100,10 @@ impl XdpDatapath {
         let Some(owners) = self.maps().owners_map() else {
             return Ok(None);
         };
-        let vid = match owners.get(&id, 0) {
-            Ok(0) | Err(MapError::OutOfBounds { .. }) => return Ok(None),
-            Ok(v) => v - 1,
+        // the value's ranges bit (`abi::OWNER_F_SRC_RANGES`) is not the VIP's
+        let vid = match owners.get(&id, 0).map(|v| crate::src_ranges::owner_of(v).0) {
+            Ok(None) | Err(MapError::OutOfBounds { .. }) => return Ok(None),
+            Ok(Some(v)) => v,
             Err(e) => return Err(map_err(abi::map::OWNERS)(e)),
         };
         Ok(self

@@ -10,6 +10,7 @@ mod xdp_support;
 use xdp_support::fixture::*;
 
 use ringlb_testkit::packet::Frame;
+use ringlb_xdp::lookup::{CtState, Lookup};
 use ringlb_xdp::{Datapath, Proto, ServiceEntry, SourceRange, Vip, xdp::XdpDatapath};
 
 fn range(s: &str) -> SourceRange {
@@ -144,6 +145,18 @@ fn narrowing_the_ranges_cuts_an_established_flow() {
         "still inside: conntrack keeps the pod"
     );
     let hits = counter(&dp, "ct_hit");
+    // `lookup` names the VIP of the hit (the owners value's ranges bit aside)
+    let said = dp
+        .lookup(&ringlb_xdp::cli::flow(
+            Proto::Tcp,
+            "192.0.2.7:40000".parse().unwrap(),
+            "10.100.0.1:80".parse().unwrap(),
+        ))
+        .unwrap();
+    assert!(
+        matches!(said, Lookup::Backend { vip, conntrack: CtState::Hit, .. } if vip == v),
+        "{said:?}"
+    );
 
     // narrowed past the client: its next packet is dropped, on the hit path
     dp.apply(&moved(&["192.0.2.128/25"])).unwrap();
