@@ -23,6 +23,7 @@ pub mod fsm;
 pub mod gr;
 pub mod md5;
 pub mod metrics;
+pub mod reach;
 pub mod rib;
 pub mod session;
 pub mod speaker;

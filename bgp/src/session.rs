@@ -22,6 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
+use ipnetwork::IpNetwork;
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
@@ -42,6 +44,10 @@ use super::{md5, ttl};
 pub struct PeerStatus {
     pub state: State,
     pub advertised: usize,
+    /// The prefixes sent to the peer in UPDATEs and not withdrawn since: the
+    /// Adj-RIB-Out, which the export policy and the negotiated families filter.
+    /// Empty while the session is down.
+    pub sent: std::sync::Arc<std::collections::BTreeSet<IpNetwork>>,
     pub updates_sent: u64,
     pub updates_received: u64,
     pub flaps: u64,
@@ -55,6 +61,7 @@ impl Default for PeerStatus {
         PeerStatus {
             state: State::Idle,
             advertised: 0,
+            sent: Default::default(),
             updates_sent: 0,
             updates_received: 0,
             flaps: 0,
@@ -467,6 +474,7 @@ impl PeerTask {
                 self.status.send_modify(|s| {
                     s.flaps += 1;
                     s.advertised = 0;
+                    s.sent = Default::default();
                 });
             }
             Action::Error { kind, message } => {
@@ -569,9 +577,12 @@ impl PeerTask {
         if n > 0 {
             tracing::debug!(messages = n, advertised = adv, "sent UPDATEs");
         }
+        let sent: std::sync::Arc<std::collections::BTreeSet<IpNetwork>> =
+            std::sync::Arc::new(self.sent.keys().copied().collect());
         self.status.send_modify(|s| {
             s.updates_sent += n;
             s.advertised = adv;
+            s.sent = sent;
         });
         // UPDATEs count as KEEPALIVEs for the peer's hold timer, but RFC 4271 wants
         // our keepalive timer restarted only when we send a KEEPALIVE; keep it simple.

@@ -25,9 +25,11 @@ use super::bfd::metrics::BfdMetrics;
 use super::bfd::socket::Hub;
 use super::bfd::task::{BfdHandle, BfdStatus, Resumed};
 use super::config::{PeerConfig, RouteAttrs};
+use super::fsm::State;
 use super::gr::RestartState;
 use super::md5;
 use super::metrics::BgpMetrics;
+use super::reach::PeerView;
 use super::rib::RouteTable;
 use super::session::{PeerCmd, PeerStatus, PeerTask};
 
@@ -484,6 +486,25 @@ impl Speaker {
 
     pub fn peers(&self) -> Vec<IpAddr> {
         lock(&self.peers).keys().copied().collect()
+    }
+
+    /// Every peer's state, negotiated families and sent prefixes, as of now.
+    pub fn peer_views(&self) -> Vec<PeerView> {
+        lock(&self.peers)
+            .values()
+            .map(|h| {
+                let st = h.status.borrow();
+                PeerView {
+                    established: st.state == State::Established,
+                    families: st
+                        .negotiated
+                        .as_ref()
+                        .map(|n| n.families.clone())
+                        .unwrap_or_default(),
+                    sent: st.sent.clone(),
+                }
+            })
+            .collect()
     }
 
     /// Graceful shutdown, step 1 (RFC 8326): re-announce everything with

@@ -331,8 +331,8 @@ fn wait_ds_ready(rc: &RealCluster, component: &str) {
 /// of new connections running: the controller's leader pod deleted (no VIP changes),
 /// an edge pod deleted (0 broken), a rolling `helm upgrade` of the edges (0 failed),
 /// a worker's containerd and kubelet killed and restarted (0 broken), a worker
-/// drained (the connections to the other worker's pods stay up), and an edge node cut
-/// off (out of the ToR's ECMP within the BFD time).
+/// drained (only connections to its own pods break; new connections are counted), and
+/// an edge node cut off (out of the ToR's ECMP within the BFD time).
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn faults_on_real_kubelets_break_no_connection() {
     if skip() {
@@ -460,6 +460,47 @@ fn faults(rc: &mut RealCluster) {
     );
     assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
     assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+
+    // a worker drained: its pods go, the connections to the other worker's pods stay
+    let pods = rc.web_pods().unwrap();
+    let r = through(&client, v4, 100, Duration::from_secs(3), || {
+        rc.kubectl(&[
+            "drain",
+            "w1",
+            "--ignore-daemonsets",
+            "--delete-emptydir-data",
+            "--timeout=120s",
+        ])
+        .unwrap_or_else(|e| panic!("kubectl drain w1: {e}"));
+        rc.kubectl(&["rollout", "status", "deployment/web", "--timeout=120s"])
+            .unwrap();
+    });
+    eprintln!(
+        "w1 drained: {} keep-alive requests, {} broken (pods {:?}); {} new connections, {} failed ({:?})",
+        r.keepalive.requests,
+        r.keepalive.broken,
+        r.keepalive
+            .broken_pods
+            .iter()
+            .collect::<std::collections::BTreeSet<_>>(),
+        r.requests,
+        r.failed,
+        r.first_failure
+    );
+    for p in &r.keepalive.broken_pods {
+        assert_eq!(
+            pods.get(p).map(String::as_str),
+            Some("w1"),
+            "a connection to {p}, which was not on the drained node, broke: {:?}",
+            r.keepalive.first_error
+        );
+    }
+    let moved = rc.web_pods().unwrap();
+    assert!(
+        moved.values().all(|n| n != "w1"),
+        "pods left on w1: {moved:?}"
+    );
+    rc.kubectl(&["uncordon", "w1"]).unwrap();
 
     // an edge node cut off: the ToR drops it within the BFD time
     let ns = rc.plan.ns("e2");

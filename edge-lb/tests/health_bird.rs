@@ -21,6 +21,7 @@ use kube::runtime::reflector;
 use kube::runtime::watcher::Event;
 use prometheus_client::registry::Registry;
 use ringlb_bgp::codec::Afi;
+use ringlb_bgp::config::{ExportPolicy, ExportRule};
 use ringlb_bgp::{PeerConfig, Speaker};
 use ringlb_edge::agent::established_sessions;
 use ringlb_edge::agent::metrics::DatapathMetrics;
@@ -37,6 +38,11 @@ const HOLD_DOWN: &str = "2s";
 
 /// `web` on VIP:80, with the health annotations given.
 fn web(unhealthy_bgp: &str) -> Service {
+    web_on(VIP, unhealthy_bgp)
+}
+
+/// `web` on `vip`:80, with the health annotations given.
+fn web_on(vip: &str, unhealthy_bgp: &str) -> Service {
     serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default", "annotations": {
             "ringlb.io/min-ready-backends": "2",
@@ -44,7 +50,7 @@ fn web(unhealthy_bgp: &str) -> Service {
             "ringlb.io/health-hold-down": HOLD_DOWN,
         }},
         "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "protocol": "TCP", "targetPort": 8080}]},
-        "status": {"loadBalancer": {"ingress": [{"ip": VIP, "ipMode": "VIP"}]}}
+        "status": {"loadBalancer": {"ingress": [{"ip": vip, "ipMode": "VIP"}]}}
     }))
     .unwrap()
 }
@@ -74,6 +80,12 @@ struct Edge {
 
 impl Edge {
     fn start(lab: &Lab, i: u8, asn: u32) -> Edge {
+        Edge::start_with(lab, i, asn, ExportPolicy::default())
+    }
+
+    /// An edge whose peer exports only what `policy` lets out (as built from the
+    /// `BGPAdvertisement`s that select the ToR).
+    fn start_with(lab: &Lab, i: u8, asn: u32, policy: ExportPolicy) -> Edge {
         let ns = lab.ns(&format!("e{i}"));
         let (tx, mut rx) = mpsc::unbounded_channel::<(Objects, oneshot::Sender<()>)>();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
@@ -89,7 +101,12 @@ impl Edge {
                 let mut reg = Registry::default();
                 let speaker = Arc::new(Speaker::start(0, &mut reg).unwrap());
                 let metrics = DatapathMetrics::register(&mut reg, "xdp");
-                speaker.add_peer(peer(i, asn)).unwrap();
+                speaker
+                    .add_peer(PeerConfig {
+                        policy,
+                        ..peer(i, asn)
+                    })
+                    .unwrap();
                 let board = Arc::new(Board::new(established_sessions(&speaker)));
                 let pages: Arc<dyn ringlb_ops::ExtraPages> = board.clone();
                 let bind = SocketAddr::new(edge_v4(i).parse().unwrap(), 0);
@@ -357,4 +374,58 @@ fn bird_sees_prepend_med_and_withdraw_below_the_threshold_with_hold_down() {
     assert_eq!(probe(&lab, &e2, "/health/vip/10.91.100.99").0, 404);
     assert_eq!(probe(&lab, &e2, "/health/vip/10.91.100.999").0, 400);
     drop((e1, e2));
+}
+
+/// A VIP of a pool no `BGPAdvertisement` selects: the session to the ToR is up and
+/// the route is in the speaker's table, but the export policy lets only the other
+/// pool out, so no router has it. The health page answers 503, `announced: false`,
+/// and says why (it used to answer 200 "healthy" because a session was up).
+#[test]
+fn an_unadvertised_pool_vip_answers_503_not_announced() {
+    require_lab!("bird", "birdc", "curl");
+    let mut lab = Lab::new("unadv", 2);
+    lab.start_bird_two_edges();
+    // The advertisement selects the pool of VIP (10.91.100.0/24) only.
+    let policy = ExportPolicy {
+        rules: vec![ExportRule {
+            prefixes: Some(vec!["10.91.100.0/24".parse().unwrap()]),
+            ..Default::default()
+        }],
+    };
+    let e1 = Edge::start_with(&lab, 1, 65011, policy);
+    let other = "10.92.0.7";
+    e1.sync((web_on(other, "withdraw"), pods(3)));
+    let path = format!("/health/vip/{other}/80");
+    // Until the session is up the page says "no BGP session"; then why it is not sent.
+    let mut last = json!(null);
+    let said = wait_until(Duration::from_secs(20), || {
+        let (code, _, body) = probe(&lab, &e1, &path);
+        last = body.clone();
+        code == 503
+            && body["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("no BGPAdvertisement selects this VIP"))
+    });
+    assert!(said, "the page never said why: {last}\n{}", lab.logs());
+    assert_eq!(last["announced"], json!(false), "{last}");
+    assert_eq!(last["state"], json!("down"), "{last}");
+    let protocols = lab.birdc(&["show", "protocols"]);
+    assert!(
+        protocols
+            .lines()
+            .any(|l| l.starts_with("e1") && l.contains("Established")),
+        "the session is up, so the reason is the advertisement: {protocols}"
+    );
+    assert!(
+        !lab.tor_route(other).contains("via"),
+        "the ToR has a route it should not: {}",
+        lab.tor_route(other)
+    );
+    // The same edge, the advertised pool's VIP: announced, 200.
+    e1.sync((web_on(VIP, "withdraw"), pods(3)));
+    let ok = wait_until(Duration::from_secs(20), || {
+        probe(&lab, &e1, &format!("/health/vip/{VIP}/80")).0 == 200
+    });
+    let (_, _, body) = probe(&lab, &e1, &format!("/health/vip/{VIP}/80"));
+    assert!(ok && body["announced"] == json!(true), "{body}");
 }

@@ -205,13 +205,12 @@ impl RealCluster {
         let mut images = vec![images_dir.join("pause.tar"), images_dir.join("agnhost.tar")];
         images.extend(o.images.iter().cloned());
         if let Some(missing) = images.iter().find(|p| !p.is_file()) {
-            return Err(Error::MissingBinary {
-                name: missing.display().to_string(),
-                searched: missing.display().to_string(),
-                hint: "`make images` (ringlb's images) and scripts/build-test-images.sh \
-                       (pause, agnhost)"
-                    .into(),
-            });
+            return Err(Error::Unsupported(format!(
+                "the image archive {} is missing: `make cluster-images` builds ringlb's \
+                 images (images/out, or RINGLB_IMAGES_OUT) and pause and agnhost \
+                 (scripts/build-test-images.sh, or RINGLB_TEST_IMAGES)",
+                missing.display()
+            )));
         }
         let assets = Assets::find()?;
         for p in ["kubelet", "kube-proxy", "coredns"] {

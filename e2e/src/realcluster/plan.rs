@@ -91,6 +91,8 @@ pub const POOL_V4_FIRST: &str = "10.211.100.10";
 pub const POOL_V4_LAST: &str = "10.211.100.250";
 pub const POOL_V4_CIDR: &str = "10.211.100.0/24";
 pub const POOL_V6_CIDR: &str = "fd00:211:100::/120";
+pub const POOL_V6_FIRST: &str = "fd00:211:100::10";
+pub const POOL_V6_LAST: &str = "fd00:211:100::fa";
 /// The port kube-apiserver is reached at on the fabric (a bridge in the ToR) and
 /// through the `kubernetes` Service.
 pub const API_PORT: u16 = 6443;
@@ -329,7 +331,6 @@ template bgp edge6 {{
 	local {TOR_V6} as {TOR_ASN};
 	direct;
 	graceful restart on;
-	bfd on;
 	hold time 9;
 	connect retry time 1;
 	error wait time 1, 5;
@@ -462,7 +463,8 @@ pools:
       autoAssign: true
   - name: lab-v6
     spec:
-      cidrs: ["{POOL_V6_CIDR}"]
+      ranges:
+        - {{start: "{POOL_V6_FIRST}", end: "{POOL_V6_LAST}"}}
       autoAssign: true
 bgpPeers:
   - name: tor-v4
@@ -593,7 +595,7 @@ state = "/run/containerd"
         }
         let v: serde_yaml::Value = serde_yaml::from_str(&values_yaml("")).unwrap();
         assert_eq!(v["bgpPeers"][1]["spec"]["peerAddress"], "fd00:31::fe");
-        assert_eq!(v["pools"][1]["spec"]["cidrs"][0], POOL_V6_CIDR);
+        assert_eq!(v["pools"][1]["spec"]["ranges"][0]["start"], POOL_V6_FIRST);
         let e: serde_yaml::Value =
             serde_yaml::from_str(&egress_selector(Path::new("/s.sock"))).unwrap();
         assert_eq!(

@@ -62,6 +62,8 @@ pub struct Outcome {
     /// answered.
     pub broken: usize,
     pub first_error: Option<String>,
+    /// The pods of the broken connections (one entry per connection).
+    pub broken_pods: Vec<String>,
 }
 
 impl KeepAlive {
@@ -117,6 +119,7 @@ impl KeepAlive {
                 if let Some(e) = err {
                     *ok = false;
                     out.broken += 1;
+                    out.broken_pods.push(c.pod.clone());
                     out.first_error.get_or_insert(e);
                 }
             }

@@ -283,18 +283,17 @@ struct Agent {
     tx_check: Option<tx_check::TxCheck>,
 }
 
-/// How many BGP sessions are Established right now (the health pages' "announced").
-pub fn established_sessions(speaker: &Arc<Speaker>) -> Box<dyn Fn() -> usize + Send + Sync> {
+/// Every BGP peer's state, families and sent prefixes right now: what the health
+/// pages' "announced" is decided from (`ringlb_bgp::reach`).
+pub fn established_sessions(
+    speaker: &Arc<Speaker>,
+) -> Box<dyn Fn() -> Vec<ringlb_bgp::reach::PeerView> + Send + Sync> {
     let speaker = Arc::downgrade(speaker);
     Box::new(move || {
-        let Some(sp) = speaker.upgrade() else {
-            return 0;
-        };
-        sp.peers()
-            .into_iter()
-            .filter_map(|a| sp.peer_status(a))
-            .filter(|s| s.borrow().state == ringlb_bgp::fsm::State::Established)
-            .count()
+        speaker
+            .upgrade()
+            .map(|sp| sp.peer_views())
+            .unwrap_or_default()
     })
 }
 
@@ -356,7 +355,8 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
 
     let resolver = KernelResolver::default();
     let nh_watch = nexthops::Watcher::start(&resolver, &nh_metrics);
-    let local_pods = local_pods::LocalPodsOf::new(&args.node_name, Default::default());
+    let local_pods = local_pods::LocalPodsOf::new(&args.node_name, Default::default())
+        .on_interface(args.interface.as_deref().filter(|_| args.datapath == DatapathKind::Xdp));
     let resolver = WithLocalPods::new(resolver, local_pods.pods.clone());
     let (dp, kept) = load_datapath(args, resolver, ipvs)?;
     tracing::info!(

@@ -541,7 +541,9 @@ mod tests {
     async fn the_health_url_answers_from_the_sync_over_http() {
         let mut edge = Edge::new();
         // One established session, as the agent counts them.
-        edge.st.board = Arc::new(Board::new(Box::new(|| 1)));
+        edge.st.board = Arc::new(Board::new(Box::new(|| {
+            vec![ringlb_bgp::reach::PeerView::everything()]
+        })));
         let pages: Arc<dyn ringlb_ops::ExtraPages> = edge.st.board.clone();
         let health = ringlb_ops::Health::new();
         let registry = Arc::new(tokio::sync::Mutex::new(Registry::default()));

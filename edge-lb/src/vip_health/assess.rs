@@ -4,6 +4,7 @@
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
+use ringlb_bgp::reach::Reach;
 use ringlb_bgp::{Deprefer, RouteAttrs};
 use ringlb_datapath::Vip;
 use serde::Serialize;
@@ -113,7 +114,9 @@ pub struct Report {
     pub protocol: Option<&'static str>,
     pub service: String,
     pub programmed: bool,
-    /// The route is in the speaker's table and at least one BGP session is up.
+    /// A router has the route: it was sent in an UPDATE to at least one Established
+    /// peer (which implies the family was negotiated and a `BGPAdvertisement`
+    /// selects it for that peer; `ringlb_bgp::reach`).
     pub announced: bool,
     pub depreferred: bool,
     pub ready_backends: u32,
@@ -141,9 +144,9 @@ impl Report {
     }
 }
 
-/// What the health URL says about one VIP:port, given its address's route and the
-/// number of established BGP sessions, at `now`.
-pub fn assess(f: &PortFacts, route: Option<&RouteAttrs>, peers_up: usize, now: Instant) -> Report {
+/// What the health URL says about one VIP:port, given its address's route and
+/// whether a router has it, at `now`.
+pub fn assess(f: &PortFacts, route: Option<&RouteAttrs>, reach: Reach, now: Instant) -> Report {
     let depreferred = route.is_some_and(|r| r.deprefer.is_some());
     let (min, ready) = (f.policy.min_ready, f.ready);
     let counts = format!("{ready} ready backends, {min} required");
@@ -165,11 +168,8 @@ pub fn assess(f: &PortFacts, route: Option<&RouteAttrs>, peers_up: usize, now: I
     } else if route.is_none() {
         let why = recovering.unwrap_or(counts);
         (State::Down, format!("route withdrawn: {why}"))
-    } else if peers_up == 0 {
-        (
-            State::Down,
-            "no BGP session established: the route reaches no peer".into(),
-        )
+    } else if !reach.announced() {
+        (State::Down, reach.message())
     } else if ready < min || recovering.is_some() {
         let why = if ready < min {
             counts
@@ -194,7 +194,7 @@ pub fn assess(f: &PortFacts, route: Option<&RouteAttrs>, peers_up: usize, now: I
         protocol: Some(proto_name(f.vip.proto)),
         service: f.service.clone(),
         programmed: f.programmed,
-        announced: route.is_some() && peers_up > 0,
+        announced: route.is_some() && reach.announced(),
         depreferred,
         ready_backends: ready,
         min_ready: min,
@@ -308,7 +308,7 @@ mod tests {
     /// assess() over the route the facts themselves ask for, with one session up.
     fn alone(f: &PortFacts) -> Report {
         let r = route([verdict(f)]);
-        assess(f, r.as_ref(), 1, Instant::now())
+        assess(f, r.as_ref(), Reach::Sent, Instant::now())
     }
 
     #[test]
@@ -322,9 +322,36 @@ mod tests {
         );
         assert!(r.announced && r.programmed && !r.depreferred);
         // No BGP session: the route reaches nobody.
-        let r = assess(&f, route([verdict(&f)]).as_ref(), 0, Instant::now());
+        let r = assess(
+            &f,
+            route([verdict(&f)]).as_ref(),
+            Reach::NoSession,
+            Instant::now(),
+        );
         assert_eq!((r.state, r.http_status()), (State::Down, 503));
         assert!(r.reason.contains("no BGP session"), "{}", r.reason);
+        assert!(!r.announced);
+        // Sessions up but none sent it: no advertisement selects it, or no session
+        // carries its family. Neither is announced; both answer 503 and say why.
+        let r = assess(
+            &f,
+            route([verdict(&f)]).as_ref(),
+            Reach::NotSelected,
+            Instant::now(),
+        );
+        assert_eq!(
+            (r.state, r.http_status(), r.announced),
+            (State::Down, 503, false)
+        );
+        assert!(
+            r.reason.contains("no BGPAdvertisement selects"),
+            "{}",
+            r.reason
+        );
+        let v6 = Reach::FamilyNotNegotiated(ringlb_bgp::codec::Afi::Ipv6);
+        let r = assess(&f, route([verdict(&f)]).as_ref(), v6, Instant::now());
+        assert_eq!((r.state, r.announced), (State::Down, false));
+        assert!(r.reason.contains("negotiated IPv6"), "{}", r.reason);
         // Not programmed: withdrawn whatever the backends.
         let f = PortFacts {
             programmed: false,
@@ -394,14 +421,14 @@ mod tests {
         let now = Instant::now();
         let since = now - Duration::from_secs(4);
         let f = facts(2, 2, Phase::Recovering { since }, PREPEND);
-        let r = assess(&f, route([verdict(&f)]).as_ref(), 1, now);
+        let r = assess(&f, route([verdict(&f)]).as_ref(), Reach::Sent, now);
         assert_eq!(r.state, State::Degraded);
         assert_eq!(
             r.reason,
             "recovering: good for 4.0s of the 30.0s hold-down; route de-preferred"
         );
         let f = facts(2, 2, Phase::Recovering { since }, Below::Withdraw);
-        let r = assess(&f, route([verdict(&f)]).as_ref(), 1, now);
+        let r = assess(&f, route([verdict(&f)]).as_ref(), Reach::Sent, now);
         assert_eq!(r.state, State::Down);
         assert!(
             r.reason.starts_with("route withdrawn: recovering"),
@@ -433,7 +460,12 @@ mod tests {
         let ok = alone(&facts(3, 1, Phase::Healthy, Below::Withdraw));
         let mut low = facts(1, 2, Phase::Unhealthy, PREPEND);
         low.vip.port = 443;
-        let low = assess(&low, route([Verdict::Serve]).as_ref(), 1, Instant::now());
+        let low = assess(
+            &low,
+            route([Verdict::Serve]).as_ref(),
+            Reach::Sent,
+            Instant::now(),
+        );
         let a = aggregate(ok.vip, None, vec![ok.clone(), low]);
         assert_eq!(
             (a.state, a.ready_backends, a.min_ready),

@@ -5,6 +5,9 @@
 //! - `ringlb_vip_health_transitions_total{vip,port,protocol,service,to}`: hold-down
 //!   verdict changes, `to` = `healthy` (first time), `recovered` (after the
 //!   hold-down) or `unhealthy`
+//! - `ringlb_vip_announced{vip,port,protocol,service}`: 1 when a router has the
+//!   VIP's route (sent to an Established peer: `ringlb_bgp::reach`, the health
+//!   page's `announced`), 0 otherwise
 //! - `ringlb_vip_failover_active{vip,port,protocol,service}`: 1 while the VIP:port
 //!   has no ready local backend and sends new flows to its failover VIP, 0 while it
 //!   has ready ones; only VIP:ports with a `ringlb.io/failover-vip`
@@ -30,10 +33,12 @@ type Labels = Vec<(String, String)>;
 #[derive(Clone, Default)]
 pub struct HealthMetrics {
     pub state: Family<Labels, Gauge>,
+    pub announced: Family<Labels, Gauge>,
     pub transitions: Family<Labels, Counter>,
     pub failover_active: Family<Labels, Gauge>,
     pub aliases: Gauge,
     shown: Arc<Mutex<BTreeSet<Labels>>>,
+    shown_announced: Arc<Mutex<BTreeSet<Labels>>>,
     shown_failover: Arc<Mutex<BTreeSet<Labels>>>,
 }
 
@@ -58,6 +63,11 @@ impl HealthMetrics {
             "vip_health_transitions",
             "Hold-down verdict changes of each VIP:port (to: healthy, recovered, unhealthy)",
             m.transitions.clone(),
+        );
+        registry.register(
+            "vip_announced",
+            "1 when a router has the VIP's route (sent to an Established BGP peer), 0 otherwise",
+            m.announced.clone(),
         );
         registry.register(
             "vip_failover_active",
@@ -90,6 +100,7 @@ impl HealthMetrics {
                 State::Down => 0,
             };
             self.state.get_or_create(&l).set(v);
+            self.announced.get_or_create(&l).set(i64::from(r.announced));
             if r.failover_vip.is_some() {
                 let active = self.failover_active.get_or_create(&l);
                 active.set(i64::from(r.failing_over));
@@ -97,6 +108,7 @@ impl HealthMetrics {
             }
             now.insert(l);
         }
+        forget(&self.announced, &self.shown_announced, now.clone());
         forget(&self.state, &self.shown, now);
         forget(&self.failover_active, &self.shown_failover, failover);
     }
@@ -187,11 +199,32 @@ mod tests {
         let ev = t.evaluate(&s, &d, now);
         m.count(&ev.changed);
         let route = ev.routes.values().next();
-        m.update(&[assess(&ev.facts[0], route, 1, now)]);
+        m.update(&[assess(
+            &ev.facts[0],
+            route,
+            ringlb_bgp::reach::Reach::Sent,
+            now,
+        )]);
         let out = text(&reg);
         let series = r#"{vip="192.0.2.1",port="80",protocol="TCP",service="default/web"}"#;
         assert!(
             out.contains(&format!("ringlb_vip_health_state{series} 2")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("ringlb_vip_announced{series} 1")),
+            "{out}"
+        );
+        // The same VIP that no advertisement selects: down and not announced.
+        let not_sent = ringlb_bgp::reach::Reach::NotSelected;
+        m.update(&[assess(&ev.facts[0], route, not_sent, now)]);
+        let out = text(&reg);
+        assert!(
+            out.contains(&format!("ringlb_vip_announced{series} 0")),
+            "{out}"
+        );
+        assert!(
+            out.contains(&format!("ringlb_vip_health_state{series} 0")),
             "{out}"
         );
         let to = r#"service="default/web",to="healthy"} 1"#;
@@ -200,7 +233,12 @@ mod tests {
         s.vips.get_mut(&vip).unwrap().ready.clear();
         let ev = t.evaluate(&s, &DesiredState::default(), now + Duration::from_secs(1));
         m.count(&ev.changed);
-        m.update(&[assess(&ev.facts[0], None, 1, now)]);
+        m.update(&[assess(
+            &ev.facts[0],
+            None,
+            ringlb_bgp::reach::Reach::Sent,
+            now,
+        )]);
         let out = text(&reg);
         assert!(
             out.contains(&format!("ringlb_vip_health_state{series} 0")),
@@ -236,7 +274,12 @@ mod tests {
             .insert(vip, e.with_remote(&vip, [remote]).unwrap());
         let now = Instant::now();
         let ev = Tracker::default().evaluate(&s, &d, now);
-        m.update(&[assess(&ev.facts[0], ev.routes.values().next(), 1, now)]);
+        m.update(&[assess(
+            &ev.facts[0],
+            ev.routes.values().next(),
+            ringlb_bgp::reach::Reach::Sent,
+            now,
+        )]);
         m.set_aliases(2);
         let out = text(&reg);
         let series = r#"{vip="192.0.2.1",port="80",protocol="TCP",service="default/web"}"#;

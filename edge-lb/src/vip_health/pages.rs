@@ -18,11 +18,13 @@ use ringlb_bgp::RouteAttrs;
 use ringlb_ops::{ExtraPages, Page};
 
 use super::assess::{PortFacts, Report, aggregate, assess};
+use ringlb_bgp::reach::{PeerView, reach};
 
 /// The path prefix of the per-VIP health pages.
 pub const PREFIX: &str = "/health/vip/";
 
-type PeersUp = Box<dyn Fn() -> usize + Send + Sync>;
+/// Every BGP peer's state, families and sent prefixes, as of now.
+type PeersUp = Box<dyn Fn() -> Vec<PeerView> + Send + Sync>;
 
 #[derive(Default)]
 struct Snapshot {
@@ -31,8 +33,8 @@ struct Snapshot {
     routes: BTreeMap<IpNetwork, RouteAttrs>,
 }
 
-/// What the health pages answer from: the last sync's facts and routes, and a count
-/// of established BGP sessions.
+/// What the health pages answer from: the last sync's facts and routes, and what
+/// each BGP peer was sent (whether a router has a VIP: `ringlb_bgp::reach`).
 pub struct Board {
     snapshot: RwLock<Snapshot>,
     peers_up: PeersUp,
@@ -44,7 +46,7 @@ pub struct Board {
 impl Default for Board {
     /// No sessions ever (for tests of the sync alone).
     fn default() -> Self {
-        Board::new(Box::new(|| 0))
+        Board::new(Box::new(Vec::new))
     }
 }
 
@@ -81,7 +83,10 @@ impl Board {
         let peers = (self.peers_up)();
         s.facts
             .iter()
-            .map(|f| assess(f, s.routes.get(&IpNetwork::from(f.vip.addr)), peers, now))
+            .map(|f| {
+                let reach = reach(f.vip.addr, &peers);
+                assess(f, s.routes.get(&IpNetwork::from(f.vip.addr)), reach, now)
+            })
             .collect()
     }
 
@@ -211,8 +216,9 @@ mod tests {
         }
     }
 
+    /// A board whose `peers` sessions are up and were sent every route.
     fn board(peers: usize) -> Board {
-        let b = Board::new(Box::new(move || peers));
+        let b = Board::new(Box::new(move || vec![PeerView::everything(); peers]));
         let f = PortFacts {
             vip: Vip {
                 addr: "192.0.2.1".parse().unwrap(),

@@ -336,7 +336,12 @@ mod tests {
                 active: true
             }]
         );
-        let r = assess(&ev.facts[0], ev.routes.get(&net()), 1, t1);
+        let r = assess(
+            &ev.facts[0],
+            ev.routes.get(&net()),
+            ringlb_bgp::reach::Reach::Sent,
+            t1,
+        );
         assert_eq!((r.state, r.http_status()), (State::Down, 503));
         assert_eq!(
             r.reason,
@@ -358,12 +363,22 @@ mod tests {
         let ev = t.evaluate(&s, &d, t2);
         assert!(!ev.failovers[0].active);
         assert!(ev.routes.contains_key(&net()));
-        let r = assess(&ev.facts[0], ev.routes.get(&net()), 1, t2);
+        let r = assess(
+            &ev.facts[0],
+            ev.routes.get(&net()),
+            ringlb_bgp::reach::Reach::Sent,
+            t2,
+        );
         assert!(!r.failing_over);
         assert!(r.reason.starts_with("recovering"), "{}", r.reason);
         assert_eq!(r.http_status(), 503);
         let ev = t.evaluate(&s, &d, t2 + Duration::from_secs(10));
-        let r = assess(&ev.facts[0], ev.routes.get(&net()), 1, t2);
+        let r = assess(
+            &ev.facts[0],
+            ev.routes.get(&net()),
+            ringlb_bgp::reach::Reach::Sent,
+            t2,
+        );
         assert_eq!(r.http_status(), 200, "{}", r.reason);
         // Without a failover VIP the same loss withdraws the route.
         let (plain, dp) = serving(&[(80, 0, p)]);
