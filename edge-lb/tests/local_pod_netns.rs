@@ -237,7 +237,18 @@ fn served_on_the_edge_node(mode: AttachMode) {
     let [c, t, e, n, pa, pb] = [0, 1, 2, 3, 4, 5].map(|i| nss[i].0.as_str());
     wire([c, t, e, n, pa, pb]);
     let (edge, _pass) = the_edge(t, e, mode);
+    // what the edge agent checks when it has local pods (None: no tcx here)
+    let agent_on = || in_netns(e, || ringlb_xdp::node_agent::ingress_attached("eth0"));
+    let before = agent_on();
     let edge_node = node_agent(e, POD_A);
+    let after = agent_on();
+    eprintln!(
+        "{mode:?}: node agent program on the edge's eth0: before {before:?}, after {after:?}"
+    );
+    assert!(
+        before != Some(true) && after != Some(false),
+        "node agent on eth0: before {before:?}, after {after:?}"
+    );
     let worker = node_agent(n, POD_B);
     serve(pa);
     serve(pb);

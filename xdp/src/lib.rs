@@ -26,6 +26,7 @@ pub mod ethtool;
 pub mod flow_filter;
 pub mod lookup;
 pub mod maps;
+pub mod node_agent;
 
 pub mod readback;
 pub mod src_ranges;

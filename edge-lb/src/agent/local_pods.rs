@@ -18,6 +18,9 @@ pub struct LocalPodsOf {
     /// The node's name; empty = no node, no pod is local.
     pub node: String,
     pub pods: LocalPods,
+    /// The XDP interface, where the node agent's program must run (checked
+    /// when the set changes); `None` = not checked.
+    pub interface: Option<String>,
 }
 
 impl LocalPodsOf {
@@ -25,7 +28,14 @@ impl LocalPodsOf {
         Self {
             node: node.into(),
             pods,
+            interface: None,
         }
+    }
+
+    /// Checks on `iface` that the node agent runs there when pods are local.
+    pub fn on_interface(mut self, iface: Option<&str>) -> Self {
+        self.interface = iface.map(String::from);
+        self
     }
 
     /// Takes the set from `slices`; returns whether it changed (then the
@@ -40,8 +50,30 @@ impl LocalPodsOf {
                 pods = n,
                 "backends on this node changed: their packets go up this node's stack, where the node agent (ringlb-edge node) must run to deliver them"
             );
+            self.check_node_agent(n);
         }
         changed
+    }
+
+    /// Warns when pods are local but the node agent's program is not on the
+    /// XDP interface: their flows would be lost.
+    fn check_node_agent(&self, pods: usize) {
+        let Some(iface) = self.interface.as_deref().filter(|_| pods > 0) else {
+            return;
+        };
+        match ringlb_xdp::node_agent::ingress_attached(iface) {
+            Some(false) => tracing::warn!(
+                node = %self.node,
+                iface,
+                pods,
+                "pods on this node back VIPs, but no node agent program runs on {iface}: their flows are lost until the node agent runs on this edge node (chart: nodeAgent.excludeEdgeNodes=false) on this interface"
+            ),
+            Some(true) => {}
+            None => tracing::debug!(
+                iface,
+                "cannot tell whether the node agent runs here (no tcx)"
+            ),
+        }
     }
 }
 
