@@ -356,7 +356,11 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     let resolver = KernelResolver::default();
     let nh_watch = nexthops::Watcher::start(&resolver, &nh_metrics);
     let local_pods = local_pods::LocalPodsOf::new(&args.node_name, Default::default())
-        .on_interface(args.interface.as_deref().filter(|_| args.datapath == DatapathKind::Xdp));
+        .on_interface(
+            args.interface
+                .as_deref()
+                .filter(|_| args.datapath == DatapathKind::Xdp),
+        );
     let resolver = WithLocalPods::new(resolver, local_pods.pods.clone());
     let (dp, kept) = load_datapath(args, resolver, ipvs)?;
     tracing::info!(
