@@ -48,6 +48,10 @@ pub struct ServiceEntry {
     /// the backends, on every packet; an empty set refuses every source.
     /// `None`: every source.
     source_ranges: Option<BTreeSet<SourceRange>>,
+    /// `sessionAffinity: ClientIP` with its timeout in seconds: every connection
+    /// of one client takes the same backend (XDP: the client's address alone
+    /// picks the ring slot). `None`: each flow is hashed on its own.
+    client_affinity: Option<u32>,
 }
 
 impl ServiceEntry {
@@ -84,6 +88,7 @@ impl ServiceEntry {
             remote: BTreeSet::new(),
             failover_alias: false,
             source_ranges: None,
+            client_affinity: None,
         })
     }
 
@@ -148,6 +153,17 @@ impl ServiceEntry {
     /// The sources this VIP accepts (`None`: all of them).
     pub fn source_ranges(&self) -> Option<&BTreeSet<SourceRange>> {
         self.source_ranges.as_ref()
+    }
+
+    /// Client affinity (`sessionAffinity: ClientIP`) with a timeout in seconds.
+    pub fn with_client_affinity(mut self, timeout_seconds: u32) -> Self {
+        self.client_affinity = Some(timeout_seconds);
+        self
+    }
+
+    /// The client affinity's timeout in seconds (`None`: no affinity).
+    pub fn client_affinity(&self) -> Option<u32> {
+        self.client_affinity
     }
 
     fn check_loop(&self, vip: &Vip) -> Result<(), Error> {

@@ -5,6 +5,7 @@
 //!
 //! - `serving`: Services + EndpointSlices -> the backends of every VIP:port (pure).
 //! - `source_ranges`: a Service's `loadBalancerSourceRanges` (field or annotation) (pure).
+//! - `affinity`: a Service's `sessionAffinity: ClientIP` and its timeout (pure).
 //! - `tables`: those backends -> Maglev tables, datapath entries, VIPs to announce (pure).
 //! - `peers`: `BGPPeer`/`BGPAdvertisement`/`IPPool` -> the speaker's peers; status.
 //! - `agent`: the tasks of `ringlb-edge run` that wire it all together.
@@ -13,6 +14,7 @@
 //! - `vip_health`: per-VIP health: the hold-down, the de-preferred routes, the
 //!   `/health/vip/<ip>[/<port>]` pages a global traffic manager probes.
 
+pub mod affinity;
 pub mod agent;
 pub mod bfd_hold;
 pub mod node;

@@ -28,8 +28,8 @@ use ringlb_crds::service::{is_ours, service_key, status_ips};
 use ringlb_datapath::{Proto, SourceRange, Vip};
 use ringlb_maglev::Backend;
 
-use crate::source_ranges;
 use crate::vip_health::policy::{self, HealthPolicy};
+use crate::{affinity, source_ranges};
 
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
@@ -53,6 +53,8 @@ pub struct VipBackends {
     /// The Service's `loadBalancerSourceRanges` (`source_ranges`): `Some`, only these
     /// sources (none at all when empty); `None`, every source.
     pub source_ranges: Option<Vec<SourceRange>>,
+    /// `sessionAffinity: ClientIP` with its timeout in seconds (`affinity`).
+    pub client_affinity: Option<u32>,
 }
 
 /// A VIP:port's failover target (`ringlb.io/failover-vip`, `ringlb.io/failover-weight`).
@@ -133,6 +135,8 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
         problems.extend(fo.problems.iter().cloned());
         let src = source_ranges::of_service(svc, &vips);
         problems.extend(src.problems.iter().cloned());
+        let aff = affinity::of_service(svc);
+        problems.extend(aff.problems.iter().cloned());
         out.bad_annotations
             .extend(problems.into_iter().map(|reason| Skipped {
                 service: key.clone(),
@@ -178,6 +182,7 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
                     failover: None,
                     alias: false,
                     source_ranges: src.ranges.clone(),
+                    client_affinity: aff.client_ip,
                 }
             };
             for addr in &fo.accept {
@@ -681,5 +686,28 @@ mod tests {
         assert!(reasons[0].contains("spec.loadBalancerSourceRanges: \"bogus\""));
         assert!(reasons[1].contains("disagrees"));
         assert!(d.bad_annotations.iter().all(|s| s.service == "default/web"));
+    }
+
+    /// `sessionAffinity: ClientIP` reaches every port; a bad timeout is reported
+    /// and the default used.
+    #[test]
+    fn client_affinity_goes_to_every_port_with_its_timeout() {
+        let mut s = annotated("web", &["192.0.2.1"], json!({}));
+        let spec = s.spec.as_mut().unwrap();
+        spec.session_affinity = Some("ClientIP".into());
+        spec.session_affinity_config =
+            serde_json::from_value(json!({"clientIP": {"timeoutSeconds": 90_000}})).unwrap();
+        let d = build(&[s], &[], true);
+        for port in [(80, Proto::Tcp), (53, Proto::Udp)] {
+            let b = &d.vips[&vip("192.0.2.1", port.0, port.1)];
+            assert_eq!(b.client_affinity, Some(10_800));
+        }
+        assert!(
+            d.bad_annotations[0]
+                .reason
+                .contains("timeoutSeconds: 90000"),
+            "{:?}",
+            d.bad_annotations
+        );
     }
 }

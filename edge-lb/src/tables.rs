@@ -31,6 +31,7 @@ struct Inputs {
     failover: Option<Failover>,
     alias: bool,
     source_ranges: Option<Vec<SourceRange>>,
+    client_affinity: Option<u32>,
 }
 
 impl Inputs {
@@ -42,6 +43,7 @@ impl Inputs {
             failover: b.failover,
             alias: b.alias,
             source_ranges: b.source_ranges.clone(),
+            client_affinity: b.client_affinity,
         }
     }
 }
@@ -158,6 +160,9 @@ fn entry_for(vip: &Vip, b: &VipBackends, ring_size: u32) -> Result<ServiceEntry,
     }
     if let Some(r) = &b.source_ranges {
         e = e.with_source_ranges(vip, r.iter().copied());
+    }
+    if let Some(t) = b.client_affinity {
+        e = e.with_client_affinity(t);
     }
     Ok(e)
 }
@@ -418,5 +423,20 @@ mod tests {
             .for_each(|x| x.source_ranges = Some(vec![]));
         let (s, _) = datapath_state(&d, 251, &mut tables);
         assert!(s.services[&v].source_ranges().unwrap().is_empty(), "closed");
+    }
+
+    /// Client affinity reaches the entry, and a change of it alone rebuilds it.
+    #[test]
+    fn client_affinity_reaches_the_entry_and_is_part_of_the_cache_key() {
+        let v = vip("192.0.2.1", 80);
+        let mut d = desired(vec![(v, vec![b("10.2.0.1")], vec![])]);
+        let mut tables = Tables::default();
+        let (s, _) = datapath_state(&d, 251, &mut tables);
+        assert_eq!(s.services[&v].client_affinity(), None);
+        d.vips
+            .values_mut()
+            .for_each(|x| x.client_affinity = Some(60));
+        let (s, _) = datapath_state(&d, 251, &mut tables);
+        assert_eq!(s.services[&v].client_affinity(), Some(60));
     }
 }

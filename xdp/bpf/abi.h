@@ -53,6 +53,10 @@ struct ringlb_vip_info {
  * (src_ranges.h); checked on every packet, conntrack hits included (the
  * owners entry carries the same bit: RINGLB_OWNER_F_SRC_RANGES). */
 #define RINGLB_VIP_F_SRC_RANGES 0x4
+/* sessionAffinity: ClientIP: a new flow's ring slot is the hash of the
+ * client's address alone (flow_hash.h, ringlb_client_hash), so every
+ * connection of one client, on every edge, takes the same slot. */
+#define RINGLB_VIP_F_CLIENT_AFFINITY 0x8
 /* Another region's VIP accepted here for failover (docs/datapath.md, Failover
  * VIPs): forwarded only for an IPIP packet whose outer destination is in
  * vip_addrs (one of this edge's own VIPs), decapsulated first; a plain packet

@@ -88,4 +88,14 @@ static __always_inline __u32 ringlb_flow_hash(const __u32 saddr[4], const __u32 
 	return ringlb_fmix32(h);
 }
 
+/* The slot hash of a VIP with client affinity: ringlb_flow_hash of the
+ * client's address, everything else zero (daddr, ports, protocol). Rust:
+ * ringlb_xdp::lookup::client_hash. */
+static __always_inline __u32 ringlb_client_hash(const __u32 saddr[4])
+{
+	const __u32 zero[4] = {0, 0, 0, 0};
+
+	return ringlb_flow_hash(saddr, zero, 0, 0, 0);
+}
+
 #endif /* RINGLB_FLOW_HASH_H */

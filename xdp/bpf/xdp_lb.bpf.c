@@ -12,7 +12,8 @@
  *        XDP_DROP; src_ranges.h)
  *     -> else vips[(daddr, dport, proto)]  (then the port-0 wildcard)
  *        -> source outside the VIP's ranges? XDP_DROP (src_ranges.h)
- *        -> rings[vip_id][flow_hash % M]   (Maglev, flow_hash.h)
+ *        -> rings[vip_id][flow_hash % M]   (Maglev, flow_hash.h; with client
+ *           affinity the hash of the client's address alone)
  *        -> conntrack insert {backend id, generation} (not by a SYN, and
  *           within the VIP's insert budget: conntrack.h)
  *     -> backends[id]: pod IP + next-hop MACs resolved by the loader
@@ -438,7 +439,12 @@ int ringlb_xdp(struct xdp_md *ctx)
 			return XDP_DROP;
 		}
 		__u32 fh = ringlb_ct_flow_hash(&pkt.flow, &syn_ct);
-		__u32 slot = fh % m;
+		/* client affinity: the client's address picks the slot (the
+		 * 5-tuple hash still keys conntrack's flow filter) */
+		__u32 slot = (vip->flags & RINGLB_VIP_F_CLIENT_AFFINITY
+				      ? ringlb_client_hash(pkt.flow.saddr)
+				      : fh) %
+			     m;
 		__u32 *idp = bpf_map_lookup_elem(ring, &slot);
 		if (!idp || *idp == 0) {
 			count(RINGLB_ST_DROP_NO_BACKEND);

@@ -37,6 +37,9 @@ pub const VIP_F_FAILOVER_ALIAS: u32 = 0x2;
 /// `VipInfo::flags`: the VIP accepts only the sources in `src_ranges` under
 /// its vip_id (`spec.loadBalancerSourceRanges`; src_ranges.h).
 pub const VIP_F_SRC_RANGES: u32 = 0x4;
+/// `VipInfo::flags`: `sessionAffinity: ClientIP`; a new flow's ring slot is the
+/// hash of the client's address alone (`lookup::client_hash`).
+pub const VIP_F_CLIENT_AFFINITY: u32 = 0x8;
 /// The `owners` value's bit for a VIP with `VIP_F_SRC_RANGES` (a conntrack hit
 /// checks the source too); the rest (`OWNER_VIP_MASK`) is 1 + vip_id.
 pub const OWNER_F_SRC_RANGES: u32 = 0x8000_0000;
@@ -581,6 +584,10 @@ mod tests {
         assert_eq!(define("RINGLB_VIP_F_FAILOVER_ALIAS"), VIP_F_FAILOVER_ALIAS);
         assert_eq!(define("RINGLB_BE_F_REMOTE_VIP"), BE_F_REMOTE_VIP as u32);
         assert_eq!(define("RINGLB_VIP_F_SRC_RANGES"), VIP_F_SRC_RANGES);
+        assert_eq!(
+            define("RINGLB_VIP_F_CLIENT_AFFINITY"),
+            VIP_F_CLIENT_AFFINITY
+        );
         assert_eq!(define("RINGLB_OWNER_F_SRC_RANGES"), OWNER_F_SRC_RANGES);
         assert_eq!(define("RINGLB_OWNER_VIP_MASK"), OWNER_VIP_MASK);
         assert_eq!(define("RINGLB_MAX_SRC_RANGES"), MAX_SRC_RANGES);

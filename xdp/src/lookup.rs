@@ -63,6 +63,13 @@ pub enum Lookup {
 
 /// The pod address of a live backend slot, read the way the program does
 /// (IPv6 if the family says so, else IPv4 in word 0).
+/// The ring slot hash of a VIP with client affinity (`abi::VIP_F_CLIENT_AFFINITY`):
+/// `ringlb_client_hash` in flow_hash.h, the flow hash of the client's address
+/// with everything else zero.
+pub fn client_hash(src: IpAddr) -> u32 {
+    ringlb_maglev::flow_hash(src, IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0, 0, 0)
+}
+
 fn backend_addr(b: &abi::BackendValue) -> IpAddr {
     let family = if b.family == abi::AF_INET6 {
         abi::AF_INET6
@@ -218,13 +225,17 @@ impl XdpDatapath {
             a.to_ip(flow.family)
                 .unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED))
         };
-        let h = ringlb_maglev::flow_hash(
-            addr(flow.saddr),
-            addr(flow.daddr),
-            flow.sport.to_host(),
-            flow.dport.to_host(),
-            flow.proto,
-        );
+        let h = if info.flags & abi::VIP_F_CLIENT_AFFINITY != 0 {
+            client_hash(addr(flow.saddr))
+        } else {
+            ringlb_maglev::flow_hash(
+                addr(flow.saddr),
+                addr(flow.daddr),
+                flow.sport.to_host(),
+                flow.dport.to_host(),
+                flow.proto,
+            )
+        };
         let slot = h % info.ring_size;
         let id = match ring.get(&slot, 0) {
             Ok(id) => id,

@@ -62,6 +62,9 @@ fn vip_flags(svc: &ServiceEntry) -> u32 {
     if svc.source_ranges().is_some() {
         f |= abi::VIP_F_SRC_RANGES;
     }
+    if svc.client_affinity().is_some() {
+        f |= abi::VIP_F_CLIENT_AFFINITY;
+    }
     f
 }
 

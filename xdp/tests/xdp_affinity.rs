@@ -1,0 +1,159 @@
+//! sessionAffinity: ClientIP in the XDP program, by BPF_PROG_TEST_RUN with exact
+//! frames: with affinity, a client's address alone picks the ring slot, so every
+//! connection of that client (any source port) reaches one pod, the same on two
+//! edges (two programs with their own maps); without it, the same connections
+//! spread. Switching it on or off changes new connections at once while
+//! established ones keep their pod; a removed pod's client moves to a live pod
+//! on its next packet. Needs root (BPF); skips loudly otherwise.
+
+mod xdp_support;
+use xdp_support::fixture::*;
+
+use std::collections::BTreeSet;
+use std::net::IpAddr;
+
+use ringlb_maglev::{Backend, Table};
+use ringlb_testkit::packet::Frame;
+use ringlb_xdp::{Datapath, ServiceEntry, Vip, lookup::client_hash, xdp::XdpDatapath};
+
+const PODS: [&str; 4] = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"];
+
+fn table(pods: &[&str]) -> Table {
+    let b: Vec<Backend> = pods
+        .iter()
+        .map(|p| Backend {
+            addr: ip(p),
+            port: 8080,
+            weight: 1,
+        })
+        .collect();
+    Table::build(&b, 251).unwrap()
+}
+
+fn entry(v: &Vip, pods: &[&str], affinity: bool) -> ServiceEntry {
+    let e = ServiceEntry::from_table(v, &table(pods)).unwrap();
+    if affinity {
+        e.with_client_affinity(10_800)
+    } else {
+        e
+    }
+}
+
+/// The pod the Rust Maglev table gives `client` with client affinity.
+fn pod_of(pods: &[&str], client: IpAddr) -> IpAddr {
+    let t = table(pods);
+    let slot = client_hash(client) % t.slots().len() as u32;
+    t.backends()[t.slots()[slot as usize] as usize].addr
+}
+
+/// The pod an encapsulated frame is sent to (outer IPv4 destination).
+fn pod(out: &[u8]) -> IpAddr {
+    IpAddr::from([out[30], out[31], out[32], out[33]])
+}
+
+fn syn(sport: u16) -> Frame {
+    Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), sport, 80)
+}
+
+/// The pods `n` new connections of one client reach.
+fn pods_of_client(dp: &XdpDatapath, n: u16) -> BTreeSet<IpAddr> {
+    (0..n)
+        .map(|i| {
+            let (verdict, out) = run(dp, &syn(40_000 + i).bytes());
+            assert_eq!(verdict, XDP_TX);
+            pod(&out)
+        })
+        .collect()
+}
+
+#[test]
+fn one_clients_connections_reach_one_pod_on_every_edge() {
+    let (Some(mut a), Some(mut b)) = (load(1500, true), load(1500, true)) else {
+        return;
+    };
+    let v = vip4();
+    let want = pod_of(&PODS, ip("192.0.2.7"));
+    for dp in [&mut a, &mut b] {
+        dp.apply(&state(vec![(v, entry(&v, &PODS, true))])).unwrap();
+    }
+    for dp in [&a, &b] {
+        for i in 0..50 {
+            let f = syn(40_000 + i);
+            assert_eq!(
+                run(dp, &f.bytes()),
+                (XDP_TX, encapped(&f, "10.0.0.11", &want.to_string(), 0)),
+                "source port {}",
+                40_000 + i
+            );
+        }
+    }
+    // the CLI's lookup predicts the same pod
+    let l = a
+        .lookup(&ringlb_xdp::cli::flow(
+            ringlb_xdp::Proto::Tcp,
+            "192.0.2.7:41234".parse().unwrap(),
+            "10.100.0.1:80".parse().unwrap(),
+        ))
+        .unwrap();
+    assert!(format!("{l:?}").contains(&want.to_string()), "{l:?}");
+    // without affinity the same connections spread over the pods
+    a.apply(&state(vec![(v, entry(&v, &PODS, false))])).unwrap();
+    assert!(pods_of_client(&a, 50).len() >= 3);
+}
+
+/// On and off take effect for new connections at once; an established
+/// connection keeps its pod (conntrack) either way.
+#[test]
+fn switching_affinity_changes_new_connections_at_once() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    dp.apply(&state(vec![(v, entry(&v, &PODS, false))]))
+        .unwrap();
+    assert!(
+        pods_of_client(&dp, 50).len() >= 3,
+        "spread without affinity"
+    );
+    // an established connection, on whatever pod its 5-tuple hashes to
+    let first = syn(50_000).established();
+    let (_, out) = run(&dp, &first.bytes());
+    let established = pod(&out);
+
+    dp.apply(&state(vec![(v, entry(&v, &PODS, true))])).unwrap();
+    let want = pod_of(&PODS, ip("192.0.2.7"));
+    assert_eq!(pods_of_client(&dp, 50), BTreeSet::from([want]));
+    assert_eq!(pod(&run(&dp, &first.bytes()).1), established, "kept");
+
+    dp.apply(&state(vec![(v, entry(&v, &PODS, false))]))
+        .unwrap();
+    assert!(pods_of_client(&dp, 50).len() >= 3, "spread again");
+    assert_eq!(pod(&run(&dp, &first.bytes()).1), established, "kept");
+}
+
+/// A removed pod's client moves to a live pod on its next packet: new
+/// connections and its established one (whose conntrack entry turned stale).
+#[test]
+fn a_removed_pods_client_moves_on_its_next_packet() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    let client = ip("192.0.2.7");
+    dp.apply(&state(vec![(v, entry(&v, &PODS, true))])).unwrap();
+    let was = pod_of(&PODS, client);
+    let ack = syn(40_000).established();
+    assert_eq!(pod(&run(&dp, &ack.bytes()).1), was);
+
+    let left: Vec<&str> = PODS.iter().copied().filter(|p| ip(p) != was).collect();
+    dp.apply(&state(vec![(v, entry(&v, &left, true))])).unwrap();
+    let now = pod_of(&left, client);
+    assert_ne!(now, was);
+    assert_eq!(
+        run(&dp, &ack.bytes()),
+        (XDP_TX, encapped(&ack, "10.0.0.11", &now.to_string(), 0)),
+        "the established connection follows the client's new pod"
+    );
+    assert_eq!(counter(&dp, "ct_stale"), 1);
+    assert_eq!(pods_of_client(&dp, 20), BTreeSet::from([now]));
+}
