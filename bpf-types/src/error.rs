@@ -36,6 +36,9 @@ pub enum BpfError {
         #[source]
         source: std::io::Error,
     },
+    /// A map to read is not pinned where it should be (nothing is pinned by a read).
+    #[error("no pinned map at {}: is the edge running with this --pin-dir?", path.display())]
+    NotPinned { path: PathBuf },
     #[error("interface {iface}: {reason}")]
     Interface { iface: String, reason: String },
 }
@@ -50,6 +53,7 @@ impl BpfError {
             BpfError::Layout { .. } => "layout",
             BpfError::Missing { .. } => "missing",
             BpfError::Pin { .. } => "pin",
+            BpfError::NotPinned { .. } => "not_pinned",
             BpfError::Interface { .. } => "interface",
         }
     }

@@ -83,7 +83,7 @@ pub fn run(args: &DatapathArgs, out: &mut dyn Write) -> Result<(), Error> {
                 });
             }
             let f = flow(*proto, *src, *dst);
-            s = format_lookup(&format!("{src} -> {dst}/{proto:?}"), &dp.lookup(&f)?);
+            s = format_lookup(&lookup_header(*proto, *src, *dst), &dp.lookup(&f)?);
         }
         DatapathCommand::Uninstall => {
             dp.remove()?;
@@ -95,6 +95,17 @@ pub fn run(args: &DatapathArgs, out: &mut dyn Write) -> Result<(), Error> {
             call: "write",
             source,
         })
+}
+
+/// What a lookup's answer starts with: `192.0.2.7:40000 -> 10.0.0.1:80/tcp`, the
+/// VIP written as `dump`, `counters` and the metric labels write it (one case).
+pub fn lookup_header(proto: Proto, src: SocketAddr, dst: SocketAddr) -> String {
+    let vip = super::Vip {
+        addr: dst.ip(),
+        port: dst.port(),
+        proto,
+    };
+    format!("{src} -> {vip}")
 }
 
 /// The conntrack key of a 5-tuple.
@@ -396,6 +407,27 @@ mod tests {
     }
 
     #[test]
+    fn a_read_of_a_pin_dir_without_maps_says_so_once() {
+        let dir = std::env::temp_dir().join(format!("ringlb-no-pins-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let args = DatapathArgs {
+            pin_dir: dir.clone(),
+            command: DatapathCommand::Dump { slots: false },
+        };
+        let e = run(&args, &mut Vec::new()).unwrap_err();
+        std::fs::remove_dir(&dir).unwrap();
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!("no pinned map at {}/", dir.display()))
+                && text.ends_with("is the edge running with this --pin-dir?"),
+            "{text}"
+        );
+        assert!(!text.contains("pinning"), "a read is no pinning: {text}");
+        // Nothing under `Caused by:` repeats it.
+        assert!(std::error::Error::source(&e).is_none(), "{e:?}");
+    }
+
+    #[test]
     fn counters_and_flow_keys() {
         let c = Counters {
             global: vec![("tx", 5)],
@@ -420,6 +452,18 @@ mod tests {
             port: 0,
             proto: Proto::Tcp,
         };
+        let header = lookup_header(
+            Proto::Tcp,
+            "192.0.2.7:40000".parse().unwrap(),
+            "10.0.0.1:80".parse().unwrap(),
+        );
+        assert_eq!(header, "192.0.2.7:40000 -> 10.0.0.1:80/tcp");
+        let v6 = lookup_header(
+            Proto::Udp,
+            "[2001:db8::7]:5".parse().unwrap(),
+            "[2001:db8::1]:53".parse().unwrap(),
+        );
+        assert!(v6.ends_with(":53/udp"), "{v6}");
         let f = |l: Lookup| format_lookup("c -> v", &l);
         assert!(
             f(Lookup::NotVip {

@@ -259,14 +259,7 @@ impl XdpDatapath {
         {
             let p = dir.join(name);
             if !p.exists() {
-                return Err(BpfError::Pin {
-                    path: p,
-                    source: std::io::Error::new(
-                        std::io::ErrorKind::NotFound,
-                        "map not pinned: is the edge running with this --pin-dir?",
-                    ),
-                }
-                .into());
+                return Err(BpfError::NotPinned { path: p }.into());
             }
         }
         let mut loader = EbpfLoader::new();
