@@ -344,7 +344,12 @@ fn bad_values_are_refused_with_a_message_that_names_them() {
             "no monitoring.coreos.com/v1 ServiceMonitor API",
         ),
         (
-            &["--set", "nodeAgent.affinity.nodeAffinity.x=1"],
+            &[
+                "--set",
+                "nodeAgent.excludeEdgeNodes=true",
+                "--set",
+                "nodeAgent.affinity.nodeAffinity.x=1",
+            ],
             "set excludeEdgeNodes=false",
         ),
     ];
@@ -530,6 +535,7 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
     assert!(pod["terminationGracePeriodSeconds"].as_u64().unwrap() > drain);
     assert!(a.contains(&"--source-v4=$(HOST_IP)".to_string()), "{a:?}");
     assert_eq!(env_field_ref(edge, "HOST_IP"), "status.hostIP");
+    assert_eq!(env_field_ref(edge, "RINGLB_HOST_IPS"), "status.hostIPs");
     let no_passive = docs(&template_ok(&["--set", "edge.bgpListenPort=0"]));
     let e = find(&no_passive, "DaemonSet", "ringlb-edge");
     assert!(
@@ -537,11 +543,15 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
         "no port below 1024, no bind cap"
     );
 
-    // Node agent: workers only, every taint tolerated, the same BPF capabilities.
+    // Node agent: every node (edges pass their own pods' packets to it), every taint
+    // tolerated, the same BPF capabilities; with excludeEdgeNodes, workers only.
     let pod = &node["spec"]["template"]["spec"];
     assert_eq!(pod["hostNetwork"], true);
-    let term = &pod["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]["nodeSelectorTerms"]
-        [0]["matchExpressions"][0];
+    assert!(pod["affinity"].is_null(), "{:?}", pod["affinity"]);
+    let workers_only = docs(&template_ok(&["--set", "nodeAgent.excludeEdgeNodes=true"]));
+    let w = find(&workers_only, "DaemonSet", "ringlb-node");
+    let term = &w["spec"]["template"]["spec"]["affinity"]["nodeAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+        ["nodeSelectorTerms"][0]["matchExpressions"][0];
     assert_eq!(term["key"], "ringlb.io/edge");
     assert_eq!(term["operator"], "NotIn");
     assert_eq!(pod["tolerations"][0]["operator"], "Exists");

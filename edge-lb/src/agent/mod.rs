@@ -27,7 +27,7 @@
 //!  are withdrawn.
 //! ```
 
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
@@ -152,6 +152,12 @@ pub struct RunArgs {
     /// Outer source address of IPv6 encapsulation.
     #[arg(long)]
     pub source_v6: Option<Ipv6Addr>,
+    /// This node's addresses (the chart passes the pod's `status.hostIPs`): where
+    /// --source-v4 or --source-v6 is not given, the node's address of that family is
+    /// the outer source, so a dual-stack node encapsulates both families with no
+    /// per-node setting.
+    #[arg(long, env = "RINGLB_HOST_IPS", value_delimiter = ',')]
+    pub host_ips: Vec<IpAddr>,
     /// XDP only. How often the flow filter (which lets a new flow's SYN skip its
     /// conntrack lookup) is rebuilt from the conntrack keys, so that the slots of
     /// evicted entries clear (docs/datapath.md); e.g. 30s. Unused on kernels
@@ -198,13 +204,32 @@ pub struct RunArgs {
 }
 
 impl RunArgs {
+    /// --source-v4, else this node's IPv4 address from --host-ips.
+    fn src4(&self) -> Option<Ipv4Addr> {
+        self.source_v4.or_else(|| {
+            self.host_ips.iter().find_map(|ip| match ip {
+                IpAddr::V4(a) => Some(*a),
+                IpAddr::V6(_) => None,
+            })
+        })
+    }
+
+    /// --source-v6, else this node's global IPv6 address from --host-ips.
+    fn src6(&self) -> Option<Ipv6Addr> {
+        self.source_v6.or_else(|| {
+            self.host_ips.iter().find_map(|ip| match ip {
+                IpAddr::V6(a) if !a.is_unicast_link_local() => Some(*a),
+                _ => None,
+            })
+        })
+    }
+
     /// Checks the flags before anything is started: ring size, interface, pin
     /// directory (XDP); returns the BGP router id.
     fn check(&self) -> anyhow::Result<Ipv4Addr> {
-        let router_id = self
-            .router_id
-            .or(self.source_v4)
-            .context("--router-id (or --source-v4) is required for BGP");
+        let router_id = self.router_id.or(self.src4()).context(
+            "--router-id (or --source-v4, or an IPv4 address in --host-ips) is required for BGP",
+        );
         maglev::Table::build(
             &[maglev::Backend {
                 addr: Ipv4Addr::LOCALHOST.into(),
@@ -532,8 +557,8 @@ fn load_xdp(args: &RunArgs, resolver: EdgeResolver) -> anyhow::Result<XdpDatapat
     );
     let opts = XdpOptions {
         pin_dir: Some(args.pin_dir.clone()),
-        src4: args.source_v4,
-        src6: args.source_v6,
+        src4: args.src4(),
+        src6: args.src6(),
         mtu: args.mtu,
         ct_insert_budget,
         ..Default::default()
@@ -757,6 +782,41 @@ mod tests {
         let e = sloppy_tcp(&dir.join("missing/sloppy_tcp")).unwrap_err();
         assert!(format!("{e:#}").contains("missing/sloppy_tcp"), "{e:#}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[derive(clap::Parser)]
+    struct Flags {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn run_args(argv: &[&str]) -> RunArgs {
+        use clap::Parser;
+        Flags::try_parse_from(
+            ["run", "--node-name", "n1"]
+                .into_iter()
+                .chain(argv.iter().copied()),
+        )
+        .unwrap()
+        .run
+    }
+
+    #[test]
+    fn the_outer_sources_come_from_the_flags_else_from_the_nodes_addresses() {
+        let a = run_args(&["--host-ips", "172.31.0.11,fe80::1,fd00:31::11"]);
+        assert_eq!(a.src4(), Some(Ipv4Addr::new(172, 31, 0, 11)));
+        assert_eq!(a.src6(), Some("fd00:31::11".parse().unwrap()));
+        let a = run_args(&[
+            "--host-ips",
+            "172.31.0.11,fd00:31::11",
+            "--source-v6",
+            "2001:db8::1",
+        ]);
+        assert_eq!(a.src6(), Some("2001:db8::1".parse().unwrap()));
+        // a single-stack IPv4 node: no IPv6 source, as before
+        let a = run_args(&["--host-ips", "172.31.0.11"]);
+        assert_eq!(a.src6(), None);
+        assert_eq!(run_args(&[]).src4(), None);
     }
 
     #[test]
