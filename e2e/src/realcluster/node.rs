@@ -95,7 +95,13 @@ impl Node {
             run(&["mount", "--make-private", &r])?;
         }
         write(&self.mnt, "")?;
-        let mut script = String::from("set -e; mount -t bpf bpf /sys/fs/bpf; ");
+        // shared, as on a systemd host: the chart mounts /sys/fs/bpf into its pods with
+        // Bidirectional and HostToContainer propagation, which runc refuses on a
+        // private mount
+        let mut script = String::from(
+            "set -e; mount --make-rshared /; mount -t bpf bpf /sys/fs/bpf; \
+             mount --make-shared /sys/fs/bpf; ",
+        );
         for d in PRIVATE_DIRS {
             let own = self.dir.join(format!("private{d}"));
             mkdir(&own)?;
