@@ -135,9 +135,12 @@ async fn main() -> anyhow::Result<()> {
     let mut registry = Registry::with_prefix("ringlb");
     let metrics = Metrics::register(&mut registry);
     let registry = Arc::new(tokio::sync::Mutex::new(registry));
-    let (addr, _ops) = ringlb_ops::serve_ops(args.common.metrics_addr, registry, health.clone())
+    let metrics_addr = args
+        .common
+        .metrics_addr_or(ringlb_ops::flags::ops_port::CONTROLLER);
+    let (addr, _ops) = ringlb_ops::serve_ops(metrics_addr, registry, health.clone())
         .await
-        .with_context(|| format!("binding --metrics-addr {}", args.common.metrics_addr))?;
+        .with_context(|| format!("binding --metrics-addr {metrics_addr}"))?;
     tracing::info!(%addr, identity = %settings.identity, "serving /metrics /healthz /readyz");
 
     let client = args.common.connect().await?;

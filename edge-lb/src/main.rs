@@ -66,7 +66,9 @@ async fn main() -> anyhow::Result<()> {
                 let s = ringlb_edge::bfd_hold::XdpHoldStore::new(pin_dir, i);
                 std::sync::Arc::new(s) as std::sync::Arc<dyn ringlb_bgp::bfd::hold::HoldStore>
             });
-            let addr = args.common.metrics_addr;
+            let addr = args
+                .common
+                .metrics_addr_or(ringlb_ops::flags::ops_port::EDGE);
             Ok(ringlb_bgp::standalone::run_with_hold(&config, addr, hold).await?)
         }
         Command::Datapath(dp) => Ok(ringlb_xdp::cli::run(&dp, &mut std::io::stdout())?),
@@ -128,7 +130,7 @@ mod tests {
                 Some("/k".as_ref()),
                 "{args:?}"
             );
-            assert_eq!(a.common.metrics_addr.port(), 1, "{args:?}");
+            assert_eq!(a.common.metrics_addr.map(|a| a.port()), Some(1), "{args:?}");
             assert!(matches!(a.command, Command::Run(_)), "{args:?}");
         }
         for sub in [

@@ -13,9 +13,11 @@ pub struct CommonArgs {
     #[arg(long, env = "KUBECONFIG", global = true)]
     pub kubeconfig: Option<PathBuf>,
 
-    /// Address for /metrics, /healthz and /readyz.
-    #[arg(long, default_value = "0.0.0.0:9090", global = true)]
-    pub metrics_addr: SocketAddr,
+    /// Address for /metrics, /healthz and /readyz. Default: 0.0.0.0 and the
+    /// program's port in the Helm chart: 9090 ringlb-controller, 9472 ringlb-edge run
+    /// and speaker, 9473 ringlb-edge node.
+    #[arg(long, global = true)]
+    pub metrics_addr: Option<SocketAddr>,
 
     /// Log filter: a level (error, warn, info, debug, trace) or a tracing
     /// EnvFilter directive such as `info,ringlb_edge::bgp=debug`.
@@ -32,6 +34,26 @@ pub struct CommonArgs {
         global = true
     )]
     pub log_format: crate::logging::LogFormat,
+}
+
+/// The ops (metrics and health) port of each program when `--metrics-addr` is not
+/// given: the Helm chart's `metricsPort` of each component, so that the program, the
+/// chart and the docs say one number.
+pub mod ops_port {
+    /// `ringlb-controller` (chart `controller.metricsPort`).
+    pub const CONTROLLER: u16 = 9090;
+    /// `ringlb-edge run` and `ringlb-edge speaker` (chart `edge.metricsPort`).
+    pub const EDGE: u16 = 9472;
+    /// `ringlb-edge node` (chart `node.metricsPort`; beside an edge on one host).
+    pub const NODE: u16 = 9473;
+}
+
+impl CommonArgs {
+    /// `--metrics-addr`, or `0.0.0.0:port` (the program's [`ops_port`]).
+    pub fn metrics_addr_or(&self, port: u16) -> SocketAddr {
+        self.metrics_addr
+            .unwrap_or(SocketAddr::from(([0, 0, 0, 0], port)))
+    }
 }
 
 /// A duration flag: `15s`, `1500ms`, `2m`, or plain seconds. Use as
@@ -143,6 +165,41 @@ impl CommonArgs {
 mod tests {
     use super::*;
 
+    /// The programs' default ops ports are the chart's `metricsPort`s.
+    #[test]
+    fn default_ops_ports_are_the_charts() {
+        let values = include_str!("../../charts/ringlb/values.yaml");
+        let mut section = "";
+        let mut chart = Vec::new();
+        for line in values.lines() {
+            if !line.starts_with(' ') && line.ends_with(':') {
+                section = line.trim_end_matches(':');
+            } else if let Some(port) = line.strip_prefix("  metricsPort: ") {
+                chart.push((section, port.trim().parse::<u16>().unwrap()));
+            }
+        }
+        assert_eq!(
+            chart,
+            [
+                ("controller", ops_port::CONTROLLER),
+                ("edge", ops_port::EDGE),
+                ("nodeAgent", ops_port::NODE)
+            ]
+        );
+        let mut c = CommonArgs {
+            kubeconfig: None,
+            metrics_addr: None,
+            log_level: "info".into(),
+            log_format: Default::default(),
+        };
+        assert_eq!(
+            c.metrics_addr_or(ops_port::EDGE).to_string(),
+            "0.0.0.0:9472"
+        );
+        c.metrics_addr = Some("127.0.0.1:1".parse().unwrap());
+        assert_eq!(c.metrics_addr_or(ops_port::EDGE).to_string(), "127.0.0.1:1");
+    }
+
     #[test]
     fn durations() {
         assert_eq!(parse_duration("15s"), Ok(Duration::from_secs(15)));
@@ -207,7 +264,7 @@ mod tests {
         .unwrap();
         let common = CommonArgs {
             kubeconfig: Some(path.clone()),
-            metrics_addr: "127.0.0.1:0".parse().unwrap(),
+            metrics_addr: Some("127.0.0.1:0".parse().unwrap()),
             log_level: "info".into(),
             log_format: Default::default(),
         };

@@ -364,10 +364,11 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
     };
     let board = Arc::new(vip_health::Board::new(established_sessions(&speaker)));
     let pages: Arc<dyn ringlb_ops::ExtraPages> = board.clone();
+    let metrics_addr = common.metrics_addr_or(ringlb_ops::flags::ops_port::EDGE);
     let (addr, _ops) =
-        ringlb_ops::serve_ops_with(common.metrics_addr, registry, health.clone(), Some(pages))
+        ringlb_ops::serve_ops_with(metrics_addr, registry, health.clone(), Some(pages))
             .await
-            .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
+            .with_context(|| format!("binding --metrics-addr {metrics_addr}"))?;
     tracing::info!(%addr, "serving /metrics /healthz /readyz /health/vip/<ip>[/<port>]");
     let signals = Signals::install()?;
 

@@ -139,9 +139,10 @@ pub async fn run(common: &CommonArgs, args: &NodeArgs) -> anyhow::Result<()> {
     let health = Health::new();
     let registry = Arc::new(Mutex::new(Registry::with_prefix("ringlb")));
     let metrics = NodeMetrics::register(&mut *registry.lock().await);
-    let (addr, _ops) = ringlb_ops::serve_ops(common.metrics_addr, registry, health.clone())
+    let metrics_addr = common.metrics_addr_or(ringlb_ops::flags::ops_port::NODE);
+    let (addr, _ops) = ringlb_ops::serve_ops(metrics_addr, registry, health.clone())
         .await
-        .with_context(|| format!("binding --metrics-addr {}", common.metrics_addr))?;
+        .with_context(|| format!("binding --metrics-addr {metrics_addr}"))?;
     tracing::info!(%addr, "serving /metrics /healthz /readyz");
     let mut term = signal(SignalKind::terminate())?;
     let mut int = signal(SignalKind::interrupt())?;
