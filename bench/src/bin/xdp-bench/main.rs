@@ -12,9 +12,10 @@
 //!            repeat=N, kernel average; S: N calls with repeat=1, mean kernel
 //!            duration); every output frame is checked. With
 //!            --katran-object, Katran's balancer side by side (S only)
-//!   ranges   what spec.loadBalancerSourceRanges costs a packet: one VIP
-//!            without ranges, with 4 and with 256, in alternating rounds,
-//!            beside the floor (method S)
+//!   ranges   what spec.loadBalancerSourceRanges and client affinity cost a
+//!            packet: one VIP without ranges, with 4 and 8 (a set) and 256
+//!            (the trie), and with affinity, in alternating rounds, beside
+//!            the floor (method S)
 //!   flood    1 M SYNs to one VIP while 1,000 established flows of another
 //!            run: how many of those flows moved backend, before and after
 //!   veth     packets per second through a veth pair with native XDP:

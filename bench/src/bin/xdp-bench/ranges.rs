@@ -3,7 +3,8 @@
 //! ranges, with 4 and with 8 prefixes (a set, scanned in place; the client's
 //! prefix last, so every one is compared) and with 256 (the LPM trie), in
 //! rounds that run them all in turn, beside the MAC-swap floor; and a refused
-//! source (dropped). Every frame is checked, as in `packet`.
+//! source (dropped); and the same VIP with client affinity (no ranges), whose
+//! new flows hash the client's address. Every frame is checked, as in `packet`.
 
 use std::net::IpAddr;
 
@@ -35,6 +36,16 @@ fn with_ranges(d: &DesiredState, n: u32) -> DesiredState {
     out
 }
 
+/// `d` with client affinity (`sessionAffinity: ClientIP`) on every VIP: the
+/// ring slot is the hash of the client's address.
+fn with_affinity(d: &DesiredState) -> DesiredState {
+    let mut out = d.clone();
+    for e in out.services.values_mut() {
+        *e = e.clone().with_client_affinity(10_800);
+    }
+    out
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -48,6 +59,7 @@ pub fn section_ranges(a: &Args) -> anyhow::Result<()> {
         ("4 ranges (set)", with_ranges(&open, 4)),
         ("8 ranges (set)", with_ranges(&open, 8)),
         ("256 ranges (trie)", with_ranges(&open, 256)),
+        ("none; client affinity", with_affinity(&open)),
     ];
     let nb = a.backends;
     let enc = |i: &[u8], o: &[u8]| check::encapped(i, o, 0, nb).map(|_| ());
@@ -112,7 +124,9 @@ pub fn section_ranges(a: &Args) -> anyhow::Result<()> {
         dropped == u64::from(a.calls) * ROUNDS as u64,
         "drop_source_range counted {dropped}"
     );
-    println!("## source ranges (BPF_PROG_TEST_RUN, method S, production object)\n");
+    println!(
+        "## source ranges and client affinity (BPF_PROG_TEST_RUN, method S, production object)\n"
+    );
     println!(
         "One VIP ({} backends, ring {}); S = {} calls with repeat=1, mean kernel-reported duration; \
          the median of {ROUNDS} rounds, each round running the floor and every configuration in turn \
@@ -121,7 +135,7 @@ pub fn section_ranges(a: &Args) -> anyhow::Result<()> {
          the check, the Maglev ring; it inserts nothing).\n",
         a.backends, a.ring, a.calls
     );
-    println!("| path | source ranges | S ns/pkt | vs no ranges |");
+    println!("| path | the VIP's source ranges; affinity | S ns/pkt | vs neither |");
     println!("|---|---|---|---|");
     println!(
         "| MAC swap + XDP_TX (floor) | - | {:.1} | - |",
