@@ -263,6 +263,10 @@ pub fn format_lookup(what: &str, l: &Lookup) -> String {
             slot.unwrap_or(0),
             ct(conntrack)
         ),
+        Lookup::SourceRefused { vip, conntrack } => format!(
+            "{what}: VIP {vip}: the source is outside its loadBalancerSourceRanges: dropped (drop_source_range; {})\n",
+            ct(conntrack)
+        ),
         Lookup::AliasPlain { vip } => format!(
             "{what}: VIP {vip} is a failover alias: it serves only IPIP packets to one of this edge's VIPs; a plain packet is passed to the kernel (pass_alias_plain)\n"
         ),

@@ -10,7 +10,10 @@
 
 use std::net::{IpAddr, Ipv4Addr};
 
-use aya::maps::{Array, ArrayOfMaps, HashMap, MapData, MapError};
+use aya::maps::{
+    Array, ArrayOfMaps, HashMap, MapData, MapError,
+    lpm_trie::{Key, LpmTrie},
+};
 
 use super::{Error, Vip, VipAbi, abi, map_err, xdp::XdpDatapath};
 
@@ -51,6 +54,10 @@ pub enum Lookup {
     /// (`pass_alias_plain`). (A failed-over flow's conntrack entry is apart:
     /// keyed with `FLOW_F_DECAP`, which `lookup` does not follow.)
     AliasPlain { vip: Vip },
+    /// A VIP with source ranges (`loadBalancerSourceRanges`) none of which
+    /// holds the source: `XDP_DROP` (`drop_source_range`), also for an
+    /// established flow (`conntrack` is `Hit` then).
+    SourceRefused { vip: Vip, conntrack: CtState },
     /// A VIP, but its ring slot names no live backend (id 0, a tombstone, no
     /// ring): `XDP_DROP` (`drop_no_backend`).
     NoBackend {
@@ -121,6 +128,46 @@ impl XdpDatapath {
             .map(|(v, _)| *v))
     }
 
+    /// Whether `vip` (the owner of a conntrack hit) takes `flow`'s source: it
+    /// has no source ranges, or one holds the source.
+    fn source_allowed(&self, vip: &Vip, flow: &abi::Flow) -> Result<bool, Error> {
+        match self.programmed().vips.get(vip) {
+            Some(p) if p.flags & abi::VIP_F_SRC_RANGES != 0 => self.src_allowed(p.vip_id, flow),
+            _ => Ok(true),
+        }
+    }
+
+    /// Whether a range of VIP `vip_id` holds `flow`'s source, read as the
+    /// program reads it: the VIP's set, else the trie (src_ranges.h).
+    fn src_allowed(&self, vip_id: u32, flow: &abi::Flow) -> Result<bool, Error> {
+        let set_of: Array<_, u32> = self.maps().map(abi::map::SRC_SET_OF)?;
+        let set = set_of
+            .get(&vip_id, 0)
+            .map_err(map_err(abi::map::SRC_SET_OF))?;
+        let s = flow.saddr.0;
+        if set != 0 {
+            let sets: Array<_, abi::SrcSet> = self.maps().map(abi::map::SRC_SETS)?;
+            let v = sets.get(&set, 0).map_err(map_err(abi::map::SRC_SETS))?;
+            let n = (v.n as usize).min(abi::SRC_SET_NETS);
+            return Ok(v.net[..n]
+                .iter()
+                .any(|net| (0..4).all(|w| s[w] & net.mask.0[w] == net.addr.0[w])));
+        }
+        let trie: LpmTrie<_, abi::SrcRange, u32> = self.maps().map(abi::map::SRC_RANGES)?;
+        let key = Key::new(
+            32 + 128,
+            abi::SrcRange {
+                vip_id,
+                addr: flow.saddr,
+            },
+        );
+        match trie.get(&key, 0) {
+            Ok(_) => Ok(true),
+            Err(MapError::KeyNotFound) => Ok(false),
+            Err(e) => Err(map_err(abi::map::SRC_RANGES)(e)),
+        }
+    }
+
     /// What the program would do with `flow` now.
     pub fn lookup(&self, flow: &abi::Flow) -> Result<Lookup, Error> {
         let backends: Array<_, abi::BackendValue> = self.maps().map(abi::map::BACKENDS)?;
@@ -172,6 +219,10 @@ impl XdpDatapath {
             // need not be the exact VIP the packet is addressed to (a wildcard
             // VIP's flow stays with it after an exact VIP:port appears).
             if let Some(vip) = self.owner_vip(c.backend_id)? {
+                if !self.source_allowed(&vip, flow)? {
+                    let conntrack = CtState::Hit;
+                    return Ok(Lookup::SourceRefused { vip, conntrack });
+                }
                 return Ok(Lookup::Backend {
                     vip,
                     id: c.backend_id,
@@ -204,6 +255,9 @@ impl XdpDatapath {
             None if info.flags & abi::VIP_F_NO_CT != 0 => CtState::Off,
             None => CtState::Miss,
         };
+        if info.flags & abi::VIP_F_SRC_RANGES != 0 && !self.src_allowed(info.vip_id, flow)? {
+            return Ok(Lookup::SourceRefused { vip, conntrack });
+        }
 
         // 3. the Maglev ring
         let no_backend = |slot, id| Lookup::NoBackend {

@@ -66,14 +66,15 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
     let said = dp.lookup(&cli::flow(Proto::Tcp, src, dst)).unwrap();
     let predicted = match said {
         Lookup::NotVip { .. } | Lookup::AliasPlain { .. } => Outcome::Pass,
-        Lookup::NoBackend { .. } => Outcome::Drop,
+        Lookup::NoBackend { .. } | Lookup::SourceRefused { .. } => Outcome::Drop,
         Lookup::Backend {
             addr, conntrack, ..
         } => Outcome::To(addr, conntrack == CtState::Hit),
     };
     let want_ct = match said {
         Lookup::Backend { conntrack, .. } | Lookup::NoBackend { conntrack, .. } => Some(conntrack),
-        Lookup::AliasPlain { .. } => None,
+        // refused before the ring and before the hit is counted: no ct counter
+        Lookup::AliasPlain { .. } | Lookup::SourceRefused { .. } => None,
         Lookup::NotVip { conntrack } => Some(match conntrack {
             CtState::Miss => CtState::Off, // the program counts no ct_miss for a non-VIP
             other => other,

@@ -78,6 +78,17 @@ fn ipv4_sources_outside_the_ranges_are_dropped_before_the_ring() {
     }
     assert_eq!(counter(&dp, "drop_source_range"), 4);
     assert_eq!(vip_dropped(&dp, &v), 4);
+    // `lookup` says the same, from the VIP's set
+    let look = |src: &str| {
+        dp.lookup(&ringlb_xdp::cli::flow(
+            Proto::Tcp,
+            format!("{src}:40000").parse().unwrap(),
+            "10.100.0.1:80".parse().unwrap(),
+        ))
+        .unwrap()
+    };
+    assert!(matches!(look("192.0.3.7"), Lookup::SourceRefused { vip, .. } if vip == v));
+    assert!(matches!(look("203.0.113.7"), Lookup::Backend { .. }));
     assert_eq!(counter(&dp, "ct_miss"), 0, "a refused ACK inserts nothing");
     assert_eq!(ct_entries(&dp), 0);
     assert_eq!(counter(&dp, "tx"), 3);
@@ -161,6 +172,20 @@ fn narrowing_the_ranges_cuts_an_established_flow() {
     // narrowed past the client: its next packet is dropped, on the hit path
     dp.apply(&moved(&["192.0.2.128/25"])).unwrap();
     assert_eq!(run(&dp, &ack.bytes()), (XDP_DROP, ack.bytes()));
+    let said = dp
+        .lookup(&ringlb_xdp::cli::flow(
+            Proto::Tcp,
+            "192.0.2.7:40000".parse().unwrap(),
+            "10.100.0.1:80".parse().unwrap(),
+        ))
+        .unwrap();
+    assert_eq!(
+        said,
+        Lookup::SourceRefused {
+            vip: v,
+            conntrack: CtState::Hit
+        }
+    );
     assert_eq!(counter(&dp, "drop_source_range"), 1);
     assert_eq!(counter(&dp, "ct_hit"), hits, "not counted as a hit");
     assert_eq!(counter(&dp, "ct_miss"), 1, "the ring was not asked");
@@ -245,6 +270,17 @@ fn many_ranges_are_matched_by_the_trie() {
             .unwrap();
         assert_eq!(run(&dp, &ack.bytes()).0, XDP_TX, "{ranges:?}");
     }
+    // `lookup` reads the trie as the program does
+    let look = |src: &str| {
+        dp.lookup(&ringlb_xdp::cli::flow(
+            Proto::Tcp,
+            format!("{src}:40000").parse().unwrap(),
+            "10.100.0.1:80".parse().unwrap(),
+        ))
+        .unwrap()
+    };
+    assert!(matches!(look("198.18.3.9"), Lookup::Backend { .. }));
+    assert!(matches!(look("198.18.11.9"), Lookup::SourceRefused { .. }));
     dp.apply(&state(vec![(
         v4,
         ranged(&v4, &["10.1.0.1"], &["198.18.9.0/24"]),
