@@ -10,6 +10,12 @@
 //!
 //! Bad annotations (health or failover; the Service is served without them): Warning
 //! `BadAnnotation`, once per Service and reason while this edge runs.
+//!
+//! A VIP:port this edge would announce but no router has, for a cause of the
+//! Service's own (`ringlb_bgp::reach`): Warning `NoAdvertisement` (no
+//! `BGPAdvertisement` selects its pool for an Established peer) or
+//! `FamilyNotNegotiated` (no session carries its address family), once per cause
+//! while it lasts.
 
 use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
@@ -87,12 +93,55 @@ pub fn failover_event_for(c: &FailoverChanged, node: &str) -> Event {
     }
 }
 
+/// (Service, VIP:port, reason) of the unannounced VIP:ports reported.
+pub type Unannounced = std::collections::BTreeSet<(String, String, &'static str)>;
+
+/// The Warnings of VIP:ports no router has for a cause of their own, except those in
+/// `already`: (Service, Event) each, and the new `already`.
+pub fn unannounced_events(
+    reports: &[crate::vip_health::Report],
+    node: &str,
+    already: &Unannounced,
+) -> (Vec<(String, Event)>, Unannounced) {
+    let mut now = std::collections::BTreeSet::new();
+    let mut out = Vec::new();
+    for r in reports {
+        let Some(reach) = r.unannounced else {
+            continue;
+        };
+        let at = match (r.port, r.protocol) {
+            (Some(p), Some(proto)) => format!("{}:{p}/{proto}", r.vip),
+            _ => r.vip.to_string(),
+        };
+        let key = (r.service.clone(), at.clone(), reach.reason());
+        if !already.contains(&key) {
+            out.push((
+                r.service.clone(),
+                Event {
+                    type_: EventType::Warning,
+                    reason: reach.reason().into(),
+                    note: Some(format!(
+                        "edge {node}: VIP {at} is not announced: {}",
+                        reach.message()
+                    )),
+                    action: "Announce".into(),
+                    secondary: None,
+                },
+            ));
+        }
+        now.insert(key);
+    }
+    (out, now)
+}
+
 /// Writes the Events of health changes.
 pub struct HealthEvents {
     recorder: Recorder,
     node: String,
     /// (Service, reason) of the bad annotations already reported.
     reported: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
+    /// The unannounced VIP:ports already reported.
+    unannounced: std::sync::Mutex<Unannounced>,
 }
 
 /// The Warning of one bad annotation.
@@ -116,6 +165,7 @@ impl HealthEvents {
             recorder: Recorder::new(client, reporter),
             node,
             reported: Default::default(),
+            unannounced: Default::default(),
         }
     }
 
@@ -152,6 +202,22 @@ impl HealthEvents {
         *reported = now;
     }
 
+    /// Publishes a Warning per VIP:port no router has for a cause of its own, once
+    /// while the cause lasts ([`unannounced_events`]).
+    pub fn publish_unannounced(
+        &self,
+        services: &Store<Service>,
+        reports: &[crate::vip_health::Report],
+    ) {
+        let mut done = self.unannounced.lock().unwrap_or_else(|e| e.into_inner());
+        let (events, now) = unannounced_events(reports, &self.node, &done);
+        for (service, ev) in events {
+            tracing::warn!(service = %service, reason = %ev.reason, "{}", ev.note.as_deref().unwrap_or(""));
+            self.send(services, &service, ev);
+        }
+        *done = now;
+    }
+
     /// Sends `ev` about this edge's Node in the background (a fault of the edge
     /// itself, not of one Service).
     pub fn publish_on_node(&self, ev: Event) {
@@ -185,6 +251,70 @@ impl HealthEvents {
 mod tests {
     use super::*;
     use ringlb_datapath::{Proto, Vip};
+
+    #[test]
+    fn an_unannounced_vip_is_warned_once_per_cause_while_it_lasts() {
+        use crate::vip_health::{Report, State};
+        use ringlb_bgp::reach::Reach;
+        let report = |service: &str, vip: &str, unannounced: Option<Reach>| Report {
+            vip: vip.parse().unwrap(),
+            port: Some(80),
+            protocol: Some("TCP"),
+            service: service.into(),
+            programmed: true,
+            announced: unannounced.is_none(),
+            depreferred: false,
+            ready_backends: 1,
+            min_ready: 1,
+            state: if unannounced.is_none() {
+                State::Healthy
+            } else {
+                State::Down
+            },
+            reason: String::new(),
+            failover_vip: None,
+            failing_over: false,
+            ports: Vec::new(),
+            unannounced,
+        };
+        let no_adv = report("default/web", "10.9.1.0", Some(Reach::NotSelected));
+        let v6 = report(
+            "default/web",
+            "2001:db8::1",
+            Some(Reach::FamilyNotNegotiated(ringlb_bgp::codec::Afi::Ipv6)),
+        );
+        let fine = report("default/other", "10.9.0.1", None);
+        let (ev, seen) = unannounced_events(
+            &[no_adv.clone(), v6.clone(), fine.clone()],
+            "edge-1",
+            &Default::default(),
+        );
+        let got: Vec<(&str, &str)> = ev
+            .iter()
+            .map(|(s, e)| (s.as_str(), e.reason.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("default/web", "NoAdvertisement"),
+                ("default/web", "FamilyNotNegotiated")
+            ]
+        );
+        assert_eq!(ev[0].1.type_, EventType::Warning);
+        let note = ev[0].1.note.clone().unwrap();
+        assert!(
+            note.starts_with(
+                "edge edge-1: VIP 10.9.1.0:80/TCP is not announced: no BGPAdvertisement selects"
+            ),
+            "{note}"
+        );
+        // Still so at the next sync: no repeat. Gone and back: warned again.
+        let (again, seen) = unannounced_events(&[no_adv.clone(), v6], "edge-1", &seen);
+        assert!(again.is_empty(), "repeated {} Events", again.len());
+        let (_, seen) = unannounced_events(&[fine], "edge-1", &seen);
+        let (back, _) = unannounced_events(&[no_adv], "edge-1", &seen);
+        assert_eq!(back.len(), 1);
+    }
 
     fn changed(t: Transition) -> Changed {
         Changed {

@@ -714,8 +714,10 @@ impl Agent {
                     let _ = tx.send(());
                 }
                 self.health_metrics.count(&state.changed);
-                self.health_metrics
-                    .update(&self.board.reports(std::time::Instant::now()));
+                let reports = self.board.reports(std::time::Instant::now());
+                self.health_metrics.update(&reports);
+                self.health_events
+                    .publish_unannounced(&self.stores.services, &reports);
                 self.health_metrics.set_aliases(state.aliases);
                 self.health_events
                     .publish(&self.stores.services, &state.changed);

@@ -132,6 +132,11 @@ pub struct Report {
     /// Every VIP:port the answer covers, when it covers more than one.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub ports: Vec<Report>,
+    /// Why no router has a route this edge would announce, when the cause is the
+    /// Service's own (`NoAdvertisement`, `FamilyNotNegotiated`; not a session that is
+    /// down, which every VIP shares): for the Warning Event. Not in the page.
+    #[serde(skip)]
+    pub unannounced: Option<Reach>,
 }
 
 impl Report {
@@ -195,6 +200,14 @@ pub fn assess(f: &PortFacts, route: Option<&RouteAttrs>, reach: Reach, now: Inst
         service: f.service.clone(),
         programmed: f.programmed,
         announced: route.is_some() && reach.announced(),
+        unannounced: match reach {
+            Reach::NotSelected | Reach::FamilyNotNegotiated(_)
+                if route.is_some() && f.programmed =>
+            {
+                Some(reach)
+            }
+            _ => None,
+        },
         depreferred,
         ready_backends: ready,
         min_ready: min,
@@ -240,6 +253,7 @@ pub fn aggregate(vip: IpAddr, port: Option<u16>, mut parts: Vec<Report>) -> Repo
         reason,
         failover_vip: worst.failover_vip,
         failing_over: parts.iter().any(|r| r.failing_over),
+        unannounced: parts.iter().find_map(|r| r.unannounced),
         ports: parts,
     }
 }
@@ -260,6 +274,7 @@ fn unknown(vip: IpAddr, port: Option<u16>) -> Report {
         failover_vip: None,
         failing_over: false,
         ports: Vec::new(),
+        unannounced: None,
     }
 }
 
