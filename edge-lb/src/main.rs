@@ -34,7 +34,7 @@ enum Command {
     },
     /// Operator commands against the running edge's pinned XDP maps: dump VIPs and
     /// backends, show counters, look up a 5-tuple, uninstall; see docs/datapath.md.
-    Datapath(ringlb_xdp::cli::DatapathArgs),
+    Datapath(Offline<ringlb_xdp::cli::DatapathArgs>),
     /// Run the node agent on a worker node: feed the tc datapath (decap, VIP:port ->
     /// pod:targetPort, DSR replies) from Services, EndpointSlices and this node's Pods;
     /// `node uninstall` removes it; see docs/node.md.
@@ -48,6 +48,19 @@ enum Command {
         #[arg(long, default_value = "/sys/fs/bpf")]
         path: std::path::PathBuf,
     },
+}
+
+/// A subcommand that reads no API and serves no metrics. It declares the global
+/// `--kubeconfig` and `--metrics-addr` itself, hidden, so clap does not copy the
+/// shown ones into its help (and its subcommands'); they are accepted and unused.
+#[derive(clap::Args, Debug)]
+struct Offline<T: clap::Args> {
+    #[command(flatten)]
+    args: T,
+    #[arg(long, hide = true, global = true)]
+    kubeconfig: Option<std::path::PathBuf>,
+    #[arg(long, hide = true, global = true)]
+    metrics_addr: Option<std::net::SocketAddr>,
 }
 
 #[tokio::main]
@@ -71,7 +84,7 @@ async fn main() -> anyhow::Result<()> {
                 .metrics_addr_or(ringlb_ops::flags::ops_port::EDGE);
             Ok(ringlb_bgp::standalone::run_with_hold(&config, addr, hold).await?)
         }
-        Command::Datapath(dp) => Ok(ringlb_xdp::cli::run(&dp, &mut std::io::stdout())?),
+        Command::Datapath(dp) => Ok(ringlb_xdp::cli::run(&dp.args, &mut std::io::stdout())?),
         Command::Node(node) => ringlb_edge::node::run(&args.common, &node).await,
         Command::MountBpffs { path } => {
             use ringlb_bpf_types::{BpffsMount, mount_bpffs};
@@ -90,9 +103,58 @@ async fn main() -> anyhow::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use clap::Parser;
+    use clap::{CommandFactory, Parser};
 
     use super::*;
+
+    #[test]
+    fn datapath_help_does_not_list_the_flags_it_ignores() {
+        let help = |path: &[&str]| {
+            let mut c = Args::command();
+            c.build();
+            let mut cur = &mut c;
+            for p in path {
+                cur = cur.find_subcommand_mut(p).unwrap();
+            }
+            cur.render_long_help().to_string()
+        };
+        for path in [
+            &["datapath"][..],
+            &["datapath", "dump"],
+            &["datapath", "lookup"],
+        ] {
+            let h = help(path);
+            assert!(
+                !h.contains("--kubeconfig") && !h.contains("--metrics-addr"),
+                "{path:?}: {h}"
+            );
+            assert!(h.contains("--log-level"), "{path:?}: {h}");
+        }
+        for path in [&["run"][..], &["node"], &["speaker"]] {
+            let h = help(path);
+            assert!(
+                h.contains("--kubeconfig") && h.contains("--metrics-addr"),
+                "{path:?}: {h}"
+            );
+        }
+        // Still accepted there, before or after the subcommand.
+        for args in [
+            &["e", "datapath", "--metrics-addr", "127.0.0.1:1", "counters"][..],
+            &["e", "--kubeconfig", "/k", "datapath", "dump"],
+        ] {
+            let a = Args::try_parse_from(args);
+            assert!(
+                matches!(
+                    a,
+                    Ok(Args {
+                        command: Command::Datapath(_),
+                        ..
+                    })
+                ),
+                "{args:?}"
+            );
+        }
+    }
 
     #[test]
     fn common_flags_go_before_or_after_the_subcommand() {
