@@ -808,7 +808,19 @@ async fn install_upgrade_uninstall_leave_nothing_behind() {
         "NOTES rendered: {out}"
     );
     let want = release_objects(&cp);
-    let rendered = docs(&template_ok(&["--values", values])).len();
+    // hooks (the post-delete finalizer cleanup) are not part of the release's manifest
+    let rendered = docs(&template_ok(&["--values", values]))
+        .iter()
+        .filter(|o| o["metadata"]["annotations"]["helm.sh/hook"].is_null())
+        .count();
+    let hooks = helm_on(&cp, &["get", "hooks", RELEASE, "-n", NS]);
+    let hooks = docs(&hooks);
+    let job = find(&hooks, "Job", "ringlb-controller-cleanup");
+    assert_eq!(job["metadata"]["annotations"]["helm.sh/hook"], "post-delete");
+    assert_eq!(
+        job["spec"]["template"]["spec"]["containers"][0]["args"][2],
+        "remove-finalizers"
+    );
     assert_eq!(
         want.len(),
         rendered,
@@ -864,9 +876,20 @@ async fn install_upgrade_uninstall_leave_nothing_behind() {
         2
     );
 
+    // No kubelet here runs the post-delete Job (the real cluster's test does):
+    // without --no-hooks helm would wait for it.
     helm_on(
         &cp,
-        &["uninstall", RELEASE, "-n", NS, "--wait", "--timeout", "60s"],
+        &[
+            "uninstall",
+            RELEASE,
+            "-n",
+            NS,
+            "--wait",
+            "--timeout",
+            "60s",
+            "--no-hooks",
+        ],
     );
     let deadline = Instant::now() + Duration::from_secs(60);
     let selector = "app.kubernetes.io/name=ringlb";

@@ -86,8 +86,8 @@ fn scenario(rc: &RealCluster) {
     let running = pods.lines().filter(|l| l.contains("Running")).count();
     assert_eq!(
         running,
-        2 + 2 + 2,
-        "2 controllers, 2 edges, 2 node agents:\n{pods}"
+        2 + 2 + 4,
+        "2 controllers, 2 edges, a node agent on every node:\n{pods}"
     );
     for l in pods.lines().skip(1) {
         let ready = l.split_whitespace().nth(1).unwrap_or("");
@@ -167,6 +167,41 @@ fn scenario(rc: &RealCluster) {
         .sum();
     assert!(replies > 0, "{counters:?}");
 
+    // pods on the edge nodes too, as on a real cluster where edges are ordinary nodes:
+    // the edge passes their packets to the node agent on its own node
+    rc.kubectl(&[
+        "patch",
+        "deployment",
+        WEB,
+        "--type=json",
+        "-p",
+        r#"[{"op":"remove","path":"/spec/template/spec/affinity"},{"op":"replace","path":"/spec/replicas","value":8}]"#,
+    ])
+    .unwrap();
+    rc.kubectl(&["rollout", "status", "deployment/web", "--timeout=120s"])
+        .unwrap();
+    let pods = rc.web_pods().unwrap();
+    let on_edges: Vec<&String> = pods
+        .iter()
+        .filter(|(_, n)| n.starts_with('e'))
+        .map(|(p, _)| p)
+        .collect();
+    eprintln!("pods: {pods:?}");
+    assert!(
+        !on_edges.is_empty(),
+        "the scheduler put no pod on an edge: {pods:?}"
+    );
+    for vip in [v4, v6] {
+        let spread = rc.spread(vip, 60).unwrap_or_else(|e| panic!("{vip}: {e}"));
+        eprintln!("{vip} with pods on the edges: {spread:?}");
+        for p in &on_edges {
+            assert!(
+                spread.contains_key(p.as_str()),
+                "{vip}: the pod {p} on an edge node never answered: {spread:?}"
+            );
+        }
+    }
+
     // from inside the cluster: kube-proxy carries a pod's traffic to the VIP
     let pod = pods.keys().next().unwrap().clone();
     let inside = rc
@@ -183,9 +218,21 @@ fn scenario(rc: &RealCluster) {
         .unwrap_or_else(|e| panic!("a pod reaching the VIP: {e}"));
     assert!(pods.contains_key(inside.trim()), "{inside}");
 
-    // uninstall: nothing of ringlb left
-    rc.kubectl(&["delete", "service", WEB, "--wait=true", "--timeout=60s"])
+    // uninstall with the Service still there: the chart's post-delete hook takes the
+    // controller's cleanup finalizer off it, so it can still be deleted
+    let fin = rc
+        .kubectl(&[
+            "get",
+            "service",
+            WEB,
+            "-o",
+            "jsonpath={.metadata.finalizers}",
+        ])
         .unwrap();
+    assert!(
+        fin.contains("service.kubernetes.io/load-balancer-cleanup"),
+        "the controller put its cleanup finalizer on: {fin:?}"
+    );
     rc.helm(&[
         "uninstall",
         "ringlb",
@@ -193,9 +240,24 @@ fn scenario(rc: &RealCluster) {
         "ringlb-system",
         "--wait",
         "--timeout",
-        "120s",
+        "180s",
     ])
-    .unwrap();
+    .unwrap_or_else(|e| panic!("helm uninstall: {e}"));
+    let fin = rc
+        .kubectl(&[
+            "get",
+            "service",
+            WEB,
+            "-o",
+            "jsonpath={.metadata.finalizers}",
+        ])
+        .unwrap();
+    assert!(
+        !fin.contains("load-balancer-cleanup"),
+        "the finalizer outlived the uninstall: {fin:?}"
+    );
+    rc.kubectl(&["delete", "service", WEB, "--wait=true", "--timeout=30s"])
+        .unwrap();
     let left = ringlb_e2e::lab::wait_for(
         "no ringlb pod left",
         Duration::from_secs(60),
