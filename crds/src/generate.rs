@@ -94,7 +94,8 @@ pub fn reference_markdown(crds: &[CustomResourceDefinition]) -> String {
     md.push_str(
         "\n## Service conditions\n\nNot a CRD either: the conditions `ringlb-controller` \
          writes to a ringlb Service's `status.conditions` (other writers' conditions are \
-         kept). `kubectl describe svc NAME` lists them; `kubectl get svc NAME -o \
+         kept). `kubectl describe svc` does not print a Service's conditions (kubectl 1.34); \
+         `kubectl get svc NAME -o yaml` shows them all and `kubectl get svc NAME -o \
          jsonpath='{.status.conditions[?(@.type==\"ringlb.io/BackendsReady\")]}'` gives one.\n\n\
          | type | meaning |\n|---|---|\n",
     );
