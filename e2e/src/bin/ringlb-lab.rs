@@ -1,11 +1,7 @@
 //! ringlb-lab: the real cluster (`make demo`) and the end-to-end network-namespace lab.
 //!
 //! ```text
-//! ringlb-lab cluster-demo [--keep] [--proxy-mode M]
-//!                                  the real cluster (kubelet + containerd nodes, kube-proxy,
-//!                                  CoreDNS, BIRD ToR), helm install, a LoadBalancer Service,
-//!                                  traffic; every step with evidence; torn down at the end
-//!                                  (with --keep: at Ctrl-C)
+//! ringlb-lab cluster-demo [--keep]  the real cluster, helm install, traffic (docs/real-cluster.md)
 //! ringlb-lab cluster-down          remove what a crashed cluster-demo left
 //! ringlb-lab demo [--requests N]   build the lab, show every step with evidence, tear down
 //! ringlb-lab up                    build the lab and leave it running (prints how to poke it)
@@ -677,85 +673,17 @@ fn run_bench(prefix: String, dir: PathBuf, services: usize) -> anyhow::Result<()
     })
 }
 
-/// `ringlb-lab cluster-demo`: [`realcluster::demo`], torn down at the end or, with
-/// `keep`, at Ctrl-C/SIGTERM.
-fn cluster_demo(prefix: &str, dir: &std::path::Path, keep: bool, mode: &str) -> anyhow::Result<()> {
-    if let Some(why) = realcluster::skip_reason() {
-        bail!("{why}");
-    }
-    let proxy_mode: realcluster::ProxyMode = mode.parse().map_err(anyhow::Error::msg)?;
-    realcluster::teardown(prefix, dir);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()?;
-    let lab_bin = std::env::current_exe()?;
-    let result = rt.block_on(async {
-        let mut o = realcluster::Options::new(prefix, dir);
-        o.proxy_mode = proxy_mode;
-        let mut steps = realcluster::demo::Steps::new(5);
-        let up = tokio::select! {
-            r = realcluster::demo::bring_up(o, &mut steps) => r,
-            _ = tokio::signal::ctrl_c() => {
-                eprintln!("\ninterrupted");
-                return Ok(());
-            }
-        };
-        let (rc, v4, v6) = up?;
-        println!(
-            "\ndemo OK in {:.0} s: kubectl expose --type=LoadBalancer -> VIPs {v4} and {v6} -> \
-             BGP ECMP at the ToR -> XDP on both edges -> node agents -> pods on both workers, \
-             replies by DSR",
-            steps.elapsed().as_secs_f64()
-        );
-        if keep {
-            realcluster::demo::print_try(&rc, v4, v6, &lab_bin);
-            let mut term =
-                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
-            tokio::select! {
-                _ = tokio::signal::ctrl_c() => {}
-                _ = term.recv() => {}
-            }
-        }
-        println!("\n==> teardown");
-        drop(rc);
-        Ok::<(), anyhow::Error>(())
-    });
-    let removed = realcluster::teardown(prefix, dir);
-    let left = lab::netns::list()
-        .into_iter()
-        .filter(|n| n.starts_with(&format!("{prefix}-")))
-        .count();
-    println!(
-        "  every process stopped, namespaces deleted{}; {prefix}-* namespaces left: {left}",
-        if removed.is_empty() {
-            String::new()
-        } else {
-            format!(" (swept: {})", removed.join(", "))
-        }
-    );
-    if !keep {
-        println!(
-            "  to keep the cluster up and try it yourself: {} --prefix {prefix} cluster-demo --keep",
-            lab_bin.display()
-        );
-    }
-    result
-}
-
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let dir = dir_of(&args);
     let prefix = args.prefix.clone();
     match args.command {
-        Cmd::ClusterDemo { keep, proxy_mode } => cluster_demo(&prefix, &dir, keep, &proxy_mode),
+        Cmd::ClusterDemo { keep, proxy_mode } => {
+            Ok(realcluster::demo::cli(&prefix, &dir, keep, &proxy_mode)?)
+        }
         Cmd::ClusterDown => {
             let removed = realcluster::teardown(&prefix, &dir);
-            if removed.is_empty() {
-                println!("nothing to remove for {prefix}");
-            } else {
-                println!("removed: {}", removed.join(", "));
-            }
+            println!("removed for {prefix}: {}", removed.join(", "));
             Ok(())
         }
         Cmd::ControlPlane { net, edges, nodes } => {

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::workload::WEB;
 use super::{Options, RealCluster, plan};
-use crate::lab::Result;
+use crate::lab::{Error, Result};
 
 /// Prints numbered steps with the time since the start.
 pub struct Steps {
@@ -205,4 +205,72 @@ pub fn print_try(rc: &RealCluster, v4: IpAddr, v6: IpAddr, lab: &Path) {
         lab.display(),
         rc.plan.prefix
     );
+}
+
+/// `ringlb-lab cluster-demo`: [`bring_up`] with every step shown, torn down at the end
+/// or, with `keep`, at Ctrl-C/SIGTERM; a sweep of anything left follows either way.
+pub fn cli(prefix: &str, dir: &Path, keep: bool, mode: &str) -> Result<()> {
+    if let Some(why) = super::skip_reason() {
+        return Err(Error::Unsupported(why));
+    }
+    let proxy_mode: super::ProxyMode = mode.parse().map_err(Error::Unsupported)?;
+    super::teardown(prefix, dir);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .map_err(Error::io("starting the runtime"))?;
+    let lab_bin = std::env::current_exe().map_err(Error::io("finding ringlb-lab"))?;
+    let result = rt.block_on(async {
+        let mut o = Options::new(prefix, dir);
+        o.proxy_mode = proxy_mode;
+        let mut steps = Steps::new(5);
+        let up = tokio::select! {
+            r = bring_up(o, &mut steps) => r,
+            _ = tokio::signal::ctrl_c() => {
+                eprintln!("\ninterrupted");
+                return Ok(());
+            }
+        };
+        let (rc, v4, v6) = up?;
+        println!(
+            "\ndemo OK in {:.0} s: kubectl expose --type=LoadBalancer -> VIPs {v4} and {v6} -> \
+             BGP ECMP at the ToR -> XDP on both edges -> node agents -> pods on both workers, \
+             replies by DSR",
+            steps.elapsed().as_secs_f64()
+        );
+        if keep {
+            print_try(&rc, v4, v6, &lab_bin);
+            let mut term =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+                    .map_err(Error::io("waiting for SIGTERM"))?;
+            tokio::select! {
+                _ = tokio::signal::ctrl_c() => {}
+                _ = term.recv() => {}
+            }
+        }
+        println!("\n==> teardown");
+        drop(rc);
+        Ok(())
+    });
+    let removed = super::teardown(prefix, dir);
+    let left = crate::lab::netns::list()
+        .into_iter()
+        .filter(|n| n.starts_with(&format!("{prefix}-")))
+        .count();
+    println!(
+        "  every process stopped, namespaces deleted{}; {prefix}-* namespaces left: {left}",
+        if removed.is_empty() {
+            String::new()
+        } else {
+            format!(" (swept: {})", removed.join(", "))
+        }
+    );
+    if !keep {
+        println!(
+            "  to keep the cluster up and try it yourself: {} --prefix {prefix} cluster-demo --keep",
+            lab_bin.display()
+        );
+    }
+    result
 }
