@@ -58,6 +58,16 @@ async fn chart_on_real_kubelets_serves_a_dual_stack_loadbalancer_by_dsr() {
 }
 
 fn scenario(rc: &RealCluster) {
+    installed(rc);
+    let (v4, v6) = exposed(rc);
+    dsr_from_the_client(rc, v4, v6);
+    pods_on_edges_are_served(rc, v4, v6);
+    from_inside_the_cluster(rc, v4);
+    uninstalled(rc, v4);
+}
+
+/// Four Ready nodes on containerd; `helm install --wait`; every chart pod Ready.
+fn installed(rc: &RealCluster) {
     let nodes = rc.kubectl(&["get", "nodes", "-o", "wide"]).unwrap();
     eprintln!("{nodes}");
     assert_eq!(
@@ -94,7 +104,11 @@ fn scenario(rc: &RealCluster) {
         let (a, b) = ready.split_once('/').unwrap_or(("0", "1"));
         assert_eq!(a, b, "not Ready: {l}");
     }
+}
 
+/// `kubectl create deployment` + `expose --type=LoadBalancer`, dual-stack: a VIP of
+/// each family, ECMP over both edges at the ToR for each.
+fn exposed(rc: &RealCluster) -> (IpAddr, IpAddr) {
     rc.deploy_web(4, false).unwrap();
     rc.expose_web().unwrap();
     let (v4, v6) = rc
@@ -112,7 +126,12 @@ fn scenario(rc: &RealCluster) {
             });
         eprintln!("{vip}: next hops {hops:?}");
     }
+    (v4, v6)
+}
 
+/// From the client over both families: the pod sees the client, pods on both workers
+/// answer, the edges encapsulated and no reply came back through an edge.
+fn dsr_from_the_client(rc: &RealCluster, v4: IpAddr, v6: IpAddr) {
     rc.count_vip_sources().unwrap();
     let pods = rc.web_pods().unwrap();
     let workers: Vec<&str> = rc.plan.workers().map(|n| n.name.as_str()).collect();
@@ -166,9 +185,11 @@ fn scenario(rc: &RealCluster) {
         .map(|w| counters.get(&format!("{w}-reply")).copied().unwrap_or(0))
         .sum();
     assert!(replies > 0, "{counters:?}");
+}
 
-    // pods on the edge nodes too, as on a real cluster where edges are ordinary nodes:
-    // the edge passes their packets to the node agent on its own node
+/// Pods on the edge nodes too, as on a real cluster where edges are ordinary nodes:
+/// the edge passes their packets to the node agent on its own node.
+fn pods_on_edges_are_served(rc: &RealCluster, v4: IpAddr, v6: IpAddr) {
     rc.kubectl(&[
         "patch",
         "deployment",
@@ -201,8 +222,11 @@ fn scenario(rc: &RealCluster) {
             );
         }
     }
+}
 
-    // from inside the cluster: kube-proxy carries a pod's traffic to the VIP
+/// From inside the cluster: kube-proxy carries a pod's traffic to the VIP.
+fn from_inside_the_cluster(rc: &RealCluster, v4: IpAddr) {
+    let pods = rc.web_pods().unwrap();
     let pod = pods.keys().next().unwrap().clone();
     let inside = rc
         .kubectl(&[
@@ -217,9 +241,12 @@ fn scenario(rc: &RealCluster) {
         ])
         .unwrap_or_else(|e| panic!("a pod reaching the VIP: {e}"));
     assert!(pods.contains_key(inside.trim()), "{inside}");
+}
 
-    // uninstall with the Service still there: the chart's post-delete hook takes the
-    // controller's cleanup finalizer off it, so it can still be deleted
+/// Uninstall with the Service still there: the chart's post-delete hook takes the
+/// controller's cleanup finalizer off it; nothing of ringlb is left on any node or
+/// at the ToR.
+fn uninstalled(rc: &RealCluster, v4: IpAddr) {
     let fin = rc
         .kubectl(&[
             "get",
@@ -416,7 +443,17 @@ fn faults(rc: &mut RealCluster) {
     let (v4, v6) = rc.wait_vips(WEB, Duration::from_secs(30)).unwrap();
     rc.wait_ecmp(v4, 2, Duration::from_secs(60)).unwrap();
     rc.wait_ecmp(v6, 2, Duration::from_secs(60)).unwrap();
+    leader_deleted(rc);
     let client = rc.plan.ns("client");
+    edge_pod_deleted(rc, &client, v4);
+    edges_rolled(rc, &client, v4);
+    worker_daemons_restarted(rc, &client, v4);
+    worker_drained(rc, &client, v4);
+    edge_cut_off(rc, v4);
+}
+
+/// The controller's leader goes: another replica takes over, no VIP changes.
+fn leader_deleted(rc: &RealCluster) {
     let vips_before = rc
         .kubectl(&[
             "get",
@@ -426,8 +463,6 @@ fn faults(rc: &mut RealCluster) {
             "jsonpath={.status.loadBalancer.ingress}",
         ])
         .unwrap();
-
-    // the controller's leader goes: another replica takes over, no VIP changes
     let old = leader(rc);
     assert!(!old.is_empty(), "no leader holds the Lease");
     rc.kubectl(&["delete", "pod", "-n", "ringlb-system", &old, "--wait=false"])
@@ -462,15 +497,17 @@ fn faults(rc: &mut RealCluster) {
         ])
         .unwrap();
     assert_eq!(vips_before, vips_after, "a new leader changed the VIPs");
+}
 
-    // an edge pod deleted; the DaemonSet starts another
+/// An edge pod deleted; the DaemonSet starts another: no connection breaks.
+fn edge_pod_deleted(rc: &RealCluster, client: &str, v4: IpAddr) {
     let edge_pod = pod_on(
         rc,
         "ringlb-system",
         "app.kubernetes.io/component=edge",
         "e1",
     );
-    let r = through(&client, v4, 100, Duration::from_secs(3), || {
+    let r = through(client, v4, 100, Duration::from_secs(3), || {
         rc.kubectl(&["delete", "pod", "-n", "ringlb-system", &edge_pod])
             .unwrap();
         wait_ds_ready(rc, "edge");
@@ -481,11 +518,13 @@ fn faults(rc: &mut RealCluster) {
     );
     assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
     assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+}
 
-    // a rolling upgrade of the edges
+/// A rolling `helm upgrade` of the edges: no connection breaks, no request fails.
+fn edges_rolled(rc: &RealCluster, client: &str, v4: IpAddr) {
     let chart = realcluster::repo_root().join("charts/ringlb");
     let values = rc.dir.join("values.yaml");
-    let r = through(&client, v4, 100, Duration::from_secs(3), || {
+    let r = through(client, v4, 100, Duration::from_secs(3), || {
         rc.helm(&[
             "upgrade",
             "ringlb",
@@ -509,9 +548,11 @@ fn faults(rc: &mut RealCluster) {
     );
     assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
     assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+}
 
-    // a worker's containerd, then its kubelet, killed and restarted
-    let r = through(&client, v4, 100, Duration::from_secs(3), || {
+/// A worker's containerd, then its kubelet, killed and restarted: no connection breaks.
+fn worker_daemons_restarted(rc: &mut RealCluster, client: &str, v4: IpAddr) {
+    let r = through(client, v4, 100, Duration::from_secs(3), || {
         rc.node_mut("w1").unwrap().restart_containerd().unwrap();
         rc.restart_kubelet("w1").unwrap();
         std::thread::sleep(Duration::from_secs(5));
@@ -522,10 +563,12 @@ fn faults(rc: &mut RealCluster) {
     );
     assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
     assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+}
 
-    // a worker drained: its pods go, the connections to the other worker's pods stay
+/// A worker drained: its pods go, the connections to the other worker's pods stay.
+fn worker_drained(rc: &RealCluster, client: &str, v4: IpAddr) {
     let pods = rc.web_pods().unwrap();
-    let r = through(&client, v4, 100, Duration::from_secs(3), || {
+    let r = through(client, v4, 100, Duration::from_secs(3), || {
         rc.kubectl(&[
             "drain",
             "w1",
@@ -563,8 +606,10 @@ fn faults(rc: &mut RealCluster) {
         "pods left on w1: {moved:?}"
     );
     rc.kubectl(&["uncordon", "w1"]).unwrap();
+}
 
-    // an edge node cut off: the ToR drops it within the BFD time
+/// An edge node cut off: the ToR drops it within the BFD time.
+fn edge_cut_off(rc: &RealCluster, v4: IpAddr) {
     let ns = rc.plan.ns("e2");
     let e2 = rc.plan.node("e2").unwrap().v4;
     let t = Instant::now();
