@@ -16,14 +16,13 @@
 //!                      (one pair per TCP connection)
 //! ```
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime};
 
 use ipnetwork::IpNetwork;
-
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
 use tokio::net::{TcpSocket, TcpStream};
@@ -47,7 +46,7 @@ pub struct PeerStatus {
     /// The prefixes sent to the peer in UPDATEs and not withdrawn since: the
     /// Adj-RIB-Out, which the export policy and the negotiated families filter.
     /// Empty while the session is down.
-    pub sent: std::sync::Arc<std::collections::BTreeSet<IpNetwork>>,
+    pub sent: Arc<BTreeSet<IpNetwork>>,
     pub updates_sent: u64,
     pub updates_received: u64,
     pub flaps: u64,
@@ -577,8 +576,7 @@ impl PeerTask {
         if n > 0 {
             tracing::debug!(messages = n, advertised = adv, "sent UPDATEs");
         }
-        let sent: std::sync::Arc<std::collections::BTreeSet<IpNetwork>> =
-            std::sync::Arc::new(self.sent.keys().copied().collect());
+        let sent: Arc<BTreeSet<IpNetwork>> = Arc::new(self.sent.keys().copied().collect());
         self.status.send_modify(|s| {
             s.updates_sent += n;
             s.advertised = adv;
