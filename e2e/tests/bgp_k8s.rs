@@ -228,6 +228,25 @@ async fn conflicting_and_secretless_peers_say_so_on_their_own_status() {
         .await
         .expect("a token for ringlb-edge");
     let edge_client = client_for(&edge_kubeconfig).await.unwrap();
+    create_conflicting_and_secretless_peers(&client).await;
+    let peers: Api<BGPPeer> = Api::all(client.clone());
+
+    let mut reg = Registry::default();
+    let speaker = Arc::new(Speaker::start(0, &mut reg).unwrap());
+    let node = NodeContext {
+        node_name: "edge-1".into(),
+        router_id: Ipv4Addr::new(10, 0, 0, 11),
+    };
+    tokio::spawn(run(edge_client, node, speaker.clone(), heartbeat()));
+
+    let seen = later_and_secretless_peers_say_so(&peers).await;
+    first_peer_keeps_its_session_and_status(&speaker, &peers, &seen).await;
+    conflict_event_names_the_earlier_peer(&client).await;
+}
+
+/// Node `edge-1`, a Secret without the named key, and BGPPeers `first`, `second` (first's
+/// address, created a second later), `no-secret` and `no-key`.
+async fn create_conflicting_and_secretless_peers(client: &kube::Client) {
     create(&Api::<Node>::all(client.clone()), json!({
         "apiVersion": "v1", "kind": "Node", "metadata": {"name": "edge-1", "labels": {"rack": "a"}}})).await;
     // A Secret without the key the peer names.
@@ -285,15 +304,11 @@ async fn conflicting_and_secretless_peers_say_so_on_their_own_status() {
         ),
     )
     .await;
+}
 
-    let mut reg = Registry::default();
-    let speaker = Arc::new(Speaker::start(0, &mut reg).unwrap());
-    let node = NodeContext {
-        node_name: "edge-1".into(),
-        router_id: Ipv4Addr::new(10, 0, 0, 11),
-    };
-    tokio::spawn(run(edge_client, node, speaker.clone(), heartbeat()));
-
+/// `second` says Conflict, `no-secret` and `no-key` say Invalid with their own reasons,
+/// on their entry for `edge-1` and their conditions; returns every status, for messages.
+async fn later_and_secretless_peers_say_so(peers: &Api<BGPPeer>) -> String {
     // (BGPPeer, its entry's state, words in its lastError, condition, reason)
     let wanted = [
         (
@@ -351,7 +366,15 @@ async fn conflicting_and_secretless_peers_say_so_on_their_own_status() {
     }
     assert!(done.is_ok(), "statuses never said so:\n{seen}");
     eprintln!("{seen}");
-    // The earlier peer keeps its session and its status is its own.
+    seen
+}
+
+/// The earlier peer keeps its session and its status is its own.
+async fn first_peer_keeps_its_session_and_status(
+    speaker: &Speaker,
+    peers: &Api<BGPPeer>,
+    seen: &str,
+) {
     assert_eq!(speaker.peers(), vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]);
     let first = peers.get_status("first").await.unwrap();
     let st = first.status.unwrap_or_default();
@@ -368,7 +391,10 @@ async fn conflicting_and_secretless_peers_say_so_on_their_own_status() {
             .all(|c| c.status == "False"),
         "{seen}"
     );
-    // A Warning Event on the later peer, naming the earlier one.
+}
+
+/// A Warning Event on the later peer, naming the earlier one.
+async fn conflict_event_names_the_earlier_peer(client: &kube::Client) {
     let events: Api<k8s_openapi::api::events::v1::Event> = Api::all(client.clone());
     let found = timeout(Duration::from_secs(10), async {
         loop {

@@ -350,7 +350,22 @@ fn env_field_ref<'a>(workload: &'a Value, name: &str) -> &'a Value {
 #[test]
 fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
     let objs = docs(&template_ok(&[]));
-    for o in &objs {
+    objects_are_labelled_and_in_the_release_namespace(&objs);
+    let ctrl = find(&objs, "Deployment", "ringlb-controller");
+    let edge = find(&objs, "DaemonSet", "ringlb-edge");
+    let node = find(&objs, "DaemonSet", "ringlb-node");
+    workloads_run_as_their_service_accounts(&objs, ctrl, edge, node);
+    controller_leader_elects_on_the_lease_its_role_names(&objs, ctrl);
+    edge_has_host_network_capabilities_bpffs_and_grace(edge);
+    node_agent_runs_on_every_node_with_the_bpf_capabilities(node);
+    one_log_format_for_the_three_programs(&objs);
+    bpffs_is_mounted_by_an_init_container(edge, node);
+    turning_a_component_off_takes_its_rbac_with_it();
+}
+
+/// Every object carries the chart's name label; namespaced ones are in the release namespace.
+fn objects_are_labelled_and_in_the_release_namespace(objs: &[Value]) {
+    for o in objs {
         assert_eq!(
             o["metadata"]["labels"]["app.kubernetes.io/name"], "ringlb",
             "{o}"
@@ -363,10 +378,16 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
             assert_eq!(o["metadata"]["namespace"], NS, "{o}");
         }
     }
-    let sas = names(&objs, "ServiceAccount");
-    let ctrl = find(&objs, "Deployment", "ringlb-controller");
-    let edge = find(&objs, "DaemonSet", "ringlb-edge");
-    let node = find(&objs, "DaemonSet", "ringlb-node");
+}
+
+/// Each workload runs as its rendered ServiceAccount, has both probes, and selects its pods.
+fn workloads_run_as_their_service_accounts(
+    objs: &[Value],
+    ctrl: &Value,
+    edge: &Value,
+    node: &Value,
+) {
+    let sas = names(objs, "ServiceAccount");
     for (w, sa) in [
         (ctrl, "ringlb-controller"),
         (edge, "ringlb-edge"),
@@ -382,10 +403,12 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
             assert_eq!(&w["spec"]["template"]["metadata"]["labels"][k], v);
         }
     }
+}
 
-    // Controller: 2 replicas, leader election on the Lease its Role names, restricted.
+/// Controller: 2 replicas, leader election on the Lease its Role names, restricted.
+fn controller_leader_elects_on_the_lease_its_role_names(objs: &[Value], ctrl: &Value) {
     assert_eq!(ctrl["spec"]["replicas"], 2);
-    let role = find(&objs, "Role", "ringlb-controller-leader-election");
+    let role = find(objs, "Role", "ringlb-controller-leader-election");
     let lease_names = role["rules"][1]["resourceNames"].clone();
     let a = args(ctrl);
     assert!(a.contains(&"--leader-elect=true".to_string()), "{a:?}");
@@ -422,11 +445,13 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
         container(ctrl)["securityContext"]["readOnlyRootFilesystem"],
         true
     );
-    let pdb = find(&objs, "PodDisruptionBudget", "ringlb-controller");
+    let pdb = find(objs, "PodDisruptionBudget", "ringlb-controller");
     assert_eq!(pdb["spec"]["selector"], ctrl["spec"]["selector"]);
+}
 
-    // Edge: edge nodes, host network, its capabilities, bpffs, a grace period longer
-    // than the BGP drain.
+/// Edge: edge nodes, host network, its capabilities, bpffs, a grace period longer
+/// than the BGP drain.
+fn edge_has_host_network_capabilities_bpffs_and_grace(edge: &Value) {
     let pod = &edge["spec"]["template"]["spec"];
     assert_eq!(pod["nodeSelector"]["ringlb.io/edge"], "true");
     assert_eq!(pod["hostNetwork"], true);
@@ -457,9 +482,11 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
         !caps(e).contains("NET_BIND_SERVICE"),
         "no port below 1024, no bind cap"
     );
+}
 
-    // Node agent: every node (edges pass their own pods' packets to it), every taint
-    // tolerated, the same BPF capabilities; with excludeEdgeNodes, workers only.
+/// Node agent: every node (edges pass their own pods' packets to it), every taint
+/// tolerated, the same BPF capabilities; with excludeEdgeNodes, workers only.
+fn node_agent_runs_on_every_node_with_the_bpf_capabilities(node: &Value) {
     let pod = &node["spec"]["template"]["spec"];
     assert_eq!(pod["hostNetwork"], true);
     assert!(pod["affinity"].is_null(), "{:?}", pod["affinity"]);
@@ -474,8 +501,10 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
     assert_eq!(caps(node), want);
     assert_eq!(env_field_ref(node, "NODE_NAME"), "spec.nodeName");
     assert_eq!(pod["volumes"][0]["hostPath"]["path"], "/sys/fs/bpf");
+}
 
-    // One log format for the three programs: plain text unless json is asked for.
+/// One log format for the three programs: plain text unless json is asked for.
+fn one_log_format_for_the_three_programs(objs: &[Value]) {
     let json = docs(&template_ok(&["--set", "logFormat=json"]));
     for (kind, name) in [
         ("Deployment", "ringlb-controller"),
@@ -483,7 +512,7 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
         ("DaemonSet", "ringlb-node"),
     ] {
         assert_eq!(
-            env_value(find(&objs, kind, name), "RINGLB_LOG_FORMAT"),
+            env_value(find(objs, kind, name), "RINGLB_LOG_FORMAT"),
             "text"
         );
         assert_eq!(
@@ -491,9 +520,11 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
             "json"
         );
     }
+}
 
-    // bpffs: an init container mounts it on the host (Bidirectional, so privileged
-    // there only); the agents see it with HostToContainer.
+/// bpffs: an init container mounts it on the host (Bidirectional, so privileged
+/// there only); the agents see it with HostToContainer.
+fn bpffs_is_mounted_by_an_init_container(edge: &Value, node: &Value) {
     let no_mount = docs(&template_ok(&["--set", "mountBpffs=false"]));
     for w in [edge, node] {
         let pod = &w["spec"]["template"]["spec"];
@@ -531,8 +562,10 @@ fn workloads_agree_with_the_rbac_and_carry_what_the_programs_need() {
             "mountBpffs=false: no init container in {name}"
         );
     }
+}
 
-    // Turning a component off takes its RBAC with it.
+/// Turning a component off takes its RBAC with it.
+fn turning_a_component_off_takes_its_rbac_with_it() {
     let no_node = docs(&template_ok(&["--set", "nodeAgent.enabled=false"]));
     assert!(!names(&no_node, "ServiceAccount").contains("ringlb-node"));
     assert!(!names(&no_node, "ClusterRole").contains("ringlb-node"));

@@ -98,24 +98,37 @@ async fn kubectl_apply_refuses_an_unknown_field_and_names_it() {
 #[tokio::test]
 async fn crd_rules_refuse_bad_objects_with_the_field_path_in_kubectl_output() {
     let cp = cp().await;
-    let pool = |name: &str, spec: &str| {
-        format!(
-            "apiVersion: ringlb.io/v1alpha1\nkind: IPPool\nmetadata:\n  name: {name}\nspec:\n{spec}"
-        )
+    let mut failures = Vec::new();
+    bad_objects_are_refused_naming_field_and_rule(&cp, &mut failures);
+    good_objects_on_the_rules_edges_are_accepted(&cp, &mut failures);
+    kubectl_get_ippools_shows_free_addresses_and_overlaps(&cp);
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// An IPPool named `name` with `spec`.
+fn pool(name: &str, spec: &str) -> String {
+    format!(
+        "apiVersion: ringlb.io/v1alpha1\nkind: IPPool\nmetadata:\n  name: {name}\nspec:\n{spec}"
+    )
+}
+
+/// A BGPPeer with myASN 64512 and `spec` (which names peerAddress unless it is
+/// the field under test).
+fn peer(name: &str, spec: &str) -> String {
+    let addr = if spec.contains("peerAddress:") {
+        ""
+    } else {
+        "  peerAddress: 192.0.2.1\n"
     };
-    // A BGPPeer with myASN 64512 and `spec` (which names peerAddress unless it is
-    // the field under test).
-    let peer = |name: &str, spec: &str| {
-        let addr = if spec.contains("peerAddress:") {
-            ""
-        } else {
-            "  peerAddress: 192.0.2.1\n"
-        };
-        format!(
-            "apiVersion: ringlb.io/v1alpha1\nkind: BGPPeer\nmetadata:\n  name: {name}\n\
-             spec:\n{addr}  myASN: 64512\n{spec}"
-        )
-    };
+    format!(
+        "apiVersion: ringlb.io/v1alpha1\nkind: BGPPeer\nmetadata:\n  name: {name}\n\
+         spec:\n{addr}  myASN: 64512\n{spec}"
+    )
+}
+
+/// Every bad IPPool and BGPPeer is refused, kubectl's output naming the field path and
+/// the rule's message; what is not so goes to `failures`.
+fn bad_objects_are_refused_naming_field_and_rule(cp: &ControlPlane, failures: &mut Vec<String>) {
     // (object, what kubectl's output must contain: the field path and the message)
     let bad: Vec<(String, &[&str])> = vec![
         (
@@ -206,9 +219,8 @@ async fn crd_rules_refuse_bad_objects_with_the_field_path_in_kubectl_output() {
             ],
         ),
     ];
-    let mut failures = Vec::new();
     for (yaml, wanted) in &bad {
-        let (ok, out) = apply(&cp, yaml);
+        let (ok, out) = apply(cp, yaml);
         eprintln!("---- kubectl apply of\n{yaml}---- said:\n{out}");
         if ok {
             failures.push(format!("accepted:\n{yaml}\n{out}"));
@@ -220,7 +232,10 @@ async fn crd_rules_refuse_bad_objects_with_the_field_path_in_kubectl_output() {
             }
         }
     }
-    // Good objects on the edges of the same rules.
+}
+
+/// Good objects on the edges of the same rules are accepted (else: to `failures`).
+fn good_objects_on_the_rules_edges_are_accepted(cp: &ControlPlane, failures: &mut Vec<String>) {
     for yaml in [
         pool("v4", "  cidrs: [\"10.0.0.0/32\", \"2001:db8::/128\"]\n"),
         pool(
@@ -236,15 +251,18 @@ async fn crd_rules_refuse_bad_objects_with_the_field_path_in_kubectl_output() {
             "  peerASN: 64513\n  holdTime: 3\n  keepaliveTime: 1\n",
         ),
     ] {
-        let (ok, out) = apply(&cp, &yaml);
+        let (ok, out) = apply(cp, &yaml);
         if !ok {
             failures.push(format!("refused a valid object:\n{yaml}\n{out}"));
         }
     }
-    // `kubectl get ippools` shows free addresses per family and overlaps, from the
-    // status the controller writes (written here by hand).
+}
+
+/// `kubectl get ippools` shows free addresses per family and overlaps, from the
+/// status the controller writes (written here by hand on IPPool `v4`).
+fn kubectl_get_ippools_shows_free_addresses_and_overlaps(cp: &ControlPlane) {
     let (ok, out) = kubectl_stdin(
-        &cp,
+        cp,
         &[
             "patch",
             "ippool",
@@ -259,7 +277,7 @@ async fn crd_rules_refuse_bad_objects_with_the_field_path_in_kubectl_output() {
         "",
     );
     assert!(ok, "kubectl patch --subresource=status: {out}");
-    let (ok, out) = kubectl_stdin(&cp, &["get", "ippools", "v4"], "");
+    let (ok, out) = kubectl_stdin(cp, &["get", "ippools", "v4"], "");
     assert!(ok, "kubectl get ippools: {out}");
     eprintln!("---- kubectl get ippools v4:\n{out}");
     // Columns: NAME AUTO PRIORITY V4-USED V4-FREE V6-USED V6-FREE OVERLAPPING AGE.
@@ -279,7 +297,6 @@ async fn crd_rules_refuse_bad_objects_with_the_field_path_in_kubectl_output() {
         Some(&["v4", "true", "0", "1", "0", "0", "1", "True"][..]),
         "{out}"
     );
-    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
 }
 
 /// `ringlb-controller` next to this test binary (`target/<profile>/`), or in

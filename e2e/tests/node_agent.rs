@@ -149,12 +149,9 @@ async fn create_service(api: &Api<Service>, name: &str, class: Option<&str>, vip
     .unwrap();
 }
 
-#[tokio::test]
-async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
-    let cp = ControlPlane::start(Options::default())
-        .await
-        .expect("the control plane starts");
-    let admin = cp.client().await;
+/// A client as ServiceAccount `ringlb-node` under the chart's RBAC (applied here),
+/// checked to be refused a list of Secrets.
+async fn node_client_under_chart_rbac(cp: &ControlPlane) -> kube::Client {
     cp.apply_chart_rbac(RELEASE_NS)
         .await
         .expect("the chart's RBAC applies");
@@ -171,27 +168,19 @@ async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
         Err(kube::Error::Api(e)) if e.code == 403 => {}
         other => panic!("ringlb-node may list Secrets: {other:?}"),
     }
-    let _kubelet = cp
-        .start_kubelet(KubeletOptions {
-            nodes: vec![
-                LabNode::new("node-1"),
-                LabNode::new("node-2"),
-                LabNode::new("edge-1")
-                    .label("ringlb.io/edge", "true")
-                    .address(ip(EDGE))
-                    .without_pods(),
-            ],
-            pod_ips: vec![],
-            pod_cidrs: vec!["10.244.0.0/24".parse().unwrap()],
-        })
-        .await
-        .expect("the lab kubelet registers its nodes");
+    node_client
+}
 
-    let services: Api<Service> = Api::namespaced(admin.clone(), "default");
-    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
-    create_service(&services, "web", None, VIP).await;
+/// Services `web` (ours, VIP) and `other` (another provider's, OTHER_VIP) over pods
+/// a and c on node-1 and b on node-2; `ringlb-node` may not write Service status.
+async fn create_services_and_pods(
+    services: &Api<Service>,
+    pods: &Api<Pod>,
+    node_client: &kube::Client,
+) {
+    create_service(services, "web", None, VIP).await;
     // the same pods behind another provider's Service: not ours, no entries
-    create_service(&services, "other", Some("example.com/other"), OTHER_VIP).await;
+    create_service(services, "other", Some("example.com/other"), OTHER_VIP).await;
     for p in [
         pod("a", "node-1", "10.244.0.11", 8443),
         pod("c", "node-1", "10.244.0.13", 9443),
@@ -210,6 +199,34 @@ async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
         Err(kube::Error::Api(e)) if e.code == 403 => {}
         other => panic!("ringlb-node may write Service status: {other:?}"),
     }
+}
+
+#[tokio::test]
+async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
+    let cp = ControlPlane::start(Options::default())
+        .await
+        .expect("the control plane starts");
+    let admin = cp.client().await;
+    let node_client = node_client_under_chart_rbac(&cp).await;
+    let _kubelet = cp
+        .start_kubelet(KubeletOptions {
+            nodes: vec![
+                LabNode::new("node-1"),
+                LabNode::new("node-2"),
+                LabNode::new("edge-1")
+                    .label("ringlb.io/edge", "true")
+                    .address(ip(EDGE))
+                    .without_pods(),
+            ],
+            pod_ips: vec![],
+            pod_cidrs: vec!["10.244.0.0/24".parse().unwrap()],
+        })
+        .await
+        .expect("the lab kubelet registers its nodes");
+
+    let services: Api<Service> = Api::namespaced(admin.clone(), "default");
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    create_services_and_pods(&services, &pods, &node_client).await;
 
     // the agent, as `ringlb-edge node --node-name node-1` runs it, over fake maps
     let notify = Arc::new(Notify::new());
@@ -263,10 +280,24 @@ async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
     assert!(health.is_ready(), "/readyz after the first apply");
     assert!(health.is_live(), "the sync loop beats");
 
+    follows_a_pod_deletion_and_a_target_port_change(&dp, &pods, &services).await;
+
+    stop_tx.send(()).unwrap();
+    task.await.unwrap();
+    assert!(!health.is_ready(), "not ready once the loop stopped");
+}
+
+/// Pod c's deletion takes its entries and address out of the maps; a targetPort
+/// change reaches the entry through the EndpointSlice.
+async fn follows_a_pod_deletion_and_a_target_port_change(
+    dp: &Shared,
+    pods: &Api<Pod>,
+    services: &Api<Service>,
+) {
     // pod c goes (after its grace period): its entries and its address go
     pods.delete("c", &DeleteParams::default()).await.unwrap();
     maps_become(
-        &dp,
+        dp,
         &state(
             &[("10.244.0.11", 80, 8080), ("10.244.0.11", 443, 8443)],
             &["10.244.0.11"],
@@ -290,7 +321,7 @@ async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
         .await
         .unwrap();
     maps_become(
-        &dp,
+        dp,
         &state(
             &[("10.244.0.11", 80, 9090), ("10.244.0.11", 443, 8443)],
             &["10.244.0.11"],
@@ -298,8 +329,4 @@ async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
         "targetPort changed",
     )
     .await;
-
-    stop_tx.send(()).unwrap();
-    task.await.unwrap();
-    assert!(!health.is_ready(), "not ready once the loop stopped");
 }
