@@ -177,11 +177,15 @@ impl ControlPlane {
     /// starts the controller manager.
     pub async fn start(opts: Options) -> Result<ControlPlane> {
         let assets = Assets::find()?;
-        let dir = opts.parent_dir.clone().unwrap_or_else(std::env::temp_dir).join(format!(
-            "ringlb-cp-{}-{}",
-            std::process::id(),
-            random_suffix()
-        ));
+        let dir = opts
+            .parent_dir
+            .clone()
+            .unwrap_or_else(std::env::temp_dir)
+            .join(format!(
+                "ringlb-cp-{}-{}",
+                std::process::id(),
+                random_suffix()
+            ));
         std::fs::create_dir_all(&dir).map_err(Error::io(format!("creating {}", dir.display())))?;
         let pki = Pki::write(&dir, &opts.extra_sans)?;
         let tokens = Tokens::new(&opts.nodes);
