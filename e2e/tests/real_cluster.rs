@@ -30,9 +30,10 @@ use std::time::{Duration, Instant};
 use ringlb_e2e::realcluster::traffic::{self, KeepAlive, Outcome};
 use ringlb_e2e::realcluster::{self, Options, RealCluster, workload::WEB};
 
+/// Not root, or a tool missing: skip (a failure under `CI=true`).
 fn skip() -> bool {
     if let Some(why) = realcluster::skip_reason() {
-        eprintln!("SKIPPED: real cluster: {why}");
+        ringlb_testkit::tier::skip(format_args!("real cluster: {why}"));
         return true;
     }
     false

@@ -105,11 +105,11 @@ fn show(rc: &RealCluster, s: &mut Steps) -> Result<(IpAddr, IpAddr)> {
     );
 
     s.step("kubectl create deployment web (agnhost netexec :8080) + kubectl expose --type=LoadBalancer");
-    rc.deploy_web(4, false)?;
+    rc.deploy_web(6, true)?;
     let exposed = rc.expose_web()?;
     s.shown(
         &rc.kubectl_shown(&format!(
-            "create deployment {WEB} --image={} --replicas=4 -- /agnhost netexec --http-port=8080",
+            "create deployment {WEB} --image={} --replicas=6 -- /agnhost netexec --http-port=8080",
             plan::AGNHOST_IMAGE
         )),
         "deployment.apps/web created",
@@ -146,7 +146,7 @@ fn show(rc: &RealCluster, s: &mut Steps) -> Result<(IpAddr, IpAddr)> {
         );
     }
 
-    s.step("traffic: the client reaches the pods through the edges; the pods see the client");
+    s.step("traffic: the client reaches the pods on every node through the edges; the pods see the client");
     rc.count_vip_sources()?;
     for vip in [v4, v6] {
         let url = match vip {
@@ -169,8 +169,8 @@ fn show(rc: &RealCluster, s: &mut Steps) -> Result<(IpAddr, IpAddr)> {
         println!("    {k}: {v}");
     }
     println!(
-        "  => the edges encapsulated the requests; every reply came from a worker (DSR), \
-         none through an edge"
+        "  => the edges encapsulated the requests; every pod answered the client straight from \
+         its own node (DSR): an edge's port carries only the replies of the pods on that edge"
     );
     println!(
         "  ({})",
@@ -235,7 +235,7 @@ pub fn cli(prefix: &str, dir: &Path, keep: bool, mode: &str) -> Result<()> {
         let (rc, v4, v6) = up?;
         println!(
             "\ndemo OK in {:.0} s: kubectl expose --type=LoadBalancer -> VIPs {v4} and {v6} -> \
-             BGP ECMP at the ToR -> XDP on both edges -> node agents -> pods on both workers, \
+             BGP ECMP at the ToR -> XDP on both edges -> node agents -> pods on every node, \
              replies by DSR",
             steps.elapsed().as_secs_f64()
         );

@@ -461,13 +461,14 @@ impl RealCluster {
         run(&argv)
     }
 
-    /// Writes the values file (with `extra` YAML appended) and runs `helm install
-    /// ringlb charts/ringlb -n ringlb-system -f <it> --wait`.
+    /// Writes the values file (with `extra` YAML appended), runs `helm install
+    /// ringlb charts/ringlb -n ringlb-system -f <it> --wait` and waits until every pod
+    /// of the release is Ready.
     pub fn helm_install(&self, extra: &str) -> Result<String> {
         let values = self.dir.join("values.yaml");
         node::write(&values, &plan::values_yaml(extra))?;
         let chart = repo_root().join("charts/ringlb");
-        self.helm(&[
+        let out = self.helm(&[
             "install",
             "ringlb",
             &chart.display().to_string(),
@@ -479,7 +480,18 @@ impl RealCluster {
             "--wait",
             "--timeout",
             "180s",
-        ])
+        ])?;
+        // helm's --wait counts a DaemonSet ready with maxUnavailable pods not ready
+        self.kubectl(&[
+            "wait",
+            "--for=condition=Ready",
+            "pods",
+            "--all",
+            "-n",
+            RELEASE_NAMESPACE,
+            "--timeout=120s",
+        ])?;
+        Ok(out)
     }
 
     /// `birdc -s <ToR socket> ARGS` in the ToR.
