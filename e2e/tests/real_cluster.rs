@@ -105,6 +105,21 @@ fn installed(rc: &RealCluster) {
         let (a, b) = ready.split_once('/').unwrap_or(("0", "1"));
         assert_eq!(a, b, "not Ready: {l}");
     }
+    // what `kubectl logs` shows a log collector: plain lines, no colour escapes
+    for c in ["controller", "edge", "node"] {
+        let logs = rc
+            .kubectl(&[
+                "logs",
+                "-n",
+                "ringlb-system",
+                "-l",
+                &format!("app.kubernetes.io/component={c}"),
+                "--tail=40",
+            ])
+            .unwrap();
+        assert!(!logs.trim().is_empty(), "no {c} log lines");
+        assert!(!logs.contains('\x1b'), "{c} logs carry escapes:\n{logs}");
+    }
 }
 
 /// `kubectl create deployment` + `expose --type=LoadBalancer`, dual-stack: a VIP of
@@ -329,6 +344,31 @@ fn uninstalled(rc: &RealCluster, v4: IpAddr) {
         },
     );
     routes.unwrap();
+    // a reinstall elects a leader at once: the old leader released its Lease
+    let t = Instant::now();
+    rc.helm_install("")
+        .unwrap_or_else(|e| panic!("helm install again: {e}"));
+    let ready = t.elapsed();
+    let lead = ringlb_e2e::lab::wait_for(
+        "a leader after the reinstall",
+        Duration::from_secs(30),
+        Duration::from_millis(100),
+        || {
+            let l = leader(rc);
+            Ok(if l.is_empty() { Err(l) } else { Ok(l) })
+        },
+    )
+    .unwrap();
+    let after = t.elapsed().saturating_sub(ready);
+    eprintln!(
+        "reinstalled: pods Ready after {:.1} s, {lead} leads {} ms later",
+        ready.as_secs_f64(),
+        after.as_millis()
+    );
+    assert!(
+        after < Duration::from_secs(3),
+        "the leader came {after:?} after the pods were Ready"
+    );
 }
 
 /// What a fault did to the traffic that ran through it.
@@ -448,6 +488,7 @@ fn faults(rc: &mut RealCluster) {
     let client = rc.plan.ns("client");
     edge_pod_deleted(rc, &client, v4);
     edges_rolled(rc, &client, v4);
+    attach_mode_upgraded(rc);
     worker_daemons_restarted(rc, &client, v4);
     worker_drained(rc, &client, v4);
     edge_cut_off(rc, v4);
@@ -549,6 +590,55 @@ fn edges_rolled(rc: &RealCluster, client: &str, v4: IpAddr) {
     );
     assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
     assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+}
+
+/// `auto` attached generic (a veth whose peer is in another namespace); `helm upgrade
+/// --set edge.xdpMode=native` makes the new edge pods re-attach in native mode instead
+/// of keeping the pinned generic link, and traffic flows on (the ToR's side of each
+/// edge's link runs an XDP program, so native XDP_TX is delivered).
+fn attach_mode_upgraded(rc: &RealCluster) {
+    let mode = |node: &str| {
+        rc.node(node)
+            .unwrap()
+            .exec(&["ip", "-d", "link", "show", "eth0"])
+            .unwrap()
+    };
+    assert!(
+        mode("e1").contains("xdpgeneric"),
+        "auto chose generic first:\n{}",
+        mode("e1")
+    );
+    let chart = realcluster::repo_root().join("charts/ringlb");
+    let values = rc.dir.join("values.yaml");
+    rc.helm(&[
+        "upgrade",
+        "ringlb",
+        &chart.display().to_string(),
+        "-n",
+        "ringlb-system",
+        "-f",
+        &values.display().to_string(),
+        "--set",
+        "edge.podAnnotations.rolled=yes",
+        "--set",
+        "edge.xdpMode=native",
+        "--wait",
+        "--timeout",
+        "180s",
+    ])
+    .unwrap_or_else(|e| panic!("helm upgrade: {e}"));
+    wait_ds_ready(rc, "edge");
+    for e in ["e1", "e2"] {
+        let link = mode(e);
+        assert!(
+            link.contains(" xdp ") && !link.contains("xdpgeneric"),
+            "{e} not in native mode:\n{link}"
+        );
+    }
+    let spread = rc
+        .spread(rc.wait_vips(WEB, Duration::from_secs(5)).unwrap().0, 10)
+        .unwrap();
+    eprintln!("edge.xdpMode=native applied on both edges; served: {spread:?}");
 }
 
 /// A worker's containerd, then its kubelet, killed and restarted: no connection breaks.
