@@ -591,11 +591,27 @@ impl Drop for RealCluster {
         // the nodes' containerd folders hold the unpacked images (about 0.7 GB a node):
         // never left behind; the rest (logs, configurations) only after a failure
         for d in node_dirs {
-            let _ = std::fs::remove_dir_all(d.join("containerd"));
+            remove_dir_soon(&d.join("containerd"));
         }
         if !std::thread::panicking() {
-            let _ = std::fs::remove_dir_all(&self.dir);
+            remove_dir_soon(&self.dir);
         }
+    }
+}
+
+/// Removes `dir`, retrying for a few seconds: the containers' overlay mounts go with
+/// their node's mount namespace, which the kernel frees a moment after its last
+/// process has exited (until then removing their folders fails with EBUSY).
+fn remove_dir_soon(dir: &Path) {
+    for _ in 0..20 {
+        match std::fs::remove_dir_all(dir) {
+            Ok(()) => return,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+            Err(_) => std::thread::sleep(Duration::from_millis(250)),
+        }
+    }
+    if let Err(e) = std::fs::remove_dir_all(dir) {
+        eprintln!("real cluster: could not remove {}: {e}", dir.display());
     }
 }
 
