@@ -541,9 +541,8 @@ impl RealCluster {
 
     /// Restarts node `name`'s kubelet (SIGKILL, then start).
     pub fn restart_kubelet(&mut self, name: &str) -> Result<()> {
-        let listen = SocketAddr::new(plan::TOR_V4.into(), plan::API_PORT);
+        // the node's kubeconfig as start_nodes wrote it (through the API bridge)
         let kc = self.dir.join(format!("node-{name}.kubeconfig"));
-        let _ = listen;
         let kubelet = self.assets.bin("kubelet");
         let ca = self.cp.ca_cert().to_path_buf();
         let node = self
@@ -554,7 +553,7 @@ impl RealCluster {
         node.restart_kubelet(&kubelet, &kc, &ca)
     }
 
-    /// Keeps BIRD's and the nodes' logs' last lines for a failure message.
+    /// The last `n` lines of BIRD's, CoreDNS's and every node program's log.
     pub fn log_tails(&self, n: usize) -> String {
         let mut out = String::new();
         for name in ["bird", "coredns"] {

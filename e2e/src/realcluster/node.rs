@@ -120,8 +120,9 @@ impl Node {
         Ok(())
     }
 
-    /// `nsenter` into this node's network and mount namespaces, then `argv`.
-    pub fn argv<'a>(&'a self, net: &'a str, mnt: &'a str, argv: &[&'a str]) -> Vec<&'a str> {
+    /// `nsenter NET MNT -- argv...`: `net` and `mnt` are the `--net=`/`--mount=`
+    /// flags naming this node's namespaces.
+    fn argv<'a>(net: &'a str, mnt: &'a str, argv: &[&'a str]) -> Vec<&'a str> {
         let mut v = vec!["nsenter", net, mnt, "--"];
         v.extend_from_slice(argv);
         v
@@ -130,7 +131,7 @@ impl Node {
     fn spawn(&self, name: &str, argv: &[&str]) -> Result<Daemon> {
         let net = format!("--net=/run/netns/{}", self.ns);
         let mnt = format!("--mount={}", self.mnt.display());
-        let full = self.argv(&net, &mnt, argv);
+        let full = Self::argv(&net, &mnt, argv);
         Ok(Daemon::spawn(&self.dir, name, None, &full, &[])?)
     }
 
@@ -138,7 +139,7 @@ impl Node {
     pub fn exec(&self, argv: &[&str]) -> Result<String> {
         let net = format!("--net=/run/netns/{}", self.ns);
         let mnt = format!("--mount={}", self.mnt.display());
-        run(&self.argv(&net, &mnt, argv))
+        run(&Self::argv(&net, &mnt, argv))
     }
 
     fn sock(&self) -> String {
