@@ -105,6 +105,31 @@ fn installed(rc: &RealCluster) {
         let (a, b) = ready.split_once('/').unwrap_or(("0", "1"));
         assert_eq!(a, b, "not Ready: {l}");
     }
+    // the node that started without a bpffs got one from the chart's init container
+    for n in rc.plan.nodes.iter().filter(|n| !n.bpffs) {
+        let fs = rc
+            .node(&n.name)
+            .unwrap()
+            .exec(&["stat", "-f", "-c", "%T", "/sys/fs/bpf"])
+            .unwrap();
+        assert_eq!(fs.trim(), "bpf_fs", "node {}: /sys/fs/bpf is {fs}", n.name);
+    }
+    let init = rc
+        .kubectl(&[
+            "logs",
+            "-n",
+            "ringlb-system",
+            "-l",
+            "app.kubernetes.io/component=node",
+            "-c",
+            "mount-bpffs",
+            "--tail=5",
+        ])
+        .unwrap();
+    assert!(
+        init.contains("mounted a bpffs"),
+        "no node agent mounted one:\n{init}"
+    );
     // what `kubectl logs` shows a log collector: plain lines, no colour escapes
     for c in ["controller", "edge", "node"] {
         let logs = rc

@@ -98,9 +98,10 @@ impl Node {
         // shared, as on a systemd host: the chart mounts /sys/fs/bpf into its pods with
         // Bidirectional and HostToContainer propagation, which runc refuses on a
         // private mount
-        let mut script = String::from(
-            "set -e; mount --make-rshared /; mount -t bpf bpf /sys/fs/bpf; \
-             mount --make-shared /sys/fs/bpf; ",
+        let fs = if self.plan.bpffs { "bpf" } else { "tmpfs" };
+        let mut script = format!(
+            "set -e; mount --make-rshared /; mount -t {fs} {fs} /sys/fs/bpf; \
+             mount --make-shared /sys/fs/bpf; "
         );
         for d in PRIVATE_DIRS {
             let own = self.dir.join(format!("private{d}"));

@@ -54,6 +54,10 @@ pub struct NodePlan {
     pub index: u8,
     pub v4: Ipv4Addr,
     pub v6: Ipv6Addr,
+    /// A bpffs at /sys/fs/bpf from the start, as systemd mounts it. The last worker
+    /// has none (a tmpfs there, as on a node image without that mount): the chart's
+    /// `mount-bpffs` init container must mount it.
+    pub bpffs: bool,
 }
 
 impl NodePlan {
@@ -116,7 +120,9 @@ impl Plan {
             nodes.push(node(format!("e{i}"), true, i, 10 + i));
         }
         for i in 1..=workers {
-            nodes.push(node(format!("w{i}"), false, edges + i, 20 + i));
+            let mut n = node(format!("w{i}"), false, edges + i, 20 + i);
+            n.bpffs = i != workers;
+            nodes.push(n);
         }
         Plan {
             prefix: prefix.to_string(),
@@ -159,6 +165,7 @@ fn node(name: String, edge: bool, index: u8, host: u8) -> NodePlan {
             0,
             (host / 10 * 16 + host % 10) as u16,
         ),
+        bpffs: true,
     }
 }
 
@@ -550,6 +557,13 @@ state = "/run/containerd"
         assert_eq!(w2.pod_cidr_v4(), "10.244.4.0/24");
         assert_eq!(w2.pod_cidr_v6(), "fd00:10:244:4::/64");
         assert_eq!(p.edges().count(), 2);
+        let no_bpffs: Vec<_> = p
+            .nodes
+            .iter()
+            .filter(|n| !n.bpffs)
+            .map(|n| &n.name)
+            .collect();
+        assert_eq!(no_bpffs, ["w2"]);
         assert_eq!(p.ns("tor"), "rc1-tor");
         assert_eq!("nftables".parse::<ProxyMode>(), Ok(ProxyMode::Nftables));
         assert!("userspace".parse::<ProxyMode>().is_err());
