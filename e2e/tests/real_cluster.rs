@@ -284,19 +284,17 @@ fn from_inside_the_cluster(rc: &RealCluster, v4: IpAddr) {
     assert!(pods.contains_key(inside.trim()), "{inside}");
 }
 
+/// The Service `web`'s field at `path` (a JSONPath such as `.metadata.finalizers`).
+fn web_field(rc: &RealCluster, path: &str) -> String {
+    rc.kubectl(&["get", "service", WEB, "-o", &format!("jsonpath={{{path}}}")])
+        .unwrap()
+}
+
 /// Uninstall with the Service still there: the chart's post-delete hook takes the
 /// controller's cleanup finalizer off it; nothing of ringlb is left on any node or
 /// at the ToR.
 fn uninstalled(rc: &RealCluster, v4: IpAddr) {
-    let fin = rc
-        .kubectl(&[
-            "get",
-            "service",
-            WEB,
-            "-o",
-            "jsonpath={.metadata.finalizers}",
-        ])
-        .unwrap();
+    let fin = web_field(rc, ".metadata.finalizers");
     assert!(
         fin.contains("service.kubernetes.io/load-balancer-cleanup"),
         "the controller put its cleanup finalizer on: {fin:?}"
@@ -311,15 +309,7 @@ fn uninstalled(rc: &RealCluster, v4: IpAddr) {
         "180s",
     ])
     .unwrap_or_else(|e| panic!("helm uninstall: {e}"));
-    let fin = rc
-        .kubectl(&[
-            "get",
-            "service",
-            WEB,
-            "-o",
-            "jsonpath={.metadata.finalizers}",
-        ])
-        .unwrap();
+    let fin = web_field(rc, ".metadata.finalizers");
     assert!(
         !fin.contains("load-balancer-cleanup"),
         "the finalizer outlived the uninstall: {fin:?}"
@@ -521,15 +511,7 @@ fn faults(rc: &mut RealCluster) {
 
 /// The controller's leader goes: another replica takes over, no VIP changes.
 fn leader_deleted(rc: &RealCluster) {
-    let vips_before = rc
-        .kubectl(&[
-            "get",
-            "service",
-            WEB,
-            "-o",
-            "jsonpath={.status.loadBalancer.ingress}",
-        ])
-        .unwrap();
+    let vips_before = web_field(rc, ".status.loadBalancer.ingress");
     let old = leader(rc);
     assert!(!old.is_empty(), "no leader holds the Lease");
     rc.kubectl(&["delete", "pod", "-n", "ringlb-system", &old, "--wait=false"])
@@ -554,15 +536,7 @@ fn leader_deleted(rc: &RealCluster) {
         t.elapsed().as_secs_f64()
     );
     std::thread::sleep(Duration::from_secs(2));
-    let vips_after = rc
-        .kubectl(&[
-            "get",
-            "service",
-            WEB,
-            "-o",
-            "jsonpath={.status.loadBalancer.ingress}",
-        ])
-        .unwrap();
+    let vips_after = web_field(rc, ".status.loadBalancer.ingress");
     assert_eq!(vips_before, vips_after, "a new leader changed the VIPs");
 }
 

@@ -154,3 +154,24 @@ pub fn sysctls(ns: &str, kvs: &[&str]) -> Result<()> {
     }
     Ok(())
 }
+
+/// Attaches the test kit's `ringlb_pass` program (in object file `obj`) natively to
+/// `dev` in `ns`: a native XDP_TX frame only reaches a veth peer that runs an XDP
+/// program.
+pub fn xdp_pass(ns: &str, dev: &str, obj: &str) -> Result<()> {
+    run(&[
+        "ip",
+        "-n",
+        ns,
+        "link",
+        "set",
+        "dev",
+        dev,
+        "xdpdrv",
+        "obj",
+        obj,
+        "program",
+        "ringlb_pass",
+    ])
+    .map(|_| ())
+}

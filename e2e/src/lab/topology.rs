@@ -245,20 +245,7 @@ impl Topology {
             netns::addr(&ns, "eth0", &format!("{ip}/24"))?;
             netns::default_route(&ns, &a.tor_fabric)?;
             netns::sysctls(&ns, &["net.ipv4.ip_forward=1"])?;
-            run(&[
-                "ip",
-                "-n",
-                &tor,
-                "link",
-                "set",
-                "dev",
-                &port,
-                "xdpdrv",
-                "obj",
-                &xdp_pass,
-                "program",
-                "ringlb_pass",
-            ])?;
+            netns::xdp_pass(&tor, &port, &xdp_pass)?;
             lb_ports.push(port);
         }
         let lb_refs: Vec<&str> = lb_ports.iter().map(String::as_str).collect();

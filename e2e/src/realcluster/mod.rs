@@ -710,21 +710,7 @@ fn fabric(p: &Plan, dir: &Path) -> Result<Vec<Netns>> {
             &plan::TOR_V6.to_string(),
         ])?;
         if n.edge {
-            // a native XDP_TX frame only reaches a veth peer that runs an XDP program
-            run(&[
-                "ip",
-                "-n",
-                &tor,
-                "link",
-                "set",
-                "dev",
-                &port,
-                "xdpdrv",
-                "obj",
-                &pass,
-                "program",
-                "ringlb_pass",
-            ])?;
+            netns::xdp_pass(&tor, &port, &pass)?;
         }
         ports.push(port);
     }
