@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the test control plane -- etcd, kube-apiserver, kube-controller-manager,
 # kube-scheduler and kubectl -- and the real-cluster harness's node programs --
-# kubelet, kube-proxy and the test image program agnhost -- from their upstream Go
+# kubelet, kube-proxy and the test image program agnhost -- and Kubernetes' own e2e
+# suite (e2e.test, for `make conformance`) from their upstream Go
 # modules at the versions pinned in e2e/controlplane/go/go.mod, plus helm at
 # HELM_VERSION and CoreDNS at COREDNS_VERSION, into one folder the tests find
 # (docs/controlplane.md, docs/real-cluster.md).
@@ -18,7 +19,7 @@ cd "$(dirname "$0")/.."
 MOD=e2e/controlplane/go
 PROGS=(etcd kube-apiserver kube-controller-manager kube-scheduler kubectl)
 # The real cluster's node programs (scripts/build-test-images.sh packs agnhost).
-NODE_PROGS=(kubelet kube-proxy agnhost coredns)
+NODE_PROGS=(kubelet kube-proxy agnhost coredns e2e.test)
 # helm and CoreDNS are their own modules, built with `go install` at these versions.
 HELM_VERSION=v3.22.0
 COREDNS_VERSION=v1.12.4
@@ -88,6 +89,8 @@ build kubelet k8s.io/kubernetes/cmd/kubelet
 build kube-proxy k8s.io/kubernetes/cmd/kube-proxy
 # agnhost runs inside a minimal image: static, no cgo.
 CGO_ENABLED=0 build agnhost k8s.io/kubernetes/test/images/agnhost
+# The upstream e2e suite is a test binary: `go test -c`, stamped like the rest.
+go test -c -trimpath -ldflags "-s -w$vflags" -o "$out/e2e.test" k8s.io/kubernetes/test/e2e
 GOBIN=$out go install -trimpath -ldflags "-s -w" "helm.sh/helm/v3/cmd/helm@$HELM_VERSION"
 GOBIN=$out go install -trimpath -ldflags "-s -w" "github.com/coredns/coredns@$COREDNS_VERSION"
 echo "$stamp" > "$out/.stamp"

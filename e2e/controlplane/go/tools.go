@@ -4,7 +4,8 @@
 // upstream's own cmd/ mains, unchanged, at the versions go.mod pins. The control plane
 // (etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl), the node
 // programs of the real-cluster harness (kubelet, kube-proxy) and the test image
-// program agnhost.
+// program agnhost, and the e2e suite that `make conformance` runs (test/e2e, built
+// with `go test -c`).
 package tools
 
 import (
@@ -15,5 +16,6 @@ import (
 	_ "k8s.io/kubernetes/cmd/kube-scheduler"
 	_ "k8s.io/kubernetes/cmd/kubectl"
 	_ "k8s.io/kubernetes/cmd/kubelet"
+	_ "k8s.io/kubernetes/test/e2e"
 	_ "k8s.io/kubernetes/test/images/agnhost"
 )

@@ -3,6 +3,7 @@
 //! ```text
 //! ringlb-lab cluster-demo [--keep]  the real cluster, helm install, traffic (docs/real-cluster.md)
 //! ringlb-lab cluster-down          remove what a crashed cluster-demo left
+//! ringlb-lab conformance           Kubernetes' LoadBalancer e2e tests (docs/conformance.md)
 //! ringlb-lab demo [--requests N]   build the lab, show every step with evidence, tear down
 //! ringlb-lab up                    build the lab and leave it running (prints how to poke it)
 //! ringlb-lab down                  remove the lab (daemons, namespaces, bpffs, files)
@@ -55,6 +56,24 @@ enum Cmd {
     },
     /// Remove a real cluster (also what a crashed `cluster-demo` left).
     ClusterDown,
+    /// The real cluster with ringlb installed, then Kubernetes' own e2e suite
+    /// (`e2e.test`) from the client behind the ToR: every `[Feature:LoadBalancer]`
+    /// test and the Services conformance tests; then checks that the suite left no
+    /// allocated address, route or BPF entry (docs/conformance.md).
+    Conformance {
+        /// kube-proxy's mode on every node: iptables, nftables, or ipvs.
+        #[arg(long, default_value = "iptables")]
+        proxy_mode: String,
+        /// `--ginkgo.focus` instead of the whole selection.
+        #[arg(long)]
+        focus: Option<String>,
+        /// `--ginkgo.skip`.
+        #[arg(long)]
+        skip: Option<String>,
+        /// Where the JUnit report and the suite's log go.
+        #[arg(long, default_value = "target/conformance")]
+        report_dir: PathBuf,
+    },
     /// Build the lab, run the whole path with evidence at each step, tear it down.
     Demo {
         /// HTTP requests from the client to the VIP.
@@ -680,6 +699,25 @@ fn main() -> anyhow::Result<()> {
     match args.command {
         Cmd::ClusterDemo { keep, proxy_mode } => {
             Ok(realcluster::demo::cli(&prefix, &dir, keep, &proxy_mode)?)
+        }
+        Cmd::Conformance {
+            proxy_mode,
+            focus,
+            skip,
+            report_dir,
+        } => {
+            let report_dir = std::path::absolute(&report_dir)?.join(&proxy_mode);
+            let mut suite = realcluster::conformance::Suite::full(&report_dir);
+            if let Some(f) = focus {
+                suite.focus = f;
+            }
+            suite.skip = skip;
+            Ok(realcluster::conformance::cli(
+                &prefix,
+                &dir,
+                &proxy_mode,
+                suite,
+            )?)
         }
         Cmd::ClusterDown => {
             let removed = realcluster::teardown(&prefix, &dir);

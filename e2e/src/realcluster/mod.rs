@@ -26,6 +26,7 @@
 //! Modules: [`plan`] (addresses and every file written; pure), [`node`] (one node's
 //! namespaces and programs), [`egress`] (the API server's way in).
 
+pub mod conformance;
 pub mod demo;
 pub mod egress;
 pub mod node;
