@@ -13,6 +13,7 @@ const HEADERS: &[&str] = &[
     "bpf/flow_filter.h",
     "bpf/bfd_hold.h",
     "bpf/src_ranges.h",
+    "bpf/vip_addr.h",
 ];
 
 fn main() -> anyhow::Result<()> {

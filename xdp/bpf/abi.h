@@ -131,7 +131,9 @@ struct ringlb_ct_value {
 /* ---- vip_addrs: HASH vip_key (port 0, proto 0) -> __u32 (1) ------------- */
 /* The addresses of this edge's own VIPs (every VIP entry but failover
  * aliases): an IPIP packet is decapsulated only when its outer destination is
- * one of them. Kept by the loader from its view after every apply. */
+ * one of them, and any other packet to one that no VIP entry forwards is
+ * answered (echo) or dropped, never passed (vip_addr.h). Kept by the loader
+ * from its view after every apply. */
 
 /* ---- src_ranges: LPM_TRIE src_key -> __u32 family, BPF_F_NO_PREALLOC ------ */
 /* The source prefixes each restricted VIP accepts, keyed by its vip_id (one
@@ -251,10 +253,10 @@ enum ringlb_stat {
 	RINGLB_ST_REDIRECT,        /* encapsulated, bpf_redirect to another port */
 	RINGLB_ST_PASS_NOT_IP,     /* not IPv4/IPv6 (ARP, LLDP, ...) */
 	RINGLB_ST_PASS_NOT_VIP,    /* IP, but no VIP entry */
-	RINGLB_ST_PASS_ICMP,       /* ICMP/ICMPv6 (also to a VIP): the kernel handles it */
-	RINGLB_ST_PASS_FRAGMENT,   /* IPv4 fragment or IPv6 fragment header */
-	RINGLB_ST_PASS_IPV6_EXT,   /* IPv6 extension headers we do not walk */
-	RINGLB_ST_PASS_OTHER_L4,   /* neither TCP nor UDP */
+	RINGLB_ST_PASS_ICMP,       /* ICMP/ICMPv6 not to a VIP address: the kernel handles it */
+	RINGLB_ST_PASS_FRAGMENT,   /* IPv4 fragment or IPv6 fragment header, not to a VIP address */
+	RINGLB_ST_PASS_IPV6_EXT,   /* IPv6 extension headers we do not walk (not to a VIP address) */
+	RINGLB_ST_PASS_OTHER_L4,   /* neither TCP nor UDP (not to a VIP address) */
 	RINGLB_ST_PASS_MALFORMED,  /* truncated or inconsistent headers */
 	RINGLB_ST_PASS_MTU,        /* would exceed config.mtu after encapsulation, IPv4
 				    * without DF (or too short to quote): passed */
@@ -297,6 +299,16 @@ enum ringlb_stat {
 	RINGLB_ST_DROP_SOURCE_RANGE, /* a packet to a VIP with source ranges from a source
 				    * outside them (src_ranges.h): dropped before the ring
 				    * and any conntrack insert, also on a conntrack hit */
+	RINGLB_ST_ICMP_ECHO,       /* an ICMP/ICMPv6 echo request to one of our VIP addresses:
+				    * answered from the VIP, XDP_TX (vip_addr.h) */
+	RINGLB_ST_DROP_NO_SERVICE, /* TCP/UDP to one of our VIP addresses on a port and
+				    * protocol no VIP entry has: dropped (passed, the
+				    * kernel would route it back to the ToR: a loop) */
+	RINGLB_ST_DROP_VIP_ICMP,   /* ICMP/ICMPv6 to one of our VIP addresses other than an
+				    * echo request we answer (errors, echo replies,
+				    * IPv4 options): dropped */
+	RINGLB_ST_DROP_VIP_OTHER,  /* a fragment, IPv6 extension headers or another
+				    * protocol to one of our VIP addresses: dropped */
 	RINGLB_ST_MAX,
 };
 

@@ -4,8 +4,8 @@
  * Failover VIPs). Region A's edges send a VIP's traffic to region B's VIP,
  * IPIP-encapsulated like to a pod (outer destination = B's VIP). B's edge
  * takes an IPIP packet apart when its outer destination is one of its own
- * VIP addresses (vip_addrs, not a Bloom filter: exact) and the outer header
- * is a plain 20 bytes, and looks the inner packet up like any other: its
+ * VIP addresses (vip_addrs in vip_filter.h, not the Bloom filter: exact) and
+ * the outer header is a plain 20 bytes, and looks the inner packet up like any other: its
  * conntrack key carries RINGLB_FLOW_F_DECAP, and it is forwarded only by a
  * VIP entry flagged RINGLB_VIP_F_FAILOVER_ALIAS (the main program checks).
  * Nothing is moved here: the inner packet is parsed in place, and the encap
@@ -23,13 +23,7 @@
 #include <bpf/bpf_helpers.h>
 #include "abi.h"
 #include "parse.h"
-
-struct {
-	__uint(type, BPF_MAP_TYPE_HASH);
-	__uint(max_entries, RINGLB_MAX_VIPS);
-	__type(key, struct ringlb_vip_key);
-	__type(value, __u32);
-} vip_addrs SEC(".maps");
+#include "vip_filter.h"
 
 /* After ringlb_parse returned RINGLB_PARSE_IPIP (pkt: the outer header):
  * 0 with pkt describing the inner IPv4 TCP/UDP packet, l2_len covering the
@@ -37,14 +31,11 @@ struct {
  * it (RINGLB_ST_PASS_DECAP_NOT_OURS). The caller checked vip_filter. */
 static __always_inline int ringlb_parse_decap(void *data, void *data_end, struct ringlb_pkt *pkt)
 {
-	struct ringlb_vip_key ak = {};
 	__u32 l2 = pkt->l2_len == 18 ? 18 : 14;
 	__u32 outer_len = pkt->l3_len, hlen = 0;
 	struct iphdr *outer = data + l2;
 
-	ak.addr[0] = pkt->flow.daddr[0];
-	ak.family = RINGLB_AF_INET;
-	if (!bpf_map_lookup_elem(&vip_addrs, &ak))
+	if (!ringlb_own_vip_addr(&pkt->flow))
 		return RINGLB_ST_PASS_DECAP_NOT_OURS;
 	if ((void *)(outer + 1) > data_end || outer->ihl != 5)
 		return RINGLB_ST_PASS_DECAP_NOT_OURS;

@@ -12,6 +12,12 @@
  * only a missed shortcut; a bit missing would pass a VIP's packets to the
  * kernel, so bits are never cleared ahead of the vips entry.
  *
+ * vip_addrs is the exact answer behind a set bit: this edge's own VIP
+ * addresses (every vips entry's address but a failover alias's), kept by the
+ * loader after every apply. The program asks it only off the forwarding path:
+ * for an IPIP packet (failover.h) and for a packet to a VIP address that no
+ * vips entry forwards (vip_addr.h).
+ *
  * Build flag (benchmark-only variant): -DRINGLB_NO_VIP_FILTER skips the check
  * (the program before the filter).
  */
@@ -28,6 +34,13 @@ struct {
 	__type(key, __u32);
 	__type(value, __u64);
 } vip_filter SEC(".maps");
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, RINGLB_MAX_VIPS);
+	__type(key, struct ringlb_vip_key);
+	__type(value, __u32);
+} vip_addrs SEC(".maps");
 
 /* The bit of an address: the XOR of its four words (as a little-endian CPU
  * loads them from the packet; IPv4 is word 0) times the 32-bit golden-ratio
@@ -50,6 +63,17 @@ static __always_inline int ringlb_maybe_vip(const __u32 daddr[4])
 
 	return w && ((*w >> (bit & 63)) & 1);
 #endif
+}
+
+/* 1 = flow's destination is one of this edge's own VIP addresses (exact: one
+ * hash lookup; flow->daddr words 1..3 are zero for IPv4). */
+static __always_inline int ringlb_own_vip_addr(const struct ringlb_flow *flow)
+{
+	struct ringlb_vip_key ak = {};
+
+	__builtin_memcpy(ak.addr, flow->daddr, 16);
+	ak.family = flow->family;
+	return bpf_map_lookup_elem(&vip_addrs, &ak) != 0;
 }
 
 #endif /* RINGLB_VIP_FILTER_H */

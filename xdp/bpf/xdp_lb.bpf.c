@@ -4,13 +4,16 @@
  *
  *   parse (eth [+vlan], ipv4|ipv6, tcp|udp; TCP SYN flag)
  *     -> vip_filter[daddr] clear?      not a VIP address: XDP_PASS (vip_filter.h)
+ *        (not TCP/UDP, to one of our VIP addresses: an echo request is
+ *        answered, XDP_TX, anything else dropped: vip_addr.h)
  *        (IPv4 in IPv4: the outer daddr; to one of our VIPs, the inner packet
  *        goes on, and only a failover alias forwards it: failover.h)
  *     -> conntrack[5-tuple]           (not for a SYN) hit, and the backend id
  *                                     still has the entry's generation? done
  *        (a VIP with source ranges: the source must be in them, or
  *        XDP_DROP; src_ranges.h)
- *     -> else vips[(daddr, dport, proto)]  (then the port-0 wildcard)
+ *     -> else vips[(daddr, dport, proto)]  (then the port-0 wildcard;
+ *        neither, to one of our VIP addresses: XDP_DROP, vip_addr.h)
  *        -> source outside the VIP's ranges? XDP_DROP (src_ranges.h)
  *        -> rings[vip_id][flow_hash % M]   (Maglev, flow_hash.h; with client
  *           affinity the hash of the client's address alone)
@@ -73,6 +76,7 @@
 #include "failover.h"
 #include "bfd_hold.h"
 #include "src_ranges.h"
+#include "vip_addr.h"
 
 #ifndef IPPROTO_IPV6
 #define IPPROTO_IPV6 41
@@ -322,6 +326,15 @@ int ringlb_xdp(struct xdp_md *ctx)
 	reason = ringlb_parse(data, data_end, &pkt);
 	if (reason) {
 		if (reason != RINGLB_PARSE_IPIP) {
+			/* to one of our VIP addresses the kernel would route it
+			 * back to the ToR: answered or dropped (vip_addr.h) */
+			if (ringlb_vip_addr_reason(reason) && ringlb_maybe_vip(pkt.flow.daddr) &&
+			    ringlb_own_vip_addr(&pkt.flow)) {
+				int verdict;
+				count(ringlb_vip_addr_verdict(data, data_end, &pkt, reason,
+							      &verdict));
+				return verdict;
+			}
 			count(reason);
 			return XDP_PASS;
 		}
@@ -409,6 +422,12 @@ int ringlb_xdp(struct xdp_md *ctx)
 				 * packet this detour until LRU eviction */
 				if (stale)
 					bpf_map_delete_elem(&conntrack, &pkt.flow);
+				/* no Service on this port of one of our VIP
+				 * addresses: passed, it would loop (vip_addr.h) */
+				if (!decap && ringlb_own_vip_addr(&pkt.flow)) {
+					count(RINGLB_ST_DROP_NO_SERVICE);
+					return XDP_DROP;
+				}
 				count(decap ? RINGLB_ST_PASS_DECAP_NO_ALIAS
 					    : RINGLB_ST_PASS_NOT_VIP);
 				return XDP_PASS;

@@ -395,9 +395,13 @@ pub enum Stat {
     CtOverBudget,
     Local,
     DropSourceRange,
+    IcmpEcho,
+    DropNoService,
+    DropVipIcmp,
+    DropVipOther,
 }
 
-pub const STAT_MAX: u32 = 31;
+pub const STAT_MAX: u32 = 35;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -432,6 +436,10 @@ impl Stat {
         Stat::CtOverBudget,
         Stat::Local,
         Stat::DropSourceRange,
+        Stat::IcmpEcho,
+        Stat::DropNoService,
+        Stat::DropVipIcmp,
+        Stat::DropVipOther,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -468,6 +476,10 @@ impl Stat {
             Stat::CtOverBudget => "ct_over_budget",
             Stat::Local => "local",
             Stat::DropSourceRange => "drop_source_range",
+            Stat::IcmpEcho => "icmp_echo",
+            Stat::DropNoService => "drop_no_service",
+            Stat::DropVipIcmp => "drop_vip_icmp",
+            Stat::DropVipOther => "drop_vip_other",
         }
     }
 }

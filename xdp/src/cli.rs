@@ -245,6 +245,14 @@ pub fn format_lookup(what: &str, l: &Lookup) -> String {
         Lookup::NotVip { .. } => {
             format!("{what}: not a VIP, passed to the kernel (pass_not_vip)\n")
         }
+        Lookup::NoService {
+            conntrack: CtState::Stale { id, .. },
+        } => format!(
+            "{what}: one of this edge's VIP addresses, but no Service on this port and protocol (any more): dropped (drop_no_service); its stale conntrack entry (backend id {id}) is deleted (ct_stale)\n"
+        ),
+        Lookup::NoService { .. } => format!(
+            "{what}: one of this edge's VIP addresses, but no Service on this port and protocol: dropped (drop_no_service)\n"
+        ),
         Lookup::Backend {
             vip,
             id,
@@ -474,6 +482,12 @@ mod tests {
                 conntrack: CtState::Miss
             })
             .contains("not a VIP")
+        );
+        assert!(
+            f(Lookup::NoService {
+                conntrack: CtState::Miss
+            })
+            .contains("no Service on this port and protocol: dropped (drop_no_service)")
         );
         let hit = f(Lookup::Backend {
             vip,

@@ -40,6 +40,11 @@ pub enum Lookup {
     /// all), or `Stale` for an entry of a VIP that is gone whose address still
     /// has a VIP (the program counts and deletes it).
     NotVip { conntrack: CtState },
+    /// One of this edge's own VIP addresses (`vip_addrs`), but no VIP entry
+    /// for the port and protocol nor the port-0 wildcard: `XDP_DROP`
+    /// (`drop_no_service`; passed, the kernel would route it back to the
+    /// ToR). `conntrack` as for `NotVip`.
+    NoService { conntrack: CtState },
     /// Sent to backend `id` at `addr`. `slot` is the ring slot when the ring
     /// decided, `None` when conntrack did.
     Backend {
@@ -168,6 +173,22 @@ impl XdpDatapath {
         }
     }
 
+    /// Whether `flow`'s destination is one of this edge's own VIP addresses
+    /// (`vip_addrs`, exact), as vip_filter.h asks it.
+    fn own_vip_addr(&self, flow: &abi::Flow) -> Result<bool, Error> {
+        let addrs: HashMap<_, abi::VipKey, u32> = self.maps().map(abi::map::VIP_ADDRS)?;
+        let key = abi::VipKey {
+            addr: flow.daddr,
+            family: flow.family,
+            ..Default::default()
+        };
+        match addrs.get(&key, 0) {
+            Ok(_) => Ok(true),
+            Err(MapError::KeyNotFound) => Ok(false),
+            Err(e) => Err(map_err(abi::map::VIP_ADDRS)(e)),
+        }
+    }
+
     /// What the program would do with `flow` now.
     pub fn lookup(&self, flow: &abi::Flow) -> Result<Lookup, Error> {
         let backends: Array<_, abi::BackendValue> = self.maps().map(abi::map::BACKENDS)?;
@@ -238,11 +259,14 @@ impl XdpDatapath {
             id: c.backend_id,
             generation: c.generation,
         });
-        let not_vip = Lookup::NotVip {
-            conntrack: stale.unwrap_or(CtState::Miss),
-        };
+        let conntrack = stale.unwrap_or(CtState::Miss);
+        let not_vip = Lookup::NotVip { conntrack };
         let Some(info) = vip_info(&vips, &mut key)? else {
-            return Ok(not_vip);
+            return Ok(if self.own_vip_addr(flow)? {
+                Lookup::NoService { conntrack }
+            } else {
+                not_vip
+            });
         };
         let Some(vip) = Vip::from_abi(&key) else {
             return Ok(not_vip);

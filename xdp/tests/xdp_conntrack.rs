@@ -43,14 +43,18 @@ fn a_deleted_vip_stops_forwarding_its_established_flows() {
     dp.apply(&state(vec![(b, svc(&b, &["10.1.0.1"], 0))]))
         .unwrap();
     let (verdict, out) = run(&dp, &to_a.bytes());
-    assert_eq!(verdict, XDP_PASS, "A is gone: its flow is not forwarded");
-    assert_eq!(out, to_a.bytes(), "passed untouched");
+    assert_eq!(
+        verdict, XDP_DROP,
+        "A is gone: its flow is not forwarded, and not passed (the address is still B's)"
+    );
+    assert_eq!(out, to_a.bytes(), "dropped untouched");
     assert_eq!(counter(&dp, "ct_stale"), 1);
-    assert_eq!(counter(&dp, "pass_not_vip"), 1);
-    // the stale entry was deleted: the next packet is simply not for a VIP
-    assert_eq!(run(&dp, &to_a.bytes()).0, XDP_PASS);
+    assert_eq!(counter(&dp, "drop_no_service"), 1);
+    // the stale entry was deleted: the next packet is simply for no Service
+    assert_eq!(run(&dp, &to_a.bytes()).0, XDP_DROP);
     assert_eq!(counter(&dp, "ct_stale"), 1, "entry removed");
-    assert_eq!(counter(&dp, "pass_not_vip"), 2);
+    assert_eq!(counter(&dp, "drop_no_service"), 2);
+    assert_eq!(counter(&dp, "pass_not_vip"), 0);
     assert_eq!(
         run(&dp, &to_b.bytes()).1,
         encapped(&to_b, "10.0.0.11", "10.1.0.1", 0),

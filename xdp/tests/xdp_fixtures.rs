@@ -219,11 +219,7 @@ fn non_vip_traffic_passes_untouched() {
         ),
         (
             "pass_not_vip",
-            Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 1, 81).bytes(),
-        ),
-        (
-            "pass_not_vip",
-            Frame::udp(ip("192.0.2.7"), ip("10.100.0.1"), 1, 80).bytes(),
+            Frame::udp(ip("192.0.2.7"), ip("10.100.0.2"), 1, 53).bytes(),
         ),
         ("pass_not_ip", {
             let mut arp = l2_header([0xff; 6], NH.smac, None, 0x0806);
@@ -231,22 +227,22 @@ fn non_vip_traffic_passes_untouched() {
             arp
         }),
         ("pass_icmp", {
-            let mut f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 0, 0);
+            let mut f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.2"), 0, 0);
             f.proto = 1;
             f.bytes()
         }),
         ("pass_fragment", {
-            let mut b = Frame::udp(ip("192.0.2.7"), ip("10.100.0.1"), 5, 53).bytes();
+            let mut b = Frame::udp(ip("192.0.2.7"), ip("10.100.0.2"), 5, 53).bytes();
             b[14 + 6] |= 0x20; // MF (checksum not fixed: the program does not check it)
             b
         }),
         ("pass_ipv6_ext", {
-            let mut f = Frame::tcp(ip("2001:db8:ffff::9"), ip("2001:db8:100::1"), 1, 443);
+            let mut f = Frame::tcp(ip("2001:db8:ffff::9"), ip("2001:db8:100::2"), 1, 443);
             f.proto = 0; // hop-by-hop options
             f.bytes()
         }),
         ("pass_other_l4", {
-            let mut f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 1, 80);
+            let mut f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.2"), 1, 80);
             f.proto = 132; // SCTP
             f.bytes()
         }),

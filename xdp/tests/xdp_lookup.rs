@@ -66,7 +66,9 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
     let said = dp.lookup(&cli::flow(Proto::Tcp, src, dst)).unwrap();
     let predicted = match said {
         Lookup::NotVip { .. } | Lookup::AliasPlain { .. } => Outcome::Pass,
-        Lookup::NoBackend { .. } | Lookup::SourceRefused { .. } => Outcome::Drop,
+        Lookup::NoBackend { .. } | Lookup::SourceRefused { .. } | Lookup::NoService { .. } => {
+            Outcome::Drop
+        }
         Lookup::Backend {
             addr, conntrack, ..
         } => Outcome::To(addr, conntrack == CtState::Hit),
@@ -75,15 +77,19 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
         Lookup::Backend { conntrack, .. } | Lookup::NoBackend { conntrack, .. } => Some(conntrack),
         // refused before the ring and before the hit is counted: no ct counter
         Lookup::AliasPlain { .. } | Lookup::SourceRefused { .. } => None,
-        Lookup::NotVip { conntrack } => Some(match conntrack {
+        Lookup::NotVip { conntrack } | Lookup::NoService { conntrack } => Some(match conntrack {
             CtState::Miss => CtState::Off, // the program counts no ct_miss for a non-VIP
             other => other,
         }),
     };
-    let before: Vec<u64> = ["ct_hit", "ct_stale", "ct_miss", "drop_no_backend"]
-        .iter()
-        .map(|l| counter(dp, l))
-        .collect();
+    const COUNTERS: [&str; 5] = [
+        "ct_hit",
+        "ct_stale",
+        "ct_miss",
+        "drop_no_backend",
+        "drop_no_service",
+    ];
+    let before: Vec<u64> = COUNTERS.iter().map(|l| counter(dp, l)).collect();
     // an ACK: lookup answers for any packet but a SYN (which never follows a conntrack entry)
     let frame = Frame::tcp(src.ip(), dst.ip(), src.port(), dst.port())
         .established()
@@ -91,7 +97,7 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
     let mut out = vec![0u8; frame.len() + 128];
     let (verdict, len, _) = dp.test_run(&frame, &mut out, 1).unwrap();
     out.truncate(len);
-    let delta: Vec<u64> = ["ct_hit", "ct_stale", "ct_miss", "drop_no_backend"]
+    let delta: Vec<u64> = COUNTERS
         .iter()
         .zip(&before)
         .map(|(l, b)| counter(dp, l) - b)
@@ -113,7 +119,10 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
         Some(CtState::Miss) => [0, 0, 1],
     };
     assert_eq!(&delta[..3], &want_delta, "{src} -> {dst}: {said:?}");
-    assert_eq!(delta[3], u64::from(did == Outcome::Drop), "drop_no_backend");
+    let no_backend = matches!(said, Lookup::NoBackend { .. });
+    assert_eq!(delta[3], u64::from(no_backend), "drop_no_backend: {said:?}");
+    let no_service = matches!(said, Lookup::NoService { .. });
+    assert_eq!(delta[4], u64::from(no_service), "drop_no_service: {said:?}");
     (did, said)
 }
 
@@ -189,8 +198,16 @@ fn lookup_agrees_with_the_program_in_every_case() {
     ]))
     .unwrap();
 
-    // not a VIP: wrong port, wrong address
-    assert_eq!(agree(&dp, "192.0.2.7:1", "10.100.0.1:81").0, Outcome::Pass);
+    // a VIP address on a port no VIP has: dropped (passed, it would loop)
+    let (out, said) = agree(&dp, "192.0.2.7:1", "10.100.0.1:81");
+    assert_eq!(out, Outcome::Drop);
+    assert_eq!(
+        said,
+        Lookup::NoService {
+            conntrack: CtState::Miss
+        }
+    );
+    // not a VIP address at all
     assert_eq!(agree(&dp, "192.0.2.7:1", "10.100.0.3:80").0, Outcome::Pass);
     // the port-0 wildcard, miss then hit
     let (out, said) = agree(&dp, "192.0.2.7:1", "10.100.0.5:8443");
