@@ -8,7 +8,10 @@
 //! client -> tor -> edge (XDP: Maglev + IPIP, XDP_TX) -> tor -> pod (tc decap)
 //! -> the reply leaves the pod with the VIP as source, straight to the client.
 //! Many TCP connections spread over both pods; removing pod1 from the desired
-//! state keeps every established connection on pod2 alive. Needs root.
+//! state keeps every established connection on pod2 alive. A ping of the VIP
+//! is answered by the edge, and probes of ports no Service has are dropped
+//! there, with the edge forwarding like a real node's kernel (no loop back
+//! through the ToR). Needs root.
 
 mod xdp_support;
 
@@ -78,6 +81,7 @@ fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
 
     let mut conns = sixty_connections_spread_over_both_pods(c, &dp);
     replies_bypass_the_edge(c, e);
+    ping_and_unused_ports_do_not_loop(c, t, e, &dp);
     pod1_leaves_and_the_flows_on_pod2_survive(c, &mut dp, &mut conns);
     drop(conns);
     dp.uninstall().unwrap();
@@ -239,6 +243,48 @@ fn replies_bypass_the_edge(c: &str, e: &str) {
     assert!(
         client_rx_packets >= 120,
         "the client got the replies ({client_rx_packets})"
+    );
+}
+
+/// Packets the ToR sent the edge on its link so far.
+fn tor_to_edge_packets(t: &str) -> u64 {
+    let link: serde_json::Value =
+        serde_json::from_str(&nsx(t, &["ip", "-j", "-s", "link", "show", "dev", "ve-e"])).unwrap();
+    link[0]["stats64"]["tx"]["packets"].as_u64().unwrap()
+}
+
+/// The edge's kernel forwards (as a node's does), so a VIP packet the program
+/// passed would go back to the ToR and return, until its TTL ran out. A ping
+/// of the VIP is answered by the program, and UDP and TCP probes of ports no
+/// Service has are dropped: one packet per probe on the edge link.
+fn ping_and_unused_ports_do_not_loop(c: &str, t: &str, e: &str, dp: &XdpDatapath) {
+    sysctl(e, "net.ipv4.ip_forward=1");
+    let counter = |label: &str| {
+        let c = dp.read_counters().unwrap();
+        c.global.iter().find(|(l, _)| *l == label).unwrap().1
+    };
+    let before = tor_to_edge_packets(t);
+    let out = nsx(c, &["ping", "-c", "3", "-i", "0.2", "-W", "2", VIP]);
+    assert!(out.contains("3 received"), "{out}");
+    assert!(counter("icmp_echo") >= 3, "answered by the program: {out}");
+    const PROBES: u16 = 20;
+    in_netns(c, || {
+        let u = std::net::UdpSocket::bind("0.0.0.0:0").unwrap();
+        for port in 1000..1000 + PROBES / 2 {
+            u.send_to(b"probe", (ip(VIP), port)).unwrap();
+        }
+        for port in 2000..2000 + PROBES / 2 {
+            let r = TcpStream::connect_timeout(&(ip(VIP), port).into(), Duration::from_millis(300));
+            assert!(r.is_err(), "nothing answers port {port}");
+        }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let sent = tor_to_edge_packets(t) - before;
+    assert_eq!(counter("drop_no_service"), u64::from(PROBES));
+    // 3 echo requests, one packet per probe, and a little room for ARP
+    assert!(
+        sent <= 3 + u64::from(PROBES) + 4,
+        "the ToR sent the edge {sent} packets for 3 pings and {PROBES} probes: a loop"
     );
 }
 
