@@ -137,7 +137,7 @@ impl CommonArgs {
     pub async fn kube_client(&self) -> Result<kube::Client, ClientError> {
         let config = self.kube_config().await?;
         let url = config.cluster_url.to_string();
-        kube::Client::try_from(config).map_err(|source| ClientError::Client { url, source })
+        crate::kube_client::client(config).map_err(|source| ClientError::Client { url, source })
     }
 
     /// A kube client that has answered once (`GET /version`): a start-up check whose
@@ -149,7 +149,7 @@ impl CommonArgs {
             Some(path) => path.display().to_string(),
             None => "$KUBECONFIG, ~/.kube/config or the in-cluster service account".into(),
         };
-        let client = kube::Client::try_from(config).map_err(|source| ClientError::Client {
+        let client = crate::kube_client::client(config).map_err(|source| ClientError::Client {
             url: url.clone(),
             source,
         })?;

@@ -8,6 +8,8 @@ pub mod flags;
 pub mod health;
 pub mod http;
 pub mod kernel;
+#[cfg(feature = "kube")]
+pub mod kube_client;
 pub mod logging;
 pub mod netns;
 
