@@ -738,14 +738,14 @@ pub fn write_kubeconfig(
     std::fs::write(path, text).map_err(Error::io(format!("writing {}", path.display())))
 }
 
-/// A kube client from a kubeconfig file.
+/// A kube client from a kubeconfig file: the programs' (`TCP_NODELAY` on).
 pub async fn client_for(kubeconfig: &Path) -> Result<kube::Client> {
     let kc = Kubeconfig::read_from(kubeconfig)
         .map_err(|e| Error::Manifest(format!("reading {}: {e}", kubeconfig.display())))?;
     let config = kube::Config::from_custom_kubeconfig(kc, &KubeConfigOptions::default())
         .await
         .map_err(|e| Error::Manifest(format!("loading {}: {e}", kubeconfig.display())))?;
-    kube::Client::try_from(config).map_err(Error::kube("building a kube client"))
+    ringlb_ops::kube_client::client(config).map_err(Error::kube("building a kube client"))
 }
 
 fn file_name(p: &Path) -> String {

@@ -140,7 +140,9 @@ pub async fn measure(kubeconfig: &Path, n: usize, edges: usize, port: u16) -> Re
             what: "kubeconfig".into(),
             source: std::io::Error::other(e),
         })?;
-    let client = kube::Client::try_from(cfg).map_err(kube_err("kube client"))?;
+    // the programs' client (TCP_NODELAY): kube-client's own would hold each create on
+    // a new connection ~40 ms behind the TLS handshake (Nagle, delayed ACK)
+    let client = ringlb_ops::kube_client::client(cfg).map_err(kube_err("kube client"))?;
     let api: Api<Service> = Api::namespaced(client, "default");
 
     let tracker = Arc::new(Mutex::new(FibTracker::new(edges)));
