@@ -279,10 +279,12 @@ enum ringlb_stat {
 				    * forwarded by a failover alias (informational) */
 	RINGLB_ST_FAILOVER_OUT,    /* a packet sent to a remote-VIP backend (informational) */
 	RINGLB_ST_PASS_DECAP_NOT_OURS, /* IPIP whose outer destination passed the VIP filter
-				    * but is no VIP address of ours, has IP options, or
-				    * whose inner packet is no IPv4 TCP/UDP packet */
-	RINGLB_ST_PASS_DECAP_NO_ALIAS, /* IPIP to one of our VIPs whose inner destination
-				    * (addr, port, proto) is no failover alias */
+				    * but is no VIP address of ours (IPIP to one that
+				    * has IP options, or whose inner packet is no IPv4
+				    * TCP/UDP packet: RINGLB_ST_DROP_VIP_OTHER) */
+	RINGLB_ST_DROP_DECAP_NO_ALIAS, /* IPIP to one of our VIPs whose inner destination
+				    * (addr, port, proto) is no failover alias: dropped
+				    * (passed, the kernel would route it back to the ToR) */
 	RINGLB_ST_PASS_ALIAS_PLAIN,/* a plain (not encapsulated) packet to a failover alias */
 	RINGLB_ST_FAILOVER_LOOP,   /* a decapsulated packet whose backend is a remote VIP:
 				    * dropped (the loader never programs one) */
@@ -308,7 +310,8 @@ enum ringlb_stat {
 				    * echo request we answer (errors, echo replies,
 				    * IPv4 options): dropped */
 	RINGLB_ST_DROP_VIP_OTHER,  /* a fragment, IPv6 extension headers or another
-				    * protocol to one of our VIP addresses: dropped */
+				    * protocol to one of our VIP addresses, or IPIP to
+				    * one that the failover path cannot parse: dropped */
 	RINGLB_ST_MAX,
 };
 

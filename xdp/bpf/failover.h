@@ -27,8 +27,11 @@
 
 /* After ringlb_parse returned RINGLB_PARSE_IPIP (pkt: the outer header):
  * 0 with pkt describing the inner IPv4 TCP/UDP packet, l2_len covering the
- * outer header and flow.flags = RINGLB_FLOW_F_DECAP; else the reason to pass
- * it (RINGLB_ST_PASS_DECAP_NOT_OURS). The caller checked vip_filter. */
+ * outer header and flow.flags = RINGLB_FLOW_F_DECAP; else the counter:
+ * RINGLB_ST_PASS_DECAP_NOT_OURS (not to one of our VIP addresses: pass it),
+ * or RINGLB_ST_DROP_VIP_OTHER (to one, but not a packet the failover path
+ * takes: drop it, passed it would loop, vip_addr.h). The caller checked
+ * vip_filter. */
 static __always_inline int ringlb_parse_decap(void *data, void *data_end, struct ringlb_pkt *pkt)
 {
 	__u32 l2 = pkt->l2_len == 18 ? 18 : 14;
@@ -38,15 +41,15 @@ static __always_inline int ringlb_parse_decap(void *data, void *data_end, struct
 	if (!ringlb_own_vip_addr(&pkt->flow))
 		return RINGLB_ST_PASS_DECAP_NOT_OURS;
 	if ((void *)(outer + 1) > data_end || outer->ihl != 5)
-		return RINGLB_ST_PASS_DECAP_NOT_OURS;
+		return RINGLB_ST_DROP_VIP_OTHER;
 	void *l3 = outer + 1;
 	if (ringlb_parse_ip4(l3, data_end, pkt, &hlen))
-		return RINGLB_ST_PASS_DECAP_NOT_OURS;
+		return RINGLB_ST_DROP_VIP_OTHER;
 	/* the inner packet inside the outer one's length (not in padding) */
 	if (pkt->l3_len + sizeof(*outer) > outer_len)
-		return RINGLB_ST_PASS_DECAP_NOT_OURS;
+		return RINGLB_ST_DROP_VIP_OTHER;
 	if (ringlb_parse_ports(l3, l3 + hlen, data_end, pkt))
-		return RINGLB_ST_PASS_DECAP_NOT_OURS;
+		return RINGLB_ST_DROP_VIP_OTHER;
 	pkt->l2_len = l2 + sizeof(*outer);
 	pkt->flow.flags = RINGLB_FLOW_F_DECAP;
 	return 0;

@@ -16,6 +16,9 @@
  *                                                       RINGLB_ST_DROP_NO_SERVICE
  *   a fragment, IPv6 extension headers, any other protocol: XDP_DROP
  *                                                       RINGLB_ST_DROP_VIP_OTHER
+ *   IPIP that the failover path (failover.h) cannot parse, or whose inner
+ *     packet no failover alias takes: XDP_DROP, decided there and by the
+ *     main program         RINGLB_ST_DROP_VIP_OTHER, RINGLB_ST_DROP_DECAP_NO_ALIAS
  *
  * The Bloom filter stays first: an address whose bit is clear is passed
  * without the vip_addrs lookup, and TCP/UDP to a served VIP:port never gets

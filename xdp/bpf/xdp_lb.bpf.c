@@ -41,7 +41,8 @@
  * VIP, by XDP_TX (ringlb_too_big); IPv4 without DF is passed.
  * Failover (failover.h): a decapsulated packet's conntrack key carries
  * RINGLB_FLOW_F_DECAP, only a RINGLB_VIP_F_FAILOVER_ALIAS entry forwards it (a
- * plain packet to one is passed), and a backend flagged RINGLB_BE_F_REMOTE_VIP
+ * plain packet to one is passed; IPIP to one of our VIPs that no alias takes
+ * is dropped), and a backend flagged RINGLB_BE_F_REMOTE_VIP
  * never gets it (the loop guard: dropped). Its outer header is rewritten in
  * place by the encap step, which pkt.l2_len (L2 + outer) makes of it.
  * BFD held across a hitless agent restart (bfd_hold.h): a UDP packet to
@@ -347,7 +348,7 @@ int ringlb_xdp(struct xdp_md *ctx)
 		reason = ringlb_parse_decap(data, data_end, &pkt);
 		if (reason) {
 			count(reason);
-			return XDP_PASS;
+			return reason == RINGLB_ST_DROP_VIP_OTHER ? XDP_DROP : XDP_PASS;
 		}
 		decap = 1;
 	} else if (pkt.flow.dport == bpf_htons(RINGLB_BFD_PORT) &&
@@ -422,21 +423,29 @@ int ringlb_xdp(struct xdp_md *ctx)
 				 * packet this detour until LRU eviction */
 				if (stale)
 					bpf_map_delete_elem(&conntrack, &pkt.flow);
-				/* no Service on this port of one of our VIP
-				 * addresses: passed, it would loop (vip_addr.h) */
-				if (!decap && ringlb_own_vip_addr(&pkt.flow)) {
+				/* IPIP to one of our VIP addresses, or no Service
+				 * on this port of one: passed, it would loop
+				 * (vip_addr.h) */
+				if (decap) {
+					count(RINGLB_ST_DROP_DECAP_NO_ALIAS);
+					return XDP_DROP;
+				}
+				if (ringlb_own_vip_addr(&pkt.flow)) {
 					count(RINGLB_ST_DROP_NO_SERVICE);
 					return XDP_DROP;
 				}
-				count(decap ? RINGLB_ST_PASS_DECAP_NO_ALIAS
-					    : RINGLB_ST_PASS_NOT_VIP);
+				count(RINGLB_ST_PASS_NOT_VIP);
 				return XDP_PASS;
 			}
 		}
 		/* a failover alias serves decapsulated packets only, and they
 		 * nothing else */
 		if (!(vip->flags & RINGLB_VIP_F_FAILOVER_ALIAS) != !decap) {
-			count(decap ? RINGLB_ST_PASS_DECAP_NO_ALIAS : RINGLB_ST_PASS_ALIAS_PLAIN);
+			if (decap) {
+				count(RINGLB_ST_DROP_DECAP_NO_ALIAS);
+				return XDP_DROP;
+			}
+			count(RINGLB_ST_PASS_ALIAS_PLAIN);
 			return XDP_PASS;
 		}
 		vip_id = vip->vip_id;
