@@ -15,7 +15,7 @@
 //! announcement state to the API (their `VIPHealthy`/`VIPUnhealthy` Events are
 //! best-effort, folded and expired, so they cannot gate anything). So "the edges have
 //! stopped announcing it" is a bounded wait after the status is cleared: long enough
-//! for a connected edge's watch, its 50 ms debounce, a sync and a BGP withdrawal (well
+//! for a connected edge's watch, its debounce (at most 50 ms), a sync and a BGP withdrawal (well
 //! under a second), with room for a loaded edge. An edge cut off from the API server
 //! does not see the change within any wait; see docs/controller.md.
 //!

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //!  reflectors: Services, EndpointSlices
-//!        │ any event ──> notify (coalesced for DEBOUNCE)
+//!        │ any event ──> notify (coalesced for as long as the last sync took, 5-50 ms)
 //!        ▼
 //!  nexthop-watch thread: kernel route/neighbour/link changes ──> nh notify (DEBOUNCE
 //!                        in nexthops) ──> Datapath::refresh_next_hops (XDP: changed
@@ -68,8 +68,6 @@ use stop::{Exit, Stop};
 
 use sync::{Stores, SyncConfig, SyncState};
 
-/// How long the agent waits for more events before it syncs.
-const DEBOUNCE: Duration = Duration::from_millis(50);
 /// A full resync even without events; it also re-resolves every next hop, in case a
 /// kernel notification was missed.
 const RESYNC: Duration = Duration::from_secs(30);
@@ -661,6 +659,7 @@ impl Agent {
         let mut next_sync = tokio::time::Instant::now();
         let mut refresh_next_hops = Some("start");
         let mut last_nh_refresh = tokio::time::Instant::now();
+        let mut last_sync_took = Duration::ZERO;
         let sig = loop {
             self.heartbeat.beat();
             // At least every RESYNC, whatever else wakes the loop: API events
@@ -676,6 +675,7 @@ impl Agent {
                 last_nh_refresh = tokio::time::Instant::now();
             }
             if due {
+                let started = tokio::time::Instant::now();
                 // The sync resolves next hops with blocking calls: keep it off the
                 // workers that run the BGP sessions.
                 tokio::task::block_in_place(|| {
@@ -688,6 +688,7 @@ impl Agent {
                         &mut state,
                     )
                 });
+                last_sync_took = started.elapsed();
                 self.health.set_ready(state.synced_once && !state.retry);
                 if state.synced_once
                     && let Some(tx) = self.first_sync.take()
@@ -716,7 +717,7 @@ impl Agent {
             }
             due = true;
             tokio::select! {
-                _ = self.notify.notified() => tokio::time::sleep(DEBOUNCE).await,
+                _ = self.notify.notified() => tokio::time::sleep(sync::debounce(last_sync_took)).await,
                 _ = tokio::time::sleep_until(next_sync) => {}
                 _ = tokio::time::sleep_until(last_nh_refresh + RESYNC) => {
                     refresh_next_hops = Some("resync");

@@ -4,10 +4,11 @@
 //! health threshold, and the facts the health pages answer from. Tested
 //! here against the real apply paths of both datapaths, XDP over in-memory maps and
 //! IPVS over an in-memory kernel, and a real speaker; no API server, no kernel.
+//! Also how long the agent lets events settle before a sync ([`debounce`]).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use ipnetwork::IpNetwork;
 use k8s_openapi::api::core::v1::Service;
@@ -20,6 +21,19 @@ use super::local_pods::LocalPodsOf;
 use super::metrics::DatapathMetrics;
 use crate::vip_health::{Board, Changed, FailoverChanged, Tracker};
 use crate::{serving, tables};
+
+/// The least the agent waits for more events before it syncs: the events of one
+/// change (a Service, its status, its EndpointSlice) arrive within a few ms.
+const SETTLE: Duration = Duration::from_millis(5);
+/// The most it waits. Between the two it waits as long as its last sync took, so
+/// that under a stream of events the loop syncs at most about half of the time.
+const DEBOUNCE: Duration = Duration::from_millis(50);
+
+/// How long to wait for more events once one arrived: as long as the last sync
+/// took, within `SETTLE..=DEBOUNCE`.
+pub fn debounce(last_sync_took: Duration) -> Duration {
+    last_sync_took.clamp(SETTLE, DEBOUNCE)
+}
 
 /// What one sync leaves for the next.
 #[derive(Default)]
@@ -696,5 +710,14 @@ mod tests {
         assert!(!edge.st.retry);
         assert_eq!(edge.announced(), ["10.100.0.1/32", "10.100.0.2/32"]);
         assert_eq!(edge.ipvs().len(), 2);
+    }
+
+    #[test]
+    fn events_settle_for_as_long_as_the_last_sync_took_within_bounds() {
+        use super::{DEBOUNCE, Duration, SETTLE, debounce};
+        assert_eq!(debounce(Duration::ZERO), SETTLE);
+        let took = Duration::from_millis(12);
+        assert_eq!(debounce(took), took);
+        assert_eq!(debounce(Duration::from_secs(2)), DEBOUNCE);
     }
 }
