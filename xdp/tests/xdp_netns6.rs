@@ -1,5 +1,6 @@
 //! IPv6 real traffic through the XDP datapath (IPv6-in-IPv6 to the pods):
-//! the same topology as xdp_netns.rs, IPv6 only. Needs root.
+//! the same topology as xdp_netns.rs, IPv6 only; a ping of the VIP gets the
+//! edge's ICMPv6 echo reply. Needs root.
 
 mod xdp_support;
 
@@ -172,5 +173,13 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
         tx >= 40 * 3,
         "client packets were encapsulated IPv6-in-IPv6 ({tx})"
     );
+    // a ping of the VIP is answered by the program, also with the edge's
+    // kernel forwarding (which would send a passed echo back to the ToR)
+    nsx(e, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+    let out = nsx(c, &["ping", "-c", "3", "-i", "0.2", "-W", "2", VIP]);
+    assert!(out.contains("3 received"), "{out}");
+    let counters = dp.read_counters().unwrap();
+    let echo = counters.global.iter().find(|(l, _)| *l == "icmp_echo");
+    assert!(echo.unwrap().1 >= 3, "answered by the program: {out}");
     dp.uninstall().unwrap();
 }
