@@ -15,7 +15,8 @@
 //! Service's own (`ringlb_bgp::reach`): Warning `NoAdvertisement` (no
 //! `BGPAdvertisement` selects its pool for an Established peer) or
 //! `FamilyNotNegotiated` (no session carries its address family), once per cause
-//! while it lasts.
+//! while it lasts, and only once it has lasted [`UNANNOUNCED_GRACE`]: a route the
+//! sync just handed to the speaker is unsent for the few ms until the sessions send it.
 
 use k8s_openapi::api::core::v1::Service;
 use kube::Resource;
@@ -93,18 +94,50 @@ pub fn failover_event_for(c: &FailoverChanged, node: &str) -> Event {
     }
 }
 
-/// (Service, VIP:port, reason) of the unannounced VIP:ports reported.
-pub type Unannounced = std::collections::BTreeSet<(String, String, &'static str)>;
+/// How long a VIP:port must stay unannounced for a cause of its own before it is
+/// warned. The sync hands a new route to the speaker and reads the health reports
+/// right after; each BGP session sends the UPDATE from its own task a few ms later,
+/// so the report of that sync finds a route just handed over still unsent, which
+/// looks like `NoAdvertisement` (every new or reused VIP, worst under a burst of new
+/// Services).
+pub const UNANNOUNCED_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The Warnings of VIP:ports no router has for a cause of their own, except those in
-/// `already`: (Service, Event) each, and the new `already`.
+/// (Service, VIP:port, reason) of one unannounced VIP:port.
+type UnannouncedKey = (String, String, &'static str);
+
+/// The unannounced VIP:ports of the last sync: since when each cause has lasted, or
+/// that it was warned.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Unannounced(std::collections::BTreeMap<UnannouncedKey, Seen>);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    Since(std::time::Instant),
+    Warned,
+}
+
+/// What [`unannounced_events`] decided at one sync.
+#[derive(Default)]
+pub struct UnannouncedStep {
+    /// (Service, Event) of each Warning to send.
+    pub events: Vec<(String, Event)>,
+    /// The state for the next sync.
+    pub seen: Unannounced,
+    /// When a cause still within its grace is to be looked at again.
+    pub due: Option<std::time::Instant>,
+}
+
+/// The Warnings of VIP:ports no router has for a cause of their own that has lasted
+/// [`UNANNOUNCED_GRACE`] by `now` (so at least past the sync that first saw it),
+/// each once while it lasts; a cause that went away (the VIP:port announced, its
+/// Service deleted) is forgotten.
 pub fn unannounced_events(
     reports: &[crate::vip_health::Report],
     node: &str,
-    already: &Unannounced,
-) -> (Vec<(String, Event)>, Unannounced) {
-    let mut now = std::collections::BTreeSet::new();
-    let mut out = Vec::new();
+    before: &Unannounced,
+    now: std::time::Instant,
+) -> UnannouncedStep {
+    let mut step = UnannouncedStep::default();
     for r in reports {
         let Some(reach) = r.unannounced else {
             continue;
@@ -114,24 +147,36 @@ pub fn unannounced_events(
             _ => r.vip.to_string(),
         };
         let key = (r.service.clone(), at.clone(), reach.reason());
-        if !already.contains(&key) {
-            out.push((
-                r.service.clone(),
-                Event {
-                    type_: EventType::Warning,
-                    reason: reach.reason().into(),
-                    note: Some(format!(
-                        "edge {node}: VIP {at} is not announced: {}",
-                        reach.message()
-                    )),
-                    action: "Announce".into(),
-                    secondary: None,
-                },
-            ));
+        let since = match before.0.get(&key) {
+            Some(Seen::Warned) => {
+                step.seen.0.insert(key, Seen::Warned);
+                continue;
+            }
+            Some(Seen::Since(t)) => *t,
+            None => now,
+        };
+        let warn_at = since + UNANNOUNCED_GRACE;
+        if now < warn_at {
+            step.due = Some(step.due.map_or(warn_at, |d| d.min(warn_at)));
+            step.seen.0.insert(key, Seen::Since(since));
+            continue;
         }
-        now.insert(key);
+        step.events.push((
+            r.service.clone(),
+            Event {
+                type_: EventType::Warning,
+                reason: reach.reason().into(),
+                note: Some(format!(
+                    "edge {node}: VIP {at} is not announced: {}",
+                    reach.message()
+                )),
+                action: "Announce".into(),
+                secondary: None,
+            },
+        ));
+        step.seen.0.insert(key, Seen::Warned);
     }
-    (out, now)
+    step
 }
 
 /// Writes the Events of health changes.
@@ -140,7 +185,7 @@ pub struct HealthEvents {
     node: String,
     /// (Service, reason) of the bad annotations already reported.
     reported: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
-    /// The unannounced VIP:ports already reported.
+    /// The unannounced VIP:ports of the last sync.
     unannounced: std::sync::Mutex<Unannounced>,
 }
 
@@ -203,19 +248,23 @@ impl HealthEvents {
     }
 
     /// Publishes a Warning per VIP:port no router has for a cause of its own, once
-    /// while the cause lasts ([`unannounced_events`]).
+    /// the cause has lasted [`UNANNOUNCED_GRACE`] and once while it lasts
+    /// ([`unannounced_events`]). Returns when to sync again to look at a cause still
+    /// within its grace.
     pub fn publish_unannounced(
         &self,
         services: &Store<Service>,
         reports: &[crate::vip_health::Report],
-    ) {
+        now: std::time::Instant,
+    ) -> Option<std::time::Instant> {
         let mut done = self.unannounced.lock().unwrap_or_else(|e| e.into_inner());
-        let (events, now) = unannounced_events(reports, &self.node, &done);
-        for (service, ev) in events {
+        let step = unannounced_events(reports, &self.node, &done, now);
+        for (service, ev) in step.events {
             tracing::warn!(service = %service, reason = %ev.reason, "{}", ev.note.as_deref().unwrap_or(""));
             self.send(services, &service, ev);
         }
-        *done = now;
+        *done = step.seen;
+        step.due
     }
 
     /// Sends `ev` about this edge's Node in the background (a fault of the edge
@@ -252,21 +301,23 @@ mod tests {
     use super::*;
     use ringlb_datapath::{Proto, Vip};
 
-    #[test]
-    fn an_unannounced_vip_is_warned_once_per_cause_while_it_lasts() {
+    fn unannounced(
+        service: &str,
+        vip: &str,
+        why: Option<ringlb_bgp::reach::Reach>,
+    ) -> crate::vip_health::Report {
         use crate::vip_health::{Report, State};
-        use ringlb_bgp::reach::Reach;
-        let report = |service: &str, vip: &str, unannounced: Option<Reach>| Report {
+        Report {
             vip: vip.parse().unwrap(),
             port: Some(80),
             protocol: Some("TCP"),
             service: service.into(),
             programmed: true,
-            announced: unannounced.is_none(),
+            announced: why.is_none(),
             depreferred: false,
             ready_backends: 1,
             min_ready: 1,
-            state: if unannounced.is_none() {
+            state: if why.is_none() {
                 State::Healthy
             } else {
                 State::Down
@@ -275,45 +326,92 @@ mod tests {
             failover_vip: None,
             failing_over: false,
             ports: Vec::new(),
-            unannounced,
-        };
-        let no_adv = report("default/web", "10.9.1.0", Some(Reach::NotSelected));
-        let v6 = report(
+            unannounced: why,
+        }
+    }
+
+    fn reasons(step: &UnannouncedStep) -> Vec<(&str, &str)> {
+        step.events
+            .iter()
+            .map(|(s, e)| (s.as_str(), e.reason.as_str()))
+            .collect()
+    }
+
+    #[test]
+    fn an_unannounced_vip_is_warned_once_its_cause_outlasts_the_grace() {
+        use ringlb_bgp::reach::Reach;
+        use std::time::{Duration, Instant};
+        let no_adv = unannounced("default/web", "10.9.1.0", Some(Reach::NotSelected));
+        let v6 = unannounced(
             "default/web",
             "2001:db8::1",
             Some(Reach::FamilyNotNegotiated(ringlb_bgp::codec::Afi::Ipv6)),
         );
-        let fine = report("default/other", "10.9.0.1", None);
-        let (ev, seen) = unannounced_events(
-            &[no_adv.clone(), v6.clone(), fine.clone()],
-            "edge-1",
-            &Default::default(),
-        );
-        let got: Vec<(&str, &str)> = ev
-            .iter()
-            .map(|(s, e)| (s.as_str(), e.reason.as_str()))
-            .collect();
+        let fine = unannounced("default/other", "10.9.0.1", None);
+        let all = [no_adv.clone(), v6.clone(), fine.clone()];
+        let t0 = Instant::now();
+        // The sync that first sees it: not yet, but look again when the grace ends.
+        let first = unannounced_events(&all, "edge-1", &Default::default(), t0);
+        assert!(first.events.is_empty(), "warned at first sight");
+        assert_eq!(first.due, Some(t0 + UNANNOUNCED_GRACE));
+        let ev = unannounced_events(&all, "edge-1", &first.seen, t0 + UNANNOUNCED_GRACE);
         assert_eq!(
-            got,
+            reasons(&ev),
             [
                 ("default/web", "NoAdvertisement"),
                 ("default/web", "FamilyNotNegotiated")
             ]
         );
-        assert_eq!(ev[0].1.type_, EventType::Warning);
-        let note = ev[0].1.note.clone().unwrap();
+        assert_eq!(ev.due, None);
+        assert_eq!(ev.events[0].1.type_, EventType::Warning);
+        let note = ev.events[0].1.note.clone().unwrap();
         assert!(
             note.starts_with(
                 "edge edge-1: VIP 10.9.1.0:80/TCP is not announced: no BGPAdvertisement selects"
             ),
             "{note}"
         );
-        // Still so at the next sync: no repeat. Gone and back: warned again.
-        let (again, seen) = unannounced_events(&[no_adv.clone(), v6], "edge-1", &seen);
-        assert!(again.is_empty(), "repeated {} Events", again.len());
-        let (_, seen) = unannounced_events(&[fine], "edge-1", &seen);
-        let (back, _) = unannounced_events(&[no_adv], "edge-1", &seen);
-        assert_eq!(back.len(), 1);
+        // Still so at the next sync: no repeat. Gone and back: warned again, after
+        // the grace again.
+        let s = Duration::from_secs(1);
+        let again = unannounced_events(&[no_adv.clone(), v6], "edge-1", &ev.seen, t0 + 2 * s);
+        assert!(again.events.is_empty(), "repeated {}", again.events.len());
+        let gone = unannounced_events(&[fine], "edge-1", &again.seen, t0 + 3 * s);
+        let only = [no_adv];
+        let back = unannounced_events(&only, "edge-1", &gone.seen, t0 + 4 * s);
+        assert!(back.events.is_empty());
+        let t = t0 + 4 * s + UNANNOUNCED_GRACE;
+        let back = unannounced_events(&only, "edge-1", &back.seen, t);
+        assert_eq!(reasons(&back), [("default/web", "NoAdvertisement")]);
+    }
+
+    #[test]
+    fn a_reused_vip_is_not_warned_while_its_update_is_on_its_way() {
+        use ringlb_bgp::reach::Reach;
+        use std::time::{Duration, Instant};
+        let ms = Duration::from_millis;
+        let t0 = Instant::now();
+        let vip = "10.9.1.7";
+        let old = unannounced("default/bench-1", vip, None);
+        let step = unannounced_events(&[old], "edge-1", &Default::default(), t0);
+        // The Service is deleted: its VIP is withdrawn and leaves the reports.
+        let step = unannounced_events(&[], "edge-1", &step.seen, t0 + ms(10));
+        // A new Service gets the address. The sync that hands its route to the
+        // speaker reads the reports before the sessions sent the UPDATE: not in
+        // any peer's sent prefixes yet, which reads as NoAdvertisement. Next to it,
+        // a VIP that no BGPAdvertisement selects.
+        let reused = |reach| unannounced("default/bench-2", vip, reach);
+        let unselected = unannounced("default/lost", "10.66.0.1", Some(Reach::NotSelected));
+        let racing = [reused(Some(Reach::NotSelected)), unselected.clone()];
+        let step = unannounced_events(&racing, "edge-1", &step.seen, t0 + ms(20));
+        assert!(reasons(&step).is_empty(), "{:?}", reasons(&step));
+        let due = step.due.expect("a look again at the grace's end");
+        // The sessions sent it by the next sync: never warned.
+        let sent = [reused(None), unselected];
+        let step = unannounced_events(&sent, "edge-1", &step.seen, t0 + ms(25));
+        assert!(step.events.is_empty());
+        let step = unannounced_events(&sent, "edge-1", &step.seen, due);
+        assert_eq!(reasons(&step), [("default/lost", "NoAdvertisement")]);
     }
 
     fn changed(t: Transition) -> Changed {

@@ -696,10 +696,12 @@ impl Agent {
                     let _ = tx.send(());
                 }
                 self.health_metrics.count(&state.changed);
-                let reports = self.board.reports(std::time::Instant::now());
+                let now = std::time::Instant::now();
+                let reports = self.board.reports(now);
                 self.health_metrics.update(&reports);
-                self.health_events
-                    .publish_unannounced(&self.stores.services, &reports);
+                let recheck =
+                    self.health_events
+                        .publish_unannounced(&self.stores.services, &reports, now);
                 self.health_metrics.set_aliases(state.aliases);
                 self.health_events
                     .publish(&self.stores.services, &state.changed);
@@ -708,9 +710,9 @@ impl Agent {
                 self.health_events
                     .publish_bad_annotations(&self.stores.services, &state.bad_annotations);
                 next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
-                // A hold-down that ends before then: sync at its end (plus a little,
-                // so the step sees it elapsed).
-                if let Some(due) = state.due {
+                // A hold-down that ends before then, or an unannounced VIP's grace:
+                // sync at its end (plus a little, so the step sees it elapsed).
+                if let Some(due) = state.due.into_iter().chain(recheck).min() {
                     let due = tokio::time::Instant::from_std(due) + Duration::from_millis(5);
                     next_sync = next_sync.min(due);
                 }
