@@ -28,6 +28,7 @@ help:
 	@echo "make k8s    - build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubectl from Go modules (cached)"
 	@echo "make demo   - (root) the real cluster: helm install, a LoadBalancer Service, traffic through the edges to the pods, DSR"
 	@echo "make lab-demo - (root) the namespace lab without kubelets (docs/lab.md)"
+	@echo "make conformance - (root) Kubernetes' LoadBalancer and Services conformance e2e tests against ringlb (docs/conformance.md)"
 
 setup:
 	bash scripts/setup.sh test
@@ -71,6 +72,17 @@ crds:
 demo: setup-demo k8s cluster-images
 	$(CARGO) build -q -p ringlb-e2e --bin ringlb-lab
 	$(CARGO_TARGET_DIR)/debug/ringlb-lab cluster-demo
+
+# Kubernetes' own e2e suite against ringlb on the real cluster (root): every
+# [Feature:LoadBalancer] test and the Services conformance tests, from a client behind
+# the ToR; then no address, route or BPF entry may be left. PROXY_MODE=nftables runs
+# kube-proxy in that mode. Report: target/conformance/<mode>/. docs/conformance.md.
+PROXY_MODE ?= iptables
+.PHONY: conformance
+conformance: setup-demo k8s cluster-images
+	$(CARGO) build -q -p ringlb-e2e --bin ringlb-lab
+	$(CARGO_TARGET_DIR)/debug/ringlb-lab --prefix rlb-conf conformance --proxy-mode $(PROXY_MODE) \
+		--report-dir $(CARGO_TARGET_DIR)/conformance
 
 # The older namespace lab with the programs run directly (no kubelet); docs/lab.md.
 .PHONY: lab-demo

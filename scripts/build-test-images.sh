@@ -7,7 +7,7 @@
 #       k8s.io/kubernetes module (build/pause/linux), gcc -static, alone in an image
 #   registry.k8s.io/e2e-test-images/agnhost:2.56     agnhost from scripts/build-k8s.sh
 #       on a Debian minbase root filesystem with the tools the e2e tests exec (curl,
-#       Debian's wget, netcat, iproute2, dig, ping)
+#       Debian's wget set to one try as busybox's, netcat, iproute2, dig, ping)
 #
 # The tags are those of test/utils/image/manifest.go at the pinned version. Output:
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/test-images-<k8s version>/{pause,agnhost}.tar
@@ -26,7 +26,7 @@ AGNHOST_PKGS=curl,wget,netcat-openbsd,iproute2,bind9-dnsutils,iputils-ping,ca-ce
 version=$(awk '$1 == "k8s.io/kubernetes" {print $2}' "$MOD/go.mod")
 assets=$(bash scripts/build-k8s.sh)
 out=${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/test-images-$version
-stamp=$( (echo "$PAUSE_TAG $AGNHOST_TAG $AGNHOST_PKGS $SUITE"; sha256sum "$assets/agnhost" | cut -c1-64) | sha256sum | cut -c1-16)
+stamp=$( (echo "$PAUSE_TAG $AGNHOST_TAG $AGNHOST_PKGS $SUITE wgetrc-tries-1"; sha256sum "$assets/agnhost" | cut -c1-64) | sha256sum | cut -c1-16)
 if [ -f "$out/pause.tar" ] && [ -f "$out/agnhost.tar" ] && [ "$(cat "$out/.stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "build-test-images: $out is current" >&2
   echo "$out"
@@ -78,6 +78,10 @@ ln -sf agnhost "$rootfs/agnhost-2"
 # agnhost's porter serves TLS with these; the e2e tests' uid/gid checks expect these names.
 cp "$kmod/test/images/agnhost/porter/localhost.crt" "$kmod/test/images/agnhost/porter/localhost.key" "$rootfs/"
 mkdir -p "$rootfs/uploads"
+# Upstream's agnhost has busybox's wget, which tries once; Debian's retries 20 times,
+# so an e2e check that a blocked address stays unreachable (`wget -T 5`) would take
+# minutes instead of seconds. One try, as upstream's image behaves.
+printf 'tries = 1\n' >"$rootfs/etc/wgetrc"
 chroot "$rootfs" sh -c 'groupadd -g 50000 group-defined-in-image && useradd -u 1000 -G group-defined-in-image user-defined-in-image'
 image agnhost registry.k8s.io/e2e-test-images/agnhost "$AGNHOST_TAG" "$rootfs" /agnhost pause
 

@@ -224,6 +224,11 @@ impl Node {
             format!("--cluster-cidr={}", plan::CLUSTER_CIDRS),
             "--conntrack-max-per-core=0".into(),
             "--oom-score-adj=0".into(),
+            // every node address, iptables mode's default: nftables mode defaults to
+            // the node's primary IP of each family, so an IPv4 Service's NodePorts and
+            // health-check node port would not answer on a dual-stack node's IPv6
+            // address, which Kubernetes' e2e tests probe (docs/conformance.md)
+            "--nodeport-addresses=0.0.0.0/0,::/0".into(),
             "--metrics-bind-address=127.0.0.1:10249".into(),
             "--healthz-bind-address=127.0.0.1:10256".into(),
             "--v=1".into(),

@@ -22,6 +22,28 @@ pub const LOADBALANCER: &str = r"\[Feature:LoadBalancer\]";
 /// The Services conformance tests: ringlb installed breaks none of them.
 pub const SERVICES_CONFORMANCE: &str = r"\[sig-network\] Services .*\[Conformance\]";
 
+/// What `make test` runs (`e2e/tests/upstream_loadbalancer.rs`): every
+/// `[Feature:LoadBalancer]` test but the two rolling-update ones, which take about 20
+/// minutes each (a DaemonSet rolled five times, 60 s of grace per pod); `make
+/// conformance` runs those too. Each entry matches exactly one spec.
+pub const MAKE_TEST: &[&str] = &[
+    r"\[Feature:LoadBalancer\] should be able to change the type and ports of a TCP service",
+    r"\[Feature:LoadBalancer\] should be able to change the type and ports of a UDP service",
+    r"\[Feature:LoadBalancer\] should only allow access from service loadbalancer source ranges",
+    r"\[Feature:LoadBalancer\] should have session affinity work for LoadBalancer service with Local",
+    r"\[Feature:LoadBalancer\] should be able to switch session affinity for LoadBalancer service with Local",
+    r"\[Feature:LoadBalancer\] should have session affinity work for LoadBalancer service with Cluster",
+    r"\[Feature:LoadBalancer\] should be able to switch session affinity for LoadBalancer service with Cluster",
+    r"\[Feature:LoadBalancer\] should handle load balancer cleanup finalizer",
+    r"\[Feature:LoadBalancer\] should be able to create LoadBalancer Service without NodePort",
+    r"\[Feature:LoadBalancer\] should be able to preserve UDP traffic when server pod cycles for a LoadBalancer service on different nodes",
+    r"\[Feature:LoadBalancer\] should be able to preserve UDP traffic when server pod cycles for a LoadBalancer service on the same nodes",
+    r"\[Feature:LoadBalancer\].* should work for type=LoadBalancer",
+    r"\[Feature:LoadBalancer\].* should only target nodes with endpoints",
+    r"\[Feature:LoadBalancer\].* should target all nodes with endpoints",
+    r"\[Feature:LoadBalancer\].* should work from pods",
+];
+
 /// One run of the suite.
 #[derive(Debug, Clone)]
 pub struct Suite {
@@ -76,6 +98,32 @@ impl Outcome {
             if s.state != State::Passed && !s.message.is_empty() {
                 out.push_str(&format!("           {}\n", s.message));
             }
+        }
+        out
+    }
+}
+
+impl Outcome {
+    /// The specs as a Markdown table (test, result, seconds), for docs/conformance.md.
+    pub fn markdown(&self) -> String {
+        let mut out = String::from("| test | result | seconds |\n|---|---|---|\n");
+        for s in &self.specs {
+            let name = s
+                .name
+                .trim_start_matches("[It] ")
+                .split(" [sig-")
+                .next()
+                .unwrap_or(&s.name);
+            let state = match s.state {
+                State::Passed => "passed".to_string(),
+                State::Failed => format!("FAILED: {}", s.message),
+                State::Skipped => format!("skipped: {}", s.message),
+            };
+            out.push_str(&format!(
+                "| {} | {state} | {:.0} |\n",
+                name.replace('|', "\\|"),
+                s.time.as_secs_f64()
+            ));
         }
         out
     }
@@ -344,7 +392,10 @@ fn run_on(rc: &RealCluster, mode: &str, suite: &Suite) -> Result<()> {
         outcome.took.as_secs_f64(),
         outcome.table()
     );
+    let md = outcome.junit.with_file_name("results.md");
+    let _ = std::fs::write(&md, outcome.markdown());
     println!("  JUnit report: {}", outcome.junit.display());
+    println!("  as a table: {}", md.display());
     println!("  the suite's log: {}", outcome.log.display());
     match &outcome.totals {
         Some(t) => println!(
