@@ -99,18 +99,20 @@ impl<K: Kernel> IpvsDatapath<K> {
         self.run(&ops, &addrs)
     }
 
-    /// Changes one service (`None` removes it) without looking at any other.
+    /// Changes one service (`None` removes it) without looking at any other;
+    /// `affinity` as in [`Desired::affinity`].
     pub fn apply_service(
         &mut self,
         key: &ServiceKey,
         backends: Option<&[Backend]>,
+        affinity: Option<u32>,
     ) -> Result<ApplyStats, Error> {
         let addrs = BTreeSet::from([key.addr]);
         self.ensure_view(&addrs)?;
         if backends.is_some() {
             self.adopt(&addrs)?;
         }
-        let ops = plan_service(&self.view, key, backends, &self.cfg)?;
+        let ops = plan_service(&self.view, key, backends, affinity, &self.cfg)?;
         self.run(&ops, &addrs)
     }
 

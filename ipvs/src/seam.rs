@@ -8,7 +8,9 @@
 //! backend that is another region's VIP is a real server like a pod (tunnel
 //! forwarding encapsulates to it); a failover alias is refused here, per VIP and
 //! before anything is written: IPVS cannot take an IPIP packet to one VIP apart
-//! and forward the inner packet by another VIP's service.
+//! and forward the inner packet by another VIP's service. Client affinity makes
+//! the virtual service persistent (`plan::Config::service_with`). Source ranges
+//! are not enforced: the edge agent warns of them (docs/ipvs.md).
 
 use ringlb_datapath as seam;
 
@@ -85,6 +87,11 @@ pub fn desired(state: &seam::DesiredState) -> Desired {
             .iter()
             .map(|(vip, e)| (service_key(vip), backends(e)))
             .collect(),
+        affinity: state
+            .services
+            .iter()
+            .filter_map(|(vip, e)| Some((service_key(vip), e.client_affinity()?)))
+            .collect(),
     }
 }
 
@@ -117,7 +124,8 @@ impl<K: Kernel> seam::Datapath for IpvsDatapath<K> {
             check_entry(vip, e, self.config().forward)?;
         }
         let b = entry.map(backends);
-        let st = IpvsDatapath::apply_service(self, &service_key(vip), b.as_deref())?;
+        let affinity = entry.and_then(|e| e.client_affinity());
+        let st = IpvsDatapath::apply_service(self, &service_key(vip), b.as_deref(), affinity)?;
         Ok(stats(st))
     }
 
@@ -267,6 +275,35 @@ mod tests {
         );
         // without tunnel forwarding it could not reach it
         assert!(check_entry(&v, &e, Forward::DirectRoute).is_err());
+    }
+
+    /// Client affinity reaches the virtual service as persistence, through a
+    /// full apply and a one-service apply, and leaves with it.
+    #[test]
+    fn client_affinity_makes_the_virtual_service_persistent() {
+        use crate::codec::consts::{IP_VS_SVC_F_PERSISTENT, IP_VS_SVC_F_SCHED2};
+        let mut dp = dp();
+        let v = vip(80);
+        let sticky = |t| {
+            let mut s = state(80);
+            let e = s.services.remove(&v).unwrap().with_client_affinity(t);
+            s.services.insert(v, e);
+            s
+        };
+        let persist = |dp: &IpvsDatapath<MemoryKernel>| {
+            let s = &dp.held().services[&service_key(&v)].service;
+            (
+                s.flags & (IP_VS_SVC_F_PERSISTENT | IP_VS_SVC_F_SCHED2),
+                s.timeout,
+            )
+        };
+        Datapath::apply(&mut dp, &sticky(600)).unwrap();
+        assert_eq!(persist(&dp), (IP_VS_SVC_F_PERSISTENT, 600));
+        Datapath::apply(&mut dp, &state(80)).unwrap();
+        assert_eq!(persist(&dp), (IP_VS_SVC_F_SCHED2, 0));
+        let e = &sticky(60).services[&v];
+        Datapath::apply_service(&mut dp, &v, Some(e)).unwrap();
+        assert_eq!(persist(&dp), (IP_VS_SVC_F_PERSISTENT, 60));
     }
 
     #[test]

@@ -79,6 +79,18 @@ fn new_service_ipv4_mh_fallback_port() {
     both_ways(&Message::new_service(s), 1, &hex(NEW_SERVICE_V4));
 }
 
+/// Client affinity: PERSISTENT with mh-fallback (no mh-port), the timeout in
+/// host order, the host netmask.
+#[test]
+fn new_service_ipv4_persistent() {
+    let mut s = Service::mh(svc4(), IP_VS_SVC_F_SCHED1 | IP_VS_SVC_F_PERSISTENT);
+    s.timeout = 10_800;
+    let bytes = NEW_SERVICE_V4
+        .replace("18000000 3d000000", "09000000 3d000000")
+        .replace("0800 0800 | 00000000", "0800 0800 | 302a0000");
+    both_ways(&Message::new_service(s), 1, &hex(&bytes));
+}
+
 const NEW_DEST_TUNNEL: &str = "
     94000000 2500 0500 02000000 00000000    # len 148, REQUEST|ACK, seq 2
     05 01 0000                              # NEW_DEST

@@ -9,8 +9,9 @@
 //!   server leaves only with the service (`DEL_SERVICE`). If both the old and
 //!   the new state have a real server of weight > 0, so does every state in
 //!   between.
-//! - **Edits are edits.** A weight change is one `SET_DEST`; a scheduler or
-//!   flag change one `SET_SERVICE`.
+//! - **Edits are edits.** A weight change is one `SET_DEST`; a scheduler,
+//!   flag or persistence change (client affinity on, off, a new timeout) one
+//!   `SET_SERVICE`.
 //! - **The same list on every edge** (`DestOrder::Canonical`, the default). The
 //!   kernel's `mh` fills its table walking the service's real-server list, and
 //!   `NEW_DEST` puts a new server at the list's head (`list_add_rcu` in
@@ -38,7 +39,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
 use crate::Error;
-use crate::codec::consts::{IP_VS_SVC_F_SCHED1, IP_VS_SVC_F_SCHED2};
+use crate::codec::consts::{IP_VS_SVC_F_PERSISTENT, IP_VS_SVC_F_SCHED1, IP_VS_SVC_F_SCHED2};
 use crate::model::{Dest, DestKey, Forward, Proto, Service, ServiceKey};
 
 mod held;
@@ -59,6 +60,9 @@ pub struct Backend {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Desired {
     pub services: BTreeMap<ServiceKey, Vec<Backend>>,
+    /// The services of `services` with client affinity (`sessionAffinity:
+    /// ClientIP`), with its timeout in seconds ([`Config::service_with`]).
+    pub affinity: BTreeMap<ServiceKey, u32>,
 }
 
 /// How a service's real-server list is ordered (see the module doc).
@@ -105,8 +109,25 @@ impl Config {
         f
     }
 
+    /// The virtual service of `key` without client affinity.
     pub fn service(&self, key: ServiceKey) -> Service {
-        Service::mh(key, self.service_flags())
+        self.service_with(key, None)
+    }
+
+    /// The virtual service of `key`; with `affinity` (a timeout in seconds) a
+    /// persistent one: the client's address alone (`mh-port` off) picks the
+    /// real server, the same on every edge, and the kernel's persistence
+    /// template (per client address, the host netmask) keeps the client on it
+    /// for `affinity` seconds after its last connection, whatever the server
+    /// set does meanwhile. A timeout of 0 (which would expire each template at
+    /// once) is raised to 1.
+    pub fn service_with(&self, key: ServiceKey, affinity: Option<u32>) -> Service {
+        let mut s = Service::mh(key, self.service_flags());
+        if let Some(t) = affinity {
+            s.flags = (s.flags & !IP_VS_SVC_F_SCHED2) | IP_VS_SVC_F_PERSISTENT;
+            s.timeout = t.max(1);
+        }
+        s
     }
 
     /// The real server of `b` in the service `key`. DR and tunnel cannot
@@ -210,7 +231,8 @@ pub fn plan(held: &Held, desired: &Desired, cfg: &Config) -> Result<Vec<Op>, Err
     ops.extend(addrs.difference(&held.vips).map(|a| Op::BindVip(*a)));
     for (key, backends) in &desired.services {
         let want = desired_dests(key, backends, cfg)?;
-        plan_one(&mut ops, held.services.get(key), key, &want, cfg);
+        let service = cfg.service_with(*key, desired.affinity.get(key).copied());
+        plan_one(&mut ops, held.services.get(key), service, &want, cfg);
     }
     for key in held.services.keys() {
         if !desired.services.contains_key(key) {
@@ -222,11 +244,13 @@ pub fn plan(held: &Held, desired: &Desired, cfg: &Config) -> Result<Vec<Op>, Err
 }
 
 /// The operations that change one service (`None`: remove it) and nothing
-/// else, for a single Service/EndpointSlice event.
+/// else, for a single Service/EndpointSlice event; `affinity` as in
+/// [`Desired::affinity`].
 pub fn plan_service(
     held: &Held,
     key: &ServiceKey,
     backends: Option<&[Backend]>,
+    affinity: Option<u32>,
     cfg: &Config,
 ) -> Result<Vec<Op>, Error> {
     let mut ops = Vec::new();
@@ -236,7 +260,8 @@ pub fn plan_service(
             if !held.vips.contains(&key.addr) {
                 ops.push(Op::BindVip(key.addr));
             }
-            plan_one(&mut ops, held.services.get(key), key, &want, cfg);
+            let service = cfg.service_with(*key, affinity);
+            plan_one(&mut ops, held.services.get(key), service, &want, cfg);
         }
         None => {
             if held.services.contains_key(key) {
@@ -254,22 +279,22 @@ pub fn plan_service(
 fn plan_one(
     ops: &mut Vec<Op>,
     held: Option<&HeldService>,
-    key: &ServiceKey,
+    service: Service,
     want: &[Dest],
     cfg: &Config,
 ) {
-    let service = cfg.service(*key);
+    let key = service.key;
     let Some(held) = held else {
         ops.push(Op::NewService(service));
         // lowest first, so the list reads highest first
-        ops.extend(want.iter().rev().map(|d| Op::NewDest(*key, d.clone())));
+        ops.extend(want.iter().rev().map(|d| Op::NewDest(key, d.clone())));
         return;
     };
     if !service.same_settings(&held.service) {
         ops.push(Op::SetService(service));
     }
     if cfg.order == DestOrder::Canonical {
-        let straight = dest_ops(key, &held.dests, want, DestOrder::Canonical);
+        let straight = dest_ops(&key, &held.dests, want, DestOrder::Canonical);
         if safe(&held.dests, want, &straight) {
             ops.extend(straight);
             return;
@@ -277,11 +302,11 @@ fn plan_one(
     }
     // The set first (always safe); then, for Canonical, the order if that is
     // safe from there: it is unless the one live server is out of place.
-    let minimal = dest_ops(key, &held.dests, want, DestOrder::Minimal);
+    let minimal = dest_ops(&key, &held.dests, want, DestOrder::Minimal);
     let mid = run(&held.dests, &minimal);
     ops.extend(minimal);
     if cfg.order == DestOrder::Canonical {
-        let reorder = dest_ops(key, &mid, want, DestOrder::Canonical);
+        let reorder = dest_ops(&key, &mid, want, DestOrder::Canonical);
         if safe(&mid, want, &reorder) {
             ops.extend(reorder);
         }

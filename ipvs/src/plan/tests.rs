@@ -3,7 +3,7 @@ use std::net::IpAddr;
 use proptest::prelude::*;
 
 use super::*;
-use crate::codec::consts::IP_VS_SVC_F_SCHED1;
+use crate::codec::consts::{IP_VS_SVC_F_PERSISTENT, IP_VS_SVC_F_SCHED1, IP_VS_SVC_F_SCHED2};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -33,6 +33,7 @@ fn backends(pods: &[(u8, u32)]) -> Vec<Backend> {
 fn desired(services: &[(ServiceKey, &[(u8, u32)])]) -> Desired {
     Desired {
         services: services.iter().map(|(k, b)| (*k, backends(b))).collect(),
+        ..Default::default()
     }
 }
 
@@ -93,7 +94,8 @@ fn holds(h: &Held, want: &Desired, cfg: &Config) {
     for (k, b) in &want.services {
         let d = desired_dests(k, b, cfg).unwrap();
         let s = &h.services[k];
-        assert!(s.service.same_settings(&cfg.service(*k)), "{k}");
+        let service = cfg.service_with(*k, want.affinity.get(k).copied());
+        assert!(s.service.same_settings(&service), "{k}");
         assert_eq!(s.dests, d, "{k}: servers, weights and order");
     }
     let addrs: BTreeSet<IpAddr> = want.services.keys().map(|k| k.addr).collect();
@@ -283,7 +285,7 @@ fn one_service_updates_leave_a_shared_vip_bound() {
         &desired(&[(http, &[(1, 1)]), (https, &[(1, 1)])]),
         &cfg,
     );
-    let ops = plan_service(&h, &https, None, &cfg).unwrap();
+    let ops = plan_service(&h, &https, None, None, &cfg).unwrap();
     assert_eq!(
         ops,
         vec![Op::DelService(https)],
@@ -293,10 +295,17 @@ fn one_service_updates_leave_a_shared_vip_bound() {
     for op in &ops {
         h.apply(op).unwrap();
     }
-    let ops = plan_service(&h, &http, None, &cfg).unwrap();
+    let ops = plan_service(&h, &http, None, None, &cfg).unwrap();
     assert_eq!(ops, vec![Op::DelService(http), Op::UnbindVip(http.addr)]);
     // and one service made from nothing binds its VIP
-    let ops = plan_service(&Held::default(), &http, Some(&backends(&[(1, 1)])), &cfg).unwrap();
+    let ops = plan_service(
+        &Held::default(),
+        &http,
+        Some(&backends(&[(1, 1)])),
+        None,
+        &cfg,
+    )
+    .unwrap();
     assert_eq!(ops.first(), Some(&Op::BindVip(http.addr)));
 }
 
@@ -319,6 +328,67 @@ fn changed_settings_are_one_set_service() {
     rr.services.get_mut(&k).unwrap().service.sched_name = "rr".into();
     let ops = plan(&rr, &desired(&[(k, &[(1, 1)])]), &cfg).unwrap();
     assert_eq!(ops, vec![Op::SetService(cfg.service(k))]);
+}
+
+/// Client affinity on: one SET_SERVICE makes the service persistent with the
+/// timeout and a host netmask, `mh-port` off; a new timeout is one more, and
+/// affinity off takes it back. The real servers are left alone.
+#[test]
+fn client_affinity_is_persistence_without_mh_port_set_in_place() {
+    let k = key(1, 80);
+    let cfg = Config::default();
+    let plain = desired(&[(k, &[(1, 1), (2, 1)])]);
+    let (_, h) = apply(&Held::default(), &plain, &cfg);
+    let with = |t: u32| Desired {
+        affinity: [(k, t)].into(),
+        ..plain.clone()
+    };
+    let (ops, on) = apply(&h, &with(10_800), &cfg);
+    let sticky = Service {
+        flags: IP_VS_SVC_F_SCHED1 | IP_VS_SVC_F_PERSISTENT,
+        timeout: 10_800,
+        ..Service::mh(k, IP_VS_SVC_F_SCHED1)
+    };
+    assert_eq!(ops, vec![Op::SetService(sticky.clone())]);
+    assert_eq!(on.services[&k].service.netmask, u32::MAX, "per client /32");
+    holds(&on, &with(10_800), &cfg);
+    assert!(plan(&on, &with(10_800), &cfg).unwrap().is_empty(), "stable");
+
+    let (ops, longer) = apply(&on, &with(60), &cfg);
+    assert_eq!(
+        ops,
+        vec![Op::SetService(Service {
+            timeout: 60,
+            ..sticky
+        })]
+    );
+    let (ops, off) = apply(&longer, &plain, &cfg);
+    assert_eq!(ops, vec![Op::SetService(cfg.service(k))]);
+    holds(&off, &plain, &cfg);
+
+    // created sticky, and the same through the one-service planner; IPv6
+    // persists per /128
+    let ops = plan(&Held::default(), &with(30), &cfg).unwrap();
+    assert!(
+        matches!(&ops[1], Op::NewService(s) if s.timeout == 30 && s.flags & IP_VS_SVC_F_PERSISTENT != 0),
+        "{ops:?}"
+    );
+    let b = backends(&[(1, 1)]);
+    let ops = plan_service(&off, &k, Some(&b), Some(30), &cfg).unwrap();
+    assert!(
+        matches!(&ops[0], Op::SetService(s) if s.timeout == 30 && s.flags & IP_VS_SVC_F_SCHED2 == 0),
+        "{ops:?}"
+    );
+    let k6 = ServiceKey {
+        addr: ip("2001:db8::1"),
+        ..k
+    };
+    assert_eq!(cfg.service_with(k6, Some(5)).netmask, 128);
+    assert_eq!(
+        cfg.service_with(k, Some(0)).timeout,
+        1,
+        "0 would expire at once"
+    );
 }
 
 #[test]
@@ -450,25 +520,28 @@ fn arb_held() -> impl Strategy<Value = Held> {
 
 fn arb_desired() -> impl Strategy<Value = Desired> {
     let pods = prop::collection::btree_map(1u8..=8, 0u32..=2, 1..6);
+    let affinity = prop::option::of(prop::sample::select(vec![1u32, 10_800]));
     prop::collection::btree_map(
         (1u8..=2, prop::sample::select(vec![80u16, 443])),
-        pods,
+        (pods, affinity),
         0..4,
     )
-    .prop_map(|m| Desired {
-        services: m
-            .into_iter()
-            .map(|((v, port), pods)| {
-                let b = pods
-                    .into_iter()
-                    .map(|(p, weight)| Backend {
-                        addr: pod(p),
-                        weight,
-                    })
-                    .collect();
-                (key(v, port), b)
-            })
-            .collect(),
+    .prop_map(|m| {
+        let mut d = Desired::default();
+        for ((v, port), (pods, affinity)) in m {
+            let b = pods
+                .into_iter()
+                .map(|(p, weight)| Backend {
+                    addr: pod(p),
+                    weight,
+                })
+                .collect();
+            d.services.insert(key(v, port), b);
+            if let Some(t) = affinity {
+                d.affinity.insert(key(v, port), t);
+            }
+        }
+        d
     })
 }
 
@@ -500,7 +573,8 @@ proptest! {
                 got.sort_by_key(|d| std::cmp::Reverse(d.key));
             }
             prop_assert_eq!(&got, &d, "{}", k);
-            prop_assert!(s.service.same_settings(&cfg.service(*k)));
+            let service = cfg.service_with(*k, want.affinity.get(k).copied());
+            prop_assert!(s.service.same_settings(&service));
         }
         prop_assert_eq!(end.services.len(), want.services.len());
         let again = plan(&end, &want, &cfg).unwrap();
