@@ -4,9 +4,12 @@
 //! For each port of each ringlb Service that has a VIP in its status, the backends are
 //! the EndpointSlice endpoints of that Service and port, as (pod IP, target port):
 //! `ready` endpoints take new flows; `serving && terminating` endpoints are kept only so
-//! established flows can finish (they are left out of the Maglev table). Endpoints of the
-//! VIP's own family are used when there are any, else the other family's (the datapath
-//! encapsulates 4-in-6 and 6-in-4). Every edge sorts backends the same way, so every
+//! established flows can finish (they are left out of the Maglev table). Only endpoints
+//! of the VIP's own family serve it: an endpoint of the other family is a pod address
+//! the pod cannot take the VIP's traffic on (the node agent translates to the pod's
+//! address of the VIP's family, and Kubernetes lists a pod in that family's slice when
+//! it has one), so an IPv6 VIP whose pods are IPv4-only has no backends and, like a VIP
+//! without pods, is not announced. Every edge sorts backends the same way, so every
 //! edge builds the same Maglev table.
 //!
 //! Cross-region failover (`ringlb_crds::failover`): a VIP:port whose Service
@@ -226,24 +229,20 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
     out
 }
 
-/// The backends of a VIP of `addr`'s family: its own family's endpoints when there
-/// are any, else the other family's; sorted, and a ready one never also draining.
+/// The backends of a VIP of `addr`'s family: the endpoints of that family only (none
+/// when the pods have no address of it); sorted, and a ready one never also draining.
 fn for_family(
     addr: IpAddr,
     ready: &[Backend],
     draining: &[Backend],
 ) -> (Vec<Backend>, Vec<Backend>) {
-    let pick = |list: &[Backend], same_family: bool| -> Vec<Backend> {
+    let pick = |list: &[Backend]| -> Vec<Backend> {
         list.iter()
             .copied()
-            .filter(|b| (b.addr.is_ipv4() == addr.is_ipv4()) == same_family)
+            .filter(|b| b.addr.is_ipv4() == addr.is_ipv4())
             .collect()
     };
-    let (mut r, mut d) = (pick(ready, true), pick(draining, true));
-    if r.is_empty() && d.is_empty() {
-        r = pick(ready, false);
-        d = pick(draining, false);
-    }
+    let (mut r, mut d) = (pick(ready), pick(draining));
     normalize(&mut r);
     normalize(&mut d);
     d.retain(|b| !r.contains(b));
@@ -446,7 +445,7 @@ mod tests {
     }
 
     #[test]
-    fn dual_stack_prefers_own_family_and_falls_back_to_the_other() {
+    fn dual_stack_serves_each_vip_from_its_own_family_only() {
         let svc = service("web", &["192.0.2.1", "2001:db8::1"], json!([{"port": 80}]));
         let v4 = slice(
             "web",
@@ -471,12 +470,40 @@ mod tests {
             d.vips[&vip("2001:db8::1", 80, Proto::Tcp)].ready,
             vec![b("fd00::1", 80)]
         );
-        // Only IPv6 pods: the IPv4 VIP is served 4-in-6.
-        let d = build(&[svc], &[v6], true);
+        // Only IPv6 pods: the IPv4 VIP has no backend (a pod without an IPv4 address
+        // cannot take its traffic), ready or draining; the IPv6 VIP keeps its own.
+        let draining6 = slice(
+            "web",
+            "v6d",
+            "IPv6",
+            json!([{"port": 80}]),
+            json!([ep("fd00::2", false, true, true)]),
+        );
+        let d = build(&[svc], &[v6, draining6], true);
+        let v4_vip = &d.vips[&vip("192.0.2.1", 80, Proto::Tcp)];
+        assert!(
+            v4_vip.ready.is_empty() && v4_vip.draining.is_empty(),
+            "{v4_vip:?}"
+        );
         assert_eq!(
-            d.vips[&vip("192.0.2.1", 80, Proto::Tcp)].ready,
+            d.vips[&vip("2001:db8::1", 80, Proto::Tcp)].ready,
             vec![b("fd00::1", 80)]
         );
+    }
+
+    #[test]
+    fn an_ipv6_vip_with_ipv4_only_pods_has_no_backends() {
+        let svc = service("web", &["2001:db8::1"], json!([{"port": 80}]));
+        let v4 = slice(
+            "web",
+            "v4",
+            "IPv4",
+            json!([{"port": 80}]),
+            json!([ep("10.0.0.1", true, true, false)]),
+        );
+        let d = build(&[svc], &[v4], true);
+        let b6 = &d.vips[&vip("2001:db8::1", 80, Proto::Tcp)];
+        assert!(b6.ready.is_empty() && b6.draining.is_empty(), "{b6:?}");
     }
 
     #[test]

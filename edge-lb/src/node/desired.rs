@@ -14,9 +14,10 @@
 //!
 //! The targetPort is the EndpointSlice's port for the Service port, so a named
 //! targetPort is resolved per pod (pods that resolve it differently sit in different
-//! slices). When the edge falls back to the other family (an IPv4 VIP whose Service
-//! has only IPv6 endpoints: 4-in-6), the pod's own address of the VIP's family is the
-//! translated destination; a single-stack pod cannot take such traffic (no NAT46).
+//! slices). The edges serve a VIP only from endpoints of its family, so the tunnel
+//! destination is the pod's address of the VIP's family and the translated destination
+//! too: an IPv4 VIP whose Service has only IPv6 endpoints gets no entry (the edges
+//! neither tunnel nor announce it; no NAT46).
 //!
 //! A failover alias (another region's VIP this Service accepts,
 //! `ringlb.io/accept-failover-from`) is one more VIP:port of the same pods: the edge
@@ -126,13 +127,11 @@ pub fn build(
                 skip("port 0".into());
                 continue;
             }
-            let Some(translated) = std::iter::once(&b.addr)
-                .chain(&pod.ips)
-                .find(|a| a.is_ipv4() == vip.addr.is_ipv4())
-            else {
-                skip("the pod has no address of the VIP's family (no NAT46/64)".into());
+            if b.addr.is_ipv4() != vip.addr.is_ipv4() {
+                // `serving::build` gives a VIP endpoints of its family only
+                skip("the endpoint is not of the VIP's family (no NAT46/64)".into());
                 continue;
-            };
+            }
             let key = ServiceKey {
                 tunnel_dst: b.addr,
                 vip: vip.addr,
@@ -140,7 +139,7 @@ pub fn build(
                 proto: vip.proto,
             };
             let target = ServiceTarget {
-                pod: *translated,
+                pod: b.addr,
                 target_port: b.port,
             };
             match out.state.services.get(&key) {
@@ -429,9 +428,9 @@ mod tests {
     }
 
     #[test]
-    fn a_vip_tunnelled_in_the_other_family_translates_to_the_pods_own_address() {
-        // IPv4 VIP, IPv6 endpoints only: the edges send 4-in-6 to the pod's IPv6
-        // address; the inner packet goes to the pod's IPv4 address
+    fn a_vip_without_endpoints_of_its_family_gets_no_entry() {
+        // IPv4 VIP, IPv6 endpoints only: the edges neither tunnel nor announce it,
+        // whether or not the pod also has an IPv4 address
         let svc = service(
             "web",
             &["192.0.2.1"],
@@ -457,19 +456,8 @@ mod tests {
             ],
             true,
         );
-        assert_eq!(
-            entry(&d, "fd00::1", "192.0.2.1", 80, Proto::Tcp),
-            Some((ip("10.1.0.1"), 80))
-        );
-        assert!(entry(&d, "fd00::2", "192.0.2.1", 80, Proto::Tcp).is_none());
-        assert_eq!(d.skipped.len(), 1);
-        assert!(
-            d.skipped[0].reason.contains("default/single"),
-            "{:?}",
-            d.skipped
-        );
-        assert!(d.skipped[0].reason.contains("NAT46"), "{:?}", d.skipped);
-        assert!(d.state.validate().is_ok());
+        assert!(d.state.services.is_empty(), "{:?}", d.state.services);
+        assert!(d.skipped.is_empty(), "{:?}", d.skipped);
     }
 
     #[test]
