@@ -261,6 +261,7 @@ impl RunArgs {
         SyncConfig {
             ring_size: self.ring_size,
             default_class: self.default_class,
+            enforces_source_ranges: self.datapath == DatapathKind::Xdp,
         }
     }
 }
@@ -709,6 +710,8 @@ impl Agent {
                     .publish_failovers(&self.stores.services, &state.failovers);
                 self.health_events
                     .publish_bad_annotations(&self.stores.services, &state.bad_annotations);
+                self.health_events
+                    .publish_unenforced_ranges(&self.stores.services, &state.unenforced_ranges);
                 next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
                 // A hold-down that ends before then, or an unannounced VIP's grace:
                 // sync at its end (plus a little, so the step sees it elapsed).

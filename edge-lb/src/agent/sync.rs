@@ -60,6 +60,9 @@ pub struct SyncState {
     pub aliases: usize,
     /// The bad annotations of the last sync (for Events).
     pub bad_annotations: Vec<serving::Skipped>,
+    /// Services whose source ranges the datapath does not enforce (for a log
+    /// line and an Event).
+    pub unenforced_ranges: Vec<serving::Skipped>,
     /// This node's pods, which the XDP datapath passes up this node's stack.
     pub local_pods: LocalPodsOf,
     /// The set of local pods changed since the last refresh of next hops that
@@ -77,6 +80,9 @@ pub struct Stores {
 pub struct SyncConfig {
     pub ring_size: u32,
     pub default_class: bool,
+    /// The datapath drops sources outside a Service's source ranges (XDP);
+    /// when not (IPVS), such Services are warned of.
+    pub enforces_source_ranges: bool,
 }
 
 /// One reconcile of the edge: the API objects in `stores` become Maglev tables and
@@ -113,6 +119,11 @@ pub fn sync(
         tracing::warn!(service = %s.service, reason = %s.reason, "bad annotation");
     }
     st.bad_annotations.clone_from(&want.bad_annotations);
+    st.unenforced_ranges = if cfg.enforces_source_ranges {
+        Vec::new()
+    } else {
+        super::health_events::unenforced_source_ranges(&want.vips)
+    };
     let (state, problems) = tables::datapath_state(&want, cfg.ring_size, &mut st.tables);
     for p in &problems {
         tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
@@ -269,6 +280,7 @@ mod tests {
                 cfg: SyncConfig {
                     ring_size: 251,
                     default_class: true,
+                    enforces_source_ranges: name != "ipvs",
                 },
             }
         }
@@ -661,6 +673,33 @@ mod tests {
         );
         assert_eq!(edge.bound(), ["10.100.0.1"], "the VIP is bound on lo");
         assert_eq!(edge.announced(), ["10.100.0.1/32"]);
+    }
+
+    /// ClientIP affinity reaches IPVS as persistence with its timeout; source
+    /// ranges are not enforced there, so the sync lists the Service to warn of
+    /// (the XDP edge, which enforces them, lists none).
+    #[tokio::test]
+    async fn ipvs_affinity_is_persistence_and_source_ranges_are_warned_of() {
+        let mut svc = web("10.100.0.1");
+        let spec = svc.spec.as_mut().unwrap();
+        spec.session_affinity = Some("ClientIP".into());
+        spec.load_balancer_source_ranges = Some(vec!["192.0.2.0/24".into()]);
+        let stores = stores(vec![svc], vec![web_slice(&[("10.1.0.1", true)])]);
+        let mut edge = ipvs_edge();
+        edge.sync(&stores);
+        let held = &edge.dp.held().services;
+        let s = &held.values().next().unwrap().service;
+        assert_eq!((s.flags & 1, s.timeout), (1, 10_800), "persistent, 3 h");
+        let warned: Vec<&str> = edge
+            .st
+            .unenforced_ranges
+            .iter()
+            .map(|s| s.service.as_str())
+            .collect();
+        assert_eq!(warned, ["default/web"]);
+        let mut xdp = Edge::new();
+        xdp.sync(&stores);
+        assert!(xdp.st.unenforced_ranges.is_empty());
     }
 
     #[tokio::test]
