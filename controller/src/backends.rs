@@ -1,23 +1,30 @@
 //! The `ringlb.io/BackendsReady` Service condition, as a pure function of the Service
 //! and its EndpointSlices: whether every TCP/UDP port of the Service has at least
 //! `ringlb.io/min-ready-backends` endpoints that take new flows, counted by the rule
-//! the edges forward by ([`endpoint_takes_new_flows`]).
+//! the edges forward by ([`endpoint_takes_new_flows`]). The edges serve a VIP only
+//! from endpoints of its own family, so each port is counted per family of the
+//! Service's VIPs: a dual-stack Service whose pods are IPv4-only has no backend for
+//! its IPv6 VIP (`False`/`NoEndpointsOfFamily`, the message names the VIP).
 //!
 //! Beside it, on a Service with `ringlb.io/failover-vip` only, the
 //! `ringlb.io/FailoverActive` condition: `True` while a port has no endpoint taking
 //! new flows (the edges send that port's new flows to the failover VIP).
 
 use std::collections::BTreeSet;
+use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use ringlb_crds::failover::{self, ANNOTATION_FAILOVER_VIP};
-use ringlb_crds::service::{
-    ANNOTATION_MIN_READY, endpoint_takes_new_flows, parse_min_ready, status_ips,
-};
+use ringlb_crds::service::{ANNOTATION_MIN_READY, endpoint_takes_new_flows, parse_min_ready};
+
+use crate::ipam::Family;
 
 /// The condition type.
 pub const BACKENDS_CONDITION_TYPE: &str = ringlb_crds::service::CONDITION_BACKENDS_READY;
+/// The reason of a False condition for a VIP none of whose pods has an address of
+/// its family (the edges do not announce it).
+pub const NO_ENDPOINTS_OF_FAMILY: &str = "NoEndpointsOfFamily";
 /// The label that ties an EndpointSlice to its Service.
 pub const SERVICE_NAME_LABEL: &str = "kubernetes.io/service-name";
 
@@ -42,12 +49,55 @@ pub struct FailoverState {
     pub message: String,
 }
 
-/// The FailoverActive condition from the ready count of each port (`"80/TCP"`, n);
+/// The ready endpoints of one Service port (`"80/TCP"`): per family of the
+/// Service's VIPs, in the VIPs' order (empty without a VIP), and over both families.
+struct PortCount {
+    port: String,
+    by_family: Vec<(Family, usize)>,
+    total: usize,
+}
+
+impl PortCount {
+    /// The count the edges serve a VIP of `family` with; without a VIP, the total.
+    fn of(&self, family: Family) -> usize {
+        self.by_family
+            .iter()
+            .find(|(f, _)| *f == family)
+            .map_or(self.total, |(_, n)| *n)
+    }
+
+    /// The count that decides the condition: the lowest over the VIPs' families.
+    fn lowest(&self) -> usize {
+        self.by_family
+            .iter()
+            .map(|(_, n)| *n)
+            .min()
+            .unwrap_or(self.total)
+    }
+
+    /// `80/TCP 2`, or per family with VIPs of both: `80/TCP IPv4 2 / IPv6 0`.
+    fn describe(&self) -> String {
+        match self.by_family.as_slice() {
+            [_, _, ..] => {
+                let each: Vec<String> = self
+                    .by_family
+                    .iter()
+                    .map(|(f, n)| format!("{} {n}", f.k8s_name()))
+                    .collect();
+                format!("{} {}", self.port, each.join(" / "))
+            }
+            _ => format!("{} {}", self.port, self.lowest()),
+        }
+    }
+}
+
+/// The FailoverActive condition from the ready counts of each port (those of the
+/// failover VIP's family: the VIP of that family is the one that fails over);
 /// `None` without the annotation, `False`/`InvalidFailoverVIP` with a bad one.
-fn failover_state(svc: &Service, counts: &[(String, usize)]) -> Option<FailoverState> {
+fn failover_state(svc: &Service, vips: &[IpAddr], counts: &[PortCount]) -> Option<FailoverState> {
     let ann = svc.metadata.annotations.as_ref();
     ann?.get(ANNOTATION_FAILOVER_VIP)?;
-    let spec = failover::from_annotations(ann, &status_ips(svc));
+    let spec = failover::from_annotations(ann, vips);
     let Some(remote) = spec.remote else {
         return Some(FailoverState {
             active: false,
@@ -57,8 +107,8 @@ fn failover_state(svc: &Service, counts: &[(String, usize)]) -> Option<FailoverS
     };
     let empty: Vec<&str> = counts
         .iter()
-        .filter(|(_, n)| *n == 0)
-        .map(|(p, _)| p.as_str())
+        .filter(|c| c.of(Family::of(&remote)) == 0)
+        .map(|c| c.port.as_str())
         .collect();
     let mut state = if empty.is_empty() {
         let share = match spec.weight {
@@ -98,12 +148,13 @@ pub fn slice_of(slice: &EndpointSlice, svc: &Service) -> bool {
 }
 
 /// Distinct addresses of endpoints taking new flows for one Service port (matched in
-/// each slice by port name and protocol, as the edges match it).
-fn ready_count<'a>(
+/// each slice by port name and protocol, as the edges match it; an address that is
+/// no IP, which the edges cannot forward to, is left out).
+fn ready_addresses<'a>(
     slices: impl Iterator<Item = &'a EndpointSlice>,
     port_name: &str,
     protocol: &str,
-) -> usize {
+) -> BTreeSet<IpAddr> {
     let mut addrs = BTreeSet::new();
     for slice in slices {
         let matches = slice.ports.iter().flatten().any(|p| {
@@ -116,17 +167,44 @@ fn ready_count<'a>(
         }
         for ep in &slice.endpoints {
             if endpoint_takes_new_flows(ep.conditions.as_ref())
-                && let Some(a) = ep.addresses.first()
+                && let Some(a) = ep.addresses.first().and_then(|a| a.parse().ok())
             {
-                addrs.insert(a.as_str());
+                addrs.insert(a);
             }
         }
     }
-    addrs.len()
+    addrs
 }
 
-/// The condition for `svc`, given (at least) its EndpointSlices.
-pub fn backends_state(svc: &Service, slices: &[&EndpointSlice]) -> BackendsState {
+/// The VIPs whose family no ready endpoint of a port has while the port has ready
+/// endpoints of the other family (pods without an address of the VIP's family):
+/// `"VIP 2001:db8::1 has no ready IPv6 endpoint on 80/TCP"`, one part per VIP.
+fn family_gaps(vips: &[IpAddr], counts: &[PortCount]) -> Vec<String> {
+    vips.iter()
+        .filter_map(|vip| {
+            let family = Family::of(vip);
+            let ports: Vec<&str> = counts
+                .iter()
+                .filter(|c| c.total > 0 && c.of(family) == 0)
+                .map(|c| c.port.as_str())
+                .collect();
+            (!ports.is_empty()).then(|| {
+                format!(
+                    "VIP {vip} has no ready {} endpoint on {} (its pods have no {} address; \
+                     the edges do not announce it)",
+                    family.k8s_name(),
+                    ports.join(", "),
+                    family.k8s_name()
+                )
+            })
+        })
+        .collect()
+}
+
+/// The condition for `svc` with the VIPs `vips` (its status, or the addresses about
+/// to be written there), given (at least) its EndpointSlices. Without a VIP, each
+/// port counts over both families.
+pub fn backends_state(svc: &Service, vips: &[IpAddr], slices: &[&EndpointSlice]) -> BackendsState {
     let annotation = svc
         .metadata
         .annotations
@@ -145,16 +223,30 @@ pub fn backends_state(svc: &Service, slices: &[&EndpointSlice]) -> BackendsState
         if protocol != "TCP" && protocol != "UDP" {
             continue; // the edges forward TCP and UDP only
         }
-        let n = ready_count(
+        let addrs = ready_addresses(
             own.iter().copied(),
             port.name.as_deref().unwrap_or(""),
             protocol,
         );
-        counts.push((format!("{}/{protocol}", port.port), n));
+        let mut by_family: Vec<(Family, usize)> = Vec::new();
+        for family in vips.iter().map(Family::of) {
+            if !by_family.iter().any(|(f, _)| *f == family) {
+                let n = addrs.iter().filter(|a| Family::of(a) == family).count();
+                by_family.push((family, n));
+            }
+        }
+        counts.push(PortCount {
+            port: format!("{}/{protocol}", port.port),
+            by_family,
+            total: addrs.len(),
+        });
     }
-    let lowest = counts.iter().map(|(_, n)| *n).min().unwrap_or(0);
-    let (ready, reason) = if lowest == 0 {
+    let lowest = counts.iter().map(PortCount::lowest).min().unwrap_or(0);
+    let gaps = family_gaps(vips, &counts);
+    let (ready, reason) = if counts.iter().any(|c| c.total == 0) || counts.is_empty() {
         (false, "NoReadyBackends")
+    } else if !gaps.is_empty() {
+        (false, NO_ENDPOINTS_OF_FAMILY)
     } else if lowest < min as usize {
         (false, "BelowMinReady")
     } else {
@@ -163,12 +255,15 @@ pub fn backends_state(svc: &Service, slices: &[&EndpointSlice]) -> BackendsState
     let mut message = if counts.is_empty() {
         "no TCP or UDP port to serve".to_string()
     } else {
-        let per_port: Vec<String> = counts.iter().map(|(p, n)| format!("{p} {n}")).collect();
+        let per_port: Vec<String> = counts.iter().map(PortCount::describe).collect();
         format!(
             "ready backends per port: {}; at least {min} needed ({ANNOTATION_MIN_READY})",
             per_port.join(", ")
         )
     };
+    for gap in &gaps {
+        message.push_str(&format!("; {gap}"));
+    }
     if let (Some(v), Some(None)) = (annotation, parsed) {
         message.push_str(&format!(
             "; {ANNOTATION_MIN_READY}={v:?} is not a whole number >= 1, using 1"
@@ -178,7 +273,7 @@ pub fn backends_state(svc: &Service, slices: &[&EndpointSlice]) -> BackendsState
         ready,
         reason,
         message,
-        failover: failover_state(svc, &counts),
+        failover: failover_state(svc, vips, &counts),
     }
 }
 
@@ -221,7 +316,7 @@ mod tests {
             ep("10.0.0.3", true, true)
         ]);
         let sl = slice("shop", "web", http(), eps);
-        let st = backends_state(&s, &[&sl]);
+        let st = backends_state(&s, &[], &[&sl]);
         assert!(st.ready, "{st:?}");
         assert_eq!(st.reason, "BackendsReady");
         assert!(st.message.contains("80/TCP 1;"), "{}", st.message);
@@ -232,7 +327,7 @@ mod tests {
         let s = svc(json!({}), json!([{"name": "http", "port": 80}]));
         let sl = slice("shop", "web", http(), json!([ep("10.0.0.2", false, false)]));
         for slices in [vec![&sl], vec![]] {
-            let st = backends_state(&s, &slices);
+            let st = backends_state(&s, &[], &slices);
             assert_eq!((st.ready, st.reason), (false, "NoReadyBackends"), "{st:?}");
         }
     }
@@ -249,7 +344,7 @@ mod tests {
             json!([{"name": "dns", "port": 53, "protocol": "UDP"}]),
             ready,
         );
-        let st = backends_state(&s, &[&other_ns, &other_svc, &other_port]);
+        let st = backends_state(&s, &[], &[&other_ns, &other_svc, &other_port]);
         assert_eq!(st.reason, "NoReadyBackends", "{st:?}");
     }
 
@@ -267,7 +362,7 @@ mod tests {
         );
         // A second slice adds one more ready endpoint to http only.
         let b = slice("shop", "web", http(), json!([ep("10.0.0.2", true, false)]));
-        let st = backends_state(&s, &[&a, &b]);
+        let st = backends_state(&s, &[], &[&a, &b]);
         assert_eq!((st.ready, st.reason), (false, "BelowMinReady"), "{st:?}");
         assert_eq!(
             st.message,
@@ -276,7 +371,7 @@ mod tests {
         );
         // One address listed in two slices counts once.
         let dup = slice("shop", "web", http(), json!([ep("10.0.0.1", true, false)]));
-        let st = backends_state(&s, &[&a, &dup]);
+        let st = backends_state(&s, &[], &[&a, &dup]);
         assert!(st.message.contains("80/TCP 1,"), "{}", st.message);
     }
 
@@ -287,12 +382,76 @@ mod tests {
             json!([{"name": "http", "port": 80}]),
         );
         let sl = slice("shop", "web", http(), json!([ep("10.0.0.1", true, false)]));
-        let st = backends_state(&s, &[&sl]);
+        let st = backends_state(&s, &[], &[&sl]);
         assert!(st.ready, "{st:?}");
         assert!(
             st.message.contains("\"zero\" is not a whole number"),
             "{st:?}"
         );
+    }
+
+    fn ips(list: &[&str]) -> Vec<IpAddr> {
+        list.iter().map(|a| a.parse().unwrap()).collect()
+    }
+
+    fn family_slice(family: &str, eps: Value) -> EndpointSlice {
+        let mut s = slice("shop", "web", http(), eps);
+        s.metadata.name = Some(format!("web-{family}"));
+        s.address_type = family.into();
+        s
+    }
+
+    #[test]
+    fn each_vip_counts_only_endpoints_of_its_family() {
+        let s = svc(json!({}), json!([{"name": "http", "port": 80}]));
+        let dual = ips(&["192.0.2.1", "2001:db8::1"]);
+        let v4 = family_slice("IPv4", json!([ep("10.0.0.1", true, false)]));
+        let v6 = family_slice("IPv6", json!([ep("fd00::1", true, false)]));
+        // Dual-stack pods: both VIPs served.
+        let st = backends_state(&s, &dual, &[&v4, &v6]);
+        assert_eq!((st.ready, st.reason), (true, "BackendsReady"), "{st:?}");
+        assert!(
+            st.message.contains("80/TCP IPv4 1 / IPv6 1;"),
+            "{}",
+            st.message
+        );
+        // IPv4-only pods on a dual-stack Service: the IPv6 VIP has no backend.
+        let st = backends_state(&s, &dual, &[&v4]);
+        assert_eq!(
+            (st.ready, st.reason),
+            (false, "NoEndpointsOfFamily"),
+            "{st:?}"
+        );
+        assert_eq!(
+            st.message,
+            "ready backends per port: 80/TCP IPv4 1 / IPv6 0; at least 1 needed \
+             (ringlb.io/min-ready-backends); VIP 2001:db8::1 has no ready IPv6 endpoint \
+             on 80/TCP (its pods have no IPv6 address; the edges do not announce it)"
+        );
+        // An IPv6-only Service with IPv4 pods (hand-made slices): the same.
+        let st = backends_state(&s, &ips(&["2001:db8::1"]), &[&v4]);
+        assert_eq!(st.reason, "NoEndpointsOfFamily", "{st:?}");
+        assert!(st.message.contains("80/TCP 0;"), "{}", st.message);
+        // No pod at all stays NoReadyBackends.
+        let st = backends_state(&s, &dual, &[]);
+        assert_eq!(st.reason, "NoReadyBackends", "{st:?}");
+    }
+
+    #[test]
+    fn failover_follows_the_failover_vips_family() {
+        let s = svc(
+            json!({ANNOTATION_FAILOVER_VIP: "198.51.100.7"}),
+            json!([{"name": "http", "port": 80}]),
+        );
+        let dual = ips(&["192.0.2.1", "2001:db8::1"]);
+        let v4 = family_slice("IPv4", json!([ep("10.0.0.1", true, false)]));
+        let v6 = family_slice("IPv6", json!([ep("fd00::1", true, false)]));
+        // IPv4-only pods: the IPv4 VIP (the one with a failover VIP) is served.
+        let fo = backends_state(&s, &dual, &[&v4]).failover.unwrap();
+        assert_eq!((fo.active, fo.reason), (false, "LocalBackendsReady"));
+        // IPv6-only pods: the IPv4 VIP has no backend of its family, it fails over.
+        let fo = backends_state(&s, &dual, &[&v6]).failover.unwrap();
+        assert_eq!((fo.active, fo.reason), (true, "NoReadyBackends"), "{fo:?}");
     }
 
     #[test]
@@ -301,14 +460,14 @@ mod tests {
         let ready = slice("shop", "web", http(), json!([ep("10.0.0.1", true, false)]));
         let gone = slice("shop", "web", http(), json!([ep("10.0.0.1", false, false)]));
         assert_eq!(
-            backends_state(&svc(json!({}), ports.clone()), &[&gone]).failover,
+            backends_state(&svc(json!({}), ports.clone()), &[], &[&gone]).failover,
             None
         );
         let fo = svc(
             json!({ANNOTATION_FAILOVER_VIP: "198.51.100.7", "ringlb.io/failover-weight": "1"}),
             ports.clone(),
         );
-        let st = backends_state(&fo, &[&ready]).failover.unwrap();
+        let st = backends_state(&fo, &[], &[&ready]).failover.unwrap();
         assert_eq!(
             (st.active, st.reason),
             (false, "LocalBackendsReady"),
@@ -319,7 +478,7 @@ mod tests {
             "every port has ready endpoints; failover VIP 198.51.100.7 takes 1% of new flows"
         );
         for slices in [vec![&gone], vec![]] {
-            let st = backends_state(&fo, &slices).failover.unwrap();
+            let st = backends_state(&fo, &[], &slices).failover.unwrap();
             assert_eq!((st.active, st.reason), (true, "NoReadyBackends"), "{st:?}");
             assert_eq!(
                 st.message,
@@ -329,7 +488,7 @@ mod tests {
         }
         // A bad value: False, and the message says why (the edges only log it).
         let bad = svc(json!({ANNOTATION_FAILOVER_VIP: "region-b"}), ports);
-        let st = backends_state(&bad, &[&gone]).failover.unwrap();
+        let st = backends_state(&bad, &[], &[&gone]).failover.unwrap();
         assert_eq!((st.active, st.reason), (false, "InvalidFailoverVIP"));
         assert!(st.message.contains("not an IPv4 address"), "{st:?}");
     }

@@ -49,6 +49,13 @@ impl Events {
             .await
     }
 
+    /// A Service that cannot be served as it stands (a VIP without endpoints of its
+    /// family).
+    pub async fn warn_backends(&self, svc: &Service, reason: &str, note: String) {
+        self.publish(svc, EventType::Warning, reason, "CheckBackends", note)
+            .await
+    }
+
     /// A normal outcome (address allocated or released).
     pub async fn normal(&self, svc: &Service, reason: &str, note: String) {
         self.publish(svc, EventType::Normal, reason, "AllocateIP", note)

@@ -37,7 +37,10 @@ use kube::{Api, Client, ResourceExt};
 use ringlb_ops::Heartbeat;
 use tracing::Instrument;
 
-use crate::backends::{BackendsState, SERVICE_NAME_LABEL, backends_state, slice_of};
+use crate::backends::{
+    BACKENDS_CONDITION_TYPE, BackendsState, NO_ENDPOINTS_OF_FAMILY, SERVICE_NAME_LABEL,
+    backends_state, slice_of,
+};
 use crate::cleanup::{CLEANUP_WAIT, Step, cleanup_step, finalizer_patch, has_finalizer};
 use crate::events::Events;
 use crate::ipam::request::{is_ours, request_from_service, service_key, status_ips};
@@ -165,9 +168,9 @@ impl Ctx {
         released
     }
 
-    /// The BackendsReady condition `svc` should carry; `None` until the
-    /// EndpointSlices are listed.
-    fn backends(&self, svc: &Service) -> Option<BackendsState> {
+    /// The BackendsReady condition `svc` with the VIPs `vips` should carry; `None`
+    /// until the EndpointSlices are listed.
+    fn backends(&self, svc: &Service, vips: &[IpAddr]) -> Option<BackendsState> {
         if !self.slices_listed.load(Ordering::Acquire) {
             return None;
         }
@@ -178,7 +181,7 @@ impl Ctx {
             .filter(|s| slice_of(s, svc))
             .collect();
         let own: Vec<&EndpointSlice> = own.iter().map(AsRef::as_ref).collect();
-        Some(backends_state(svc, &own))
+        Some(backends_state(svc, vips, &own))
     }
 
     /// After a (re)list: releases Services the allocator knows but the list lacks.
@@ -295,7 +298,11 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
         return Ok(Action::await_change());
     }
 
-    let backends = ctx.backends(svc);
+    let vips = match &result {
+        Ok(out) => out.ips.clone(),
+        Err(_) => status_ips(svc),
+    };
+    let backends = ctx.backends(svc, &vips);
     match result {
         Ok(out) => {
             lock(&ctx.pending).remove(&oref);
@@ -324,7 +331,10 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
                 tracing::debug!(reason = %m, "optional family not allocated (PreferDualStack)");
             }
             let wanted = WantedStatus::Allocated(out.ips.clone());
-            if write_status(&api, svc, key, &wanted, backends.as_ref()).await? {
+            let allocation_changed =
+                write_status(&api, svc, key, &wanted, backends.as_ref()).await?;
+            warn_unservable(svc, ctx, backends.as_ref()).await;
+            if allocation_changed {
                 tracing::info!(ips = %join(&out.ips), "allocated");
                 ctx.events
                     .normal(svc, "IPAllocated", format!("allocated {}", join(&out.ips)))
@@ -338,7 +348,10 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
                 reason: refusal.reason().into(),
                 message: refusal.to_string(),
             };
-            if write_status(&api, svc, key, &wanted, backends.as_ref()).await? {
+            let allocation_changed =
+                write_status(&api, svc, key, &wanted, backends.as_ref()).await?;
+            warn_unservable(svc, ctx, backends.as_ref()).await;
+            if allocation_changed {
                 tracing::warn!(reason = refusal.reason(), "{refusal}");
                 ctx.metrics.refused(refusal.metric_label());
                 ctx.events
@@ -348,6 +361,31 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
             Ok(Action::requeue(REFUSED_RETRY))
         }
     }
+}
+
+/// A Warning Event when the BackendsReady condition turns to `NoEndpointsOfFamily`
+/// (a VIP none of whose pods has an address of its family: the edges do not announce
+/// it); once per change of the condition's reason, as `svc` is the object before the
+/// status write.
+async fn warn_unservable(svc: &Service, ctx: &Ctx, backends: Option<&BackendsState>) {
+    let Some(b) = backends.filter(|b| b.reason == NO_ENDPOINTS_OF_FAMILY) else {
+        return;
+    };
+    let before = svc
+        .status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .into_iter()
+        .flatten()
+        .find(|c| c.type_ == BACKENDS_CONDITION_TYPE);
+    if before.is_some_and(|c| c.reason == b.reason) {
+        return;
+    }
+    tracing::warn!(reason = b.reason, "{}", b.message);
+    ctx.metrics.warned("no_endpoints_of_family");
+    ctx.events
+        .warn_backends(svc, b.reason, b.message.clone())
+        .await;
 }
 
 /// A Service that is deleted or no longer ours: its VIP leaves the status, the edges

@@ -40,11 +40,11 @@ pub const CONDITIONS: &[(&str, &str)] = &[
     ),
     (
         CONDITION_BACKENDS_READY,
-        "Whether every TCP/UDP port of the Service has at least `ringlb.io/min-ready-backends` (default 1) endpoints taking new flows in its EndpointSlices (the edges' rule: ready and not terminating; one count per port, over both address families): `True`/`BackendsReady`, `False`/`NoReadyBackends` (a port has none: the edges withdraw its VIP), `False`/`BelowMinReady` (a port has fewer: the edges withdraw or de-prefer per `ringlb.io/unhealthy-bgp`). The message gives the count per port. Cluster-wide, from the EndpointSlices: an edge's own view (its hold-down, its BGP state) is in its `VIPHealthy`/`VIPUnhealthy` Events and metrics.",
+        "Whether every TCP/UDP port of the Service has at least `ringlb.io/min-ready-backends` (default 1) endpoints taking new flows in its EndpointSlices (the edges' rule: ready and not terminating; one count per port and per family of the Service's VIPs, as an edge serves a VIP only from endpoints of its family): `True`/`BackendsReady`, `False`/`NoReadyBackends` (a port has none: the edges withdraw its VIP), `False`/`NoEndpointsOfFamily` (a port has ready endpoints, none of some VIP's family, e.g. IPv4-only pods on a dual-stack Service: the edges do not announce that VIP; the message names it, and a Warning Event says so), `False`/`BelowMinReady` (a port has fewer: the edges withdraw or de-prefer per `ringlb.io/unhealthy-bgp`). The message gives the count per port. Cluster-wide, from the EndpointSlices: an edge's own view (its hold-down, its BGP state) is in its `VIPHealthy`/`VIPUnhealthy` Events and metrics.",
     ),
     (
         CONDITION_FAILOVER_ACTIVE,
-        "Only on a Service with a valid `ringlb.io/failover-vip`: `True`/`NoReadyBackends` while no endpoint of the Service takes new flows (the edges send its new flows to the failover VIP), `False`/`LocalBackendsReady` otherwise. The message names the failover VIP and the weight. Cluster-wide, from the EndpointSlices; each edge's own view is in its `FailoverActive`/`FailoverEnded` Events and `ringlb_vip_failover_active`.",
+        "Only on a Service with a valid `ringlb.io/failover-vip`: `True`/`NoReadyBackends` while no endpoint of the failover VIP's family takes new flows on a port (the edges send its new flows to the failover VIP), `False`/`LocalBackendsReady` otherwise. The message names the failover VIP and the weight. Cluster-wide, from the EndpointSlices; each edge's own view is in its `FailoverActive`/`FailoverEnded` Events and `ringlb_vip_failover_active`.",
     ),
 ];
 
