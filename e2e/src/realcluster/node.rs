@@ -25,11 +25,14 @@ const CGROUP_CONTROLLERS: [&str; 9] = [
     "cpu", "cpuacct", "cpuset", "memory", "devices", "freezer", "blkio", "pids", "systemd",
 ];
 /// The folders a node mounts privately over the host's, inside its mount namespace.
-const PRIVATE_DIRS: [&str; 4] = [
+/// The kubelet's device-plugin socket is at a fixed path whatever `--root-dir` says:
+/// kubelets sharing it race to bind it and the loser exits.
+const PRIVATE_DIRS: [&str; 5] = [
     "/var/log/pods",
     "/var/log/containers",
     "/var/lib/cni",
     "/run/netns",
+    "/var/lib/kubelet/device-plugins",
 ];
 
 /// A node's programs (each stopped on drop) and its namespaces' handles.
