@@ -477,7 +477,9 @@ fn wait_ds_ready(rc: &RealCluster, component: &str) {
 /// an edge pod deleted (0 broken), a rolling `helm upgrade` of the edges (0 failed),
 /// a worker's containerd and kubelet killed and restarted (0 broken), a worker
 /// drained (only connections to its own pods break; new connections are counted), and
-/// an edge node cut off (out of the ToR's ECMP within the BFD time).
+/// an edge node cut off (out of the ToR's ECMP within the BFD time). kube-proxy runs
+/// in nftables mode here (iptables in the other real-cluster tests), so `make test`
+/// covers both.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn faults_on_real_kubelets_break_no_connection() {
     if skip() {
@@ -485,7 +487,9 @@ async fn faults_on_real_kubelets_break_no_connection() {
     }
     let prefix = format!("rf{}", std::process::id());
     let dir = std::env::temp_dir().join(format!("ringlb-{prefix}"));
-    let mut rc = RealCluster::up(Options::new(&prefix, &dir))
+    let mut o = Options::new(&prefix, &dir);
+    o.proxy_mode = realcluster::ProxyMode::Nftables;
+    let mut rc = RealCluster::up(o)
         .await
         .unwrap_or_else(|e| panic!("bringing the cluster up: {e}"));
     tokio::task::block_in_place(|| faults(&mut rc));
