@@ -265,7 +265,8 @@ fn ping_and_unused_ports_do_not_loop(c: &str, t: &str, e: &str, dp: &XdpDatapath
     };
     let before = tor_to_edge_packets(t);
     let out = nsx(c, &["ping", "-c", "3", "-i", "0.2", "-W", "2", VIP]);
-    assert!(out.contains("3 received"), "{out}");
+    // iputils says "3 received", busybox (the kernel matrix guests) "3 packets received"
+    assert!(out.contains(", 0% packet loss"), "{out}");
     assert!(counter("icmp_echo") >= 3, "answered by the program: {out}");
     const PROBES: u16 = 20;
     in_netns(c, || {
