@@ -210,16 +210,7 @@ pub fn print_try(rc: &RealCluster, v4: IpAddr, v6: IpAddr, lab: &Path) {
 /// `ringlb-lab cluster-demo`: [`bring_up`] with every step shown, torn down at the end
 /// or, with `keep`, at Ctrl-C/SIGTERM; a sweep of anything left follows either way.
 pub fn cli(prefix: &str, dir: &Path, keep: bool, mode: &str) -> Result<()> {
-    if let Some(why) = super::skip_reason() {
-        return Err(Error::Unsupported(why));
-    }
-    let proxy_mode: super::ProxyMode = mode.parse().map_err(Error::Unsupported)?;
-    super::teardown(prefix, dir);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .map_err(Error::io("starting the runtime"))?;
+    let (proxy_mode, rt) = super::cli_start(prefix, dir, mode)?;
     let lab_bin = std::env::current_exe().map_err(Error::io("finding ringlb-lab"))?;
     let result = rt.block_on(async {
         let mut o = Options::new(prefix, dir);

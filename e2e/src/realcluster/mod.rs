@@ -615,6 +615,27 @@ fn remove_dir_soon(dir: &Path) {
     }
 }
 
+/// What a `ringlb-lab` command on the real cluster does first: refuse with the
+/// reason where the cluster cannot run, parse kube-proxy's `mode`, sweep what an
+/// earlier run under `prefix` left, and start the runtime the cluster runs on.
+pub fn cli_start(
+    prefix: &str,
+    dir: &Path,
+    mode: &str,
+) -> Result<(ProxyMode, tokio::runtime::Runtime)> {
+    if let Some(why) = skip_reason() {
+        return Err(Error::Unsupported(why));
+    }
+    let proxy_mode: ProxyMode = mode.parse().map_err(Error::Unsupported)?;
+    teardown(prefix, dir);
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(4)
+        .enable_all()
+        .build()
+        .map_err(Error::io("starting the runtime"))?;
+    Ok((proxy_mode, rt))
+}
+
 /// Removes real cluster `prefix` completely, also what a crashed run left: the
 /// nodes' containers, every daemon recorded under `dir`, the `<prefix>-*`
 /// namespaces, the nodes' mount namespaces and cgroups, and `dir`.

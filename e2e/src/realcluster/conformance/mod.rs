@@ -355,16 +355,7 @@ fn route_in_pool(line: &str, pool: &str) -> bool {
 /// checks; the cluster is torn down at the end. Fails unless every spec that ran
 /// passed, none skipped itself, and nothing was left.
 pub fn cli(prefix: &str, dir: &Path, mode: &str, suite: Suite) -> Result<()> {
-    if let Some(why) = super::skip_reason() {
-        return Err(Error::Unsupported(why));
-    }
-    let proxy_mode: super::ProxyMode = mode.parse().map_err(Error::Unsupported)?;
-    super::teardown(prefix, dir);
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(4)
-        .enable_all()
-        .build()
-        .map_err(Error::io("starting the runtime"))?;
+    let (proxy_mode, rt) = super::cli_start(prefix, dir, mode)?;
     let result = rt.block_on(async {
         let mut o = Options::new(prefix, dir);
         o.proxy_mode = proxy_mode;
