@@ -6,6 +6,8 @@
 //! - no Markdown, Rust, C, shell, TOML or YAML file says "issue" or "session"
 //!   followed by a number, which means nothing to a reader of the repository
 //!   (a CHANGELOG may).
+//! - README.md's first `sh` block is `make demo` and `make test`, each with a
+//!   `#` comment; both are targets of the Makefile, and `.ci/run` runs `make test`.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -237,6 +239,41 @@ fn walk(root: &Path, rel: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
+/// The commands of the first fenced `sh` block of a Markdown text, each with its
+/// `#` comment (empty when it has none); blank lines left out.
+fn first_sh_commands(text: &str) -> Vec<(String, String)> {
+    let block = text
+        .lines()
+        .skip_while(|l| l.trim() != "```sh")
+        .skip(1)
+        .take_while(|l| !l.trim_start().starts_with("```"));
+    let mut out = Vec::new();
+    for line in block {
+        let (command, comment) = line.split_once('#').unwrap_or((line, ""));
+        if !command.trim().is_empty() {
+            out.push((command.trim().to_string(), comment.trim().to_string()));
+        }
+    }
+    out
+}
+
+/// The targets a Makefile defines: `name:` at the start of a line (not `name :=`,
+/// not a recipe line, not special targets such as `.PHONY`).
+fn make_targets(makefile: &str) -> BTreeSet<String> {
+    makefile
+        .lines()
+        .filter_map(|line| {
+            let (name, rest) = line.split_once(':')?;
+            let plain = !name.is_empty()
+                && !name.starts_with('.')
+                && name
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c));
+            (plain && !rest.starts_with('=')).then(|| name.to_string())
+        })
+        .collect()
+}
+
 fn docs() -> Vec<String> {
     let mut docs = vec!["README.md".to_string(), "BENCHMARKS.md".to_string()];
     let mut pages: Vec<String> = std::fs::read_dir(root().join("docs"))
@@ -318,6 +355,51 @@ fn no_issue_or_session_numbers_in_the_tree() {
     );
 }
 
+#[test]
+fn readme_commands_are_make_targets_and_ci_runs_make_test() {
+    let commands = first_sh_commands(&read("README.md"));
+    let targets = make_targets(&read("Makefile"));
+    let mut problems = Vec::new();
+    for (command, comment) in &commands {
+        match command.strip_prefix("make ") {
+            Some(target) if targets.contains(target.trim()) => {}
+            Some(target) => {
+                problems.push(format!("`{command}`: no target `{target}:` in Makefile"))
+            }
+            None => problems.push(format!("`{command}` is not `make <target>`")),
+        }
+        if comment.is_empty() {
+            problems.push(format!(
+                "`{command}` has no `#` comment saying what it does"
+            ));
+        }
+    }
+    let names: Vec<&str> = commands.iter().map(|(c, _)| c.as_str()).collect();
+    if names != ["make demo", "make test"] {
+        problems.push(format!(
+            "the first sh block holds {names:?}, not `make demo` then `make test`"
+        ));
+    }
+    for target in ["demo", "test"] {
+        if !targets.contains(target) {
+            problems.push(format!("Makefile has no `{target}:` target"));
+        }
+    }
+    let ci = read(".ci/run");
+    let runs_make_test = ci
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .any(|words| words == ["make", "test"]);
+    if !runs_make_test {
+        problems.push("`.ci/run` has no line `make test`, the README's test command".into());
+    }
+    assert!(
+        problems.is_empty(),
+        "README.md's commands and the code disagree:\n{}",
+        problems.join("\n")
+    );
+}
+
 /// The checks' own pieces, on small inputs, so a check that passes is one that can fail.
 #[test]
 fn the_checks_find_what_they_look_for() {
@@ -342,6 +424,19 @@ fn the_checks_find_what_they_look_for() {
     assert_eq!(cells("| a | `b|c` | d\\|e |"), ["a", "`b|c`", "d\\|e"]);
     let long = format!("| short | {} |\n", "x".repeat(CELL_MAX_CHARS + 1));
     assert_eq!(long_cells(&long, CELL_MAX_CHARS).len(), 1);
+
+    let readme =
+        "# x\n```text\nmake no\n```\n```sh\nmake a   # one\n\nmake b\n```\n```sh\nmake c\n```";
+    assert_eq!(
+        first_sh_commands(readme),
+        [
+            ("make a".to_string(), "one".to_string()),
+            ("make b".to_string(), String::new())
+        ]
+    );
+    let makefile = ".PHONY: a b\nX := 1\nY ?= $(or a:b)\na: b\n\tmake b:\nb:\nc:=2\n d:\n";
+    let t = make_targets(makefile);
+    assert_eq!(t.into_iter().collect::<Vec<_>>(), ["a", "b"]);
 
     // Built at run time, so this file does not trip its own check.
     let n = 12;
