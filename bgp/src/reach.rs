@@ -79,10 +79,7 @@ impl Reach {
             Reach::NoSession => "no BGP session established: the route reaches no peer".into(),
             Reach::FamilyNotNegotiated(afi) => format!(
                 "no established BGP session negotiated {}: the route reaches no peer",
-                match afi {
-                    Afi::Ipv4 => "IPv4",
-                    Afi::Ipv6 => "IPv6",
-                }
+                afi.name()
             ),
             Reach::NotSelected => "no BGPAdvertisement selects this VIP for an established \
                                    peer: the route was sent to no router"

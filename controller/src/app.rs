@@ -37,7 +37,7 @@ use crate::events::Events;
 use crate::ipam::Ipam;
 use crate::leader::{self, Elector, LeaderConfig};
 use crate::metrics::Metrics;
-use crate::{pools, rebuild, reconcile};
+use crate::{pools, rebuild, reconcile, routing_watch};
 
 /// How often pool status is written at most.
 const POOL_STATUS_INTERVAL: Duration = Duration::from_millis(500);
@@ -248,13 +248,23 @@ async fn start_loops(
         pool_writer,
         ipam.clone(),
         pools_dirty.clone(),
-        all_tx,
+        all_tx.clone(),
         health.heartbeat("ippool-watch", settings.stall_timeout),
+    ));
+    let routing_task = tokio::spawn(routing_watch::watch_routing(
+        client.clone(),
+        ctx.routing.clone(),
+        all_tx,
+        pools_dirty.clone(),
+        health.heartbeat("bgp-objects-watch", settings.stall_timeout),
     ));
     let status_task = tokio::spawn(pools::status_writer(
         pool_api,
         pool_reader,
-        ipam,
+        pools::StatusInputs {
+            ipam,
+            routing: ctx.routing.clone(),
+        },
         metrics,
         pools_dirty,
         POOL_STATUS_INTERVAL,
@@ -263,7 +273,7 @@ async fn start_loops(
         ctx,
         retry_rx,
         reconcile_all: all_rx,
-        tasks: vec![ns_task, pool_task, status_task],
+        tasks: vec![ns_task, pool_task, routing_task, status_task],
     })
 }
 

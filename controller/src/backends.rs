@@ -39,6 +39,9 @@ pub struct BackendsState {
     pub message: String,
     /// The FailoverActive condition; `None` on a Service without a failover VIP.
     pub failover: Option<FailoverState>,
+    /// The `ringlb.io/Announced` condition; `None` leaves it as it is (no VIP yet, or
+    /// the BGP objects are not listed yet).
+    pub announced: Option<crate::announce::AnnouncedState>,
 }
 
 /// What the FailoverActive condition should say.
@@ -274,6 +277,7 @@ pub fn backends_state(svc: &Service, vips: &[IpAddr], slices: &[&EndpointSlice])
         reason,
         message,
         failover: failover_state(svc, vips, &counts),
+        announced: None,
     }
 }
 

@@ -5,6 +5,7 @@
 //! everything that talks to the API server is in [`reconcile`], [`pools`],
 //! [`rebuild`], [`leader`] and [`events`]; [`app`] starts the tasks in order.
 
+pub mod announce;
 pub mod app;
 pub mod backends;
 pub mod cleanup;
@@ -15,4 +16,5 @@ pub mod metrics;
 pub mod pools;
 pub mod rebuild;
 pub mod reconcile;
+pub mod routing_watch;
 pub mod status;

@@ -1,6 +1,6 @@
 //! IPPools: turning objects into allocator pools, keeping the allocator's pool set
 //! equal to the IPPools in the API, and writing pool status (allocated/free per
-//! family; Ready, Invalid and Overlapping conditions).
+//! family; Ready, Invalid, Overlapping and Advertised conditions).
 //!
 //! ```text
 //!  watch IPPools ──reflect──► Store ──────────────────────────► status_writer ──► status
@@ -25,8 +25,10 @@ use ringlb_crds::ippool::FamilyUsage;
 use ringlb_crds::{Condition, IPPool, IPPoolStatus};
 use ringlb_ops::Heartbeat;
 
+use crate::announce::{ADVERTISED_CONDITION_TYPE, Routing};
 use crate::ipam::{Family, Ipam, Pool, PoolError};
 use crate::metrics::Metrics;
+use crate::routing_watch::{RoutingCell, current};
 use crate::status::FIELD_MANAGER;
 
 /// Parses every IPPool; invalid ones are set aside with their errors.
@@ -145,8 +147,15 @@ fn condition(
     }
 }
 
-/// The status a pool should have now.
-pub fn pool_status(ipam: &Ipam, name: &str, old: Option<&IPPoolStatus>, now: Time) -> IPPoolStatus {
+/// The status a pool should have now. `routing` gives the `Advertised` condition;
+/// `None` (the BGP objects not listed yet) keeps the old one.
+pub fn pool_status(
+    ipam: &Ipam,
+    routing: Option<&Routing>,
+    name: &str,
+    old: Option<&IPPoolStatus>,
+    now: Time,
+) -> IPPoolStatus {
     let mut st = IPPoolStatus::default();
     let invalid = ipam.invalid_pools().get(name);
     for u in ipam.usage(name) {
@@ -207,7 +216,33 @@ pub fn pool_status(ipam: &Ipam, name: &str, old: Option<&IPPoolStatus>, now: Tim
             )
         },
     ];
+    let advertised = match routing {
+        Some(r) => {
+            let (ok, reason, message) = r.pool(name);
+            Some(condition(
+                ADVERTISED_CONDITION_TYPE,
+                ok,
+                reason,
+                message,
+                old,
+                &now,
+            ))
+        }
+        None => old.and_then(|s| {
+            s.conditions
+                .iter()
+                .find(|c| c.type_ == ADVERTISED_CONDITION_TYPE)
+                .cloned()
+        }),
+    };
+    st.conditions.extend(advertised);
     st
+}
+
+/// What the pool status writer reads.
+pub struct StatusInputs {
+    pub ipam: Arc<Mutex<Ipam>>,
+    pub routing: RoutingCell,
 }
 
 /// Writes changed pool statuses and pool gauges, at most every `interval`, while
@@ -215,7 +250,7 @@ pub fn pool_status(ipam: &Ipam, name: &str, old: Option<&IPPoolStatus>, now: Tim
 pub async fn status_writer(
     api: Api<IPPool>,
     store: Store<IPPool>,
-    ipam: Arc<std::sync::Mutex<Ipam>>,
+    inputs: StatusInputs,
     metrics: Metrics,
     dirty: Arc<tokio::sync::Notify>,
     interval: Duration,
@@ -224,15 +259,22 @@ pub async fn status_writer(
         dirty.notified().await;
         let objs = store.state();
         let now = Time(Timestamp::now());
+        let routing = current(&inputs.routing);
         let wanted: Vec<(String, IPPoolStatus, bool)> = {
-            let ipam = ipam.lock().unwrap_or_else(|e| e.into_inner());
+            let ipam = inputs.ipam.lock().unwrap_or_else(|e| e.into_inner());
             // Deleted pools must not leave stale gauges behind.
             metrics.pool_allocated.clear();
             metrics.pool_free.clear();
             objs.iter()
                 .map(|o| {
                     let name = o.name_any();
-                    let st = pool_status(&ipam, &name, o.status.as_ref(), now.clone());
+                    let st = pool_status(
+                        &ipam,
+                        routing.as_deref(),
+                        &name,
+                        o.status.as_ref(),
+                        now.clone(),
+                    );
                     let same = o.status.as_ref() == Some(&st);
                     for u in ipam.usage(&name) {
                         metrics.set_pool_usage(&name, u.family.label(), u.allocated, u.free);
@@ -289,7 +331,7 @@ mod tests {
         let mut ipam = Ipam::new();
         ipam.set_pools(pools, invalid);
         let now = Time(Timestamp::from_second(100).unwrap());
-        let st = pool_status(&ipam, "a", None, now.clone());
+        let st = pool_status(&ipam, None, "a", None, now.clone());
         assert_eq!(
             st.ipv4,
             Some(FamilyUsage {
@@ -308,7 +350,7 @@ mod tests {
         };
         assert_eq!(c(&st, "Ready"), "True");
         assert_eq!(c(&st, "Overlapping"), "True");
-        let bad = pool_status(&ipam, "bad", None, now.clone());
+        let bad = pool_status(&ipam, None, "bad", None, now.clone());
         assert_eq!(c(&bad, "Ready"), "False");
         assert!(
             bad.conditions[1].message.contains("spec.cidrs[0]"),
@@ -317,6 +359,6 @@ mod tests {
         );
         // Unchanged state: identical status (so no write), transition time kept.
         let later = Time(Timestamp::from_second(200).unwrap());
-        assert_eq!(pool_status(&ipam, "a", Some(&st), later), st);
+        assert_eq!(pool_status(&ipam, None, "a", Some(&st), later), st);
     }
 }

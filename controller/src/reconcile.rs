@@ -91,6 +91,8 @@ pub struct Ctx {
     slices_listed: AtomicBool,
     /// Set when allocations change, so the pool status writer runs.
     pub pools_dirty: Arc<tokio::sync::Notify>,
+    /// The BGP objects' facts, for the `ringlb.io/Announced` condition.
+    pub routing: crate::routing_watch::RoutingCell,
     /// Refused Services, retried when an address is released.
     pending: Mutex<HashSet<ObjectRef<Service>>>,
     retry_tx: mpsc::UnboundedSender<ObjectRef<Service>>,
@@ -137,6 +139,7 @@ impl Ctx {
             slices_writer: Mutex::new(Some(slices_writer)),
             slices_listed: AtomicBool::new(false),
             pools_dirty,
+            routing: Default::default(),
             pending: Mutex::default(),
             retry_tx,
             warned_outside: Mutex::default(),
@@ -168,8 +171,8 @@ impl Ctx {
         released
     }
 
-    /// The BackendsReady condition `svc` with the VIPs `vips` should carry; `None`
-    /// until the EndpointSlices are listed.
+    /// The BackendsReady condition `svc` with the VIPs `vips` should carry, with the
+    /// Announced one; `None` until the EndpointSlices are listed.
     fn backends(&self, svc: &Service, vips: &[IpAddr]) -> Option<BackendsState> {
         if !self.slices_listed.load(Ordering::Acquire) {
             return None;
@@ -181,7 +184,10 @@ impl Ctx {
             .filter(|s| slice_of(s, svc))
             .collect();
         let own: Vec<&EndpointSlice> = own.iter().map(AsRef::as_ref).collect();
-        Some(backends_state(svc, vips, &own))
+        let mut state = backends_state(svc, vips, &own);
+        state.announced =
+            crate::routing_watch::current(&self.routing).and_then(|r| r.service(vips));
+        Some(state)
     }
 
     /// After a (re)list: releases Services the allocator knows but the list lacks.

@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use serde_json::{Value, json};
 
+use crate::announce::ANNOUNCED_CONDITION_TYPE;
 use crate::backends::{BACKENDS_CONDITION_TYPE, BackendsState, FAILOVER_CONDITION_TYPE};
 
 /// The Service condition tools can wait on (`kubectl wait --for=condition=...`).
@@ -30,10 +31,11 @@ pub enum WantedStatus {
 type CondWant<'a> = Option<(&'a str, String, String)>;
 
 /// Every condition type this controller writes (and so replaces in the list).
-const OUR_TYPES: [&str; 3] = [
+const OUR_TYPES: [&str; 4] = [
     CONDITION_TYPE,
     BACKENDS_CONDITION_TYPE,
     FAILOVER_CONDITION_TYPE,
+    ANNOUNCED_CONDITION_TYPE,
 ];
 
 fn condition<'a>(svc: &'a Service, type_: &str) -> Option<&'a Condition> {
@@ -101,8 +103,9 @@ fn current_ingress(svc: &Service) -> Vec<(Option<String>, Option<String>)> {
 /// The status merge patch to send, or `None` when nothing would change.
 ///
 /// `backends` is the `ringlb.io/BackendsReady` condition to write, with the
-/// `ringlb.io/FailoverActive` one (removed when it has none); `None` leaves both as
-/// they are (the EndpointSlices are not listed yet). [`WantedStatus::Clear`] removes
+/// `ringlb.io/FailoverActive` one (removed when it has none) and the
+/// `ringlb.io/Announced` one (left as it is when it has none); `None` leaves all
+/// three as they are (the EndpointSlices are not listed yet). [`WantedStatus::Clear`] removes
 /// all of this controller's conditions; other writers' conditions are kept.
 pub fn status_patch(
     svc: &Service,
@@ -122,6 +125,7 @@ pub fn status_patch(
     let existing = condition(svc, CONDITION_TYPE);
     let existing_backends = condition(svc, BACKENDS_CONDITION_TYPE);
     let existing_failover = condition(svc, FAILOVER_CONDITION_TYPE);
+    let existing_announced = condition(svc, ANNOUNCED_CONDITION_TYPE);
 
     let (want_ingress, want_cond): (Option<Vec<IpAddr>>, CondWant) = match wanted {
         WantedStatus::Allocated(ips) => (
@@ -180,9 +184,20 @@ pub fn status_patch(
         }),
         (_, None) => existing_failover.cloned(),
     };
+    let announced_cond = match (wanted, backends.and_then(|b| b.announced.as_ref())) {
+        (WantedStatus::Clear, _) => None,
+        (_, Some(a)) => {
+            let status = if a.announced { "True" } else { "False" };
+            let w = (status, a.reason.to_string(), a.message.clone());
+            let t = ANNOUNCED_CONDITION_TYPE;
+            Some(build(existing_announced, t, w, generation, &now))
+        }
+        (_, None) => existing_announced.cloned(),
+    };
     let cond_changed = differs(cond.as_ref(), existing)
         || differs(backends_cond.as_ref(), existing_backends)
-        || differs(failover_cond.as_ref(), existing_failover);
+        || differs(failover_cond.as_ref(), existing_failover)
+        || differs(announced_cond.as_ref(), existing_announced);
     if !ingress_changed && !cond_changed {
         return None;
     }
@@ -206,6 +221,7 @@ pub fn status_patch(
         all.extend(cond);
         all.extend(backends_cond);
         all.extend(failover_cond);
+        all.extend(announced_cond);
         status.insert(
             "conditions".into(),
             if all.is_empty() {
@@ -362,6 +378,7 @@ mod tests {
             reason,
             message: message.into(),
             failover: None,
+            announced: None,
         }
     }
 
@@ -521,5 +538,46 @@ mod tests {
         step(&mut svc, &alloc, &down, 50);
         step(&mut svc, &WantedStatus::Clear, &down, 60);
         assert!(!has_our_status(&svc));
+    }
+
+    #[test]
+    fn the_announced_condition_is_written_kept_and_cleared() {
+        let mut svc = Service::default();
+        let alloc = WantedStatus::Allocated(vec!["10.9.1.0".parse().unwrap()]);
+        let mut b = backends(true, "BackendsReady", "80/TCP 2");
+        b.announced = Some(crate::announce::AnnouncedState {
+            announced: false,
+            reason: "NoAdvertisement",
+            message: "not announced: 10.9.1.0: no BGPAdvertisement selects a pool covering it"
+                .into(),
+        });
+        let p = status_patch(&svc, &alloc, Some(&b), t(10)).unwrap();
+        apply(&mut svc, &p);
+        let found = |svc: &Service| condition(svc, ANNOUNCED_CONDITION_TYPE).cloned();
+        let c = found(&svc).expect("written");
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_str()),
+            ("False", "NoAdvertisement")
+        );
+        // facts not known (None): left as it is, nothing to write
+        b.announced = None;
+        assert_eq!(status_patch(&svc, &alloc, Some(&b), t(20)), None);
+        // a flip alone is a write, with a new transition time
+        b.announced = Some(crate::announce::AnnouncedState {
+            announced: true,
+            reason: "Announced",
+            message: "offered 10.9.1.0 to BGPPeer tor from 2 edge(s)".into(),
+        });
+        let p = status_patch(&svc, &alloc, Some(&b), t(30)).unwrap();
+        apply(&mut svc, &p);
+        let c = found(&svc).unwrap();
+        assert_eq!(
+            (c.status.as_str(), c.last_transition_time.clone()),
+            ("True", t(30))
+        );
+        // Clear removes it with the others
+        let p = status_patch(&svc, &WantedStatus::Clear, None, t(40)).unwrap();
+        apply(&mut svc, &p);
+        assert!(found(&svc).is_none());
     }
 }

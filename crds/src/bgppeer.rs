@@ -148,6 +148,11 @@ pub struct NodeSession {
     /// Prefixes advertised to the peer.
     #[serde(default)]
     pub advertised: u32,
+    /// The address families the session negotiated (`IPv4`, `IPv6`); empty while it
+    /// is not Established. The controller's `ringlb.io/Announced` Service condition
+    /// reads it: a VIP's route reaches a peer only over a session of its family.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub families: Vec<String>,
     /// When the state last changed (RFC 3339).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_transition: Option<String>,

@@ -131,7 +131,9 @@ pub struct IPPoolStatus {
     /// IPv6 usage.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ipv6: Option<FamilyUsage>,
-    /// `Ready`, `Overlapping`, `Invalid`.
+    /// `Ready`, `Overlapping`, `Invalid`, and `Advertised` (`False`/`NoAdvertisement`
+    /// while no `BGPAdvertisement` selects the pool, `False`/`NoPeer` while those that
+    /// do select no `BGPPeer`: its addresses are handed out but sent to no router).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub conditions: Vec<Condition>,
 }

@@ -30,6 +30,8 @@ pub const ANNOTATION_HOLD_DOWN: &str = "ringlb.io/health-hold-down";
 pub const CONDITION_IP_ALLOCATED: &str = "ringlb.io/IPAllocated";
 /// The controller's condition on the Service's ready backends.
 pub const CONDITION_BACKENDS_READY: &str = "ringlb.io/BackendsReady";
+/// The controller's condition on whether a router is offered the Service's VIPs.
+pub const CONDITION_ANNOUNCED: &str = "ringlb.io/Announced";
 
 /// Every Service condition ringlb writes (`status.conditions`), with its reasons
 /// (for the generated docs/crd-reference.md).
@@ -41,6 +43,10 @@ pub const CONDITIONS: &[(&str, &str)] = &[
     (
         CONDITION_BACKENDS_READY,
         "Whether every TCP/UDP port of the Service has at least `ringlb.io/min-ready-backends` (default 1) endpoints taking new flows in its EndpointSlices (the edges' rule: ready and not terminating; one count per port and per family of the Service's VIPs, as an edge serves a VIP only from endpoints of its family): `True`/`BackendsReady`, `False`/`NoReadyBackends` (a port has none: the edges withdraw its VIP), `False`/`NoEndpointsOfFamily` (a port has ready endpoints, none of some VIP's family, e.g. IPv4-only pods on a dual-stack Service: the edges do not announce that VIP; the message names it, and a Warning Event says so), `False`/`BelowMinReady` (a port has fewer: the edges withdraw or de-prefer per `ringlb.io/unhealthy-bgp`). The message gives the count per port. Cluster-wide, from the EndpointSlices: an edge's own view (its hold-down, its BGP state) is in its `VIPHealthy`/`VIPUnhealthy` Events and metrics.",
+    ),
+    (
+        CONDITION_ANNOUNCED,
+        "Whether every VIP of the Service has a way to a router: a `BGPAdvertisement` selects its address's pool and a `BGPPeer`, and that peer has an Established session of the VIP's family on at least one edge (from the peers' `status.nodes`): `True`/`Announced` (the message names the peers and how many edges), `False`/`NoAdvertisement` (no `BGPAdvertisement` selects the address's pool), `False`/`NoPeer` (the advertisements that select it select no `BGPPeer`), `False`/`NoSession` (no selected peer is Established on any edge), `False`/`FamilyNotNegotiated` (sessions are up, none carries the VIP's family). The message names each VIP that is not. Whether an edge announces a VIP also depends on its backends (`ringlb.io/BackendsReady`); each edge's exact view, route by route, is its health page and `ringlb_vip_announced`.",
     ),
     (
         CONDITION_FAILOVER_ACTIVE,

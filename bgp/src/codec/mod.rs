@@ -45,6 +45,14 @@ pub enum Afi {
 }
 
 impl Afi {
+    /// `IPv4` or `IPv6`, as messages and `BGPPeer` status name the family.
+    pub fn name(self) -> &'static str {
+        match self {
+            Afi::Ipv4 => "IPv4",
+            Afi::Ipv6 => "IPv6",
+        }
+    }
+
     pub fn code(self) -> u16 {
         match self {
             Afi::Ipv4 => 1,

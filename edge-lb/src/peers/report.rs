@@ -127,6 +127,7 @@ pub fn problem_entry(node: &str, state: &str, message: String) -> NodeSession {
         node: node.to_string(),
         state: state.to_string(),
         advertised: 0,
+        families: Vec::new(),
         last_transition: None,
         last_error: Some(message),
     }
@@ -274,6 +275,7 @@ mod tests {
             node: node.into(),
             state: state.into(),
             advertised: 0,
+            families: Vec::new(),
             last_transition: None,
             last_error: err.map(str::to_string),
         }

@@ -253,6 +253,12 @@ pub fn node_session(node: &str, st: &PeerStatus) -> NodeSession {
         node: node.to_string(),
         state: st.state.as_str().to_string(),
         advertised: st.advertised as u32,
+        families: st
+            .negotiated
+            .iter()
+            .filter(|_| st.state == ringlb_bgp::fsm::State::Established)
+            .flat_map(|n| n.families.iter().map(|f| f.name().to_string()))
+            .collect(),
         last_transition: ts,
         last_error: st.last_error.clone(),
     }
