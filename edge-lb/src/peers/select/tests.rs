@@ -300,6 +300,32 @@ fn node_session_status() {
     assert_eq!(n.state, "Established");
     assert_eq!(n.advertised, 3);
     assert_eq!(n.last_transition.as_deref(), Some("2023-11-14T22:13:20Z"));
+    assert!(
+        n.families.is_empty(),
+        "nothing negotiated: {:?}",
+        n.families
+    );
+    // the negotiated families, only while Established (the controller's Announced
+    // condition reads them)
+    let negotiated = ringlb_bgp::fsm::Negotiated {
+        hold_time: Duration::from_secs(90),
+        keepalive: Duration::from_secs(30),
+        four_octet_asn: true,
+        families: vec![ringlb_bgp::codec::Afi::Ipv4],
+        route_refresh: true,
+        peer_bgp_id: std::net::Ipv4Addr::new(192, 0, 2, 1),
+        peer_graceful_restart: false,
+    };
+    let up = PeerStatus {
+        negotiated: Some(negotiated),
+        ..st.clone()
+    };
+    assert_eq!(node_session("edge-1", &up).families, ["IPv4"]);
+    let down = PeerStatus {
+        state: State::OpenConfirm,
+        ..up
+    };
+    assert!(node_session("edge-1", &down).families.is_empty());
 }
 
 #[test]
