@@ -69,6 +69,16 @@ fn pods(ready: usize) -> EndpointSlice {
     .unwrap()
 }
 
+/// `pods(ready)`, IPv6 pods.
+fn pods6(ready: usize) -> EndpointSlice {
+    let mut s = pods(ready);
+    s.address_type = "IPv6".into();
+    for (i, e) in s.endpoints.iter_mut().enumerate() {
+        e.addresses = vec![format!("fd00:1::{}", i + 1)];
+    }
+    s
+}
+
 type Objects = (Service, EndpointSlice);
 
 /// One edge agent's sync loop on its own thread, inside the edge's namespace.
@@ -86,6 +96,18 @@ impl Edge {
     /// An edge whose peer exports only what `policy` lets out (as built from the
     /// `BGPAdvertisement`s that select the ToR).
     fn start_with(lab: &Lab, i: u8, asn: u32, policy: ExportPolicy) -> Edge {
+        Edge::start_peer(
+            lab,
+            i,
+            PeerConfig {
+                policy,
+                ..peer(i, asn)
+            },
+        )
+    }
+
+    /// An edge with one peer, the ToR, as `cfg` says.
+    fn start_peer(lab: &Lab, i: u8, cfg: PeerConfig) -> Edge {
         let ns = lab.ns(&format!("e{i}"));
         let (tx, mut rx) = mpsc::unbounded_channel::<(Objects, oneshot::Sender<()>)>();
         let (addr_tx, addr_rx) = std::sync::mpsc::channel();
@@ -101,12 +123,7 @@ impl Edge {
                 let mut reg = Registry::default();
                 let speaker = Arc::new(Speaker::start(0, &mut reg).unwrap());
                 let metrics = DatapathMetrics::register(&mut reg, "xdp");
-                speaker
-                    .add_peer(PeerConfig {
-                        policy,
-                        ..peer(i, asn)
-                    })
-                    .unwrap();
+                speaker.add_peer(cfg).unwrap();
                 let board = Arc::new(Board::new(established_sessions(&speaker)));
                 let pages: Arc<dyn ringlb_ops::ExtraPages> = board.clone();
                 let bind = SocketAddr::new(edge_v4(i).parse().unwrap(), 0);
@@ -423,6 +440,57 @@ fn an_unadvertised_pool_vip_answers_503_not_announced() {
         lab.tor_route(other)
     );
     // The same edge, the advertised pool's VIP: announced, 200.
+    e1.sync((web_on(VIP, "withdraw"), pods(3)));
+    let ok = wait_until(Duration::from_secs(20), || {
+        probe(&lab, &e1, &format!("/health/vip/{VIP}/80")).0 == 200
+    });
+    let (_, _, body) = probe(&lab, &e1, &format!("/health/vip/{VIP}/80"));
+    assert!(ok && body["announced"] == json!(true), "{body}");
+}
+
+/// An IPv6 VIP on an edge whose session negotiated IPv4 only (the edge offers both
+/// families, the ToR's BIRD has no `ipv6` channel): the route is in the speaker's
+/// table and the session is up, yet no router can have it. The health page answers
+/// 503, `announced: false`, naming the family; an IPv4 VIP on the same session is
+/// announced.
+#[test]
+fn an_ipv6_vip_over_an_ipv4_only_session_answers_503_not_announced() {
+    require_lab!("bird", "birdc", "curl");
+    let mut lab = Lab::new("fam6", 2);
+    lab.start_bird_two_edges();
+    let both = PeerConfig {
+        families: vec![Afi::Ipv4, Afi::Ipv6],
+        ..peer(1, 65011)
+    };
+    let e1 = Edge::start_peer(&lab, 1, both);
+    let v6 = "fd00:91::7";
+    e1.sync((web_on(v6, "withdraw"), pods6(3)));
+    let path = format!("/health/vip/{v6}/80");
+    let mut last = json!(null);
+    let said = wait_until(Duration::from_secs(20), || {
+        let (code, _, body) = probe(&lab, &e1, &path);
+        last = body.clone();
+        code == 503
+            && body["reason"]
+                .as_str()
+                .is_some_and(|r| r.contains("negotiated IPv6"))
+    });
+    assert!(
+        said,
+        "the page never named the family: {last}\n{}",
+        lab.logs()
+    );
+    assert_eq!(last["announced"], json!(false), "{last}");
+    assert_eq!(
+        last["programmed"],
+        json!(true),
+        "served, only not announced: {last}"
+    );
+    let protocols = lab.birdc(&["show", "protocols", "all", "e1"]);
+    assert!(
+        protocols.contains("Established") && !protocols.contains("Channel ipv6"),
+        "an IPv4-only session: {protocols}"
+    );
     e1.sync((web_on(VIP, "withdraw"), pods(3)));
     let ok = wait_until(Duration::from_secs(20), || {
         probe(&lab, &e1, &format!("/health/vip/{VIP}/80")).0 == 200
