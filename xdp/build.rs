@@ -14,6 +14,7 @@ const HEADERS: &[&str] = &[
     "bpf/bfd_hold.h",
     "bpf/src_ranges.h",
     "bpf/vip_addr.h",
+    "bpf/affinity.h",
 ];
 
 fn main() -> anyhow::Result<()> {

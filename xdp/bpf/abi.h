@@ -55,8 +55,14 @@ struct ringlb_vip_info {
 #define RINGLB_VIP_F_SRC_RANGES 0x4
 /* sessionAffinity: ClientIP: a new flow's ring slot is the hash of the
  * client's address alone (flow_hash.h, ringlb_client_hash), so every
- * connection of one client, on every edge, takes the same slot. */
+ * connection of one client, on every edge, takes the same slot; and with a
+ * timeout (flags >> RINGLB_VIP_AFFINITY_SHIFT, seconds, non-zero) the pod a
+ * client got is kept in the affinity map (affinity.h) and reused by its new
+ * flows while it lives, whatever the ring says since. */
 #define RINGLB_VIP_F_CLIENT_AFFINITY 0x8
+/* Bits 8..31 of vip_info.flags: the affinity timeout in seconds
+ * (sessionAffinityConfig.clientIP.timeoutSeconds, at most 86400). */
+#define RINGLB_VIP_AFFINITY_SHIFT 8
 /* Another region's VIP accepted here for failover (docs/datapath.md, Failover
  * VIPs): forwarded only for an IPIP packet whose outer destination is in
  * vip_addrs (one of this edge's own VIPs), decapsulated first; a plain packet
@@ -116,6 +122,21 @@ struct ringlb_ct_value {
 	__u32 backend_id;
 	__u32 gen;        /* must equal backends[backend_id].gen, else stale */
 };                        /* 8 bytes */
+
+/* ---- affinity: LRU_HASH (BPF_F_NO_COMMON_LRU) client of a VIP -> its pod --- */
+#define RINGLB_AFFINITY_SIZE 65536 /* clients with affinity (LRU, per-CPU lists) */
+struct ringlb_affinity_key {
+	__u32 saddr[4];   /* be, the client */
+	__u32 vip_id;     /* the VIP:port:proto entry (its ring) */
+	__u8 family;      /* RINGLB_AF_* */
+	__u8 pad[3];
+};                        /* 24 bytes */
+
+struct ringlb_affinity_value {
+	__u32 backend_id; /* the pod the client's last new flow took */
+	__u32 gen;        /* must equal backends[backend_id].gen, else gone */
+	__u64 last_ns;    /* bpf_ktime_get_ns() of that flow's first packet */
+};                        /* 16 bytes */
 
 /* ---- owners: ARRAY backend id -> 1 + vip_id of the VIP owning it; 0 = none -- */
 /* Bit RINGLB_OWNER_F_SRC_RANGES of the value: that VIP has source ranges
@@ -312,12 +333,17 @@ enum ringlb_stat {
 	RINGLB_ST_DROP_VIP_OTHER,  /* a fragment, IPv6 extension headers or another
 				    * protocol to one of our VIP addresses, or IPIP to
 				    * one that the failover path cannot parse: dropped */
+	RINGLB_ST_AFFINITY_HIT,    /* a new flow of a VIP with affinity sent to the pod
+				    * its client had, from the affinity map (informational) */
+	RINGLB_ST_AFFINITY_NEW,    /* a new flow of a VIP with affinity whose client had
+				    * no live pod there: the ring chose, recorded
+				    * (informational) */
 	RINGLB_ST_MAX,
 };
 
 /* ---- map names (the loader finds maps by these) ----------------------------- */
 /* vips, rings, backends, conntrack, owners, config, vip_stats, stats, vip_filter,
  * vip_addrs, flow_filter, bfd_hold, ct_budget, src_ranges, src_drops, src_sets,
- * src_set_of */
+ * src_set_of, affinity */
 
 #endif /* RINGLB_ABI_H */

@@ -15,8 +15,10 @@
  *     -> else vips[(daddr, dport, proto)]  (then the port-0 wildcard;
  *        neither, to one of our VIP addresses: XDP_DROP, vip_addr.h)
  *        -> source outside the VIP's ranges? XDP_DROP (src_ranges.h)
- *        -> rings[vip_id][flow_hash % M]   (Maglev, flow_hash.h; with client
- *           affinity the hash of the client's address alone)
+ *        -> client affinity with a timeout: affinity[(client, vip_id)], the
+ *           client's pod while it lives (affinity.h)
+ *        -> else rings[vip_id][flow_hash % M]   (Maglev, flow_hash.h; with
+ *           client affinity the hash of the client's address alone)
  *        -> conntrack insert {backend id, generation} (not by a SYN, and
  *           within the VIP's insert budget: conntrack.h)
  *     -> backends[id]: pod IP + next-hop MACs resolved by the loader
@@ -78,6 +80,7 @@
 #include "bfd_hold.h"
 #include "src_ranges.h"
 #include "vip_addr.h"
+#include "affinity.h"
 
 #ifndef IPPROTO_IPV6
 #define IPPROTO_IPV6 41
@@ -460,29 +463,62 @@ int ringlb_xdp(struct xdp_md *ctx)
 		if (use_ct && !stale && (!pkt.syn || RINGLB_SYN_INSERTS))
 			count(RINGLB_ST_CT_MISS);
 
-		void *ring = bpf_map_lookup_elem(&rings, &vip_id);
-		__u32 m = vip->ring_size;
-		if (!ring || m == 0) {
-			count(RINGLB_ST_DROP_NO_BACKEND);
-			return XDP_DROP;
-		}
 		__u32 fh = ringlb_ct_flow_hash(&pkt.flow, &syn_ct);
-		/* client affinity: the client's address picks the slot (the
-		 * 5-tuple hash still keys conntrack's flow filter) */
-		__u32 slot = (vip->flags & RINGLB_VIP_F_CLIENT_AFFINITY
-				      ? ringlb_client_hash(pkt.flow.saddr)
-				      : fh) %
-			     m;
-		__u32 *idp = bpf_map_lookup_elem(ring, &slot);
-		if (!idp || *idp == 0) {
-			count(RINGLB_ST_DROP_NO_BACKEND);
-			return XDP_DROP;
+		/* client affinity with a timeout: the pod the client's last new
+		 * flow took, while it lives (affinity.h) */
+		__u64 aff_ns = ringlb_affinity_timeout_ns(vip);
+		struct ringlb_affinity_key ak = {};
+		__u64 now = 0;
+		if (aff_ns) {
+			ringlb_affinity_key_of(&ak, &pkt.flow, vip_id);
+			now = bpf_ktime_get_ns();
+			struct ringlb_affinity_value *av = bpf_map_lookup_elem(&affinity, &ak);
+			if (av && now - av->last_ns <= aff_ns) {
+				__u32 abid = av->backend_id;
+				struct ringlb_backend *abe = bpf_map_lookup_elem(&backends, &abid);
+				__u32 *own = bpf_map_lookup_elem(&owners, &abid);
+				if (abe && abe->family && abe->gen == av->gen && own &&
+				    (*own & RINGLB_OWNER_VIP_MASK) == vip_id + 1) {
+					bid = abid;
+					be = abe;
+					av->last_ns = now;
+					count(RINGLB_ST_AFFINITY_HIT);
+				}
+			}
 		}
-		bid = *idp;
-		be = bpf_map_lookup_elem(&backends, &bid);
-		if (!be || !be->family) {
-			count(RINGLB_ST_DROP_NO_BACKEND);
-			return XDP_DROP;
+		if (!be) {
+			void *ring = bpf_map_lookup_elem(&rings, &vip_id);
+			__u32 m = vip->ring_size;
+			if (!ring || m == 0) {
+				count(RINGLB_ST_DROP_NO_BACKEND);
+				return XDP_DROP;
+			}
+			/* client affinity: the client's address picks the slot
+			 * (the 5-tuple hash still keys conntrack's flow filter) */
+			__u32 slot = (vip->flags & RINGLB_VIP_F_CLIENT_AFFINITY
+					      ? ringlb_client_hash(pkt.flow.saddr)
+					      : fh) %
+				     m;
+			__u32 *idp = bpf_map_lookup_elem(ring, &slot);
+			if (!idp || *idp == 0) {
+				count(RINGLB_ST_DROP_NO_BACKEND);
+				return XDP_DROP;
+			}
+			bid = *idp;
+			be = bpf_map_lookup_elem(&backends, &bid);
+			if (!be || !be->family) {
+				count(RINGLB_ST_DROP_NO_BACKEND);
+				return XDP_DROP;
+			}
+			if (aff_ns) {
+				struct ringlb_affinity_value nv = {
+					.backend_id = bid,
+					.gen = be->gen,
+					.last_ns = now,
+				};
+				bpf_map_update_elem(&affinity, &ak, &nv, BPF_ANY);
+				count(RINGLB_ST_AFFINITY_NEW);
+			}
 		}
 		/* the loop guard (the loader never gives an alias a remote
 		 * backend): failed-over traffic does not travel on */

@@ -38,8 +38,16 @@ pub const VIP_F_FAILOVER_ALIAS: u32 = 0x2;
 /// its vip_id (`spec.loadBalancerSourceRanges`; src_ranges.h).
 pub const VIP_F_SRC_RANGES: u32 = 0x4;
 /// `VipInfo::flags`: `sessionAffinity: ClientIP`; a new flow's ring slot is the
-/// hash of the client's address alone (`lookup::client_hash`).
+/// hash of the client's address alone (`lookup::client_hash`), and with a
+/// timeout (the bits from `VIP_AFFINITY_SHIFT`) the client's pod is kept in the
+/// `affinity` map while it lives (affinity.h).
 pub const VIP_F_CLIENT_AFFINITY: u32 = 0x8;
+/// `VipInfo::flags >> VIP_AFFINITY_SHIFT`: the affinity timeout in seconds.
+pub const VIP_AFFINITY_SHIFT: u32 = 8;
+/// The largest timeout the flags hold (24 bits; Kubernetes allows 86,400 s).
+pub const MAX_AFFINITY_TIMEOUT: u32 = (1 << (32 - VIP_AFFINITY_SHIFT)) - 1;
+/// `affinity` entries (LRU, per-CPU lists).
+pub const AFFINITY_SIZE: u32 = 65_536;
 /// The `owners` value's bit for a VIP with `VIP_F_SRC_RANGES` (a conntrack hit
 /// checks the source too); the rest (`OWNER_VIP_MASK`) is 1 + vip_id.
 pub const OWNER_F_SRC_RANGES: u32 = 0x8000_0000;
@@ -100,8 +108,11 @@ pub mod map {
     pub const SRC_SETS: &str = "src_sets";
     /// vip_id -> the set of its ranges (0 = none: `src_ranges`).
     pub const SRC_SET_OF: &str = "src_set_of";
+    /// `AffinityKey` -> `AffinityValue`: the pod of each client of a VIP with
+    /// client affinity (LRU; affinity.h).
+    pub const AFFINITY: &str = "affinity";
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 17] = [
+    pub const ALL: [&str; 18] = [
         VIPS,
         RINGS,
         BACKENDS,
@@ -119,11 +130,12 @@ pub mod map {
         SRC_DROPS,
         SRC_SETS,
         SRC_SET_OF,
+        AFFINITY,
     ];
     /// Maps newer than some pin dirs in the field: a running edge of an
     /// older release has none pinned.
-    pub const NEWER: [&str; 6] = [
-        BFD_HOLD, CT_BUDGET, SRC_RANGES, SRC_DROPS, SRC_SETS, SRC_SET_OF,
+    pub const NEWER: [&str; 7] = [
+        BFD_HOLD, CT_BUDGET, SRC_RANGES, SRC_DROPS, SRC_SETS, SRC_SET_OF, AFFINITY,
     ];
 }
 
@@ -156,6 +168,25 @@ pub struct VipInfo {
     pub vip_id: u32,
     pub ring_size: u32,
     pub flags: u32,
+}
+
+/// `struct ringlb_affinity_key`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AffinityKey {
+    pub saddr: RawAddr,
+    pub vip_id: u32,
+    pub family: u8,
+    pub pad: [u8; 3],
+}
+
+/// `struct ringlb_affinity_value`
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct AffinityValue {
+    pub backend_id: u32,
+    pub generation: u32,
+    pub last_ns: u64,
 }
 
 /// `struct ringlb_backend`
@@ -327,6 +358,8 @@ const _: () = assert!(size_of::<BfdHoldKey>() == 8);
 const _: () = assert!(size_of::<BfdHold>() == 56);
 const _: () = assert!(size_of::<VipKey>() == 20);
 const _: () = assert!(size_of::<VipInfo>() == 12);
+const _: () = assert!(size_of::<AffinityKey>() == 24);
+const _: () = assert!(size_of::<AffinityValue>() == 16);
 const _: () = assert!(size_of::<BackendValue>() == 40);
 const _: () = assert!(size_of::<Flow>() == 40);
 const _: () = assert!(size_of::<CtValue>() == 8);
@@ -358,6 +391,8 @@ mod pod {
     unsafe impl aya::Pod for SrcSet {}
     unsafe impl aya::Pod for BfdHoldKey {}
     unsafe impl aya::Pod for BfdHold {}
+    unsafe impl aya::Pod for AffinityKey {}
+    unsafe impl aya::Pod for AffinityValue {}
 }
 
 /// Global counter indices: `enum ringlb_stat`.
@@ -399,9 +434,11 @@ pub enum Stat {
     DropNoService,
     DropVipIcmp,
     DropVipOther,
+    AffinityHit,
+    AffinityNew,
 }
 
-pub const STAT_MAX: u32 = 35;
+pub const STAT_MAX: u32 = 37;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -440,6 +477,8 @@ impl Stat {
         Stat::DropNoService,
         Stat::DropVipIcmp,
         Stat::DropVipOther,
+        Stat::AffinityHit,
+        Stat::AffinityNew,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -480,6 +519,8 @@ impl Stat {
             Stat::DropNoService => "drop_no_service",
             Stat::DropVipIcmp => "drop_vip_icmp",
             Stat::DropVipOther => "drop_vip_other",
+            Stat::AffinityHit => "affinity_hit",
+            Stat::AffinityNew => "affinity_new",
         }
     }
 }
@@ -600,6 +641,8 @@ mod tests {
             define("RINGLB_VIP_F_CLIENT_AFFINITY"),
             VIP_F_CLIENT_AFFINITY
         );
+        assert_eq!(define("RINGLB_VIP_AFFINITY_SHIFT"), VIP_AFFINITY_SHIFT);
+        assert_eq!(define("RINGLB_AFFINITY_SIZE"), AFFINITY_SIZE);
         assert_eq!(define("RINGLB_OWNER_F_SRC_RANGES"), OWNER_F_SRC_RANGES);
         assert_eq!(define("RINGLB_OWNER_VIP_MASK"), OWNER_VIP_MASK);
         assert_eq!(define("RINGLB_MAX_SRC_RANGES"), MAX_SRC_RANGES);

@@ -90,12 +90,14 @@ pub(crate) fn check_abi(maps: &KernelMaps) -> Result<(), Error> {
     let ct: HashMap<_, abi::Flow, abi::CtValue> = maps.map(CONNTRACK)?;
     let addrs: HashMap<_, abi::VipKey, u32> = maps.map(VIP_ADDRS)?;
     let _: HashMap<_, abi::BfdHoldKey, abi::BfdHold> = maps.map(BFD_HOLD)?;
+    let affinity: HashMap<_, abi::AffinityKey, abi::AffinityValue> = maps.map(AFFINITY)?;
     // pinned maps keep the size they were created with
     for (name, data, want) in [
         (VIPS, vips.map(), abi::MAX_VIPS),
         (VIP_ADDRS, addrs.map(), abi::MAX_VIPS),
         (BACKENDS, backends.map(), abi::MAX_BACKENDS),
         (CONNTRACK, ct.map(), abi::CT_SIZE),
+        (AFFINITY, affinity.map(), abi::AFFINITY_SIZE),
     ] {
         check_capacity(name, data, want, "abi.h", FIX)?;
     }

@@ -4,7 +4,10 @@
 //! edges (two programs with their own maps); without it, the same connections
 //! spread. Switching it on or off changes new connections at once while
 //! established ones keep their pod; a removed pod's client moves to a live pod
-//! on its next packet. Needs root (BPF); skips loudly otherwise.
+//! on its next packet. The affinity map keeps a client's pod across a change of
+//! the backend set that keeps that pod, on each edge that saw the client, until
+//! the timeout after its last new connection. Needs root (BPF); skips loudly
+//! otherwise.
 
 mod xdp_support;
 use xdp_support::fixture::*;
@@ -37,6 +40,32 @@ fn entry(v: &Vip, pods: &[&str], affinity: bool) -> ServiceEntry {
     } else {
         e
     }
+}
+
+/// `pods` with client affinity of `timeout` seconds.
+fn with_timeout(v: &Vip, pods: &[&str], timeout: u32) -> ServiceEntry {
+    ServiceEntry::from_table(v, &table(pods))
+        .unwrap()
+        .with_client_affinity(timeout)
+}
+
+/// A client whose ring pod differs between `before` and `after` while its
+/// pod of `before` is in `after` too: the change the affinity map is for.
+fn client_moved_by(before: &[&str], after: &[&str]) -> IpAddr {
+    (1..=254)
+        .map(|i| IpAddr::from([192, 0, 2, i]))
+        .find(|c| {
+            let was = pod_of(before, *c);
+            was != pod_of(after, *c) && after.iter().any(|p| ip(p) == was)
+        })
+        .expect("some client's slot changes owner")
+}
+
+/// The pod a new connection of `client` from `sport` reaches.
+fn pod_for(dp: &XdpDatapath, client: IpAddr, sport: u16) -> IpAddr {
+    let (verdict, out) = run(dp, &Frame::tcp(client, ip("10.100.0.1"), sport, 80).bytes());
+    assert_eq!(verdict, XDP_TX);
+    pod(&out)
 }
 
 /// The pod the Rust Maglev table gives `client` with client affinity.
@@ -156,4 +185,68 @@ fn a_removed_pods_client_moves_on_its_next_packet() {
     );
     assert_eq!(counter(&dp, "ct_stale"), 1);
     assert_eq!(pods_of_client(&dp, 20), BTreeSet::from([now]));
+}
+
+/// A pod added to the set takes ring slots from the others; a client whose
+/// slot it took keeps its pod from the affinity map, on both edges that saw
+/// it, while a client first seen after the change gets the ring's pod.
+#[test]
+fn an_affinity_survives_a_backend_change_that_keeps_its_pod() {
+    let (Some(mut a), Some(mut b)) = (load(1500, true), load(1500, true)) else {
+        return;
+    };
+    let v = vip4();
+    let three = &PODS[..3];
+    let client = client_moved_by(three, &PODS);
+    let kept = pod_of(three, client);
+    for dp in [&mut a, &mut b] {
+        dp.apply(&state(vec![(v, entry(&v, three, true))])).unwrap();
+        assert_eq!(pod_for(dp, client, 40_000), kept);
+        assert_eq!(counter(dp, "affinity_new"), 1);
+        dp.apply(&state(vec![(v, entry(&v, &PODS, true))])).unwrap();
+    }
+    for dp in [&a, &b] {
+        for sport in 40_001..40_011 {
+            assert_eq!(
+                pod_for(dp, client, sport),
+                kept,
+                "the ring says {}",
+                pod_of(&PODS, client)
+            );
+        }
+        assert_eq!(counter(dp, "affinity_hit"), 10);
+    }
+    // a client no edge saw before the change: the ring's pod
+    let fresh = (1..=254)
+        .map(|i| IpAddr::from([198, 51, 100, i]))
+        .find(|c| pod_of(three, *c) != pod_of(&PODS, *c))
+        .unwrap();
+    assert_eq!(pod_for(&a, fresh, 40_000), pod_of(&PODS, fresh));
+}
+
+/// The affinity lasts `timeoutSeconds` after the client's last new
+/// connection; a later one takes the ring's pod and is recorded anew.
+#[test]
+fn an_affinity_expires_after_its_timeout() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    let three = &PODS[..3];
+    let client = client_moved_by(three, &PODS);
+    let kept = pod_of(three, client);
+    dp.apply(&state(vec![(v, with_timeout(&v, three, 1))]))
+        .unwrap();
+    assert_eq!(pod_for(&dp, client, 40_000), kept);
+    dp.apply(&state(vec![(v, with_timeout(&v, &PODS, 1))]))
+        .unwrap();
+    assert_eq!(pod_for(&dp, client, 40_001), kept, "within the timeout");
+    std::thread::sleep(std::time::Duration::from_millis(1_300));
+    let now = pod_of(&PODS, client);
+    assert_eq!(pod_for(&dp, client, 40_002), now, "expired: the ring's pod");
+    assert_eq!(pod_for(&dp, client, 40_003), now, "and kept from then on");
+    assert_eq!(
+        (counter(&dp, "affinity_hit"), counter(&dp, "affinity_new")),
+        (2, 2)
+    );
 }

@@ -62,8 +62,9 @@ fn vip_flags(svc: &ServiceEntry) -> u32 {
     if svc.source_ranges().is_some() {
         f |= abi::VIP_F_SRC_RANGES;
     }
-    if svc.client_affinity().is_some() {
-        f |= abi::VIP_F_CLIENT_AFFINITY;
+    if let Some(timeout) = svc.client_affinity() {
+        f |= abi::VIP_F_CLIENT_AFFINITY
+            | timeout.min(abi::MAX_AFFINITY_TIMEOUT) << abi::VIP_AFFINITY_SHIFT;
     }
     f
 }
