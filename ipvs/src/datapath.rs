@@ -7,10 +7,21 @@
 //! Which services are ringlb's: those on a VIP ringlb bound (marked, see
 //! `codec::addr`) or on a VIP it is asked to serve. Anyone else's (an
 //! operator's, kube-proxy's) are never read into the view, so never changed.
+//!
+//! With a guard ([`IpvsDatapath::with_guard`], `crate::guard`) every apply also
+//! sets the nftables table in front of IPVS to what is served, before the IPVS
+//! writes, so a VIP:port with source ranges is never open, not even for the
+//! moment between two writes; when no VIP is left, the table goes after them,
+//! with the last service. A guard that cannot be written fails the apply before
+//! IPVS is touched.
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
+use ringlb_datapath::SourceRange;
+
+use crate::guard::nft::Nft;
+use crate::guard::{Guard, GuardCounters};
 use crate::kernel::Kernel;
 use crate::model::{ServiceKey, Stats};
 use crate::plan::{self, Backend, Config, Desired, Held, HeldService, Op};
@@ -52,6 +63,8 @@ pub struct IpvsDatapath<K> {
     view: Held,
     /// Why the view is unknown (a failed write whose re-read failed too).
     unknown: Option<String>,
+    /// The nftables guard, when made with one.
+    guard: Option<Guard>,
 }
 
 impl<K: Kernel> IpvsDatapath<K> {
@@ -63,7 +76,22 @@ impl<K: Kernel> IpvsDatapath<K> {
             cfg,
             view,
             unknown: None,
+            guard: None,
         })
+    }
+
+    /// [`Self::new`] with the nftables guard over `nft` (source ranges enforced,
+    /// unused ports of a VIP address dropped and counted). Nothing is written
+    /// until the first apply: a restarted edge keeps its earlier table until then.
+    pub fn with_guard(kernel: K, cfg: Config, nft: Box<dyn Nft>) -> Result<Self, Error> {
+        let mut dp = Self::new(kernel, cfg)?;
+        dp.guard = Some(Guard::new(nft));
+        Ok(dp)
+    }
+
+    /// The guard, when there is one.
+    pub fn guard(&self) -> Option<&Guard> {
+        self.guard.as_ref()
     }
 
     pub fn kernel(&self) -> &K {
@@ -90,8 +118,18 @@ impl<K: Kernel> IpvsDatapath<K> {
         read_held(&mut self.kernel, also)
     }
 
-    /// Makes the kernel hold `desired`, writing only what differs.
+    /// Makes the kernel hold `desired`, writing only what differs (the guard
+    /// too, when there is one).
     pub fn apply(&mut self, desired: &Desired) -> Result<ApplyStats, Error> {
+        let admitted = desired
+            .services
+            .keys()
+            .map(|k| (*k, desired.source_ranges.get(k).cloned()))
+            .collect();
+        self.guarded(|g| g.admit_all(admitted), |dp| dp.apply_ipvs(desired))
+    }
+
+    fn apply_ipvs(&mut self, desired: &Desired) -> Result<ApplyStats, Error> {
         let addrs: BTreeSet<IpAddr> = desired.services.keys().map(|k| k.addr).collect();
         self.ensure_view(&addrs)?;
         self.adopt(&addrs)?;
@@ -100,20 +138,55 @@ impl<K: Kernel> IpvsDatapath<K> {
     }
 
     /// Changes one service (`None` removes it) without looking at any other;
-    /// `affinity` as in [`Desired::affinity`].
+    /// `affinity` as in [`Desired::affinity`], `source_ranges` as in
+    /// [`Desired::source_ranges`].
     pub fn apply_service(
         &mut self,
         key: &ServiceKey,
         backends: Option<&[Backend]>,
         affinity: Option<u32>,
+        source_ranges: Option<&BTreeSet<SourceRange>>,
     ) -> Result<ApplyStats, Error> {
-        let addrs = BTreeSet::from([key.addr]);
-        self.ensure_view(&addrs)?;
-        if backends.is_some() {
-            self.adopt(&addrs)?;
+        self.guarded(
+            |g| g.admit(*key, backends.is_some(), source_ranges),
+            |dp| {
+                let addrs = BTreeSet::from([key.addr]);
+                dp.ensure_view(&addrs)?;
+                if backends.is_some() {
+                    dp.adopt(&addrs)?;
+                }
+                let ops = plan_service(&dp.view, key, backends, affinity, &dp.cfg)?;
+                dp.run(&ops, &addrs)
+            },
+        )
+    }
+
+    /// Runs `write` (the IPVS writes) with the guard changed by `admit`: synced
+    /// before `write`, or after it when nothing is left to serve (see the module
+    /// doc). Without a guard, `write` alone.
+    fn guarded(
+        &mut self,
+        admit: impl FnOnce(&mut Guard),
+        write: impl FnOnce(&mut Self) -> Result<ApplyStats, Error>,
+    ) -> Result<ApplyStats, Error> {
+        let Some(guard) = self.guard.as_mut() else {
+            return write(self);
+        };
+        admit(guard);
+        if !guard.admitted().is_empty() {
+            guard.sync()?;
+            return write(self);
         }
-        let ops = plan_service(&self.view, key, backends, affinity, &self.cfg)?;
-        self.run(&ops, &addrs)
+        let written = write(self);
+        let removed = self.guard.as_mut().map(Guard::sync).transpose();
+        let st = written?;
+        removed?;
+        Ok(st)
+    }
+
+    /// The guard's counters (`None`: no guard).
+    pub fn guard_counters(&mut self) -> Result<Option<GuardCounters>, Error> {
+        self.guard.as_mut().map(Guard::counters).transpose()
     }
 
     /// Per-service counters of ringlb's services.
@@ -127,7 +200,8 @@ impl<K: Kernel> IpvsDatapath<K> {
             .collect())
     }
 
-    /// Unbinds every VIP and deletes every service of ringlb's.
+    /// Unbinds every VIP and deletes every service of ringlb's (and the
+    /// guard's table).
     pub fn remove_all(&mut self) -> Result<ApplyStats, Error> {
         self.apply(&Desired::default())
     }

@@ -22,6 +22,9 @@
 //!
 //! - `seam`: `IpvsDatapath` behind the edge agent's `ringlb_datapath::Datapath`
 //!   (the seam's `DesiredState` -> [`plan::Desired`]).
+//! - `guard`: the nftables table in front of IPVS (source ranges, and drops of
+//!   what is addressed to a VIP address but no VIP:port), written by
+//!   `IpvsDatapath` when made [`IpvsDatapath::with_guard`].
 //!
 //! This crate does not depend on ringlb-xdp (that would pull aya into the IPVS
 //! path): the seam lives in the light `ringlb-datapath`, and the planner takes its
@@ -29,6 +32,7 @@
 
 pub mod codec;
 pub mod datapath;
+pub mod guard;
 pub mod kernel;
 pub mod model;
 pub mod plan;
@@ -72,6 +76,11 @@ pub enum Error {
     Timeout { op: &'static str },
     #[error("the view of IPVS is unknown: {reason}; retrying re-reads it first")]
     ViewUnknown { reason: String },
+    #[error(
+        "nftables table {} (the IPVS guard): {op}: {detail}",
+        guard::ruleset::TABLE
+    )]
+    Guard { op: String, detail: String },
 }
 
 impl Error {
@@ -86,6 +95,7 @@ impl Error {
             Error::Decode { .. } => "decode",
             Error::Timeout { .. } => "timeout",
             Error::ViewUnknown { .. } => "view_unknown",
+            Error::Guard { .. } => "guard",
         }
     }
 

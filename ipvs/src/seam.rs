@@ -10,7 +10,8 @@
 //! before anything is written: IPVS cannot take an IPIP packet to one VIP apart
 //! and forward the inner packet by another VIP's service. Client affinity makes
 //! the virtual service persistent (`plan::Config::service_with`). Source ranges
-//! are not enforced: the edge agent warns of them (docs/ipvs.md).
+//! go to the guard (`crate::guard`), when the datapath has one; its counters are
+//! the seam's global and per-VIP drop counters (docs/ipvs.md, "The guard").
 
 use ringlb_datapath as seam;
 
@@ -79,6 +80,20 @@ pub fn check_entry(
     Ok(())
 }
 
+/// The seam VIP of a TCP or UDP virtual service.
+fn seam_vip(k: &ServiceKey) -> Option<seam::Vip> {
+    let proto = match k.proto {
+        Proto::Tcp => seam::Proto::Tcp,
+        Proto::Udp => seam::Proto::Udp,
+        Proto::Other(_) => return None,
+    };
+    Some(seam::Vip {
+        addr: k.addr,
+        port: k.port,
+        proto,
+    })
+}
+
 /// The planner's input for the seam's desired state.
 pub fn desired(state: &seam::DesiredState) -> Desired {
     Desired {
@@ -91,6 +106,11 @@ pub fn desired(state: &seam::DesiredState) -> Desired {
             .services
             .iter()
             .filter_map(|(vip, e)| Some((service_key(vip), e.client_affinity()?)))
+            .collect(),
+        source_ranges: state
+            .services
+            .iter()
+            .filter_map(|(vip, e)| Some((service_key(vip), e.source_ranges()?.clone())))
             .collect(),
     }
 }
@@ -125,37 +145,35 @@ impl<K: Kernel> seam::Datapath for IpvsDatapath<K> {
         }
         let b = entry.map(backends);
         let affinity = entry.and_then(|e| e.client_affinity());
-        let st = IpvsDatapath::apply_service(self, &service_key(vip), b.as_deref(), affinity)?;
+        let ranges = entry.and_then(|e| e.source_ranges());
+        let key = service_key(vip);
+        let st = IpvsDatapath::apply_service(self, &key, b.as_deref(), affinity, ranges)?;
         Ok(stats(st))
     }
 
     /// Per VIP:port:protocol, packets and bytes in (the direction IPVS sees; with
-    /// tunnel and DR forwarding replies bypass the edge). No global counters.
+    /// tunnel and DR forwarding replies bypass the edge). With a guard, its drops:
+    /// global (`drop_no_service`, `drop_vip_icmp`, `drop_vip_other`,
+    /// `drop_source_range`) and per VIP with ranges (`source_range`).
     fn counters(&mut self) -> Result<seam::Counters, seam::Error> {
         let per_vip = IpvsDatapath::counters(self)?
             .into_iter()
-            .filter_map(|(k, st)| {
-                let proto = match k.proto {
-                    Proto::Tcp => seam::Proto::Tcp,
-                    Proto::Udp => seam::Proto::Udp,
-                    Proto::Other(_) => return None,
-                };
-                let vip = seam::Vip {
-                    addr: k.addr,
-                    port: k.port,
-                    proto,
-                };
-                Some((vip, st.inpkts, st.inbytes))
-            })
+            .filter_map(|(k, st)| Some((seam_vip(&k)?, st.inpkts, st.inbytes)))
+            .collect();
+        let guard = self.guard_counters()?.unwrap_or_default();
+        let per_vip_dropped = guard
+            .per_service
+            .iter()
+            .filter_map(|(k, n)| Some((seam_vip(k)?, crate::guard::SOURCE_RANGE, *n)))
             .collect();
         Ok(seam::Counters {
-            global: Vec::new(),
+            global: guard.global,
             per_vip,
-            per_vip_dropped: Vec::new(),
+            per_vip_dropped,
         })
     }
 
-    /// Deletes ringlb's services and unbinds its VIPs.
+    /// Deletes ringlb's services, unbinds its VIPs and removes the guard's table.
     fn uninstall(self) -> Result<(), seam::Error> {
         IpvsDatapath::uninstall(self)?;
         Ok(())
@@ -304,6 +322,71 @@ mod tests {
         let e = &sticky(60).services[&v];
         Datapath::apply_service(&mut dp, &v, Some(e)).unwrap();
         assert_eq!(persist(&dp), (IP_VS_SVC_F_PERSISTENT, 60));
+    }
+
+    /// The guard follows the seam: written before IPVS (a guard that cannot be
+    /// written stops the apply with nothing written), its drops reported as the
+    /// XDP datapath's, and removed after the last service.
+    #[test]
+    fn the_guard_goes_first_reports_drops_and_leaves_last() {
+        use crate::guard::nft::MemoryNft;
+        let nft = MemoryNft::default();
+        let k = MemoryKernel::default();
+        let mut dp = IpvsDatapath::with_guard(k, Config::default(), Box::new(nft.clone())).unwrap();
+        let v = vip(443);
+        let r = |a: &str, p| ringlb_datapath::SourceRange::new(ip(a), p).unwrap();
+        let ranged = |net| {
+            let mut s = state(443);
+            let e = s.services.remove(&v).unwrap();
+            s.services.insert(v, e.with_source_ranges(&v, [net]));
+            s
+        };
+        nft.state().fail_apply = true;
+        let e = Datapath::apply(&mut dp, &ranged(r("192.0.2.0", 24))).unwrap_err();
+        assert_eq!(e.metric_label(), "guard");
+        assert!(dp.kernel().log.is_empty(), "fail closed: IPVS untouched");
+
+        nft.state().fail_apply = false;
+        Datapath::apply(&mut dp, &ranged(r("192.0.2.0", 24))).unwrap();
+        assert!(dp.held().services.contains_key(&service_key(&v)));
+        let table = nft.state().table.clone().unwrap();
+        assert!(
+            table.contains("ip saddr { 192.0.2.0/24 } accept"),
+            "{table}"
+        );
+        nft.state().counters.extend([
+            ("src_10.100.0.1_tcp_443".into(), 4),
+            ("drop_vip_icmp".into(), 2),
+        ]);
+        let c = Datapath::counters(&mut dp).unwrap();
+        assert_eq!(
+            c.global,
+            [
+                ("drop_no_service", 0),
+                ("drop_vip_icmp", 2),
+                ("drop_vip_other", 0),
+                ("drop_source_range", 4)
+            ]
+        );
+        assert_eq!(c.per_vip_dropped, [(v, "source_range", 4)]);
+
+        // one service narrowed
+        let e = &ranged(r("192.0.2.0", 25)).services[&v];
+        Datapath::apply_service(&mut dp, &v, Some(e)).unwrap();
+        let table = nft.state().table.clone().unwrap();
+        assert!(
+            table.contains("ip saddr { 192.0.2.0/25 } accept"),
+            "{table}"
+        );
+
+        // the last service goes first, then the table (here refused: reported)
+        nft.state().fail_apply = true;
+        let e = Datapath::apply(&mut dp, &DesiredState::default()).unwrap_err();
+        assert_eq!(e.metric_label(), "guard");
+        assert!(dp.held().services.is_empty() && dp.held().vips.is_empty());
+        nft.state().fail_apply = false;
+        Datapath::uninstall(dp).unwrap();
+        assert!(nft.state().table.is_none());
     }
 
     #[test]

@@ -138,7 +138,7 @@ fn an_unknown_view_plans_nothing_until_a_reread_succeeds() {
     assert!(matches!(e, Error::ViewUnknown { .. }), "{e}");
     assert_eq!(dp.kernel().writes, writes, "nothing written");
     assert!(
-        dp.apply_service(&key(1, 80), None, None).is_err(),
+        dp.apply_service(&key(1, 80), None, None, None).is_err(),
         "no single-service update either"
     );
     dp.kernel_mut().fail_reads = false;
@@ -225,17 +225,21 @@ fn single_service_updates() {
             })
             .collect()
     };
-    dp.apply_service(&http, Some(&b(&[1, 2])), None).unwrap();
-    dp.apply_service(&https, Some(&b(&[1])), None).unwrap();
-    let st = dp.apply_service(&http, Some(&b(&[2, 3])), None).unwrap();
+    dp.apply_service(&http, Some(&b(&[1, 2])), None, None)
+        .unwrap();
+    dp.apply_service(&https, Some(&b(&[1])), None, None)
+        .unwrap();
+    let st = dp
+        .apply_service(&http, Some(&b(&[2, 3])), None, None)
+        .unwrap();
     assert_eq!((st.dests_added, st.dests_deleted), (1, 1), "{st:?}");
-    dp.apply_service(&https, None, None).unwrap();
+    dp.apply_service(&https, None, None, None).unwrap();
     assert!(
         dp.held().vips.contains(&http.addr),
         "port 80 still uses the VIP"
     );
     converged(&mut dp, &desired(&[(http, &[2, 3])]));
-    dp.apply_service(&http, None, None).unwrap();
+    dp.apply_service(&http, None, None, None).unwrap();
     converged(&mut dp, &Desired::default());
 }
 

@@ -38,6 +38,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
 
+use ringlb_datapath::SourceRange;
+
 use crate::Error;
 use crate::codec::consts::{IP_VS_SVC_F_PERSISTENT, IP_VS_SVC_F_SCHED1, IP_VS_SVC_F_SCHED2};
 use crate::model::{Dest, DestKey, Forward, Proto, Service, ServiceKey};
@@ -63,6 +65,10 @@ pub struct Desired {
     /// The services of `services` with client affinity (`sessionAffinity:
     /// ClientIP`), with its timeout in seconds ([`Config::service_with`]).
     pub affinity: BTreeMap<ServiceKey, u32>,
+    /// The services of `services` that accept only these sources
+    /// (`loadBalancerSourceRanges`; an empty set: none). Not IPVS's: the guard's
+    /// (`crate::guard`); the planner does not read it.
+    pub source_ranges: BTreeMap<ServiceKey, BTreeSet<SourceRange>>,
 }
 
 /// How a service's real-server list is ordered (see the module doc).

@@ -1,4 +1,5 @@
-//! Shared by the real-IPVS tests (`ipvs_kernel`, `ipvs_netns`): the skip rule, a
+//! Shared by the real-IPVS tests (`ipvs_kernel`, `ipvs_netns`; `guard_netns` uses
+//! the namespace helpers and the line server): the skip rule, a
 //! datapath opened inside a namespace, the independent read-back with `ipvsadm`,
 //! and the namespace lab:
 //!
@@ -180,7 +181,8 @@ pub struct Lab {
     pub pods: Vec<Netns>,
 }
 
-fn veth(a_ns: &str, a: &str, a_ip: Option<&str>, b_ns: &str, b: &str, b_ip: Option<&str>) {
+/// A veth pair between `a_ns` and `b_ns`, both ends up, each with its address if given.
+pub fn veth(a_ns: &str, a: &str, a_ip: Option<&str>, b_ns: &str, b: &str, b_ip: Option<&str>) {
     sh(&[
         "ip", "-n", a_ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", b_ns,
     ]);
@@ -308,7 +310,9 @@ impl Lab {
     }
 }
 
-fn serve(ns: String, vip: IpAddr, name: String) {
+/// A line server on `vip`:80 in `ns`: each line in, `name` out (a thread that
+/// lives until the namespace goes).
+pub fn serve(ns: String, vip: IpAddr, name: String) {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         ringlb_testkit::netns::enter_netns(&ns);
