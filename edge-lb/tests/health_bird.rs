@@ -142,7 +142,6 @@ impl Edge {
                 let cfg = SyncConfig {
                     ring_size: 251,
                     default_class: true,
-                    enforces_source_ranges: true,
                 };
                 while let Some(((svc, slice), done)) = rx.recv().await {
                     let stores = stores(svc, slice);

@@ -11,10 +11,6 @@
 //! Bad annotations (health or failover; the Service is served without them): Warning
 //! `BadAnnotation`, once per Service and reason while this edge runs.
 //!
-//! Source ranges a datapath does not enforce (IPVS): Warning
-//! `SourceRangesNotEnforced`, with a log line, once per Service and ranges while
-//! this edge runs ([`unenforced_source_ranges`]).
-//!
 //! A VIP:port this edge would announce but no router has, for a cause of the
 //! Service's own (`ringlb_bgp::reach`): Warning `NoAdvertisement` (no
 //! `BGPAdvertisement` selects its pool for an Established peer) or
@@ -183,56 +179,12 @@ pub fn unannounced_events(
     step
 }
 
-/// The Services of `vips` with source ranges, one line each naming the ranges
-/// (every VIP:port of a Service carries the same): for an edge whose datapath
-/// does not enforce them, which serves every source.
-pub fn unenforced_source_ranges(
-    vips: &std::collections::BTreeMap<ringlb_datapath::Vip, crate::serving::VipBackends>,
-) -> Vec<Skipped> {
-    let mut by_service = std::collections::BTreeMap::new();
-    for b in vips.values().filter(|b| !b.alias) {
-        if let Some(r) = &b.source_ranges {
-            let all: &mut std::collections::BTreeSet<_> =
-                by_service.entry(b.service.clone()).or_default();
-            all.extend(r.iter().copied());
-        }
-    }
-    by_service
-        .into_iter()
-        .map(|(service, ranges)| {
-            let list: Vec<String> = ranges.iter().map(|r| r.to_string()).collect();
-            Skipped {
-                service,
-                reason: format!(
-                    "{} [{}] is not enforced by the IPVS datapath: every source reaches \
-                     this Service through this edge",
-                    crate::source_ranges::FIELD,
-                    list.join(", ")
-                ),
-            }
-        })
-        .collect()
-}
-
-/// The Warning of source ranges this edge's datapath does not enforce.
-pub fn unenforced_event(s: &Skipped, node: &str) -> Event {
-    Event {
-        type_: EventType::Warning,
-        reason: "SourceRangesNotEnforced".into(),
-        note: Some(format!("edge {node}: {}", s.reason)),
-        action: "ProgramDatapath".into(),
-        secondary: None,
-    }
-}
-
 /// Writes the Events of health changes.
 pub struct HealthEvents {
     recorder: Recorder,
     node: String,
     /// (Service, reason) of the bad annotations already reported.
     reported: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
-    /// (Service, reason) of the unenforced source ranges already reported.
-    unenforced: std::sync::Mutex<std::collections::BTreeSet<(String, String)>>,
     /// The unannounced VIP:ports of the last sync.
     unannounced: std::sync::Mutex<Unannounced>,
 }
@@ -258,7 +210,6 @@ impl HealthEvents {
             recorder: Recorder::new(client, reporter),
             node,
             reported: Default::default(),
-            unenforced: Default::default(),
             unannounced: Default::default(),
         }
     }
@@ -291,24 +242,6 @@ impl HealthEvents {
         for s in bad {
             if !reported.contains(&(s.service.clone(), s.reason.clone())) {
                 self.send(services, &s.service, bad_annotation_event(s, &self.node));
-            }
-        }
-        *reported = now;
-    }
-
-    /// Logs and publishes a Warning per Service whose source ranges are not
-    /// enforced ([`unenforced_source_ranges`]), once while they stay the same; a
-    /// Service that no longer has them is forgotten.
-    pub fn publish_unenforced_ranges(&self, services: &Store<Service>, list: &[Skipped]) {
-        let now: std::collections::BTreeSet<(String, String)> = list
-            .iter()
-            .map(|s| (s.service.clone(), s.reason.clone()))
-            .collect();
-        let mut reported = self.unenforced.lock().unwrap_or_else(|e| e.into_inner());
-        for s in list {
-            if !reported.contains(&(s.service.clone(), s.reason.clone())) {
-                tracing::warn!(service = %s.service, "{}", s.reason);
-                self.send(services, &s.service, unenforced_event(s, &self.node));
             }
         }
         *reported = now;
@@ -493,67 +426,6 @@ mod tests {
             ready: 1,
             min_ready: 2,
         }
-    }
-
-    /// One line per Service with ranges, naming them all; none for a Service
-    /// without, nor for a failover alias.
-    #[test]
-    fn unenforced_source_ranges_are_one_warning_per_service() {
-        use crate::serving::VipBackends;
-        use ringlb_datapath::SourceRange;
-        let r = |a: &str, p| SourceRange::new(a.parse().unwrap(), p).unwrap();
-        let v = |port| Vip {
-            addr: "192.0.2.1".parse().unwrap(),
-            port,
-            proto: Proto::Tcp,
-        };
-        let b = |service: &str, ranges: Option<Vec<SourceRange>>| VipBackends {
-            service: service.into(),
-            source_ranges: ranges,
-            ..Default::default()
-        };
-        let ranged = Some(vec![r("10.0.0.0", 8), r("192.168.1.0", 24)]);
-        let mut alias = b("default/alias", ranged.clone());
-        alias.alias = true;
-        let vips = [
-            (v(80), b("default/web", ranged.clone())),
-            (v(443), b("default/web", ranged)),
-            (v(8080), b("default/open", None)),
-            (v(9090), alias),
-            (v(53), b("default/closed", Some(vec![]))),
-        ]
-        .into();
-        let got = unenforced_source_ranges(&vips);
-        let got: Vec<(&str, &str)> = got
-            .iter()
-            .map(|s| (s.service.as_str(), s.reason.as_str()))
-            .collect();
-        let tail = "is not enforced by the IPVS datapath: every source reaches this Service \
-                    through this edge";
-        assert_eq!(
-            got,
-            [
-                (
-                    "default/closed",
-                    format!("spec.loadBalancerSourceRanges [] {tail}").as_str()
-                ),
-                (
-                    "default/web",
-                    format!("spec.loadBalancerSourceRanges [10.0.0.0/8, 192.168.1.0/24] {tail}")
-                        .as_str()
-                ),
-            ]
-        );
-        let ev = unenforced_event(&unenforced_source_ranges(&vips)[0], "edge1");
-        assert_eq!(
-            (ev.type_, ev.reason.as_str()),
-            (EventType::Warning, "SourceRangesNotEnforced")
-        );
-        assert!(
-            ev.note
-                .unwrap()
-                .starts_with("edge edge1: spec.loadBalancerSourceRanges")
-        );
     }
 
     #[test]

@@ -1,15 +1,18 @@
 //! Prometheus metrics of the datapath, fed from `Datapath::counters` (XDP: the
-//! per-CPU BPF counters summed over CPUs; IPVS: its per-service counters).
+//! per-CPU BPF counters summed over CPUs; IPVS: its per-service counters and its
+//! nftables guard's named counters).
 //! Registered under the program's `ringlb_` prefix and the datapath's name
 //! (`xdp`, `ipvs`):
 //!
-//! - `ringlb_xdp_packets_total{reason}`: every verdict/reason of `abi::Stat`
-//!   (`tx`, `pass_not_vip`, `pass_mtu`, `drop_fib`, `ct_hit`, ...); IPVS has none
+//! - `ringlb_<dp>_packets_total{reason}`: XDP, every verdict/reason of `abi::Stat`
+//!   (`tx`, `pass_not_vip`, `pass_mtu`, `drop_fib`, `ct_hit`, ...); IPVS, the
+//!   guard's drops under the same labels (`drop_no_service`, `drop_vip_icmp`,
+//!   `drop_vip_other`, `drop_source_range`)
 //! - `ringlb_<dp>_vip_packets_total{vip}`, `ringlb_<dp>_vip_bytes_total{vip}`
 //! - `ringlb_<dp>_vip_dropped_total{vip,reason}`: packets to the VIP the datapath
-//!   dropped on purpose (XDP: `source_range`, a source outside the Service's
+//!   dropped on purpose (`source_range`, a source outside the Service's
 //!   `loadBalancerSourceRanges`; the global count is
-//!   `ringlb_xdp_packets_total{reason="drop_source_range"}`)
+//!   `ringlb_<dp>_packets_total{reason="drop_source_range"}`)
 //! - `ringlb_<dp>_apply_seconds`: time of one apply (plan + kernel writes)
 //! - `ringlb_<dp>_apply_errors_total{kind}`
 //!

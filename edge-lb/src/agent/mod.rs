@@ -23,8 +23,8 @@
 //!  --on-sigterm restart on a schedulable Node whose peers all have graceful restart,
 //!  restart (close BGP without NOTIFICATION; the ToR keeps the routes) ──> exit.
 //!  The XDP program and its maps stay pinned, so a restart keeps forwarding and conntrack;
-//!  after a drain, IPVS services and the VIPs bound on `lo` are removed once the routes
-//!  are withdrawn.
+//!  after a drain, IPVS services, the VIPs bound on `lo` and the nftables guard are
+//!  removed once the routes are withdrawn.
 //! ```
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
@@ -37,6 +37,7 @@ use prometheus_client::registry::Registry;
 use ringlb_bgp::Speaker;
 use ringlb_bgp::gr::RestartState;
 use ringlb_datapath::{Datapath, DesiredState};
+use ringlb_ipvs::guard::nft::NftCommand;
 use ringlb_ipvs::kernel::netlink::NetlinkKernel;
 use ringlb_ipvs::{Forward, IpvsDatapath};
 use ringlb_maglev as maglev;
@@ -261,7 +262,6 @@ impl RunArgs {
         SyncConfig {
             ring_size: self.ring_size,
             default_class: self.default_class,
-            enforces_source_ranges: self.datapath == DatapathKind::Xdp,
         }
     }
 }
@@ -317,9 +317,13 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         DatapathKind::Xdp => &ringlb_ops::kernel::XDP_EDGE,
         DatapathKind::Ipvs => &ringlb_ops::kernel::IPVS_EDGE,
     })?;
-    // A kernel without IPVS is named now, before the API is asked anything.
+    // A kernel without IPVS, or no nft for the guard, is named now, before the API
+    // is asked anything.
     let ipvs = match args.datapath {
-        DatapathKind::Ipvs => Some(NetlinkKernel::open().context("starting the IPVS datapath")?),
+        DatapathKind::Ipvs => Some((
+            NetlinkKernel::open().context("starting the IPVS datapath")?,
+            NftCommand::open().context("starting the IPVS datapath's nftables guard")?,
+        )),
         DatapathKind::Xdp => None,
     };
     let client = common.connect().await?;
@@ -464,24 +468,25 @@ impl Signals {
 /// Next hops from the kernel, and this node's pods passed up its stack.
 type EdgeResolver = WithLocalPods<KernelResolver>;
 
-/// The datapath `--datapath` names, behind the seam (IPVS when `ipvs`, the kernel
-/// opened at start-up, is given; else XDP), and whether it was kept from an earlier
-/// agent (pinned XDP install, IPVS services) and so forwarded on.
+/// The datapath `--datapath` names, behind the seam (IPVS with its nftables guard
+/// when `ipvs`, the kernel and nft opened at start-up, is given; else XDP), and
+/// whether it was kept from an earlier agent (pinned XDP install, IPVS services)
+/// and so forwarded on.
 fn load_datapath(
     args: &RunArgs,
     resolver: EdgeResolver,
-    ipvs: Option<NetlinkKernel>,
+    ipvs: Option<(NetlinkKernel, NftCommand)>,
 ) -> anyhow::Result<(Box<dyn Datapath + Send>, bool)> {
     Ok(match ipvs {
         None => {
             let kept = XdpDatapath::is_installed(&args.pin_dir);
             (Box::new(load_xdp(args, resolver)?), kept)
         }
-        Some(kernel) => {
+        Some((kernel, nft)) => {
             // The kernel resolves the real servers' next hops itself.
             drop(resolver);
-            let dp =
-                IpvsDatapath::new(kernel, args.ipvs_config()).context("reading what IPVS holds")?;
+            let dp = IpvsDatapath::with_guard(kernel, args.ipvs_config(), Box::new(nft))
+                .context("reading what IPVS holds")?;
             sloppy_tcp(Path::new(SLOPPY_TCP))?;
             let kept = !dp.held().services.is_empty();
             (Box::new(dp), kept)
@@ -513,8 +518,8 @@ fn sloppy_tcp(path: &Path) -> anyhow::Result<()> {
 }
 
 /// On exit, once the routes are withdrawn: IPVS services and the VIPs bound on `lo`
-/// go (an empty desired state), so the node does not keep answering for VIPs it no
-/// longer announces.
+/// go (an empty desired state), then the guard's nftables table, so the node does
+/// not keep answering for VIPs it no longer announces.
 fn remove_ipvs(mut dp: Box<dyn Datapath + Send>) {
     match dp.apply(&DesiredState::default()) {
         Ok(st) => tracing::info!(services = st.vips_deleted, "IPVS services and VIPs removed"),
@@ -710,8 +715,6 @@ impl Agent {
                     .publish_failovers(&self.stores.services, &state.failovers);
                 self.health_events
                     .publish_bad_annotations(&self.stores.services, &state.bad_annotations);
-                self.health_events
-                    .publish_unenforced_ranges(&self.stores.services, &state.unenforced_ranges);
                 next_sync = tokio::time::Instant::now() + if state.retry { RETRY } else { RESYNC };
                 // A hold-down that ends before then, or an unannounced VIP's grace:
                 // sync at its end (plus a little, so the step sees it elapsed).

@@ -60,9 +60,6 @@ pub struct SyncState {
     pub aliases: usize,
     /// The bad annotations of the last sync (for Events).
     pub bad_annotations: Vec<serving::Skipped>,
-    /// Services whose source ranges the datapath does not enforce (for a log
-    /// line and an Event).
-    pub unenforced_ranges: Vec<serving::Skipped>,
     /// This node's pods, which the XDP datapath passes up this node's stack.
     pub local_pods: LocalPodsOf,
     /// The set of local pods changed since the last refresh of next hops that
@@ -80,9 +77,6 @@ pub struct Stores {
 pub struct SyncConfig {
     pub ring_size: u32,
     pub default_class: bool,
-    /// The datapath drops sources outside a Service's source ranges (XDP);
-    /// when not (IPVS), such Services are warned of.
-    pub enforces_source_ranges: bool,
 }
 
 /// One reconcile of the edge: the API objects in `stores` become Maglev tables and
@@ -119,11 +113,6 @@ pub fn sync(
         tracing::warn!(service = %s.service, reason = %s.reason, "bad annotation");
     }
     st.bad_annotations.clone_from(&want.bad_annotations);
-    st.unenforced_ranges = if cfg.enforces_source_ranges {
-        Vec::new()
-    } else {
-        super::health_events::unenforced_source_ranges(&want.vips)
-    };
     let (state, problems) = tables::datapath_state(&want, cfg.ring_size, &mut st.tables);
     for p in &problems {
         tracing::warn!(what = %p.what, reason = %p.reason, "not programmed");
@@ -201,6 +190,7 @@ mod tests {
     use kube::runtime::reflector;
     use kube::runtime::watcher::Event;
     use prometheus_client::registry::Registry;
+    use ringlb_ipvs::guard::nft::MemoryNft;
     use ringlb_ipvs::kernel::memory::MemoryKernel;
     use ringlb_ipvs::{Forward, IpvsDatapath};
     use ringlb_nexthop::StaticResolver;
@@ -280,7 +270,6 @@ mod tests {
                 cfg: SyncConfig {
                     ring_size: 251,
                     default_class: true,
-                    enforces_source_ranges: name != "ipvs",
                 },
             }
         }
@@ -618,8 +607,11 @@ mod tests {
     /// (address, port, weight, forwarding)
     type RealServer = (String, u16, u32, Forward);
 
+    /// The IPVS edge as the agent makes it: with the nftables guard (in memory).
     fn ipvs_edge() -> Edge<IpvsDatapath<MemoryKernel>> {
-        let dp = IpvsDatapath::new(MemoryKernel::default(), ringlb_ipvs::Config::default());
+        let nft = Box::new(MemoryNft::default());
+        let cfg = ringlb_ipvs::Config::default();
+        let dp = IpvsDatapath::with_guard(MemoryKernel::default(), cfg, nft);
         Edge::with(dp.unwrap(), "ipvs")
     }
 
@@ -676,10 +668,10 @@ mod tests {
     }
 
     /// ClientIP affinity reaches IPVS as persistence with its timeout; source
-    /// ranges are not enforced there, so the sync lists the Service to warn of
-    /// (the XDP edge, which enforces them, lists none).
+    /// ranges reach the guard in front of IPVS, which drops the other sources
+    /// and counts them per VIP as the XDP datapath does.
     #[tokio::test]
-    async fn ipvs_affinity_is_persistence_and_source_ranges_are_warned_of() {
+    async fn ipvs_affinity_is_persistence_and_source_ranges_reach_the_guard() {
         let mut svc = web("10.100.0.1");
         let spec = svc.spec.as_mut().unwrap();
         spec.session_affinity = Some("ClientIP".into());
@@ -690,16 +682,22 @@ mod tests {
         let held = &edge.dp.held().services;
         let s = &held.values().next().unwrap().service;
         assert_eq!((s.flags & 1, s.timeout), (1, 10_800), "persistent, 3 h");
-        let warned: Vec<&str> = edge
-            .st
-            .unenforced_ranges
-            .iter()
-            .map(|s| s.service.as_str())
-            .collect();
-        assert_eq!(warned, ["default/web"]);
-        let mut xdp = Edge::new();
-        xdp.sync(&stores);
-        assert!(xdp.st.unenforced_ranges.is_empty());
+        let guard = edge.dp.guard().unwrap().held().unwrap();
+        assert!(
+            guard
+                .script
+                .contains("10.100.0.1 . tcp . 80 : jump src_10.100.0.1_tcp_80")
+                && guard.script.contains("ip saddr { 192.0.2.0/24 } accept"),
+            "{}",
+            guard.script
+        );
+        let c = Datapath::counters(&mut edge.dp).unwrap();
+        let vip = ringlb_datapath::Vip {
+            addr: "10.100.0.1".parse().unwrap(),
+            port: 80,
+            proto: ringlb_datapath::Proto::Tcp,
+        };
+        assert_eq!(c.per_vip_dropped, [(vip, "source_range", 0)]);
     }
 
     #[tokio::test]
