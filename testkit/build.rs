@@ -16,6 +16,8 @@ const XDP_HEADERS: &[&str] = &[
     "../xdp/bpf/flow_filter.h",
     "../xdp/bpf/bfd_hold.h",
     "../xdp/bpf/src_ranges.h",
+    "../xdp/bpf/vip_addr.h",
+    "../xdp/bpf/affinity.h",
 ];
 
 /// The program before the SYN-insert, VIP-filter and flow-filter changes (all

@@ -135,7 +135,8 @@ struct ringlb_affinity_key {
 struct ringlb_affinity_value {
 	__u32 backend_id; /* the pod the client's last new flow took */
 	__u32 gen;        /* must equal backends[backend_id].gen, else gone */
-	__u64 last_ns;    /* bpf_ktime_get_ns() of that flow's first packet */
+	__u64 last_ns;    /* CLOCK_MONOTONIC ns of that flow's first packet
+			   * (affinity.h, ringlb_affinity_now) */
 };                        /* 16 bytes */
 
 /* ---- owners: ARRAY backend id -> 1 + vip_id of the VIP owning it; 0 = none -- */

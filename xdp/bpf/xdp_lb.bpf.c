@@ -471,7 +471,7 @@ int ringlb_xdp(struct xdp_md *ctx)
 		__u64 now = 0;
 		if (aff_ns) {
 			ringlb_affinity_key_of(&ak, &pkt.flow, vip_id);
-			now = bpf_ktime_get_ns();
+			now = ringlb_affinity_now();
 			struct ringlb_affinity_value *av = bpf_map_lookup_elem(&affinity, &ak);
 			if (av && now - av->last_ns <= aff_ns) {
 				__u32 abid = av->backend_id;
