@@ -271,6 +271,15 @@ pub fn format_lookup(what: &str, l: &Lookup) -> String {
             slot.unwrap_or(0),
             ct(conntrack)
         ),
+        Lookup::Affinity {
+            vip,
+            id,
+            addr,
+            conntrack,
+        } => format!(
+            "{what}: VIP {vip}, backend {addr} (id {id}; the client's pod from the affinity table; {})\n",
+            ct(conntrack)
+        ),
         Lookup::SourceRefused { vip, conntrack } => format!(
             "{what}: VIP {vip}: the source is outside its loadBalancerSourceRanges: dropped (drop_source_range; {})\n",
             ct(conntrack)

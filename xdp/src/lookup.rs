@@ -59,6 +59,15 @@ pub enum Lookup {
     /// (`pass_alias_plain`). (A failed-over flow's conntrack entry is apart:
     /// keyed with `FLOW_F_DECAP`, which `lookup` does not follow.)
     AliasPlain { vip: Vip },
+    /// Sent to backend `id` at `addr`, the pod the client's earlier new flow
+    /// took, from the `affinity` map (a VIP with client affinity and a
+    /// timeout, the entry younger than it and its pod still the VIP's).
+    Affinity {
+        vip: Vip,
+        id: u32,
+        addr: IpAddr,
+        conntrack: CtState,
+    },
     /// A VIP with source ranges (`loadBalancerSourceRanges`) none of which
     /// holds the source: `XDP_DROP` (`drop_source_range`), also for an
     /// established flow (`conntrack` is `Hit` then).
@@ -131,6 +140,48 @@ impl XdpDatapath {
             .iter()
             .find(|(_, pv)| pv.vip_id == vid)
             .map(|(v, _)| *v))
+    }
+
+    /// The (backend id, generation) of `flow`'s client in the `affinity` map,
+    /// when the VIP has client affinity with a timeout, the entry is younger
+    /// than it and the id is still the VIP's (`owners`); the caller checks the
+    /// backend's generation. `None` also when no `affinity` map is pinned (an
+    /// older edge's).
+    fn affinity_pick(
+        &self,
+        info: &abi::VipInfo,
+        flow: &abi::Flow,
+    ) -> Result<Option<(u32, u32)>, Error> {
+        let timeout = u64::from(info.flags >> abi::VIP_AFFINITY_SHIFT);
+        if info.flags & abi::VIP_F_CLIENT_AFFINITY == 0 || timeout == 0 {
+            return Ok(None);
+        }
+        let Ok(table) = self
+            .maps()
+            .map::<HashMap<_, abi::AffinityKey, abi::AffinityValue>>(abi::map::AFFINITY)
+        else {
+            return Ok(None);
+        };
+        let key = abi::AffinityKey {
+            saddr: flow.saddr,
+            vip_id: info.vip_id,
+            family: flow.family,
+            pad: [0; 3],
+        };
+        let v = match table.get(&key, 0) {
+            Ok(v) => v,
+            Err(MapError::KeyNotFound) => return Ok(None),
+            Err(e) => return Err(map_err(abi::map::AFFINITY)(e)),
+        };
+        let now = crate::bfd_hold::monotonic_now().as_nanos() as u64;
+        if now.saturating_sub(v.last_ns) > timeout * 1_000_000_000 {
+            return Ok(None);
+        }
+        let owned = match self.maps().owners_map().map(|o| o.get(&v.backend_id, 0)) {
+            Some(Ok(o)) => crate::src_ranges::owner_of(o).0 == Some(info.vip_id),
+            _ => false,
+        };
+        Ok(owned.then_some((v.backend_id, v.generation)))
     }
 
     /// Whether `vip` (the owner of a conntrack hit) takes `flow`'s source: it
@@ -283,7 +334,21 @@ impl XdpDatapath {
             return Ok(Lookup::SourceRefused { vip, conntrack });
         }
 
-        // 3. the Maglev ring
+        // 3. client affinity with a timeout: the client's pod, while it lives
+        if let Some((id, b)) = self.affinity_pick(&info, flow)?
+            && let Some(live) = backend(id)?
+            && live.family != 0
+            && live.generation == b
+        {
+            return Ok(Lookup::Affinity {
+                vip,
+                id,
+                addr: backend_addr(&live),
+                conntrack,
+            });
+        }
+
+        // 4. the Maglev ring
         let no_backend = |slot, id| Lookup::NoBackend {
             vip,
             slot,

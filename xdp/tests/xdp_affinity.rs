@@ -205,6 +205,18 @@ fn an_affinity_survives_a_backend_change_that_keeps_its_pod() {
         assert_eq!(counter(dp, "affinity_new"), 1);
         dp.apply(&state(vec![(v, entry(&v, &PODS, true))])).unwrap();
     }
+    // the CLI's lookup names the pod the table keeps, not the ring's
+    let l = a
+        .lookup(&ringlb_xdp::cli::flow(
+            ringlb_xdp::Proto::Tcp,
+            std::net::SocketAddr::new(client, 41_234),
+            "10.100.0.1:80".parse().unwrap(),
+        ))
+        .unwrap();
+    assert!(
+        matches!(l, ringlb_xdp::lookup::Lookup::Affinity { addr, .. } if addr == kept),
+        "{l:?}"
+    );
     for dp in [&a, &b] {
         for sport in 40_001..40_011 {
             assert_eq!(

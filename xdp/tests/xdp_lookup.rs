@@ -71,10 +71,15 @@ fn agree(dp: &XdpDatapath, src: &str, dst: &str) -> (Outcome, Lookup) {
         }
         Lookup::Backend {
             addr, conntrack, ..
+        }
+        | Lookup::Affinity {
+            addr, conntrack, ..
         } => Outcome::To(addr, conntrack == CtState::Hit),
     };
     let want_ct = match said {
-        Lookup::Backend { conntrack, .. } | Lookup::NoBackend { conntrack, .. } => Some(conntrack),
+        Lookup::Backend { conntrack, .. }
+        | Lookup::Affinity { conntrack, .. }
+        | Lookup::NoBackend { conntrack, .. } => Some(conntrack),
         // refused before the ring and before the hit is counted: no ct counter
         Lookup::AliasPlain { .. } | Lookup::SourceRefused { .. } => None,
         Lookup::NotVip { conntrack } | Lookup::NoService { conntrack } => Some(match conntrack {
