@@ -5,6 +5,7 @@
 #
 #   1. cargo build --release of both programs (debug info stripped from the copies);
 #   2. a Debian minbase root filesystem from Debian's archive (debootstrap), cached;
+#      the edge's also has nftables (the IPVS datapath's guard runs nft);
 #   3. one OCI image layout per program (umoci): a base layer (the rootfs), a layer
 #      with the binary and its licence notices (images/notices.py), and the
 #      config that images/Dockerfile also sets (user, entrypoint, labels);
@@ -89,17 +90,36 @@ build_binaries() {
   done
 }
 
-# Debian minbase + CA roots, trimmed like debian:*-slim (no docs but copyright
-# files, no man pages, no apt lists or cached .debs). Cached by suite.
+# The packages on top of minbase, per program: CA roots for both; nft for the
+# edge (the IPVS datapath's guard, docs/ipvs.md), as images/Dockerfile installs.
+packages_of() {
+  case "$1" in
+    ringlb-edge) echo ca-certificates,nftables ;;
+    *) echo ca-certificates ;;
+  esac
+}
+
+# The cached base root filesystem of a program.
+rootfs_of() {
+  case "$1" in
+    ringlb-edge) echo "$OUT/cache/rootfs-$SUITE-edge" ;;
+    *) echo "$OUT/cache/rootfs-$SUITE" ;;
+  esac
+}
+
+# Debian minbase + the program's packages, trimmed like debian:*-slim (no docs but
+# copyright files, no man pages, no apt lists or cached .debs). Cached by suite and
+# program.
 base_rootfs() {
-  local rootfs=$OUT/cache/rootfs-$SUITE
+  local p=$1 rootfs
+  rootfs=$(rootfs_of "$p")
   if [ -f "$rootfs/.ringlb-base-ok" ]; then
     return
   fi
   rm -rf "$rootfs" "$rootfs.tmp"
-  debootstrap --variant=minbase --include=ca-certificates "$SUITE" "$rootfs.tmp" "$MIRROR" \
-    >"$OUT/cache/debootstrap.log" 2>&1 || {
-    tail -n 20 "$OUT/cache/debootstrap.log" >&2
+  debootstrap --variant=minbase --include="$(packages_of "$p")" "$SUITE" "$rootfs.tmp" "$MIRROR" \
+    >"$OUT/cache/debootstrap-$p.log" 2>&1 || {
+    tail -n 20 "$OUT/cache/debootstrap-$p.log" >&2
     return 1
   }
   (
@@ -149,8 +169,8 @@ oci_image() {
   rm -rf "$layout"
   umoci init --layout "$layout"
   umoci new --image "$layout:$VERSION"
-  umoci insert --image "$layout:$VERSION" --history.comment "Debian $SUITE minbase" \
-    "$OUT/cache/rootfs-$SUITE" /
+  umoci insert --image "$layout:$VERSION" \
+    --history.comment "Debian $SUITE minbase, $(packages_of "$p")" "$(rootfs_of "$p")" /
   overlay "$p"
   umoci insert --image "$layout:$VERSION" --history.comment "$p $VERSION" "$OUT/overlay/$p" /
   image_config "$p"
@@ -195,6 +215,7 @@ PY
     for sub in run node speaker datapath; do
       run_in "$bundle/rootfs" "$user" /usr/local/bin/ringlb-edge "$sub" --help
     done
+    run_in "$bundle/rootfs" "$user" /usr/sbin/nft --version
   fi
   run_in "$bundle/rootfs" 0:0 ldd "/usr/local/bin/$p"
   if grep -q "not found" "$OUT/verify/last.out"; then
@@ -219,8 +240,10 @@ source_tarball() {
 
 step "version $VERSION; out $OUT"
 timed "cargo build --release" build_binaries
-step "base rootfs (Debian $SUITE)"
-timed "base rootfs" base_rootfs
+for p in "${PROGRAMS[@]}"; do
+  step "base rootfs of $p (Debian $SUITE, $(packages_of "$p"))"
+  timed "base rootfs $p" base_rootfs "$p"
+done
 mkdir -p "$OUT/oci" "$OUT/verify"
 for p in "${PROGRAMS[@]}"; do
   step "image $REGISTRY/$p:$VERSION"
