@@ -13,7 +13,10 @@
 //!    whole from the pod that started it, and flows asked again through edge2
 //!    alone get the pod they had (the edges agree); edge1 comes back;
 //! 4. the same with edge1 drained (SIGTERM: withdraw, then its IPVS services go);
-//! 5. pod3 stops being ready: only the flows that pod3 had move.
+//! 5. pod3 stops being ready: only the flows that pod3 had move;
+//! 6. the Service restricted to a range without the client: both edges' guards
+//!    (nftables, before IPVS) drop its packets, counted, and IPVS forwards none;
+//!    the client's address added to the range: served again.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -59,7 +62,7 @@ pub fn run(etc: &Path) -> i32 {
     let t0 = Instant::now();
     let mut results = (0, 0);
     let mut lab = None;
-    let steps: [(&str, Step); 5] = [
+    let steps: [(&str, Step); 6] = [
         ("two_ipvs_edges_agree_and_announce_the_vip", start),
         (
             "http_reaches_every_pod_through_both_edges_with_dsr",
@@ -68,6 +71,10 @@ pub fn run(etc: &Path) -> i32 {
         ("edge_killed_flows_keep_their_pod", edge_killed),
         ("edge_drained_flows_keep_their_pod", edge_drained),
         ("backend_removed_only_its_flows_move", backend_removed),
+        (
+            "source_ranges_refuse_the_client_at_both_edges",
+            source_ranges,
+        ),
     ];
     let mut failed = false;
     for (name, step) in steps {
@@ -430,6 +437,110 @@ fn backend_removed(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     ensure!(had > 0, "{gone} had flows before");
     ensure!(of_gone == had, "every flow of {gone} moved");
     ensure!(others == 0, "only {gone}'s flows move");
+    Ok(())
+}
+
+/// Sets the Service's `spec.loadBalancerSourceRanges` (`None`: removes it).
+fn set_source_ranges(l: &Lab, ranges: Option<&[&str]>) -> anyhow::Result<()> {
+    let svcs: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(l.kube.clone(), "default");
+    let patch = serde_json::json!({ "spec": { "loadBalancerSourceRanges": ranges } });
+    l.rt.block_on(svcs.patch("web", &PatchParams::default(), &Patch::Merge(&patch)))?;
+    Ok(())
+}
+
+/// Packets each edge's guard refused for the VIP:port (its named counter).
+fn guard_refused(l: &Lab) -> anyhow::Result<Vec<u64>> {
+    let name = format!("src_{}_tcp_{}", l.cfg.vip, l.a.port);
+    (1..=2)
+        .map(|i| {
+            let ns = l.topo.ns(&format!("edge{i}"));
+            let json = run_in(
+                &ns,
+                &[
+                    "nft",
+                    "-j",
+                    "list",
+                    "counters",
+                    "table",
+                    "inet",
+                    "ringlb_guard",
+                ],
+            )?;
+            let c = crate::lab::config::nft_counters(&json).map_err(anyhow::Error::msg)?;
+            c.get(&name)
+                .copied()
+                .with_context(|| format!("edge{i}: no counter {name} in {c:?}"))
+        })
+        .collect()
+}
+
+/// Waits until both edges' guard tables hold `needle`.
+fn wait_guards(l: &mut Lab, needle: &str) -> anyhow::Result<()> {
+    let what = format!("both edges' guards to hold {needle:?}");
+    Ok(wait_for(&what, LONG, Duration::from_millis(500), || {
+        l.cluster.check_daemons()?;
+        for i in 1..=2 {
+            let ns = l.topo.ns(&format!("edge{i}"));
+            let t = run_in(&ns, &["nft", "list", "table", "inet", "ringlb_guard"])?;
+            if !t.contains(needle) {
+                return Ok(Err(format!("edge{i}: {t}")));
+            }
+        }
+        Ok(Ok(()))
+    })?)
+}
+
+fn source_ranges(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
+    let l = lab(slot)?;
+    let client: Ipv4Addr = l.a.client.parse()?;
+    let dst = SocketAddrV4::new(l.cfg.vip.parse()?, l.a.port);
+    let ns = l.topo.ns("client");
+    set_source_ranges(l, Some(&["192.0.2.0/24"]))?;
+    let t = Instant::now();
+    println!("Service web restricted to 192.0.2.0/24 (the client is {client})");
+    // as `nft list` prints them: a set of one is a plain match, a /32 an address
+    wait_guards(l, "ip saddr 192.0.2.0/24 accept")?;
+    println!(
+        "{FIGURE}source ranges: both edges' guards restricted {dst} {:.1}s after the patch",
+        t.elapsed().as_secs_f64()
+    );
+    let (w0, r0) = (l.topo.counters()?, guard_refused(l)?);
+    let flows = 4;
+    for port in FLOW_PORT..FLOW_PORT + flows {
+        let got = flows::get(&ns, client, port, dst, "/", Duration::from_secs(3));
+        ensure!(
+            got.is_err(),
+            "port {port}: served from outside the range: {got:?}"
+        );
+    }
+    let (w1, r1) = (l.topo.counters()?, guard_refused(l)?);
+    let d = |k: &str| w1[k] - w0[k];
+    let refused: Vec<u64> = r1.iter().zip(&r0).map(|(a, b)| a - b).collect();
+    println!(
+        "{FIGURE}source ranges: {flows} flows from outside: {} packets to the VIP, refused by the guards {refused:?}, {} forwarded as IPIP",
+        d("to_vip"),
+        d("ipip_from_edge1") + d("ipip_from_edge2")
+    );
+    ensure!(
+        d("to_vip") >= u64::from(flows),
+        "the client's SYNs reached the edges"
+    );
+    ensure!(
+        d("ipip_from_edge1") + d("ipip_from_edge2") == 0,
+        "IPVS forwarded none of them"
+    );
+    ensure!(
+        refused.iter().sum::<u64>() >= u64::from(flows),
+        "the guards counted every SYN: {refused:?}"
+    );
+    let own = format!("{client}/32");
+    set_source_ranges(l, Some(&["192.0.2.0/24", &own]))?;
+    wait_guards(l, &format!("ip saddr {{ {client}, 192.0.2.0/24 }} accept"))?;
+    let body = flows::get(&ns, client, FLOW_PORT, dst, "/", Duration::from_secs(10))
+        .context("served again with the client's address in the range")?;
+    println!("served again: {}", body.trim());
+    set_source_ranges(l, None)?;
     Ok(())
 }
 
