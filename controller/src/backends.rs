@@ -14,9 +14,12 @@ use std::collections::BTreeSet;
 use std::net::IpAddr;
 
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::api::discovery::v1::EndpointConditions;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use ringlb_crds::failover::{self, ANNOTATION_FAILOVER_VIP};
-use ringlb_crds::service::{ANNOTATION_MIN_READY, endpoint_takes_new_flows, parse_min_ready};
+use ringlb_crds::service::{
+    ANNOTATION_MIN_READY, endpoint_serving_terminating, endpoint_takes_new_flows, parse_min_ready,
+};
 
 use crate::ipam::Family;
 
@@ -150,13 +153,14 @@ pub fn slice_of(slice: &EndpointSlice, svc: &Service) -> bool {
             == svc.metadata.name.as_ref()
 }
 
-/// Distinct addresses of endpoints taking new flows for one Service port (matched in
-/// each slice by port name and protocol, as the edges match it; an address that is
-/// no IP, which the edges cannot forward to, is left out).
-fn ready_addresses<'a>(
+/// Distinct addresses of the endpoints `which` picks for one Service port (matched
+/// in each slice by port name and protocol, as the edges match it; an address that
+/// is no IP, which the edges cannot forward to, is left out).
+fn addresses<'a>(
     slices: impl Iterator<Item = &'a EndpointSlice>,
     port_name: &str,
     protocol: &str,
+    which: fn(Option<&EndpointConditions>) -> bool,
 ) -> BTreeSet<IpAddr> {
     let mut addrs = BTreeSet::new();
     for slice in slices {
@@ -169,7 +173,7 @@ fn ready_addresses<'a>(
             continue;
         }
         for ep in &slice.endpoints {
-            if endpoint_takes_new_flows(ep.conditions.as_ref())
+            if which(ep.conditions.as_ref())
                 && let Some(a) = ep.addresses.first().and_then(|a| a.parse().ok())
             {
                 addrs.insert(a);
@@ -221,16 +225,31 @@ pub fn backends_state(svc: &Service, vips: &[IpAddr], slices: &[&EndpointSlice])
         .filter(|s| slice_of(s, svc))
         .collect();
     let mut counts = Vec::new();
+    // ports without a ready endpoint whose terminating ones still serve: "80/TCP 2"
+    let mut terminating = Vec::new();
     for port in svc.spec.iter().flat_map(|s| s.ports.iter().flatten()) {
         let protocol = port.protocol.as_deref().unwrap_or("TCP");
         if protocol != "TCP" && protocol != "UDP" {
             continue; // the edges forward TCP and UDP only
         }
-        let addrs = ready_addresses(
+        let name = port.name.as_deref().unwrap_or("");
+        let addrs = addresses(
             own.iter().copied(),
-            port.name.as_deref().unwrap_or(""),
+            name,
             protocol,
+            endpoint_takes_new_flows,
         );
+        if addrs.is_empty() {
+            let t = addresses(
+                own.iter().copied(),
+                name,
+                protocol,
+                endpoint_serving_terminating,
+            );
+            if !t.is_empty() {
+                terminating.push(format!("{}/{protocol} {}", port.port, t.len()));
+            }
+        }
         let mut by_family: Vec<(Family, usize)> = Vec::new();
         for family in vips.iter().map(Family::of) {
             if !by_family.iter().any(|(f, _)| *f == family) {
@@ -266,6 +285,13 @@ pub fn backends_state(svc: &Service, vips: &[IpAddr], slices: &[&EndpointSlice])
     };
     for gap in &gaps {
         message.push_str(&format!("; {gap}"));
+    }
+    if !terminating.is_empty() {
+        message.push_str(&format!(
+            "; terminating endpoints still serving take the new flows of a port with no \
+             ready one, and the edges keep its VIP announced: {}",
+            terminating.join(", ")
+        ));
     }
     if let (Some(v), Some(None)) = (annotation, parsed) {
         message.push_str(&format!(
@@ -333,7 +359,28 @@ mod tests {
         for slices in [vec![&sl], vec![]] {
             let st = backends_state(&s, &[], &slices);
             assert_eq!((st.ready, st.reason), (false, "NoReadyBackends"), "{st:?}");
+            assert!(!st.message.contains("terminating"), "{}", st.message);
         }
+    }
+
+    #[test]
+    fn terminating_endpoints_still_serving_are_named_when_none_is_ready() {
+        let s = svc(json!({}), json!([{"name": "http", "port": 80}]));
+        // `serving` unset on a terminating endpoint means its `ready`: not serving
+        let eps = json!([
+            {"addresses": ["10.0.0.1"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+            {"addresses": ["10.0.0.2"], "conditions": {"ready": false, "serving": true, "terminating": true}},
+            ep("10.0.0.3", false, true)
+        ]);
+        let sl = slice("shop", "web", http(), eps);
+        let st = backends_state(&s, &[], &[&sl]);
+        assert_eq!((st.ready, st.reason), (false, "NoReadyBackends"), "{st:?}");
+        assert!(
+            st.message
+                .ends_with("the edges keep its VIP announced: 80/TCP 2"),
+            "{}",
+            st.message
+        );
     }
 
     #[test]

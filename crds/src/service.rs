@@ -42,7 +42,7 @@ pub const CONDITIONS: &[(&str, &str)] = &[
     ),
     (
         CONDITION_BACKENDS_READY,
-        "Whether every TCP/UDP port of the Service has at least `ringlb.io/min-ready-backends` (default 1) endpoints taking new flows in its EndpointSlices (the edges' rule: ready and not terminating; one count per port and per family of the Service's VIPs, as an edge serves a VIP only from endpoints of its family): `True`/`BackendsReady`, `False`/`NoReadyBackends` (a port has none: the edges withdraw its VIP), `False`/`NoEndpointsOfFamily` (a port has ready endpoints, none of some VIP's family, e.g. IPv4-only pods on a dual-stack Service: the edges do not announce that VIP; the message names it, and a Warning Event says so), `False`/`BelowMinReady` (a port has fewer: the edges withdraw or de-prefer per `ringlb.io/unhealthy-bgp`). The message gives the count per port. Cluster-wide, from the EndpointSlices: an edge's own view (its hold-down, its BGP state) is in its `VIPHealthy`/`VIPUnhealthy` Events and metrics.",
+        "Whether every TCP/UDP port of the Service has at least `ringlb.io/min-ready-backends` (default 1) endpoints taking new flows in its EndpointSlices (the edges' rule: ready and not terminating; one count per port and per family of the Service's VIPs, as an edge serves a VIP only from endpoints of its family): `True`/`BackendsReady`, `False`/`NoReadyBackends` (a port has none: the edges withdraw its VIP, unless terminating endpoints still serve, which then take its new flows, as Kubernetes' rule for terminating endpoints says; the message names those ports), `False`/`NoEndpointsOfFamily` (a port has ready endpoints, none of some VIP's family, e.g. IPv4-only pods on a dual-stack Service: the edges do not announce that VIP; the message names it, and a Warning Event says so), `False`/`BelowMinReady` (a port has fewer: the edges withdraw or de-prefer per `ringlb.io/unhealthy-bgp`). The message gives the count per port. Cluster-wide, from the EndpointSlices: an edge's own view (its hold-down, its BGP state) is in its `VIPHealthy`/`VIPUnhealthy` Events and metrics.",
     ),
     (
         CONDITION_ANNOUNCED,
@@ -152,6 +152,18 @@ pub fn endpoint_takes_new_flows(
     ready && !terminating
 }
 
+/// Whether an EndpointSlice endpoint is terminating but still serving (`serving`
+/// unset means `ready`): it keeps its established flows, and takes new ones only
+/// while no endpoint of the port is ready (Kubernetes' rule, KEP-1669).
+pub fn endpoint_serving_terminating(
+    c: Option<&k8s_openapi::api::discovery::v1::EndpointConditions>,
+) -> bool {
+    let ready = c.and_then(|c| c.ready).unwrap_or(true);
+    let serving = c.and_then(|c| c.serving).unwrap_or(ready);
+    let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
+    serving && terminating
+}
+
 /// `ringlb.io/min-ready-backends`: a whole number >= 1, `None` when it is not one.
 pub fn parse_min_ready(v: &str) -> Option<u32> {
     v.trim().parse::<u32>().ok().filter(|n| *n >= 1)
@@ -231,6 +243,28 @@ mod tests {
         assert!(endpoint_takes_new_flows(Some(&c(Some(true), Some(false)))));
         assert!(!endpoint_takes_new_flows(Some(&c(Some(false), None))));
         assert!(!endpoint_takes_new_flows(Some(&c(Some(true), Some(true)))));
+        // terminating and still serving (serving unset means ready)
+        let t = |ready, serving, terminating| EndpointConditions {
+            ready,
+            serving,
+            terminating,
+        };
+        assert!(endpoint_serving_terminating(Some(&t(
+            Some(false),
+            Some(true),
+            Some(true)
+        ))));
+        assert!(!endpoint_serving_terminating(Some(&t(
+            Some(false),
+            Some(false),
+            Some(true)
+        ))));
+        assert!(!endpoint_serving_terminating(Some(&t(
+            Some(true),
+            None,
+            None
+        ))));
+        assert!(!endpoint_serving_terminating(None));
         assert_eq!(parse_min_ready(" 3 "), Some(3));
         assert_eq!(parse_min_ready("0"), None);
         assert_eq!(parse_min_ready("two"), None);

@@ -3,8 +3,10 @@
 //!
 //! For each port of each ringlb Service that has a VIP in its status, the backends are
 //! the EndpointSlice endpoints of that Service and port, as (pod IP, target port):
-//! `ready` endpoints take new flows; `serving && terminating` endpoints are kept only so
-//! established flows can finish (they are left out of the Maglev table). Only endpoints
+//! `ready` endpoints take new flows; `serving && terminating` endpoints are kept so
+//! established flows can finish (they are left out of the Maglev table while a ready
+//! one exists; with none ready they take new flows too, Kubernetes' rule for
+//! terminating endpoints, and the VIP stays announced: `tables`, `vip_health`). Only endpoints
 //! of the VIP's own family serve it: an endpoint of the other family is a pod address
 //! the pod cannot take the VIP's traffic on (the node agent translates to the pod's
 //! address of the VIP's family, and Kubernetes lists a pod in that family's slice when
@@ -294,11 +296,8 @@ fn endpoints(
         };
         for ep in &slice.endpoints {
             let c = ep.conditions.as_ref();
-            // An unset `ready` means ready; `serving` defaults to `ready`.
-            let ready = c.and_then(|c| c.ready).unwrap_or(true);
-            let serving = c.and_then(|c| c.serving).unwrap_or(ready);
-            let terminating = c.and_then(|c| c.terminating).unwrap_or(false);
             let takes_new_flows = ringlb_crds::service::endpoint_takes_new_flows(c);
+            let serving_terminating = ringlb_crds::service::endpoint_serving_terminating(c);
             let Some(addr) = ep.addresses.first().and_then(|a| a.parse::<IpAddr>().ok()) else {
                 continue;
             };
@@ -309,7 +308,7 @@ fn endpoints(
             };
             if takes_new_flows {
                 ready_out.push(backend);
-            } else if serving && terminating {
+            } else if serving_terminating {
                 draining_out.push(backend);
             }
         }

@@ -27,6 +27,10 @@ pub struct PortFacts {
     pub phase: Phase,
     /// The failover VIP (`ringlb.io/failover-vip`) of this VIP:port, if any.
     pub failover: Option<IpAddr>,
+    /// Terminating endpoints still serving that take new flows because none is
+    /// ready (Kubernetes' rule for terminating endpoints, KEP-1669; without a
+    /// failover VIP, which takes them then); 0 while one is ready.
+    pub serving_terminating: u32,
 }
 
 impl PortFacts {
@@ -38,6 +42,15 @@ impl PortFacts {
     /// Programmed with no ready local backend: new flows go to the failover VIP.
     pub fn failing_over(&self) -> Option<IpAddr> {
         self.failover.filter(|_| self.programmed && self.ready == 0)
+    }
+
+    /// Programmed with no ready backend, new flows going to terminating ones that
+    /// still serve.
+    pub fn serving_from_terminating(&self) -> bool {
+        self.programmed
+            && self.ready == 0
+            && self.failover.is_none()
+            && self.serving_terminating > 0
     }
 }
 
@@ -59,7 +72,14 @@ pub enum Verdict {
 /// VIP. `ringlb.io/unhealthy-bgp`'s `withdraw` reads as "announce" for it; a
 /// de-preference still applies below the threshold. The GTM learns from the health
 /// page (503 `failing over to ...`), not from BGP.
+///
+/// So does one with no ready backend whose terminating endpoints still serve: they
+/// take its new flows (Kubernetes' rule when no endpoint is ready), so it stays
+/// announced, as it is, while the page answers 503.
 pub fn verdict(f: &PortFacts) -> Verdict {
+    if f.serving_from_terminating() {
+        return Verdict::Serve;
+    }
     if !f.programmed || (f.ready == 0 && f.failover.is_none()) {
         return Verdict::Withdraw;
     }
@@ -165,6 +185,12 @@ pub fn assess(f: &PortFacts, route: Option<&RouteAttrs>, reach: Reach, now: Inst
     };
     let (state, reason) = if let Some(r) = f.failing_over() {
         let why = format!("failing over to {r}: no ready local backends ({min} required)");
+        (State::Down, why)
+    } else if f.serving_from_terminating() {
+        let why = format!(
+            "no ready backends ({min} required); {} terminating ones still serving take new flows",
+            f.serving_terminating
+        );
         (State::Down, why)
     } else if ready == 0 {
         (State::Down, format!("no ready backends ({min} required)"))
@@ -311,6 +337,7 @@ mod tests {
             },
             phase,
             failover: None,
+            serving_terminating: 0,
         }
     }
 
@@ -394,6 +421,37 @@ mod tests {
         let f = facts(0, 2, Phase::Unhealthy, PREPEND);
         assert_eq!(route([verdict(&f)]), None);
         assert_eq!(alone(&f).reason, "no ready backends (2 required)");
+    }
+
+    #[test]
+    fn terminating_endpoints_that_still_serve_keep_the_route_when_none_is_ready() {
+        let f = PortFacts {
+            serving_terminating: 2,
+            ..facts(0, 1, Phase::Unhealthy, Below::Withdraw)
+        };
+        // announced as it is, under `withdraw` and a de-preference alike
+        assert_eq!(verdict(&f), Verdict::Serve);
+        let g = PortFacts {
+            serving_terminating: 2,
+            ..facts(0, 1, Phase::Unhealthy, PREPEND)
+        };
+        assert_eq!(verdict(&g), Verdict::Serve);
+        // the page says so with a 503, for a GTM to move away
+        let r = alone(&f);
+        assert_eq!(
+            (r.state, r.http_status(), r.announced),
+            (State::Down, 503, true)
+        );
+        assert_eq!(
+            r.reason,
+            "no ready backends (1 required); 2 terminating ones still serving take new flows"
+        );
+        // not programmed: withdrawn all the same
+        let h = PortFacts {
+            programmed: false,
+            ..f
+        };
+        assert_eq!(verdict(&h), Verdict::Withdraw);
     }
 
     #[test]

@@ -235,6 +235,7 @@ mod tests {
             },
             phase: Phase::Healthy,
             failover: None,
+            serving_terminating: 0,
         };
         let mut routes = BTreeMap::new();
         routes.insert(

@@ -89,6 +89,11 @@ impl Tracker {
                 policy: b.policy,
                 phase: super::hysteresis::Phase::Unhealthy,
                 failover: b.failover.map(|f| f.remote),
+                serving_terminating: if b.ready.is_empty() {
+                    u32::try_from(b.draining.len()).unwrap_or(u32::MAX)
+                } else {
+                    0
+                },
             };
             let h = self.states.entry(*vip).or_default();
             if let Some(transition) = h.step(f.good(), now, b.policy.hold_down) {
@@ -311,6 +316,33 @@ mod tests {
         // IPv4-only pods: the IPv6 VIP has no entry and no route, as with no pods.
         assert_eq!(routes(&[v4]), ["192.0.2.1/32"]);
         assert!(routes(&[]).is_empty());
+    }
+
+    /// Every pod terminating, still serving (a rollout of the last pods): they take
+    /// the new flows and the VIP stays announced; terminating and no longer
+    /// serving, it is withdrawn.
+    #[test]
+    fn terminating_pods_that_still_serve_keep_the_vip_announced() {
+        use crate::serving::build;
+        use crate::serving::fixtures::{ep, service, slice};
+        use crate::tables::{Tables, datapath_state};
+        use serde_json::json;
+        let svc = service("web", &["192.0.2.1"], json!([{"port": 80}]));
+        let routes = |serving: bool| {
+            let s = slice(
+                "web",
+                "v4",
+                "IPv4",
+                json!([{"port": 80}]),
+                json!([ep("10.0.0.1", false, serving, true)]),
+            );
+            let want = build(std::slice::from_ref(&svc), &[s], true);
+            let (programmed, _) = datapath_state(&want, 251, &mut Tables::default());
+            let ev = Tracker::default().evaluate(&want, &programmed, Instant::now());
+            (ev.routes.len(), ev.facts[0].serving_terminating)
+        };
+        assert_eq!(routes(true), (1, 1));
+        assert_eq!(routes(false), (0, 0));
     }
 
     #[test]
