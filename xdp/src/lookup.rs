@@ -334,8 +334,21 @@ impl XdpDatapath {
             return Ok(Lookup::SourceRefused { vip, conntrack });
         }
 
+        self.pick_backend(&info, vip, flow, conntrack, &backend)
+    }
+
+    /// Steps 3 and 4 of [`Self::lookup`] for a flow of `vip` without a live
+    /// conntrack entry: the client's pod from the affinity table, else the ring.
+    fn pick_backend(
+        &self,
+        info: &abi::VipInfo,
+        vip: Vip,
+        flow: &abi::Flow,
+        conntrack: CtState,
+        backend: &dyn Fn(u32) -> Result<Option<abi::BackendValue>, Error>,
+    ) -> Result<Lookup, Error> {
         // 3. client affinity with a timeout: the client's pod, while it lives
-        if let Some((id, b)) = self.affinity_pick(&info, flow)?
+        if let Some((id, b)) = self.affinity_pick(info, flow)?
             && let Some(live) = backend(id)?
             && live.family != 0
             && live.generation == b
