@@ -301,11 +301,12 @@ pub async fn status_writer(
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use ringlb_crds::IPPoolSpec;
 
-    fn obj(name: &str, cidrs: &[&str]) -> IPPool {
+    /// An auto-assigned IPPool of these CIDRs (for the crate's tests).
+    pub(crate) fn obj(name: &str, cidrs: &[&str]) -> IPPool {
         IPPool::new(
             name,
             IPPoolSpec {

@@ -393,6 +393,20 @@ fn bird_sees_prepend_med_and_withdraw_below_the_threshold_with_hold_down() {
     drop((e1, e2));
 }
 
+/// Waits until `path` on `edge` answers 503 with a reason containing `why`, and
+/// `announced: false`; the page's body.
+fn not_announced_saying(lab: &Lab, edge: &Edge, path: &str, why: &str) -> serde_json::Value {
+    let mut last = json!(null);
+    let said = wait_until(Duration::from_secs(20), || {
+        let (code, _, body) = probe(lab, edge, path);
+        last = body.clone();
+        code == 503 && body["reason"].as_str().is_some_and(|r| r.contains(why))
+    });
+    assert!(said, "the page never said {why:?}: {last}\n{}", lab.logs());
+    assert_eq!(last["announced"], json!(false), "{last}");
+    last
+}
+
 /// A VIP of a pool no `BGPAdvertisement` selects: the session to the ToR is up and
 /// the route is in the speaker's table, but the export policy lets only the other
 /// pool out, so no router has it. The health page answers 503, `announced: false`,
@@ -414,17 +428,7 @@ fn an_unadvertised_pool_vip_answers_503_not_announced() {
     e1.sync((web_on(other, "withdraw"), pods(3)));
     let path = format!("/health/vip/{other}/80");
     // Until the session is up the page says "no BGP session"; then why it is not sent.
-    let mut last = json!(null);
-    let said = wait_until(Duration::from_secs(20), || {
-        let (code, _, body) = probe(&lab, &e1, &path);
-        last = body.clone();
-        code == 503
-            && body["reason"]
-                .as_str()
-                .is_some_and(|r| r.contains("no BGPAdvertisement selects this VIP"))
-    });
-    assert!(said, "the page never said why: {last}\n{}", lab.logs());
-    assert_eq!(last["announced"], json!(false), "{last}");
+    let last = not_announced_saying(&lab, &e1, &path, "no BGPAdvertisement selects this VIP");
     assert_eq!(last["state"], json!("down"), "{last}");
     let protocols = lab.birdc(&["show", "protocols"]);
     assert!(
@@ -465,21 +469,7 @@ fn an_ipv6_vip_over_an_ipv4_only_session_answers_503_not_announced() {
     let v6 = "fd00:91::7";
     e1.sync((web_on(v6, "withdraw"), pods6(3)));
     let path = format!("/health/vip/{v6}/80");
-    let mut last = json!(null);
-    let said = wait_until(Duration::from_secs(20), || {
-        let (code, _, body) = probe(&lab, &e1, &path);
-        last = body.clone();
-        code == 503
-            && body["reason"]
-                .as_str()
-                .is_some_and(|r| r.contains("negotiated IPv6"))
-    });
-    assert!(
-        said,
-        "the page never named the family: {last}\n{}",
-        lab.logs()
-    );
-    assert_eq!(last["announced"], json!(false), "{last}");
+    let last = not_announced_saying(&lab, &e1, &path, "negotiated IPv6");
     assert_eq!(
         last["programmed"],
         json!(true),

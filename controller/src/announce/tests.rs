@@ -1,7 +1,5 @@
 use super::*;
-use ringlb_crds::{
-    BGPAdvertisementSpec, BGPPeerSpec, BGPPeerStatus, IPPoolSpec, LabelSelector, NodeSession,
-};
+use ringlb_crds::{BGPAdvertisementSpec, BGPPeerSpec, BGPPeerStatus, LabelSelector, NodeSession};
 
 fn labels(kv: &[(&str, &str)]) -> Option<std::collections::BTreeMap<String, String>> {
     Some(
@@ -19,18 +17,7 @@ fn selector(kv: &[(&str, &str)]) -> Option<LabelSelector> {
 }
 
 fn pool(name: &str, cidrs: &[&str], l: &[(&str, &str)]) -> IPPool {
-    let mut p = IPPool::new(
-        name,
-        IPPoolSpec {
-            cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
-            ranges: vec![],
-            auto_assign: true,
-            avoid_buggy_ips: false,
-            service_selector: None,
-            namespace_selector: None,
-            priority: 0,
-        },
-    );
+    let mut p = crate::pools::tests::obj(name, cidrs);
     p.metadata.labels = labels(l);
     p
 }
