@@ -58,21 +58,37 @@ pub fn serve(ns: String, vip: std::net::IpAddr, name: &'static str) {
 /// (`ve-e`; veth XDP_TX needs a program on the peer) and the tc decap on each pod's
 /// eth0 ingress. Keep the returned objects alive for the test's duration.
 pub fn attach_lab_programs(tor: &str, pods: [&str; 2]) -> Vec<aya::Ebpf> {
-    use aya::programs::{SchedClassifier, TcAttachType, Xdp, XdpMode, tc};
-    let mut pass = aya::Ebpf::load(ringlb_testkit::objects::XDP_FLOOR).unwrap();
-    let prog: &mut Xdp = pass.program_mut("ringlb_pass").unwrap().try_into().unwrap();
-    prog.load().unwrap();
-    in_netns(tor, || prog.attach("ve-e", XdpMode::Driver).unwrap());
-    let mut objs = vec![pass];
-    for ns in pods {
-        let mut d = aya::Ebpf::load(ringlb_testkit::objects::TC_DECAP).unwrap();
-        let prog: &mut SchedClassifier = d.program_mut("ringlb_decap").unwrap().try_into().unwrap();
-        prog.load().unwrap();
-        in_netns(ns, || {
-            let _ = tc::qdisc_add_clsact("eth0");
-            prog.attach("eth0", TcAttachType::Ingress).unwrap();
-        });
-        objs.push(d);
-    }
+    let mut objs = vec![attach_pass(tor, "ve-e")];
+    objs.extend(pods.into_iter().map(attach_decap));
     objs
+}
+
+/// The tc decap (`ringlb_decap`) on `eth0` ingress of pod namespace `ns`. Keep
+/// the object alive.
+pub fn attach_decap(ns: &str) -> aya::Ebpf {
+    use aya::programs::{SchedClassifier, TcAttachType, tc};
+    let mut d = aya::Ebpf::load(ringlb_testkit::objects::TC_DECAP).unwrap();
+    let prog: &mut SchedClassifier = d.program_mut("ringlb_decap").unwrap().try_into().unwrap();
+    prog.load().unwrap();
+    in_netns(ns, || {
+        let _ = tc::qdisc_add_clsact("eth0");
+        prog.attach("eth0", TcAttachType::Ingress).unwrap();
+    });
+    d
+}
+
+/// A UDP server in `ns` on `vip:port`, answering every datagram with `name`.
+pub fn serve_udp(ns: String, vip: std::net::IpAddr, port: u16, name: &'static str) {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        enter_netns(&ns);
+        let s = std::net::UdpSocket::bind((vip, port)).expect("bind VIP UDP");
+        tx.send(()).unwrap();
+        let mut buf = [0u8; 1500];
+        while let Ok((_, from)) = s.recv_from(&mut buf) {
+            let _ = s.send_to(name.as_bytes(), from);
+        }
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(5))
+        .expect("UDP server up");
 }
