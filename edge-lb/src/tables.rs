@@ -138,7 +138,10 @@ fn table_backends(vip: &Vip, b: &VipBackends) -> Vec<Backend> {
 }
 
 fn entry_for(vip: &Vip, b: &VipBackends, ring_size: u32) -> Result<ServiceEntry, String> {
-    let table = Table::build(&table_backends(vip, b), ring_size).map_err(|e| e.to_string())?;
+    let backends = table_backends(vip, b);
+    // sized to its backends (`--ring-size` is the largest): the same M on every edge
+    let size = ringlb_maglev::fitted_size_for(&backends, ring_size);
+    let table = Table::build(&backends, size).map_err(|e| e.to_string())?;
     let mut ips: Vec<_> = table.backends().iter().map(|b| b.addr).collect();
     let remote = b.failover.map(|f| f.remote);
     if let Some(r) = remote
@@ -231,17 +234,22 @@ mod tests {
     }
 
     #[test]
-    fn only_terminating_backends_still_serve_and_are_not_announced() {
+    fn only_terminating_backends_take_new_flows_and_stay_announced() {
         let d = desired(vec![(vip("192.0.2.1", 80), vec![], vec![b("10.0.0.3")])]);
         let (s, _) = datapath_state(&d, 251, &mut Tables::default());
-        assert_eq!(s.services[&vip("192.0.2.1", 80)].backends().len(), 1);
-        assert!(routes(&d, &s).is_empty(), "no ready backend: not announced");
+        let e = &s.services[&vip("192.0.2.1", 80)];
+        assert_eq!(e.backends().len(), 1);
+        assert!(e.ring().iter().all(|&i| i == 0), "the ring is theirs");
+        assert_eq!(routes(&d, &s).len(), 1, "still serving: announced");
     }
 
     #[test]
     fn a_bad_ring_size_is_a_problem_not_a_crash() {
+        // 11 backends want 2,039 slots: the cap, 1,000, is what is built, and it is
+        // not prime
+        let eleven = (1..=11).map(|i| b(&format!("10.0.0.{i}"))).collect();
         let d = desired(vec![
-            (vip("192.0.2.1", 80), vec![b("10.0.0.1")], vec![]),
+            (vip("192.0.2.1", 80), eleven, vec![]),
             (vip("192.0.2.2", 80), vec![], vec![]),
         ]);
         let (s, problems) = datapath_state(&d, 1000, &mut Tables::default());
@@ -284,9 +292,29 @@ mod tests {
         let (fresh, _) = datapath_state(&desired(changed), 251, &mut Tables::default());
         assert_eq!(cached, fresh);
         assert_eq!(tables.len(), 1, "the vanished VIP left the cache");
-        // A new ring size rebuilds too.
-        let (bigger, _) = datapath_state(&desired(one), 257, &mut tables);
-        assert_eq!(bigger.services[&vip("192.0.2.1", 80)].ring().len(), 257);
+        // A new ring size rebuilds too: three backends want 509 slots, capped at 257.
+        let three = vec![(
+            vip("192.0.2.1", 80),
+            vec![b("10.0.0.1"), b("10.0.0.2"), b("10.0.0.3")],
+            vec![],
+        )];
+        let (capped, _) = datapath_state(&desired(three.clone()), 257, &mut tables);
+        assert_eq!(capped.services[&vip("192.0.2.1", 80)].ring().len(), 257);
+        let (fitted, _) = datapath_state(&desired(three), 65_537, &mut tables);
+        assert_eq!(fitted.services[&vip("192.0.2.1", 80)].ring().len(), 509);
+    }
+
+    #[test]
+    fn each_ring_is_sized_to_its_backends_the_same_on_every_edge() {
+        let pods = |n: usize| (1..=n).map(|i| b(&format!("10.0.0.{i}"))).collect();
+        for (n, m) in [(1, 251), (2, 251), (3, 509), (10, 1_021), (11, 2_039)] {
+            let d = desired(vec![(vip("192.0.2.1", 80), pods(n), vec![])]);
+            let (a, _) = datapath_state(&d, 65_537, &mut Tables::default());
+            let (b, _) = datapath_state(&d, 65_537, &mut Tables::default());
+            let e = &a.services[&vip("192.0.2.1", 80)];
+            assert_eq!(e.ring().len(), m, "{n} pods");
+            assert_eq!(e, &b.services[&vip("192.0.2.1", 80)], "a pure function");
+        }
     }
 
     fn with_failover(ready: usize, draining: usize, weight: u8) -> Serving {

@@ -31,6 +31,42 @@ pub const MIN_TABLE_SIZE: u32 = 251;
 /// The largest accepted table size (the largest prime below 2^20).
 pub const MAX_TABLE_SIZE: u32 = 1_048_573;
 
+/// The sizes [`fitted_size`] picks from: primes, each about twice the one before.
+pub const SIZE_LADDER: [u32; 9] = [251, 509, 1_021, 2_039, 4_093, 8_191, 16_381, 32_749, 65_537];
+/// The slots a fitted table has per backend at least: the paper's M >> N, at which
+/// the spread is within about 1 % and a backend's loss moves about 1/N of the slots.
+pub const SLOTS_PER_BACKEND: u64 = 100;
+
+/// The table size for `backends` backends: the smallest of [`SIZE_LADDER`] with at
+/// least [`SLOTS_PER_BACKEND`] slots per backend, and never above `max` (then
+/// `max`). A pure function of the count, so every edge picks the same M for the
+/// same backend set; a count that crosses a step (10 -> 11 backends: 1,021 ->
+/// 2,039) builds the table anew at the other size.
+pub fn fitted_size(backends: usize, max: u32) -> u32 {
+    let want = (backends as u64).saturating_mul(SLOTS_PER_BACKEND);
+    SIZE_LADDER
+        .iter()
+        .copied()
+        .find(|m| u64::from(*m) >= want)
+        .map_or(max, |m| m.min(max))
+}
+
+/// [`fitted_size`] for a weighted backend set: it counts as many backends as the
+/// lightest one fits into the total weight (equal weights: their number), so the
+/// lightest keeps its share to about 1 % (a failover VIP's 1 % of 10 pods' new
+/// flows gets a ring of 16,381).
+pub fn fitted_size_for(backends: &[Backend], max: u32) -> u32 {
+    let weights = || {
+        backends
+            .iter()
+            .map(|b| u64::from(b.weight))
+            .filter(|w| *w > 0)
+    };
+    let (total, lightest) = (weights().sum::<u64>(), weights().min().unwrap_or(1));
+    let count = total.div_ceil(lightest).max(backends.len() as u64);
+    fitted_size(usize::try_from(count).unwrap_or(usize::MAX), max)
+}
+
 /// One backend of a VIP:port. Identity is `(addr, port)`; `weight` 0 takes it out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Backend {
@@ -261,6 +297,40 @@ mod tests {
             port: 80,
             weight,
         }
+    }
+
+    #[test]
+    fn fitted_sizes_are_primes_of_at_least_100_slots_per_backend_up_to_the_cap() {
+        assert!(SIZE_LADDER.iter().all(|m| is_prime(*m)));
+        assert!(SIZE_LADDER.windows(2).all(|w| w[0] < w[1]));
+        assert_eq!(*SIZE_LADDER.last().unwrap(), DEFAULT_TABLE_SIZE);
+        assert_eq!(fitted_size(1, DEFAULT_TABLE_SIZE), 251);
+        assert_eq!(fitted_size(3, DEFAULT_TABLE_SIZE), 509);
+        assert_eq!(fitted_size(10, DEFAULT_TABLE_SIZE), 1_021);
+        assert_eq!(fitted_size(11, DEFAULT_TABLE_SIZE), 2_039);
+        assert_eq!(fitted_size(655, DEFAULT_TABLE_SIZE), 65_537);
+        // more than the ladder holds, or a lower cap: the cap
+        assert_eq!(fitted_size(1_000, DEFAULT_TABLE_SIZE), DEFAULT_TABLE_SIZE);
+        assert_eq!(fitted_size(1_000, MAX_TABLE_SIZE), MAX_TABLE_SIZE);
+        assert_eq!(fitted_size(10, 251), 251);
+        assert_eq!(fitted_size(10, 1_009), 1_009);
+        for n in 1..700 {
+            let m = fitted_size(n, DEFAULT_TABLE_SIZE);
+            assert!(
+                is_prime(m) && u64::from(m) >= (n as u64 * 100).min(65_537),
+                "{n}: {m}"
+            );
+        }
+        // weights: the lightest backend's share decides
+        let equal: Vec<Backend> = (1..=10).map(|i| b(i, 1)).collect();
+        assert_eq!(fitted_size_for(&equal, DEFAULT_TABLE_SIZE), 1_021);
+        let mut skewed: Vec<Backend> = (1..=10).map(|i| b(i, 99)).collect();
+        skewed.push(b(11, 10)); // a 1 % share: 100 backends' worth
+        assert_eq!(fitted_size_for(&skewed, DEFAULT_TABLE_SIZE), 16_381);
+        assert_eq!(
+            fitted_size_for(&[b(1, 0), b(2, 5)], DEFAULT_TABLE_SIZE),
+            251
+        );
     }
 
     #[test]

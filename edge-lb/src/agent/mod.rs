@@ -181,8 +181,9 @@ pub struct RunArgs {
     /// TCP port for passive BGP opens; 0 turns passive open off.
     #[arg(long, default_value_t = 179)]
     pub bgp_listen_port: u16,
-    /// Maglev table size per VIP:port: a prime from 251 to 65537 (the largest ring
-    /// the XDP datapath holds).
+    /// The largest Maglev table of a VIP:port: a prime from 251 to 65537 (the
+    /// largest ring the XDP datapath holds). Each table is sized to its backends,
+    /// at least 100 slots per backend, up to this.
     #[arg(long, default_value_t = maglev::DEFAULT_TABLE_SIZE)]
     pub ring_size: u32,
     /// Also serve LoadBalancer Services that set no spec.loadBalancerClass.
