@@ -16,7 +16,11 @@
 //! 5. pod3 stops being ready: only the flows that pod3 had move;
 //! 6. the Service restricted to a range without the client: both edges' guards
 //!    (nftables, before IPVS) drop its packets, counted, and IPVS forwards none;
-//!    the client's address added to the range: served again.
+//!    the client's address added to the range: served again;
+//! 7. the Service with `sessionAffinity: ClientIP`: both edges' IPVS services
+//!    persistent with its timeout; every new connection of the client, through
+//!    both edges, reaches one pod, which both edges' persistence templates name;
+//!    affinity off again: new connections reach more than one pod.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -35,9 +39,14 @@ use crate::lab::{Addrs, Bins, Cluster, EdgeDatapath, Topology, wait_for};
 
 /// Where the guest's binaries are (`host` packs them there).
 pub const BIN_DIR: &str = "/usr/local/bin";
-/// First source port of the per-flow maps; the long downloads use the next thousand.
+/// First source port of the per-flow maps; the long downloads use the next
+/// thousand, the affinity check the thousand after.
 const FLOW_PORT: u16 = 40001;
 const LONG_PORT: u16 = 41001;
+const AFFINITY_PORT: u16 = 42001;
+/// The affinity check's timeout: not the default, so the one IPVS shows is the
+/// Service's.
+const AFFINITY_TIMEOUT: u32 = 600;
 /// Generous: everything runs under emulation.
 const LONG: Duration = Duration::from_secs(180);
 
@@ -62,7 +71,7 @@ pub fn run(etc: &Path) -> i32 {
     let t0 = Instant::now();
     let mut results = (0, 0);
     let mut lab = None;
-    let steps: [(&str, Step); 6] = [
+    let steps: [(&str, Step); 7] = [
         ("two_ipvs_edges_agree_and_announce_the_vip", start),
         (
             "http_reaches_every_pod_through_both_edges_with_dsr",
@@ -74,6 +83,10 @@ pub fn run(etc: &Path) -> i32 {
         (
             "source_ranges_refuse_the_client_at_both_edges",
             source_ranges,
+        ),
+        (
+            "client_affinity_holds_one_pod_through_both_edges",
+            client_affinity,
         ),
     ];
     let mut failed = false;
@@ -226,11 +239,16 @@ fn agreeing_dests(l: &mut Lab, n: usize) -> anyhow::Result<Vec<String>> {
 
 /// One GET from each flow's source port; which pod answered each.
 fn flow_map(l: &Lab) -> anyhow::Result<FlowMap> {
+    flow_map_from(l, FLOW_PORT)
+}
+
+/// [`flow_map`] of the `--flows` source ports from `first` on.
+fn flow_map_from(l: &Lab, first: u16) -> anyhow::Result<FlowMap> {
     let client: Ipv4Addr = l.a.client.parse()?;
     let dst = SocketAddrV4::new(l.cfg.vip.parse()?, l.a.port);
     let ns = l.topo.ns("client");
     let mut m = FlowMap::new();
-    for port in FLOW_PORT..FLOW_PORT + l.cfg.flows {
+    for port in first..first + l.cfg.flows {
         let body = flows::get(&ns, client, port, dst, "/", Duration::from_secs(10))
             .with_context(|| format!("flow from port {port}"))?;
         let pod = body.split_whitespace().next().unwrap_or("(empty)");
@@ -544,6 +562,130 @@ fn source_ranges(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Sets the Service's `sessionAffinity`: `ClientIP` with `timeout` seconds, or
+/// (`None`) `None`, whose config the API refuses, so it is removed.
+fn set_affinity(l: &Lab, timeout: Option<u32>) -> anyhow::Result<()> {
+    let svcs: kube::Api<k8s_openapi::api::core::v1::Service> =
+        kube::Api::namespaced(l.kube.clone(), "default");
+    let spec = match timeout {
+        Some(t) => serde_json::json!({
+            "sessionAffinity": "ClientIP",
+            "sessionAffinityConfig": { "clientIP": { "timeoutSeconds": t } },
+        }),
+        None => serde_json::json!({ "sessionAffinity": "None", "sessionAffinityConfig": null }),
+    };
+    let patch = serde_json::json!({ "spec": spec });
+    l.rt.block_on(svcs.patch("web", &PatchParams::default(), &Patch::Merge(&patch)))?;
+    Ok(())
+}
+
+/// Waits until both edges' virtual service for the VIP:port is persistent with
+/// `timeout` seconds (`None`: not persistent, `mh-port` back); edge1's line for it
+/// in `ipvsadm -Ln`.
+fn wait_persistence(l: &mut Lab, timeout: Option<u32>) -> anyhow::Result<String> {
+    let svc = format!("{}:{}", l.cfg.vip, l.a.port);
+    let what = match timeout {
+        Some(t) => format!("both edges' {svc} to be persistent {t}"),
+        None => format!("both edges' {svc} to be no longer persistent"),
+    };
+    Ok(wait_for(&what, LONG, Duration::from_millis(500), || {
+        l.cluster.check_daemons()?;
+        let mut heads = Vec::new();
+        for i in 1..=2 {
+            let ns = l.topo.ns(&format!("edge{i}"));
+            let out = run_in(&ns, &["ipvsadm", "-Ln", "-t", &svc])?;
+            let head = out.lines().find(|x| x.contains(&svc)).unwrap_or("");
+            let done = match timeout {
+                Some(t) => head.contains(&format!("persistent {t}")) && !head.contains("mh-port"),
+                None => !head.contains("persistent") && head.contains("mh-port"),
+            };
+            if !done {
+                return Ok(Err(format!("edge{i}: {head:?}")));
+            }
+            heads.push(head.trim().to_string());
+        }
+        Ok(Ok(heads.swap_remove(0)))
+    })?)
+}
+
+/// The real servers that edge `i`'s persistence templates name for `client`.
+fn templates(l: &Lab, i: usize, client: &str) -> anyhow::Result<Vec<String>> {
+    let ns = l.topo.ns(&format!("edge{i}"));
+    let out = run_in(&ns, &["ipvsadm", "-Lnc"])?;
+    let virt = format!("{}:{}", l.cfg.vip, l.a.port);
+    Ok(parse_templates(&out, client, &virt))
+}
+
+/// The destinations of the persistence templates of `client` for `virt` in
+/// `ipvsadm -Lnc` (`pro expire state source virtual destination`): a template is
+/// the entry whose source port is 0.
+pub fn parse_templates(ipvsadm: &str, client: &str, virt: &str) -> Vec<String> {
+    let src = format!("{client}:0");
+    ipvsadm
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 6 && f[3] == src && f[4] == virt).then(|| f[5].to_string())
+        })
+        .collect()
+}
+
+fn client_affinity(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
+    let l = lab(slot)?;
+    let client = l.a.client.clone();
+    let n = l.cfg.flows;
+    set_affinity(l, Some(AFFINITY_TIMEOUT))?;
+    let t = Instant::now();
+    println!("Service web: sessionAffinity ClientIP, timeoutSeconds {AFFINITY_TIMEOUT}");
+    let head = wait_persistence(l, Some(AFFINITY_TIMEOUT))?;
+    println!(
+        "{FIGURE}affinity: both edges' IPVS services persistent {:.1}s after the patch: {head}",
+        t.elapsed().as_secs_f64()
+    );
+    let w0 = l.topo.counters()?;
+    let m = flow_map_from(l, AFFINITY_PORT)?;
+    let w1 = l.topo.counters()?;
+    let d = |k: &str| w1[k] - w0[k];
+    let (e1, e2) = (d("ipip_from_edge1"), d("ipip_from_edge2"));
+    let pods = flows::per_pod(&m);
+    let tpl = [templates(l, 1, &client)?, templates(l, 2, &client)?];
+    println!(
+        "persistence templates of {client}: edge1 {:?}, edge2 {:?}",
+        tpl[0], tpl[1]
+    );
+    println!(
+        "{FIGURE}affinity: {n} new connections from the client answered by {pods:?}; IPIP packets from edge1 {e1}, from edge2 {e2}"
+    );
+    ensure!(
+        pods.len() == 1,
+        "every connection reached one pod: {pods:?}"
+    );
+    ensure!(e1 > 0 && e2 > 0, "both edges carried some of them (ECMP)");
+    let pod = pods.keys().next().context("no pod answered")?;
+    let ip = pod
+        .strip_prefix("pod")
+        .and_then(|i| i.parse::<usize>().ok())
+        .and_then(|i| l.a.pods.get(i.wrapping_sub(1)))
+        .with_context(|| format!("no address for {pod}"))?;
+    for (i, t) in tpl.iter().enumerate() {
+        ensure!(
+            t.len() == 1 && t[0].split(':').next() == Some(ip.as_str()),
+            "edge{}: one template for {client}, naming {pod} ({ip}): {t:?}",
+            i + 1
+        );
+    }
+    set_affinity(l, None)?;
+    wait_persistence(l, None)?;
+    let m = flow_map_from(l, AFFINITY_PORT + n)?;
+    let pods = flows::per_pod(&m);
+    println!("{FIGURE}affinity off: {n} new connections from the client answered by {pods:?}");
+    ensure!(
+        pods.len() > 1,
+        "without affinity, more than one pod: {pods:?}"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -565,5 +707,20 @@ TCP  10.210.100.10:80 mh (mh-fallback,mh-port)\n\
                 "10.210.3.21:80 Tunnel 0"
             ]
         );
+    }
+
+    #[test]
+    fn ipvsadm_lists_the_templates_of_one_client() {
+        let out = "IPVS connection entries\n\
+pro expire state       source             virtual            destination\n\
+TCP 09:58  NONE        10.210.200.2:0     10.210.100.10:80   10.210.4.22:80\n\
+TCP 00:09  CLOSE       10.210.200.2:42001 10.210.100.10:80   10.210.4.22:80\n\
+TCP 09:59  NONE        10.210.200.3:0     10.210.100.10:80   10.210.5.23:80\n\
+TCP 09:59  NONE        10.210.200.2:0     10.210.100.11:80   10.210.3.21:80\n";
+        assert_eq!(
+            parse_templates(out, "10.210.200.2", "10.210.100.10:80"),
+            ["10.210.4.22:80"]
+        );
+        assert!(parse_templates(out, "10.210.200.9", "10.210.100.10:80").is_empty());
     }
 }
