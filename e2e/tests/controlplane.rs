@@ -440,12 +440,14 @@ async fn kubectl_expose_gets_an_external_ip_from_the_controller_under_chart_rbac
         "svc",
         "web",
         "-o",
-        "jsonpath={range .status.conditions[*]}{.type}={.status}{\"\\n\"}{end}",
+        "jsonpath={range .status.conditions[*]}{.type}={.status}/{.reason}{\"\\n\"}{end}",
     ]);
+    // this cluster has no BGPAdvertisement: no router is offered the VIP
     assert_eq!(
         conditions.trim(),
-        "ringlb.io/IPAllocated=True\nringlb.io/BackendsReady=True",
-        "both of the controller's conditions are kept"
+        "ringlb.io/IPAllocated=True/Allocated\nringlb.io/BackendsReady=True/BackendsReady\n\
+         ringlb.io/Announced=False/NoAdvertisement",
+        "each of the controller's conditions is kept"
     );
     ctrl.check_alive().expect("ringlb-controller still runs");
     cp.check_controller_manager()
