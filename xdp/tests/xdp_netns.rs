@@ -94,46 +94,10 @@ fn wire_the_lab([c, t, e, p1, p2]: [&str; 5]) {
     veth(e, "eth0", "10.201.0.11/24", t, "ve-e", "10.201.0.1/24");
     veth(p1, "eth0", "10.201.2.21/24", t, "ve-p1", "10.201.2.1/24");
     veth(p2, "eth0", "10.201.3.22/24", t, "ve-p2", "10.201.3.1/24");
-    sh(&[
-        "ip",
-        "-n",
-        c,
-        "route",
-        "add",
-        "default",
-        "via",
-        "10.201.1.1",
-    ]);
-    sh(&[
-        "ip",
-        "-n",
-        e,
-        "route",
-        "add",
-        "default",
-        "via",
-        "10.201.0.1",
-    ]);
-    sh(&[
-        "ip",
-        "-n",
-        p1,
-        "route",
-        "add",
-        "default",
-        "via",
-        "10.201.2.1",
-    ]);
-    sh(&[
-        "ip",
-        "-n",
-        p2,
-        "route",
-        "add",
-        "default",
-        "via",
-        "10.201.3.1",
-    ]);
+    default_route(c, "10.201.1.1");
+    default_route(e, "10.201.0.1");
+    default_route(p1, "10.201.2.1");
+    default_route(p2, "10.201.3.1");
     // the ToR sends the VIP to the edge (BGP's job in production)
     sh(&[
         "ip",

@@ -254,16 +254,7 @@ fn wire([c, o]: [&str; 2], t: &str, edges: [&str; 2], pods: [&str; 3]) {
         "ve-cl",
         "10.205.1.1/24",
     );
-    sh(&[
-        "ip",
-        "-n",
-        c,
-        "route",
-        "add",
-        "default",
-        "via",
-        "10.205.1.1",
-    ]);
+    default_route(c, "10.205.1.1");
     veth(
         o,
         "eth0",
@@ -272,29 +263,11 @@ fn wire([c, o]: [&str; 2], t: &str, edges: [&str; 2], pods: [&str; 3]) {
         "ve-o",
         "10.205.5.1/24",
     );
-    sh(&[
-        "ip",
-        "-n",
-        o,
-        "route",
-        "add",
-        "default",
-        "via",
-        "10.205.5.1",
-    ]);
+    default_route(o, "10.205.5.1");
     for (i, (e, addr)) in edges.iter().zip(EDGES).enumerate() {
         let dev = format!("ve-e{}", i + 1);
         veth(e, "eth0", &format!("{addr}/24"), t, &dev, "10.205.0.1/24");
-        sh(&[
-            "ip",
-            "-n",
-            e,
-            "route",
-            "add",
-            "default",
-            "via",
-            "10.205.0.1",
-        ]);
+        default_route(e, "10.205.0.1");
         sysctl(t, &format!("net.ipv4.conf.{dev}.rp_filter=0"));
     }
     for (i, (p, addr)) in pods.iter().zip(PODS).enumerate() {
@@ -307,7 +280,7 @@ fn wire([c, o]: [&str; 2], t: &str, edges: [&str; 2], pods: [&str; 3]) {
             &format!("ve-p{}", i + 1),
             &format!("{gw}/24"),
         );
-        sh(&["ip", "-n", p, "route", "add", "default", "via", &gw]);
+        default_route(p, &gw);
         sh(&[
             "ip",
             "-n",

@@ -16,6 +16,11 @@ pub fn veth(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
     sh(&["ip", "-n", b_ns, "link", "set", b, "up"]);
 }
 
+/// The default route of namespace `ns`, via `gw`.
+pub fn default_route(ns: &str, gw: &str) {
+    sh(&["ip", "-n", ns, "route", "add", "default", "via", gw]);
+}
+
 pub fn sysctl(ns: &str, kv: &str) {
     nsx(ns, &["sysctl", "-qw", kv]);
 }
