@@ -10,11 +10,12 @@
 //!   IPPool watch ─► pools::sync_pools ─► reconcile_all ─► reconcile::run (Service controller)
 //!                                        (its EndpointSlice watch: the BackendsReady condition)
 //!   pools::status_writer ◄── pools_dirty ◄────────────────────────┘
+//!   edge Lease watch ─► Store<Lease> (the cleanup finalizer's acknowledgements)
 //! ```
 //!
 //! Liveness: the Lease loop (`leader-election`), the Service controller
-//! (`service-controller`), the IPPool watch (`ippool-watch`) and the Namespace watch
-//! (`namespace-watch`) each beat a [`Heartbeat`] with the allowance `--stall-timeout`.
+//! (`service-controller`), the IPPool watch (`ippool-watch`), the Namespace watch
+//! (`namespace-watch`) and the edge Lease watch (`edge-lease-watch`) each beat a [`Heartbeat`] with the allowance `--stall-timeout`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -23,6 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::channel::mpsc;
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use kube::api::ListParams;
 use kube::runtime::WatchStreamExt;
@@ -37,7 +39,7 @@ use crate::events::Events;
 use crate::ipam::Ipam;
 use crate::leader::{self, Elector, LeaderConfig};
 use crate::metrics::Metrics;
-use crate::{pools, rebuild, reconcile, routing_watch};
+use crate::{edge_acks, pools, rebuild, reconcile, routing_watch};
 
 /// How often pool status is written at most.
 const POOL_STATUS_INTERVAL: Duration = Duration::from_millis(500);
@@ -53,6 +55,8 @@ pub struct Settings {
     pub identity: String,
     /// How long a loop may go without a heartbeat before `/healthz` fails.
     pub stall_timeout: Duration,
+    /// The release namespace: the edges' Leases (`ringlb_crds::edge_ack`).
+    pub namespace: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -78,6 +82,8 @@ pub enum Error {
     Rebuild(#[from] rebuild::Error),
     #[error("first list of Namespaces: {0}")]
     Namespaces(#[source] reflector::store::WriterDropped),
+    #[error("first list of the edges' Leases: {0}")]
+    EdgeLeases(#[source] reflector::store::WriterDropped),
     #[error("the Service controller stopped")]
     ControllerStopped,
     #[error("the leader election task failed: {0}")]
@@ -226,6 +232,20 @@ async fn start_loops(
         .wait_until_ready()
         .await
         .map_err(Error::Namespaces)?;
+    // The edges' acknowledgements: a cleanup before their first list would wait for
+    // no edge at all.
+    let (acks_reader, acks_writer) = reflector::store::<Lease>();
+    let acks_changed = Arc::new(tokio::sync::Notify::new());
+    let acks_task = tokio::spawn(edge_acks::watch(
+        Api::namespaced(client.clone(), &settings.namespace),
+        acks_writer,
+        acks_changed.clone(),
+        health.heartbeat("edge-lease-watch", settings.stall_timeout),
+    ));
+    acks_reader
+        .wait_until_ready()
+        .await
+        .map_err(Error::EdgeLeases)?;
 
     let pools_dirty = Arc::new(tokio::sync::Notify::new());
     pools_dirty.notify_one();
@@ -235,9 +255,13 @@ async fn start_loops(
         events,
         metrics.clone(),
         settings.default_class,
-        ns_reader,
+        reconcile::Caches {
+            namespaces: ns_reader,
+            edge_acks: acks_reader,
+        },
         pools_dirty.clone(),
     );
+    let retry_task = tokio::spawn(edge_acks::retry_on_change(ctx.clone(), acks_changed));
 
     // IPPools: every change replaces the allocator's pool set and re-checks all Services.
     let (all_tx, all_rx) = mpsc::unbounded::<()>();
@@ -273,7 +297,14 @@ async fn start_loops(
         ctx,
         retry_rx,
         reconcile_all: all_rx,
-        tasks: vec![ns_task, pool_task, routing_task, status_task],
+        tasks: vec![
+            ns_task,
+            acks_task,
+            retry_task,
+            pool_task,
+            routing_task,
+            status_task,
+        ],
     })
 }
 
@@ -304,6 +335,7 @@ mod tests {
             leader: Some(crate::leader::tests::config()),
             identity: "me".into(),
             stall_timeout,
+            namespace: "ringlb-system".into(),
         }
     }
 

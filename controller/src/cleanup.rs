@@ -4,20 +4,24 @@
 //! ```text
 //!  ours, no finalizer ──► add it (before the first VIP is written)
 //!  deleted, or no longer ours, with the finalizer:
-//!    status holds our VIP ──► clear it (the edges withdraw the VIP) ──► wait CLEANUP_WAIT
-//!      ──► release the address in the allocator ──► remove the finalizer
+//!    status holds our VIP ──► clear it (the edges withdraw the VIP)
+//!      ──► wait until every live edge has acted on that status (its Lease), at most
+//!          CLEANUP_MAX_WAIT ──► release the address in the allocator ──► remove the
+//!          finalizer
 //!  `ringlb-controller remove-finalizers` (helm uninstall): wait until no controller
-//!    holds the Lease, then remove the finalizer from every Service
+//!    holds the Lease, then remove the finalizer from every Service and delete the
+//!    edges' Leases
 //! ```
 //!
 //! The edges take what they announce from `status.loadBalancer.ingress` of the
-//! Services they see (`ringlb-edge`'s `serving`); none of them writes per-VIP
-//! announcement state to the API (their `VIPHealthy`/`VIPUnhealthy` Events are
-//! best-effort, folded and expired, so they cannot gate anything). So "the edges have
-//! stopped announcing it" is a bounded wait after the status is cleared: long enough
-//! for a connected edge's watch, its debounce (at most 50 ms), a sync and a BGP withdrawal (well
-//! under a second), with room for a loaded edge. An edge cut off from the API server
-//! does not see the change within any wait; see docs/controller.md.
+//! Services they see (`ringlb-edge`'s `serving`). Each edge acknowledges in its own
+//! Lease the highest Service resourceVersion it has programmed and handed to its BGP
+//! sessions (`ringlb_crds::edge_ack`). The VIP is released once every live edge's
+//! acknowledgement reaches the resourceVersion of the cleared status: each has
+//! withdrawn the route by then. An edge whose Lease has expired (stopped, or cut off
+//! from the API server, where no wait would help) is not waited for; one that stays
+//! silent while its Lease is valid is waited for up to `CLEANUP_MAX_WAIT`, then the
+//! release goes ahead with a warning that names it.
 //!
 //! The decisions here are pure; `reconcile` does the writes.
 
@@ -25,8 +29,10 @@ use std::time::{Duration, Instant};
 
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
+use ringlb_crds::edge_ack::EdgeAck;
 use serde_json::{Value, json};
 
 use crate::status::FIELD_MANAGER;
@@ -34,9 +40,10 @@ use crate::status::FIELD_MANAGER;
 /// The finalizer every load-balancer implementation puts on the Services it serves.
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
 
-/// How long after a VIP left a Service's status the controller assumes every
-/// connected edge has withdrawn it.
-pub const CLEANUP_WAIT: Duration = Duration::from_secs(5);
+/// The longest the controller waits for the live edges to acknowledge a withdrawn
+/// VIP before it releases the address anyway: an edge Lease's validity, so an edge
+/// that stopped renewing has expired by then.
+pub const CLEANUP_MAX_WAIT: Duration = ringlb_crds::edge_ack::LEASE_DURATION;
 
 /// Whether `svc` carries the finalizer.
 pub fn has_finalizer(svc: &Service) -> bool {
@@ -74,28 +81,71 @@ pub fn finalizer_patch(svc: &Service, add: bool) -> Option<Value> {
 
 /// The next step of cleaning up a Service that is deleted or no longer ours, once its
 /// status holds no VIP of ours any more.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Step {
-    /// The edges may still announce the address: look again after this long.
-    Wait(Duration),
-    /// Release the address and remove the finalizer.
-    Release,
+    /// These live edges have not acknowledged the withdrawal yet: look again when an
+    /// edge Lease changes, or after this long at the latest.
+    Wait {
+        after: Duration,
+        pending: Vec<String>,
+    },
+    /// Release the address and remove the finalizer. `unconfirmed`: the live edges
+    /// that had not acknowledged within the longest wait.
+    Release { unconfirmed: Vec<String> },
+}
+
+/// A Service whose VIP left its status: how long ago this controller saw that, and
+/// the Service's resourceVersion then (`None`: not an integer; no edge can be known
+/// to have reached it, so the longest wait applies).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Withdrawn {
+    pub for_: Duration,
+    pub rv: Option<u64>,
 }
 
 /// `holds`: the allocator still holds addresses for the Service (so they may have
-/// been announced); `withdrawn_for`: how long ago this controller saw the status
-/// without them (`None`: not seen yet, the wait starts now).
+/// been announced); `withdrawn`: `None` when the status has just been seen without
+/// them (the wait starts now); `edges`: every edge's acknowledgement at `now`;
+/// `max_wait`: [`CLEANUP_MAX_WAIT`] (shorter in tests).
 ///
 /// A Service that holds nothing (refused, or found with its status already cleared
-/// after a restart: the address was not adopted) is released at once.
-pub fn cleanup_step(holds: bool, withdrawn_for: Option<Duration>, wait: Duration) -> Step {
+/// after a restart: the address was not adopted) is released at once, and so is one
+/// when no live edge is left to withdraw it.
+pub fn cleanup_step(
+    holds: bool,
+    withdrawn: Option<Withdrawn>,
+    edges: &[EdgeAck],
+    now: Timestamp,
+    max_wait: Duration,
+) -> Step {
     if !holds {
-        return Step::Release;
+        return Step::Release {
+            unconfirmed: Vec::new(),
+        };
     }
-    match withdrawn_for {
-        None => Step::Wait(wait),
-        Some(d) if d >= wait => Step::Release,
-        Some(d) => Step::Wait(wait - d),
+    let w = withdrawn.unwrap_or(Withdrawn {
+        for_: Duration::ZERO,
+        rv: None,
+    });
+    let mut pending: Vec<String> = edges
+        .iter()
+        .filter(|e| e.alive(now) && !w.rv.is_some_and(|rv| e.has_applied(rv)))
+        .map(|e| e.node.clone())
+        .collect();
+    pending.sort();
+    if pending.is_empty() {
+        return Step::Release {
+            unconfirmed: Vec::new(),
+        };
+    }
+    if w.for_ >= max_wait {
+        return Step::Release {
+            unconfirmed: pending,
+        };
+    }
+    Step::Wait {
+        after: max_wait - w.for_,
+        pending,
     }
 }
 
@@ -185,8 +235,10 @@ async fn wait_for_no_leader(
 }
 
 /// `ringlb-controller remove-finalizers`: once no controller leads (the Lease), removes
-/// the finalizer from every Service that has it, and returns how many. Statuses are
-/// left as they are, so a later installation adopts the same addresses.
+/// the finalizer from every Service that has it, and returns how many; then deletes
+/// the edges' Leases in `lease_namespace` (an edge stopped for a hitless restart
+/// keeps its own). Statuses are left as they are, so a later installation adopts the
+/// same addresses.
 pub async fn remove_all(
     client: &Client,
     lease_namespace: &str,
@@ -220,6 +272,15 @@ pub async fn remove_all(
             Err(kube::Error::Api(e)) if e.code == 404 => {}
             Err(source) => return Err(Error::Patch { key, source }),
         }
+    }
+    // Leftover edge Leases are inert (each expires; nothing else reads them), so a
+    // failure here is reported, not fatal to the uninstall.
+    let leases: Api<Lease> = Api::namespaced(client.clone(), lease_namespace);
+    let edges = ListParams::default().labels(&format!("{}=true", ringlb_crds::edge_ack::ACK_LABEL));
+    match leases.delete_collection(&Default::default(), &edges).await {
+        Ok(_) => tracing::info!(namespace = %lease_namespace, "the edges' Leases deleted"),
+        Err(e) => tracing::warn!(namespace = %lease_namespace, error = %e,
+            "deleting the edges' Leases (label ringlb.io/edge-ack=true) failed; delete them by hand"),
     }
     Ok(n)
 }
@@ -257,16 +318,64 @@ mod tests {
         assert_eq!(finalizer_patch(&svc(&["other.io/x"]), false), None);
     }
 
+    fn edge(node: &str, applied: Option<u64>, valid_until: &str) -> EdgeAck {
+        EdgeAck {
+            node: node.into(),
+            applied,
+            valid_until: Some(valid_until.parse().unwrap()),
+        }
+    }
+
     #[test]
-    fn waits_for_the_edges_only_when_an_address_is_held() {
-        let w = Duration::from_secs(5);
-        assert_eq!(cleanup_step(false, None, w), Step::Release);
-        assert_eq!(cleanup_step(true, None, w), Step::Wait(w));
+    fn waits_for_every_live_edge_to_reach_the_withdrawal() {
+        let now: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        let max = Duration::from_secs(30);
+        let w = |secs: u64, rv: Option<u64>| {
+            Some(Withdrawn {
+                for_: Duration::from_secs(secs),
+                rv,
+            })
+        };
+        let edges = [
+            edge("e2", Some(99), "2026-12-01T10:00:20Z"),
+            edge("e1", Some(120), "2026-12-01T10:00:20Z"),
+            // expired: stopped or cut off, not waited for
+            edge("e3", Some(1), "2026-12-01T09:59:59Z"),
+        ];
+        let released = Step::Release {
+            unconfirmed: vec![],
+        };
+        assert_eq!(cleanup_step(false, None, &edges, now, max), released);
         assert_eq!(
-            cleanup_step(true, Some(Duration::from_secs(2)), w),
-            Step::Wait(Duration::from_secs(3))
+            cleanup_step(true, w(2, Some(100)), &edges, now, max),
+            Step::Wait {
+                after: Duration::from_secs(28),
+                pending: vec!["e2".into()]
+            }
         );
-        assert_eq!(cleanup_step(true, Some(w), w), Step::Release);
+        assert_eq!(
+            cleanup_step(true, w(2, Some(99)), &edges, now, max),
+            released
+        );
+        assert_eq!(cleanup_step(true, w(0, Some(100)), &[], now, max), released);
+        // a resourceVersion that is not an integer: nobody can have reached it
+        assert_eq!(
+            cleanup_step(true, w(5, None), &edges, now, max),
+            Step::Wait {
+                after: Duration::from_secs(25),
+                pending: vec!["e1".into(), "e2".into()]
+            }
+        );
+        assert_eq!(
+            cleanup_step(true, w(30, Some(100)), &edges, now, max),
+            Step::Release {
+                unconfirmed: vec!["e2".into()]
+            }
+        );
+        assert!(matches!(
+            cleanup_step(true, None, &edges, now, max),
+            Step::Wait { after, .. } if after == max
+        ));
     }
 
     #[test]

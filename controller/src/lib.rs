@@ -9,6 +9,7 @@ pub mod announce;
 pub mod app;
 pub mod backends;
 pub mod cleanup;
+pub mod edge_acks;
 pub mod events;
 pub mod ipam;
 pub mod leader;

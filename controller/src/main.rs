@@ -35,7 +35,8 @@ struct Args {
     #[arg(long, default_value_t = true, action = clap::ArgAction::Set, num_args = 0..=1, default_missing_value = "true")]
     leader_elect: bool,
 
-    /// Namespace of the leader Lease.
+    /// Namespace of the leader Lease, and of the edges' Leases the cleanup finalizer
+    /// waits for (the release namespace).
     #[arg(long, env = "POD_NAMESPACE", default_value = "ringlb-system")]
     lease_namespace: String,
 
@@ -100,6 +101,7 @@ impl Args {
             leader,
             identity,
             stall_timeout: self.stall_timeout,
+            namespace: self.lease_namespace.clone(),
         }
     }
 }

@@ -12,7 +12,8 @@
 //! ```
 //!
 //! A ringlb Service carries the cleanup finalizer (`cleanup`): deleted or no longer
-//! ours, its VIP leaves the status first, and only `CLEANUP_WAIT` later is the address
+//! ours, its VIP leaves the status first, and only once every live edge has
+//! acknowledged that status (its Lease, at most `CLEANUP_MAX_WAIT`) is the address
 //! released and the finalizer removed. A Delete seen on the watch (or a Service missing
 //! from a relist) releases whatever is still held; see docs/controller.md.
 
@@ -24,6 +25,7 @@ use std::time::{Duration, Instant};
 
 use futures::channel::mpsc;
 use futures::{Stream, TryStreamExt};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
@@ -41,7 +43,9 @@ use crate::backends::{
     BACKENDS_CONDITION_TYPE, BackendsState, NO_ENDPOINTS_OF_FAMILY, SERVICE_NAME_LABEL,
     backends_state, slice_of,
 };
-use crate::cleanup::{CLEANUP_WAIT, Step, cleanup_step, finalizer_patch, has_finalizer};
+use crate::cleanup::{
+    CLEANUP_MAX_WAIT, Step, Withdrawn, cleanup_step, finalizer_patch, has_finalizer,
+};
 use crate::events::Events;
 use crate::ipam::request::{is_ours, request_from_service, service_key, status_ips};
 use crate::ipam::{Family, Ipam};
@@ -73,6 +77,19 @@ pub enum Error {
     },
 }
 
+/// Services being cleaned up: when their status was seen without our VIP, and its
+/// resourceVersion then (the edges' acknowledgements must reach it).
+type Withdrawals = HashMap<ObjectRef<Service>, (Instant, Option<u64>)>;
+
+/// The caches the reconciler reads beside its own.
+pub struct Caches {
+    /// Namespace labels, for pools' `namespaceSelector`.
+    pub namespaces: Store<Namespace>,
+    /// The edges' Leases (`ringlb_crds::edge_ack`): how far each has acted on the
+    /// Services.
+    pub edge_acks: Store<Lease>,
+}
+
 /// Shared state of the reconciler.
 pub struct Ctx {
     pub client: Client,
@@ -100,10 +117,14 @@ pub struct Ctx {
     warned_outside: Mutex<HashSet<(String, IpAddr)>>,
     /// Consecutive API failures per Service, for the error backoff.
     failures: Mutex<HashMap<ObjectRef<Service>, u32>>,
-    /// Services being cleaned up: when their status was seen without our VIP.
-    withdrawn: Mutex<HashMap<ObjectRef<Service>, Instant>>,
-    /// How long the edges get to withdraw a VIP before its address is released
-    /// ([`CLEANUP_WAIT`]; shorter in tests).
+    /// Services being cleaned up: when their status was seen without our VIP, and
+    /// its resourceVersion then.
+    withdrawn: Mutex<Withdrawals>,
+    /// The edges' Leases (`ringlb_crds::edge_ack`): how far each has acted on the
+    /// Services.
+    edge_acks: Store<Lease>,
+    /// The longest the edges get to withdraw a VIP before its address is released
+    /// ([`CLEANUP_MAX_WAIT`]; shorter in tests).
     pub cleanup_wait: Duration,
 }
 
@@ -120,9 +141,13 @@ impl Ctx {
         events: Events,
         metrics: Metrics,
         default_class: bool,
-        namespaces: Store<Namespace>,
+        caches: Caches,
         pools_dirty: Arc<tokio::sync::Notify>,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<ObjectRef<Service>>) {
+        let Caches {
+            namespaces,
+            edge_acks,
+        } = caches;
         let (retry_tx, retry_rx) = mpsc::unbounded();
         let (services, services_writer) = reflector::store();
         let (slices, slices_writer) = reflector::store();
@@ -145,7 +170,8 @@ impl Ctx {
             warned_outside: Mutex::default(),
             failures: Mutex::default(),
             withdrawn: Mutex::default(),
-            cleanup_wait: CLEANUP_WAIT,
+            edge_acks,
+            cleanup_wait: CLEANUP_MAX_WAIT,
         };
         (Arc::new(ctx), retry_rx)
     }
@@ -156,6 +182,23 @@ impl Ctx {
         for r in pending {
             let _ = self.retry_tx.unbounded_send(r);
         }
+    }
+
+    /// Re-queues every Service waiting for the edges (an edge Lease changed).
+    pub fn retry_withdrawn(&self) {
+        let waiting: Vec<_> = lock(&self.withdrawn).keys().cloned().collect();
+        for r in waiting {
+            let _ = self.retry_tx.unbounded_send(r);
+        }
+    }
+
+    /// Every edge's acknowledgement (`ringlb_crds::edge_ack`).
+    fn edge_acks(&self) -> Vec<ringlb_crds::edge_ack::EdgeAck> {
+        self.edge_acks
+            .state()
+            .iter()
+            .filter_map(|l| ringlb_crds::edge_ack::EdgeAck::from_lease(l))
+            .collect()
     }
 
     /// Releases everything a Service held (deleted, or no longer ours).
@@ -394,9 +437,9 @@ async fn warn_unservable(svc: &Service, ctx: &Ctx, backends: Option<&BackendsSta
         .await;
 }
 
-/// A Service that is deleted or no longer ours: its VIP leaves the status, the edges
-/// get `cleanup_wait` to withdraw it, then the address is released and the finalizer
-/// (if any) removed.
+/// A Service that is deleted or no longer ours: its VIP leaves the status, the live
+/// edges acknowledge that status (at most `cleanup_wait`), then the address is
+/// released and the finalizer (if any) removed.
 async fn clean_up(
     api: &Api<Service>,
     svc: &Service,
@@ -408,20 +451,45 @@ async fn clean_up(
     if has_our_status(svc) {
         write_status(api, svc, key, &WantedStatus::Clear, None).await?;
         tracing::info!("VIP withdrawn from the status; the edges stop announcing it");
-        lock(&ctx.withdrawn).insert(oref, Instant::now());
-        // Our own status write brings the Service back; the wait runs from here.
+        // The wait runs from here; our own status write brings the Service back
+        // with the resourceVersion the edges must reach.
+        lock(&ctx.withdrawn).insert(oref, (Instant::now(), None));
         return Ok(Action::requeue(ctx.cleanup_wait));
     }
     let holds = !lock(&ctx.ipam).held(key).is_empty();
-    let since = lock(&ctx.withdrawn).get(&oref).map(Instant::elapsed);
-    match cleanup_step(holds, since, ctx.cleanup_wait) {
-        Step::Wait(d) => {
-            lock(&ctx.withdrawn)
-                .entry(oref)
-                .or_insert_with(Instant::now);
-            Ok(Action::requeue(d))
+    let withdrawn = {
+        let mut w = lock(&ctx.withdrawn);
+        let rv = svc
+            .resource_version()
+            .and_then(|rv| ringlb_crds::edge_ack::parse_resource_version(&rv));
+        let e = w.entry(oref.clone()).or_insert((Instant::now(), None));
+        e.1 = e.1.or(rv);
+        let (since, rv) = *e;
+        Withdrawn {
+            for_: since.elapsed(),
+            rv,
         }
-        Step::Release => {
+    };
+    let step = cleanup_step(
+        holds,
+        Some(withdrawn),
+        &ctx.edge_acks(),
+        Timestamp::now(),
+        ctx.cleanup_wait,
+    );
+    match step {
+        Step::Wait { after, pending } => {
+            tracing::debug!(?pending, rv = ?withdrawn.rv, "waiting for the edges to withdraw the VIP");
+            Ok(Action::requeue(after))
+        }
+        Step::Release { unconfirmed } => {
+            if !unconfirmed.is_empty() {
+                tracing::warn!(
+                    edges = ?unconfirmed,
+                    waited = ?withdrawn.for_,
+                    "releasing the VIP although these edges did not acknowledge its withdrawal"
+                );
+            }
             let released = ctx.forget(key);
             if let Some(patch) = finalizer_patch(svc, false) {
                 let pp = PatchParams {

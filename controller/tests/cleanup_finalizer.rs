@@ -1,8 +1,8 @@
 //! The cleanup finalizer `service.kubernetes.io/load-balancer-cleanup` against a real
 //! kube-apiserver, with the controller running as the chart's ServiceAccount: added
 //! with the VIP; on delete or a change of type the VIP leaves the status first, the
-//! address stays held for the cleanup wait (the edges withdraw it), then it is
-//! released and the finalizer removed; a Service deleted while the controller was
+//! address stays held until every live edge's Lease acknowledges that status (the
+//! edges withdraw it), then it is released and the finalizer removed; a Service deleted while the controller was
 //! down is cleaned up once it is back; `remove-finalizers` (helm uninstall) removes
 //! the finalizer once no controller leads. No root needed.
 
@@ -14,9 +14,13 @@ use std::time::{Duration, Instant};
 use common::*;
 use k8s_openapi::api::core::v1::Service;
 use kube::Api;
+use kube::ResourceExt;
 use kube::api::{Patch, PatchParams};
-use ringlb_controller::cleanup::{CLEANUP_WAIT, FINALIZER};
+use ringlb_controller::cleanup::FINALIZER;
 use serde_json::json;
+
+/// Without a live edge Lease nothing is waited for; these tests allow this long.
+const RELEASE: Duration = Duration::from_secs(10);
 
 fn has_finalizer(svc: &Service) -> bool {
     svc.metadata
@@ -53,13 +57,15 @@ fn wanting(name: &str, ip: &str) -> Service {
 /// The finalizer comes with the VIP, on a Service without NodePorts and with
 /// `externalTrafficPolicy: Local` too (neither matters to ringlb). Deleted, its VIP
 /// leaves the status at once, the address stays taken (another Service asking for
-/// it is refused) for the cleanup wait, and only then is it released, the finalizer
-/// removed and the object gone.
+/// it is refused) while a live edge has not acknowledged the cleared status in its
+/// Lease, and once it has, the address is released, the finalizer removed and the
+/// object gone, well before the longest wait.
 #[tokio::test]
 async fn finalizer_added_with_the_vip_and_removed_after_release() {
     let cluster = cluster().await;
     let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    edge_lease(&client, "edge-1", None).await;
     let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     let spec = json!({
         "metadata": {"annotations": {"ringlb.io/load-balancer-ips": "192.0.2.50"}},
@@ -79,12 +85,11 @@ async fn finalizer_added_with_the_vip_and_removed_after_release() {
         "the VIP out of web's status",
         || async {
             let s = get_opt(&client, "web").await?;
-            (s.metadata.deletion_timestamp.is_some() && ingress_ips(&s).is_empty())
-                .then(Instant::now)
+            (s.metadata.deletion_timestamp.is_some() && ingress_ips(&s).is_empty()).then_some(s)
         },
     )
     .await;
-    // Still held while the edges withdraw it.
+    // Still held while the edge has not acknowledged it.
     create_svc(&client, &wanting("next", "192.0.2.50")).await;
     wait_for(
         Duration::from_secs(5),
@@ -98,11 +103,24 @@ async fn finalizer_added_with_the_vip_and_removed_after_release() {
         },
     )
     .await;
-    let gone = wait_gone(&client, "web", CLEANUP_WAIT + Duration::from_secs(10)).await;
-    let waited = gone - withdrawn;
+    tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
-        waited >= CLEANUP_WAIT - Duration::from_millis(500),
-        "the finalizer stayed for the cleanup wait after the withdrawal, not {waited:?}"
+        get_opt(&client, "web").await.is_some(),
+        "the finalizer stays while the edge has not acknowledged"
+    );
+    // The edge acknowledges an older state, then the cleared status.
+    let rv = withdrawn.resource_version().unwrap();
+    let older = (rv.parse::<u64>().unwrap() - 1).to_string();
+    edge_lease(&client, "edge-1", Some(&older)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(get_opt(&client, "web").await.is_some(), "{older} < {rv}");
+    let acked = Instant::now();
+    edge_lease(&client, "edge-1", Some(&rv)).await;
+    let gone = wait_gone(&client, "web", Duration::from_secs(10)).await;
+    assert!(
+        gone - acked < Duration::from_secs(3),
+        "released on the acknowledgement, not after the longest wait: {:?}",
+        gone - acked
     );
     assert_eq!(
         wait_ips(&client, "next", Duration::from_secs(10)).await,
@@ -133,7 +151,7 @@ async fn a_service_deleted_while_the_controller_was_stopped_is_cleaned_up_on_sta
     assert_eq!(ingress_ips(&held), ips, "nobody withdrew it yet");
 
     let _ctrl = Ctrl::start(&cluster, "c2", &[]);
-    wait_gone(&client, "web", CLEANUP_WAIT + Duration::from_secs(20)).await;
+    wait_gone(&client, "web", RELEASE + Duration::from_secs(10)).await;
     create_svc(&client, &wanting("next", "192.0.2.60")).await;
     assert_eq!(
         wait_ips(&client, "next", Duration::from_secs(10)).await,
@@ -162,15 +180,10 @@ async fn a_type_change_to_cluster_ip_removes_the_vip_and_the_finalizer() {
     )
     .await
     .expect("change the type");
-    let svc = wait_for(
-        CLEANUP_WAIT + Duration::from_secs(10),
-        "no VIP and no finalizer",
-        || async {
-            let s = get_svc(&client, "web").await;
-            (ingress_ips(&s).is_empty() && !has_finalizer(&s) && condition(&s).is_none())
-                .then_some(s)
-        },
-    )
+    let svc = wait_for(RELEASE, "no VIP and no finalizer", || async {
+        let s = get_svc(&client, "web").await;
+        (ingress_ips(&s).is_empty() && !has_finalizer(&s) && condition(&s).is_none()).then_some(s)
+    })
     .await;
     assert_eq!(svc.spec.unwrap().type_.as_deref(), Some("ClusterIP"));
     create_svc(&client, &wanting("next", "192.0.2.70")).await;
@@ -193,7 +206,8 @@ fn remove_finalizers(cluster: &Cluster, timeout: &str) -> std::process::Output {
 /// The uninstall path: `remove-finalizers`, as the chart's ServiceAccount, refuses
 /// while a controller leads (it would put the finalizer back), and once the controller
 /// is gone removes the finalizer from every Service, keeping the status (a later
-/// installation adopts the same address); a delete then goes through at once.
+/// installation adopts the same address), and deletes the edges' Leases; a delete
+/// then goes through at once.
 #[tokio::test]
 async fn remove_finalizers_waits_for_the_leader_then_leaves_nothing_stuck() {
     let cluster = cluster().await;
@@ -214,6 +228,8 @@ async fn remove_finalizers_waits_for_the_leader_then_leaves_nothing_stuck() {
     assert!(has_finalizer(&get_svc(&client, "a").await));
 
     ctrl.kill(); // its Lease expires (2 s in these tests)
+    edge_lease(&client, "edge-1", Some("1")).await;
+    grant_edge_lease_deletion(&client).await;
     let out = remove_finalizers(&cluster, "20s");
     let log =
         String::from_utf8_lossy(&out.stderr).to_string() + &String::from_utf8_lossy(&out.stdout);
@@ -223,6 +239,49 @@ async fn remove_finalizers_waits_for_the_leader_then_leaves_nothing_stuck() {
         assert!(!has_finalizer(&s), "{n}: {:?}", s.metadata.finalizers);
         assert!(!ingress_ips(&s).is_empty(), "{n} keeps its status");
     }
+    let leases = kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(
+        client.clone(),
+        RELEASE_NS,
+    );
+    assert!(
+        leases
+            .get_opt("ringlb-edge-edge-1")
+            .await
+            .unwrap()
+            .is_none(),
+        "the edge Lease is deleted: {log}"
+    );
     delete_svc(&client, "a").await;
     wait_gone(&client, "a", Duration::from_secs(5)).await;
+}
+
+/// The one rule the uninstall hook's Role adds for deleting the edges' Leases
+/// (`charts/ringlb/templates/controller-cleanup-hook.yaml`), granted to the
+/// controller's ServiceAccount this test runs `remove-finalizers` as.
+async fn grant_edge_lease_deletion(client: &kube::Client) {
+    use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+    use kube::api::PostParams;
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "edge-lease-cleanup", "namespace": RELEASE_NS},
+        "rules": [{"apiGroups": ["coordination.k8s.io"], "resources": ["leases"],
+                   "verbs": ["deletecollection"]}]
+    }))
+    .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "edge-lease-cleanup", "namespace": RELEASE_NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                    "name": "edge-lease-cleanup"},
+        "subjects": [{"kind": "ServiceAccount", "name": "ringlb-controller",
+                      "namespace": RELEASE_NS}]
+    }))
+    .unwrap();
+    let pp = PostParams::default();
+    Api::<Role>::namespaced(client.clone(), RELEASE_NS)
+        .create(&pp, &role)
+        .await
+        .expect("the hook's Lease rule");
+    Api::<RoleBinding>::namespaced(client.clone(), RELEASE_NS)
+        .create(&pp, &binding)
+        .await
+        .expect("its binding");
 }

@@ -5,7 +5,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use ringlb_controller::cleanup::CLEANUP_WAIT;
+use ringlb_controller::cleanup::CLEANUP_MAX_WAIT;
 use serde_json::json;
 
 #[tokio::test]
@@ -60,7 +60,7 @@ async fn create_gets_vip_within_one_second_and_delete_frees_it() {
     // Released after the edges' cleanup wait (the finalizer; tests/cleanup_finalizer.rs).
     delete_svc(&client, "web").await;
     assert_eq!(
-        wait_ips(&client, "e", CLEANUP_WAIT + Duration::from_secs(5)).await,
+        wait_ips(&client, "e", CLEANUP_MAX_WAIT + Duration::from_secs(5)).await,
         ips,
         "e reuses web's freed address"
     );
@@ -165,7 +165,7 @@ async fn requested_ip_and_refusals() {
     // The cause goes away (holder deleted): the refused Service is retried by itself.
     delete_svc(&client, "want").await;
     assert_eq!(
-        wait_ips(&client, "taken", CLEANUP_WAIT + Duration::from_secs(5)).await,
+        wait_ips(&client, "taken", CLEANUP_MAX_WAIT + Duration::from_secs(5)).await,
         ["192.0.2.77".parse::<std::net::IpAddr>().unwrap()]
     );
 }
@@ -388,7 +388,7 @@ async fn class_and_type_changes() {
     )
     .await
     .unwrap();
-    let released = CLEANUP_WAIT + Duration::from_secs(5);
+    let released = CLEANUP_MAX_WAIT + Duration::from_secs(5);
     wait_for(released, "status cleared and finalizer removed", || {
         let client = client.clone();
         async move {
@@ -551,9 +551,9 @@ async fn pool_status_shows_overlaps_and_usage() {
 }
 
 /// A deleted Service that someone else's finalizer keeps: as the Kubernetes service
-/// controller does, the VIP is withdrawn at once (the status), held for the cleanup
-/// wait while the edges withdraw it, then released and our finalizer removed, while
-/// the object itself waits for the other finalizer.
+/// controller does, the VIP is withdrawn at once (the status), held while a live edge
+/// has not acknowledged that (its Lease), then released and our finalizer removed,
+/// while the object itself waits for the other finalizer.
 #[tokio::test]
 async fn terminating_service_releases_its_vip_after_the_cleanup_wait() {
     use k8s_openapi::api::core::v1::Service;
@@ -561,6 +561,7 @@ async fn terminating_service_releases_its_vip_after_the_cleanup_wait() {
     let cluster = cluster().await;
     let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    edge_lease(&client, "edge-1", None).await;
     let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     let want = json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": "192.0.2.50"}}});
     let mut held = lb_service("held", 80, want.clone());
@@ -594,11 +595,25 @@ async fn terminating_service_releases_its_vip_after_the_cleanup_wait() {
     })
     .await;
     assert!(ingress_ips(&get_svc(&client, "next").await).is_empty());
+    let cleared = wait_for(
+        Duration::from_secs(10),
+        "held's VIP out of its status",
+        || {
+            let client = client.clone();
+            async move {
+                let s = get_svc(&client, "held").await;
+                ingress_ips(&s).is_empty().then_some(s)
+            }
+        },
+    )
+    .await;
+    let rv = cleared.metadata.resource_version.clone().unwrap();
+    edge_lease(&client, "edge-1", Some(&rv)).await;
 
-    // After the wait the address moves on by itself; "held" is still there, with
+    // Once the edge has acknowledged, the address moves on by itself; "held" is still there, with
     // only the other finalizer and no VIP.
     assert_eq!(
-        wait_ips(&client, "next", CLEANUP_WAIT + Duration::from_secs(10)).await,
+        wait_ips(&client, "next", CLEANUP_MAX_WAIT + Duration::from_secs(10)).await,
         ["192.0.2.50".parse::<std::net::IpAddr>().unwrap()]
     );
     let still = get_svc(&client, "held").await;

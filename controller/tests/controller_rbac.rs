@@ -94,7 +94,7 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     wait_ips(
         &client,
         "c",
-        ringlb_controller::cleanup::CLEANUP_WAIT + Duration::from_secs(5),
+        ringlb_controller::cleanup::CLEANUP_MAX_WAIT + Duration::from_secs(5),
     )
     .await;
     tokio::time::sleep(Duration::from_millis(1200)).await; // pool status write, lease renewals

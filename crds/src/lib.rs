@@ -11,6 +11,7 @@ pub mod admission;
 pub mod bgpadvertisement;
 pub mod bgppeer;
 pub mod common;
+pub mod edge_ack;
 pub mod failover;
 pub mod generate;
 pub mod ippool;

@@ -1,7 +1,9 @@
 //! The edge's health Events against a real kube-apiserver: a VIP:port that goes
 //! unhealthy on an edge leaves a Warning `VIPUnhealthy` Event on its Service, and one
 //! that recovers a Normal `VIPHealthy`, written as ServiceAccount `ringlb-edge` under
-//! the chart's RBAC (`charts/ringlb/templates/edge-rbac.yaml`).
+//! the chart's RBAC (`charts/ringlb/templates/edge-rbac.yaml`); and the edge's Lease,
+//! which acknowledges the Services it has acted on, written and deleted under the
+//! same RBAC.
 
 use std::time::Duration;
 
@@ -57,7 +59,7 @@ async fn health_changes_are_events_on_the_service_under_the_edge_role() {
     let edge = client_for(&kc).await.unwrap();
     let (store, mut writer) = reflector::store::<Service>();
     writer.apply_watcher_event(&watcher::Event::Apply(svc));
-    let events = HealthEvents::new(edge, "edge-1".into());
+    let events = HealthEvents::new(edge.clone(), "edge-1".into());
     events.publish(
         &store,
         &[
@@ -83,7 +85,7 @@ async fn health_changes_are_events_on_the_service_under_the_edge_role() {
         events.publish_bad_annotations(&store, std::slice::from_ref(&bad));
     }
 
-    let api = Api::<Event>::namespaced(admin, "default");
+    let api = Api::<Event>::namespaced(admin.clone(), "default");
     let mut seen = Vec::new();
     for _ in 0..120 {
         let list = api.list(&ListParams::default()).await.unwrap();
@@ -145,4 +147,47 @@ async fn health_changes_are_events_on_the_service_under_the_edge_role() {
         seen[4].3, "edge-1",
         "the reporting instance is the edge's node"
     );
+
+    the_edge_lease_acknowledges_then_goes_with_a_drain(&admin, &edge).await;
+}
+
+async fn the_edge_lease_acknowledges_then_goes_with_a_drain(
+    admin: &kube::Client,
+    edge: &kube::Client,
+) {
+    use k8s_openapi::api::coordination::v1::Lease;
+    use ringlb_crds::edge_ack::EdgeAck;
+    use ringlb_edge::agent::ack::Acks;
+
+    let leases = Api::<Lease>::namespaced(admin.clone(), RELEASE_NS);
+    let ack_of = || async {
+        leases
+            .get_opt("ringlb-edge-edge-1")
+            .await
+            .unwrap()
+            .and_then(|l| EdgeAck::from_lease(&l))
+    };
+    let (tx, rx) = tokio::sync::watch::channel(Some(41));
+    let task = tokio::spawn(Acks::new(edge, RELEASE_NS, "edge-1").run(rx));
+    let mut seen = None;
+    for want in [41, 42] {
+        tx.send(Some(want)).unwrap();
+        for _ in 0..40 {
+            seen = ack_of().await;
+            if seen.as_ref().is_some_and(|a| a.applied == Some(want)) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let ack = seen
+            .clone()
+            .unwrap_or_else(|| panic!("no edge Lease for {want}"));
+        assert_eq!(ack.applied, Some(want), "{ack:?}");
+        assert_eq!(ack.node, "edge-1");
+        assert!(ack.alive(k8s_openapi::jiff::Timestamp::now()), "{ack:?}");
+    }
+    drop(tx);
+    task.await.unwrap();
+    Acks::new(edge, RELEASE_NS, "edge-1").remove().await;
+    assert_eq!(ack_of().await, None, "a drained edge's Lease is deleted");
 }

@@ -64,7 +64,97 @@ fn scenario(rc: &RealCluster) {
     dsr_from_the_client(rc, v4, v6);
     pods_on_edges_are_served(rc, v4, v6);
     from_inside_the_cluster(rc, v4);
+    finalizer_goes_after_the_route(rc);
     uninstalled(rc, v4);
+}
+
+/// A second Service of the same pods, deleted: its cleanup finalizer is removed only
+/// after its route has left the ToR (each edge's Lease acknowledges the cleared
+/// status once it has withdrawn it). Polled as: the Service first, then the route,
+/// so a route still at the ToR after the Service was seen gone fails the test.
+fn finalizer_goes_after_the_route(rc: &RealCluster) {
+    let leases = rc
+        .kubectl(&[
+            "get",
+            "leases",
+            "-n",
+            "ringlb-system",
+            "-l",
+            "ringlb.io/edge-ack=true",
+            "-o",
+            "jsonpath={.items[*].spec.holderIdentity}",
+        ])
+        .unwrap();
+    assert_eq!(
+        leases.split_whitespace().count(),
+        2,
+        "an edge Lease per edge: {leases:?}"
+    );
+    rc.kubectl(&[
+        "expose",
+        "deployment",
+        WEB,
+        "--name=gone",
+        "--type=LoadBalancer",
+        "--port=81",
+        &format!("--target-port={}", realcluster::workload::TARGET_PORT),
+    ])
+    .unwrap();
+    let vip: IpAddr = ringlb_e2e::lab::wait_for(
+        "Service gone to get a VIP",
+        Duration::from_secs(30),
+        Duration::from_millis(200),
+        || {
+            let ip = rc.kubectl(&[
+                "get",
+                "service",
+                "gone",
+                "-o",
+                "jsonpath={.status.loadBalancer.ingress[0].ip}",
+            ])?;
+            Ok(ip.trim().parse::<IpAddr>().map_err(|_| ip))
+        },
+    )
+    .unwrap();
+    rc.wait_ecmp(vip, 2, Duration::from_secs(60))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let t = Instant::now();
+    rc.kubectl(&["delete", "service", "gone", "--wait=false"])
+        .unwrap();
+    let prefix = format!("{vip}/32");
+    let mut route_left = None;
+    // (when the Service was seen gone, a route still at the ToR after that)
+    let (gone, late_route) = ringlb_e2e::lab::wait_for(
+        "Service gone to be deleted",
+        Duration::from_secs(40),
+        Duration::from_millis(20),
+        || {
+            let svc =
+                rc.kubectl(&["get", "service", "gone", "--ignore-not-found", "-o", "name"])?;
+            let hops = rc.tor_next_hops(&prefix, false)?;
+            if hops.is_empty() && route_left.is_none() {
+                route_left = Some(t.elapsed());
+            }
+            Ok(if svc.trim().is_empty() {
+                Ok((t.elapsed(), (!hops.is_empty()).then(|| format!("{hops:?}"))))
+            } else {
+                Err(format!("still there; next hops {hops:?}"))
+            })
+        },
+    )
+    .unwrap_or_else(|e| panic!("{e}"));
+    eprintln!(
+        "Service gone deleted: its route left the ToR after {route_left:?}, the Service \
+         was gone by {gone:?}"
+    );
+    assert_eq!(
+        late_route, None,
+        "the Service went before its route left the ToR"
+    );
+    assert!(
+        route_left.is_some_and(|r| r <= gone),
+        "{route_left:?} {gone:?}"
+    );
 }
 
 /// Four Ready nodes on containerd; `helm install --wait`; every chart pod Ready.
@@ -330,6 +420,18 @@ fn uninstalled(rc: &RealCluster, v4: IpAddr) {
         },
     );
     left.unwrap();
+    let leases = rc
+        .kubectl(&[
+            "get",
+            "leases",
+            "-A",
+            "-l",
+            "ringlb.io/edge-ack=true",
+            "-o",
+            "name",
+        ])
+        .unwrap();
+    assert!(leases.trim().is_empty(), "edge Leases left: {leases}");
     for n in &rc.nodes {
         let pins = n.exec(&["sh", "-c", "ls -A /sys/fs/bpf"]).unwrap();
         assert!(

@@ -6,14 +6,17 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use http::{Method, Request, Response};
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::Client;
 use kube::client::Body;
 use kube::runtime::controller::Action;
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use prometheus_client::registry::Registry;
 use ringlb_crds::IPPool;
+use ringlb_crds::edge_ack;
 use serde_json::{Value, json};
 use tokio::task::JoinHandle;
 use tower_test::mock::{self, Handle};
@@ -96,8 +99,30 @@ impl ApiServer {
     }
 }
 
-/// A reconciler over pool `192.0.2.8/29` talking to a mocked API.
+/// A live edge Lease on node `node` that acknowledged `applied` (`None`: nothing yet).
+fn edge_lease(node: &str, applied: Option<&str>) -> Lease {
+    let renewed = k8s_openapi::jiff::Timestamp::now().to_string();
+    let mut annotations = serde_json::Map::new();
+    if let Some(a) = applied {
+        annotations.insert(edge_ack::APPLIED_ANNOTATION.into(), json!(a));
+    }
+    serde_json::from_value(json!({
+        "metadata": {"name": edge_ack::lease_name(node), "namespace": "ringlb-system",
+                     "labels": {edge_ack::ACK_LABEL: "true"}, "annotations": annotations},
+        "spec": {"holderIdentity": node, "leaseDurationSeconds": 30, "renewTime": renewed}
+    }))
+    .unwrap()
+}
+
+/// The controller with one live edge that acknowledges nothing (so a cleanup waits
+/// the whole `WAIT`), and the writer of the edge Leases' store.
 fn setup() -> (Arc<Ctx>, ApiServer) {
+    let (ctx, api, _edges) = setup_with_edges();
+    (ctx, api)
+}
+
+/// A reconciler over pool `192.0.2.8/29` talking to a mocked API.
+fn setup_with_edges() -> (Arc<Ctx>, ApiServer, Writer<Lease>) {
     let (service, handle) = mock::pair::<Request<Body>, Response<Body>>();
     let client = Client::new(service, "default");
     let spec = serde_json::from_value(json!({"cidrs": ["192.0.2.8/29"]})).unwrap();
@@ -106,17 +131,22 @@ fn setup() -> (Arc<Ctx>, ApiServer) {
     let (pools, invalid) = pools_from([&pool]);
     ipam.set_pools(pools, invalid);
     let (namespaces, _) = kube::runtime::reflector::store();
+    let (edges, mut edges_writer) = kube::runtime::reflector::store();
+    edges_writer.apply_watcher_event(&watcher::Event::Apply(edge_lease("e1", None)));
     let (mut ctx, _retry_rx) = Ctx::new(
         client.clone(),
         Arc::new(Mutex::new(ipam)),
         Events::new(client, Some("test".into())),
         Metrics::register(&mut Registry::default()),
         true,
-        namespaces,
+        super::Caches {
+            namespaces,
+            edge_acks: edges,
+        },
         Arc::default(),
     );
     Arc::get_mut(&mut ctx).expect("not shared yet").cleanup_wait = WAIT;
-    (ctx, ApiServer(handle))
+    (ctx, ApiServer(handle), edges_writer)
 }
 
 /// `shop/web`, type LoadBalancer, with our finalizer and `extra` merged into it.
@@ -390,6 +420,43 @@ async fn a_deleted_service_is_withdrawn_then_released_then_unfinalized() {
     // No Event about an object that is going away.
     assert_eq!(run.await.unwrap().unwrap(), Action::await_change());
     assert!(held(&ctx).is_empty());
+    drop(ctx);
+    api.expect_nothing_more().await;
+}
+
+#[tokio::test]
+async fn the_finalizer_goes_once_every_live_edge_acknowledged_the_withdrawal() {
+    let (ctx, mut api, mut edges) = setup_with_edges();
+    let svc = web(json!({}));
+    let run = start(&ctx, &svc);
+    api.expect_status_patch(&svc).await;
+    api.expect_event().await;
+    run.await.unwrap().unwrap();
+
+    // Cleared at resourceVersion 7 (the fixture's): edge e1 has acted on 6 only.
+    let mut deleting = web(json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}}));
+    deleting.status = None;
+    edges.apply_watcher_event(&watcher::Event::Apply(edge_lease("e1", Some("6"))));
+    let again = api.reconcile_silently(deleting.clone(), &ctx).await;
+    assert_ne!(again, Action::await_change(), "e1 has not reached 7");
+    assert_eq!(held(&ctx), ["192.0.2.8"]);
+
+    // e1 reaches 7, and a second edge whose Lease has expired is not waited for.
+    edges.apply_watcher_event(&watcher::Event::Apply(edge_lease("e1", Some("7"))));
+    let mut gone = edge_lease("e2", Some("1"));
+    gone.spec.as_mut().unwrap().renew_time =
+        Some(k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
+            "2024-01-01T00:00:00Z".parse().unwrap(),
+        ));
+    edges.apply_watcher_event(&watcher::Event::Apply(gone));
+    let run = start(&ctx, &deleting);
+    let unfinalize = api.expect_service_patch(&deleting).await;
+    assert_eq!(unfinalize["metadata"]["finalizers"], Value::Null);
+    assert_eq!(run.await.unwrap().unwrap(), Action::await_change());
+    assert!(
+        held(&ctx).is_empty(),
+        "released well before the longest wait"
+    );
     drop(ctx);
     api.expect_nothing_more().await;
 }

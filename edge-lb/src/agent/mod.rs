@@ -17,6 +17,8 @@
 //!               after each sync (health_events.rs, vip_health::metrics)
 //!  peers::run task: BGPPeer/BGPAdvertisement/IPPool/Node ──> Speaker::set_peers,
 //!                      BGPPeer status per node
+//!  ack task: the highest Service resourceVersion a sync acted on ──> this edge's
+//!            Lease (ack.rs), which the controller's cleanup finalizer waits for
 //!  The BGP sessions start after the first sync, so a restarted agent's End-of-RIB
 //!  follows the complete table (graceful restart).
 //!  SIGTERM ──> stop.rs: drain (GRACEFUL_SHUTDOWN, drain time, withdraw, Cease) or, with
@@ -53,6 +55,7 @@ use tokio::sync::{Mutex, Notify, oneshot};
 use crate::peers::{self, NodeContext};
 use crate::vip_health;
 
+pub mod ack;
 mod api;
 pub mod health_events;
 pub mod local_pods;
@@ -118,6 +121,11 @@ pub struct RunArgs {
     /// This node's name (its labels select BGPPeers).
     #[arg(long, env = "NODE_NAME")]
     pub node_name: String,
+    /// Namespace of this edge's Lease (`ringlb-edge-<node>`), which acknowledges the
+    /// Services it has acted on; the controller's cleanup finalizer waits for it.
+    /// The controller's --lease-namespace (the release namespace).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "ringlb-system")]
+    pub lease_namespace: String,
     /// The datapath: xdp, or ipvs where XDP cannot run (docs/ipvs.md). The flags
     /// marked "XDP only" are ignored with ipvs, the "IPVS only" ones with xdp.
     #[arg(long, value_enum, default_value = "xdp")]
@@ -287,6 +295,8 @@ struct Agent {
     local_pods: local_pods::LocalPodsOf,
     /// XDP: whether the driver transmits what the program sends.
     tx_check: Option<tx_check::TxCheck>,
+    /// What this edge's Lease acknowledges (ack.rs).
+    applied: tokio::sync::watch::Sender<Option<u64>>,
 }
 
 /// Every BGP peer's state, families and sent prefixes right now: what the health
@@ -409,6 +419,9 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
             }
         }
     });
+    let acks = ack::Acks::new(&client, &args.lease_namespace, &args.node_name);
+    let (applied, applied_rx) = tokio::sync::watch::channel(None);
+    let ack_task = tokio::spawn(acks.run(applied_rx));
     let agent = Agent {
         stores,
         notify,
@@ -425,8 +438,10 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         health_events: health_events::HealthEvents::new(client.clone(), args.node_name.clone()),
         local_pods,
         tx_check,
+        applied,
     };
     let (speaker, dp, sig) = agent.run_loop(args, signals).await;
+    ack_task.abort();
     let cordoned = match (sig, args.on_sigterm) {
         (Stop::Term, OnSigterm::Restart) => stop::node_cordoned(&client, &args.node_name).await,
         _ => None,
@@ -438,6 +453,9 @@ pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
         Exit::Restart => stop::restart(speaker, bgp_task).await,
         Exit::Drain => {
             stop::drain(args, speaker, bgp_task).await;
+            ack::Acks::new(&client, &args.lease_namespace, &args.node_name)
+                .remove()
+                .await;
             if args.datapath == DatapathKind::Ipvs {
                 // The withdrawal is out, but the ToR may send this edge packets for a
                 // moment more: forward them before the services go (a VIP left on lo
@@ -488,33 +506,42 @@ fn load_datapath(
             drop(resolver);
             let dp = IpvsDatapath::with_guard(kernel, args.ipvs_config(), Box::new(nft))
                 .context("reading what IPVS holds")?;
-            sloppy_tcp(Path::new(SLOPPY_TCP))?;
+            switch_on(
+                Path::new(SLOPPY_TCP),
+                "flows moved here from another edge need it",
+            )?;
+            switch_on(
+                Path::new(EXPIRE_QUIESCENT_TEMPLATE),
+                "a terminating pod's affinity clients move only with it",
+            )?;
             let kept = !dp.held().services.is_empty();
             (Box::new(dp), kept)
         }
     })
 }
 
-/// This network namespace's `sloppy_tcp` switch (Documentation/networking/ipvs-sysctl.rst).
-const SLOPPY_TCP: &str = "/proc/sys/net/ipv4/vs/sloppy_tcp";
-
-/// Lets IPVS take up a connection from any packet, not only a SYN. When the ToR
+/// This network namespace's `sloppy_tcp` switch (Documentation/networking/ipvs-sysctl.rst):
+/// lets IPVS take up a connection from any packet, not only a SYN. When the ToR
 /// moves a flow from another edge to this one (that edge died or drained), the
 /// flow's next packet arrives here without a SYN; without this switch IPVS passes
 /// it to the local stack, which holds the VIP on `lo` and answers with an RST.
 /// With it, `mh` picks the same pod the other edge picked (docs/ipvs.md). Found in
 /// the IPVS lab (docs/lab.md): 15 of 24 moved downloads were reset without it.
-fn sloppy_tcp(path: &Path) -> anyhow::Result<()> {
+const SLOPPY_TCP: &str = "/proc/sys/net/ipv4/vs/sloppy_tcp";
+/// The switch that ends a persistence template (sessionAffinity: ClientIP) whose
+/// real server has weight 0: a terminating pod drains at weight 0, and its
+/// affinity clients' new connections go to a ready pod, as kube-proxy's IPVS mode
+/// sets it.
+const EXPIRE_QUIESCENT_TEMPLATE: &str = "/proc/sys/net/ipv4/vs/expire_quiescent_template";
+
+/// Sets the IPVS switch at `path` to 1 (`why`: for the error), logging a change.
+fn switch_on(path: &Path, why: &str) -> anyhow::Result<()> {
     if std::fs::read_to_string(path).is_ok_and(|v| v.trim() == "1") {
         return Ok(());
     }
-    std::fs::write(path, "1\n").with_context(|| {
-        format!(
-            "setting {} to 1 (flows moved here from another edge need it)",
-            path.display()
-        )
-    })?;
-    tracing::info!(sysctl = %path.display(), "IPVS sloppy_tcp on: flows moved from another edge are taken up");
+    std::fs::write(path, "1\n")
+        .with_context(|| format!("setting {} to 1 ({why})", path.display()))?;
+    tracing::info!(sysctl = %path.display(), "IPVS switch on: {why}");
     Ok(())
 }
 
@@ -696,6 +723,9 @@ impl Agent {
                     )
                 });
                 last_sync_took = started.elapsed();
+                self.applied.send_if_modified(|rv| {
+                    std::mem::replace(rv, state.applied_rv) != state.applied_rv
+                });
                 self.health.set_ready(state.synced_once && !state.retry);
                 if state.synced_once
                     && let Some(tx) = self.first_sync.take()
@@ -763,18 +793,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn sloppy_tcp_is_switched_on_or_refused_with_the_path() {
+    fn ipvs_switches_are_switched_on_or_refused_with_the_path() {
         let dir = std::env::temp_dir().join(format!("ringlb-sloppy-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let f = dir.join("sloppy_tcp");
         std::fs::write(&f, "0\n").unwrap();
-        sloppy_tcp(&f).unwrap();
+        switch_on(&f, "test").unwrap();
         assert_eq!(std::fs::read_to_string(&f).unwrap(), "1\n");
-        sloppy_tcp(&f).unwrap();
+        switch_on(&f, "test").unwrap();
         // a kernel without IPVS has no such file (its start fails earlier, at the
-        // netlink family); a missing directory is refused with the path
-        let e = sloppy_tcp(&dir.join("missing/sloppy_tcp")).unwrap_err();
-        assert!(format!("{e:#}").contains("missing/sloppy_tcp"), "{e:#}");
+        // netlink family); a missing directory is refused with the path and why
+        let e = switch_on(&dir.join("missing/sloppy_tcp"), "flows need it").unwrap_err();
+        let e = format!("{e:#}");
+        assert!(
+            e.contains("missing/sloppy_tcp") && e.contains("flows need it"),
+            "{e}"
+        );
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -15,6 +15,7 @@ use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::runtime::reflector::Store;
 use ringlb_bgp::{RouteAttrs, Speaker};
+use ringlb_crds::edge_ack::parse_resource_version;
 use ringlb_datapath::Datapath;
 
 use super::local_pods::LocalPodsOf;
@@ -65,6 +66,9 @@ pub struct SyncState {
     /// The set of local pods changed since the last refresh of next hops that
     /// followed a successful apply.
     pub local_pods_changed: bool,
+    /// The highest Service resourceVersion a successful sync has acted on: what the
+    /// edge's Lease acknowledges (`ack`). It never goes back.
+    pub applied_rv: Option<u64>,
 }
 
 /// The reflectors the sync reads.
@@ -99,6 +103,13 @@ pub fn sync(
         .iter()
         .map(|s| (**s).clone())
         .collect();
+    // The store holds every event up to its newest object: acting on this snapshot
+    // acts on every Service state up to that resourceVersion.
+    let seen_rv = services
+        .iter()
+        .filter_map(|s| s.metadata.resource_version.as_deref())
+        .filter_map(parse_resource_version)
+        .max();
     let slices: Vec<EndpointSlice> = stores
         .slices
         .state()
@@ -157,6 +168,7 @@ pub fn sync(
             st.changed = ev.changed;
             st.failovers = ev.failovers;
             st.aliases = ev.aliases;
+            st.applied_rv = st.applied_rv.max(seen_rv);
             ev.routes
         }
         Err(e) => {
