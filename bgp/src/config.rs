@@ -12,10 +12,10 @@ use std::time::Duration;
 use ipnetwork::IpNetwork;
 use serde::Deserialize;
 
-use super::Error;
 use super::bfd::{BfdConfig, BfdSpec};
-use super::codec::Afi;
-use super::gr::{OnSigterm, RestartState};
+use super::codec::{Afi, Capability};
+use super::gr::{GrCapability, OnSigterm, RestartState};
+use super::{Error, invalid};
 
 /// GRACEFUL_SHUTDOWN well-known community (RFC 8326).
 pub const GRACEFUL_SHUTDOWN: u32 = 0xffff_0000;
@@ -115,6 +115,15 @@ impl PeerConfig {
     pub fn is_ibgp(&self) -> bool {
         self.local_asn == self.peer_asn
     }
+
+    /// The capabilities graceful restart adds to our OPEN to this peer: none when
+    /// it has no restart time.
+    pub fn gr_capabilities(&self, state: RestartState) -> Vec<Capability> {
+        self.graceful_restart_time
+            .map(|t| GrCapability::ours(t, &self.families, state).to_capability())
+            .into_iter()
+            .collect()
+    }
 }
 
 /// Session settings the CRD does not carry (password resolved, timers).
@@ -143,14 +152,6 @@ pub struct PeerSpec {
     pub bfd: Option<BfdSpec>,
     pub ttl_security: bool,
     pub graceful_restart_time: Option<u16>,
-}
-
-/// A configuration error naming the field.
-pub fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Error {
-    Error::Config {
-        field: field.into(),
-        reason: reason.into(),
-    }
 }
 
 /// Turn a [`PeerSpec`] (already resolved password etc. in `extras`) into a PeerConfig.
@@ -620,6 +621,25 @@ prefixes:
             .unwrap_err();
         assert!(e.to_string().contains("peers[0].holdTime"), "{e}");
         let unknown = yaml.replace("holdTime: 3", "holdTme: 3");
+        assert!(serde_yaml::from_str::<SpeakerFile>(&unknown).is_err());
+    }
+
+    #[test]
+    fn standalone_file_takes_a_bfd_block_and_names_bad_fields() {
+        let yaml = "routerId: 10.0.0.11\npeers:\n  - peerAddress: 10.0.0.1\n    peerASN: 65000\n    \
+                    myASN: 65011\n    bfd: {minRxMs: 100, minTxMs: 50, multiplier: 4}\n";
+        let f: SpeakerFile = serde_yaml::from_str(yaml).unwrap();
+        let b = f.check().unwrap().peers[0].bfd.unwrap();
+        assert_eq!(
+            (b.min_rx, b.min_tx),
+            (Duration::from_millis(100), Duration::from_millis(50))
+        );
+        assert_eq!(b.multiplier, 4);
+        let bad = yaml.replace("minTxMs: 50", "minTxMs: 70000");
+        let f: SpeakerFile = serde_yaml::from_str(&bad).unwrap();
+        let e = f.check().unwrap_err();
+        assert!(e.to_string().contains("peers[0].bfd.minTxMs"), "{e}");
+        let unknown = yaml.replace("minRxMs", "minRx");
         assert!(serde_yaml::from_str::<SpeakerFile>(&unknown).is_err());
     }
 }

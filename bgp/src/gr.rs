@@ -15,7 +15,6 @@
 //! re-announce. Without F it drops them at once. Pure: no I/O.
 
 use super::codec::{Afi, Capability, Open, SAFI_UNICAST};
-use super::config::PeerConfig;
 
 /// Capability code (RFC 4724 §3).
 pub const CODE: u8 = 64;
@@ -135,15 +134,6 @@ impl GrCapability {
     pub fn from_open(o: &Open) -> Option<GrCapability> {
         o.capabilities.iter().find_map(Self::from_capability)
     }
-}
-
-/// The capabilities graceful restart adds to our OPEN to `cfg`'s peer: none when
-/// the peer has no restart time.
-pub fn capabilities(cfg: &PeerConfig, state: RestartState) -> Vec<Capability> {
-    cfg.graceful_restart_time
-        .map(|t| GrCapability::ours(t, &cfg.families, state).to_capability())
-        .into_iter()
-        .collect()
 }
 
 #[cfg(test)]

@@ -55,6 +55,14 @@ pub enum Error {
     DuplicatePeer(IpAddr),
 }
 
+/// A configuration error naming the field.
+pub(crate) fn invalid(field: impl Into<String>, reason: impl Into<String>) -> Error {
+    Error::Config {
+        field: field.into(),
+        reason: reason.into(),
+    }
+}
+
 impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {

@@ -33,7 +33,7 @@ use tokio::time::Instant;
 use super::codec::{self, Afi, CodecError, Decoded, HEADER_LEN, Message, Notification, notif};
 use super::config::{ExportPolicy, PeerConfig};
 use super::fsm::{self, Action, CollisionWinner, Event, Fsm, FsmConfig, Negotiated, State, Timer};
-use super::gr::{self, RestartState};
+use super::gr::RestartState;
 use super::metrics::{BgpMetrics, Labels};
 use super::rib::{self, AdjRibOut, RouteTable, SessionView};
 use super::{md5, ttl};
@@ -255,7 +255,7 @@ impl PeerTask {
             passive: cfg.passive,
             families: cfg.families.clone(),
             max_backoff: Duration::from_secs(30),
-            extra_capabilities: gr::capabilities(&cfg, restart),
+            extra_capabilities: cfg.gr_capabilities(restart),
         });
         let (ev_tx, ev_rx) = mpsc::channel(256);
         let (conn_tx, conn_rx) = mpsc::channel(4);
@@ -511,7 +511,7 @@ impl PeerTask {
         if self.restart.restarted {
             // RFC 4724: the R bit is for the first session after the restart only.
             self.restart.restarted = false;
-            self.fsm.cfg.extra_capabilities = gr::capabilities(&self.cfg, self.restart);
+            self.fsm.cfg.extra_capabilities = self.cfg.gr_capabilities(self.restart);
         }
         self.sent.clear();
         self.sync_routes();
