@@ -15,7 +15,15 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{LinkAttribute, LinkMessage, LinkXdp};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
-use crate::xdp::AttachMode;
+/// How to attach.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum AttachMode {
+    /// Native (driver) mode, falling back to generic with a warning; generic on a
+    /// veth whose peer runs no XDP program (`auto_mode`).
+    Auto,
+    Native,
+    Generic,
+}
 
 /// The mode an XDP program is attached in.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

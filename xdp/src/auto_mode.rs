@@ -23,7 +23,7 @@ use netlink_packet_route::RouteNetlinkMessage;
 use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkInfo, LinkMessage, LinkXdp};
 use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
 
-use crate::{batch::if_index, xdp::AttachMode};
+use crate::{attach_mode::AttachMode, batch::if_index};
 
 /// What [`choose`] needs to know about the interface.
 #[derive(Clone, Debug, PartialEq, Eq)]

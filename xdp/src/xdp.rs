@@ -115,20 +115,11 @@ impl XdpObject {
     }
 }
 
+pub use crate::attach_mode::AttachMode;
 pub use ringlb_bpf_types::check_pin_dir;
 
 pub const PROGRAM: &str = "ringlb_xdp";
 pub const DEFAULT_PIN_DIR: &str = "/sys/fs/bpf/ringlb";
-
-/// How to attach.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum AttachMode {
-    /// Native (driver) mode, falling back to generic with a warning; generic on a
-    /// veth whose peer runs no XDP program (`auto_mode`).
-    Auto,
-    Native,
-    Generic,
-}
 
 /// Loader options.
 #[derive(Clone, Debug)]
