@@ -3,7 +3,7 @@
 //! Every struct is `#[repr(C)]` with explicit padding and a compile-time size
 //! check against the C layout; network-order fields use [`Be16`] / [`RawAddr`]
 //! so host-order values cannot be written by mistake. Every load opens the
-//! maps with these types (`check_abi`, readback.rs), which checks them
+//! maps with these types (`abi_check.rs`), which checks them
 //! against the key/value sizes the compiled object declares; a test below
 //! checks the sizes and constants against `abi.h` itself.
 

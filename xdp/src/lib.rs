@@ -16,6 +16,7 @@
 //! `xdp` loads, pins and attaches the program around it.
 
 pub mod abi;
+mod abi_check;
 pub mod apply;
 pub mod attach_mode;
 pub mod auto_mode;
@@ -27,7 +28,6 @@ pub mod flow_filter;
 pub mod lookup;
 pub mod maps;
 pub mod node_agent;
-
 pub mod readback;
 pub mod src_ranges;
 pub mod state;

@@ -28,13 +28,13 @@ use ringlb_nexthop::Resolver;
 use super::{
     ApplyStats, BpfError, Counters, Datapath, DesiredState, Error, Programmed, ServiceEntry, Vip,
     abi,
+    abi_check::{check_abi, take_owners, warn_without_owners},
     apply::Applier,
     attach_mode::{Reuse, reuse, xdp_progs},
     batch::{BPF_LINK_TYPE_XDP, if_index, pinned_link_info},
     flow_filter::{self, FilterBits, RebuildStats},
     map_err,
     maps::kernel::KernelMaps,
-    readback::{check_abi, take_owners, warn_without_owners},
 };
 
 /// The compiled BPF objects (built by build.rs). Benchmark builds of the same
