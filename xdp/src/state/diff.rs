@@ -7,6 +7,7 @@ use std::{
     net::IpAddr,
 };
 
+use super::plan_ops::PlanOps;
 use super::{
     DesiredState, MapOp, Programmed, ProgrammedBackend, ProgrammedVip, ServiceEntry, Vip, vip_flags,
 };
@@ -130,48 +131,6 @@ pub fn plan_update(
         p.src_sets.release(set);
     }
     Ok(ops.in_safe_order())
-}
-
-/// A plan's operations by kind, concatenated in the order [`MapOp`] describes.
-#[derive(Default)]
-pub(super) struct PlanOps {
-    src_strays: Vec<MapOp>,
-    strays: Vec<MapOp>,
-    /// `src_ranges` entries a VIP gains, then `src_sets` writes and pointers
-    /// (`src_plan`): before the VIP entry and owners say "ranges"
-    pub(super) src_puts: Vec<MapOp>,
-    pub(super) src_sets: Vec<MapOp>,
-    puts: Vec<MapOp>,
-    own_new: Vec<MapOp>,
-    rings: Vec<MapOp>,
-    put_vips: Vec<MapOp>,
-    regen: Vec<MapOp>,
-    own_kept: Vec<MapOp>,
-    del_vips: Vec<MapOp>,
-    pub(super) dels: Vec<MapOp>,
-}
-
-impl PlanOps {
-    fn in_safe_order(self) -> Vec<MapOp> {
-        // removals of the VIP entry come before the ring and backend removals
-        [
-            self.src_strays,
-            self.strays,
-            self.src_puts,
-            self.src_sets,
-            self.puts,
-            self.own_new,
-            self.rings,
-            self.put_vips,
-            self.regen,
-            self.own_kept,
-            self.del_vips,
-            self.dels,
-        ]
-        .into_iter()
-        .flatten()
-        .collect()
-    }
 }
 
 /// Fails before anything changes when the update needs more backend ids (one

@@ -17,6 +17,7 @@ use std::{
 use super::abi;
 
 mod diff;
+mod plan_ops;
 mod src_plan;
 mod view;
 pub use diff::{plan, plan_update};

@@ -13,7 +13,7 @@
 
 use std::collections::BTreeSet;
 
-use super::diff::PlanOps;
+use super::plan_ops::PlanOps;
 use super::{MapOp, Programmed, ProgrammedVip, ServiceEntry, SourceRange};
 use crate::abi;
 
