@@ -1,30 +1,8 @@
 //! The planner against a pure model of the kernel maps: writes that fail at
 //! every point of a change, then re-read, re-planned and re-applied.
-use super::tests::{draining, state, svc, vip};
+use super::fixtures::{draining, read, run, state, svc, vip};
 use super::*;
-use crate::maps::{memory::MemoryMaps, read_back, run_ops};
-use ringlb_nexthop::StaticResolver;
-
-/// Runs `ops` through the real map-writing path (`maps::run_ops`) into the
-/// in-memory map layer. The tombstone generation is what the loader passes: the
-/// high-water mark of every generation handed out so far.
-pub(super) fn run(m: &mut MemoryMaps, ops: &[MapOp]) {
-    let high_water = ops
-        .iter()
-        .filter_map(|op| match op {
-            MapOp::PutBackend { generation, .. } => Some(*generation),
-            _ => None,
-        })
-        .chain(m.backends.get(&0).map(|b| b.generation))
-        .max()
-        .unwrap_or(0);
-    run_ops(m, &StaticResolver::default(), ops, high_water).expect("in-memory writes");
-}
-
-/// What a (restarted) loader reads back from `m` (`maps::read_back`).
-pub(super) fn read(m: &MemoryMaps) -> ReadBack {
-    read_back(m).expect("in-memory reads")
-}
+use crate::maps::memory::MemoryMaps;
 
 /// Invariants of the maps, checked after every step of the failure tests.
 trait Invariants {

@@ -428,6 +428,8 @@ pub enum MapOp {
 #[cfg(test)]
 mod failure_tests;
 #[cfg(test)]
+mod fixtures;
+#[cfg(test)]
 mod src_ranges_tests;
 #[cfg(test)]
 mod tests;

@@ -1,10 +1,9 @@
 //! The planner's source-range writes (spec.loadBalancerSourceRanges): a set for
 //! a VIP with a few ranges, trie entries for more; in which order they come,
 //! and what the maps hold after them.
-use super::tests::{ip, state, svc, vip};
+use super::fixtures::{ip, read, run, state, svc, vip};
 use super::*;
 use crate::maps::memory::MemoryMaps;
-use crate::state::failure_tests::{read, run};
 
 fn r(s: &str, p: u8) -> SourceRange {
     SourceRange::new(s.parse().unwrap(), p).unwrap()

@@ -1,29 +1,7 @@
 //! Unit tests of the pure planner (no kernel).
+use super::fixtures::{draining, ip, read, run, state, svc, vip};
 use super::*;
 use crate::maps::memory::MemoryMaps;
-use failure_tests::{read, run};
-
-pub(super) fn vip(last: u8, port: u16) -> Vip {
-    Vip {
-        addr: IpAddr::from([10, 0, 0, last]),
-        port,
-        proto: Proto::Tcp,
-    }
-}
-pub(super) fn ip(last: u8) -> IpAddr {
-    IpAddr::from([10, 1, 0, last])
-}
-/// A toy ring: slot s -> backend s % n (enough to test the diff).
-pub(super) fn svc(v: &Vip, backends: &[u8], size: usize) -> ServiceEntry {
-    let b: Vec<IpAddr> = backends.iter().map(|&x| ip(x)).collect();
-    let ring = (0..size).map(|s| (s % b.len()) as u32).collect();
-    ServiceEntry::new(v, b, ring).unwrap()
-}
-pub(super) fn state(entries: Vec<(Vip, ServiceEntry)>) -> DesiredState {
-    DesiredState {
-        services: entries.into_iter().collect(),
-    }
-}
 
 #[test]
 fn first_plan_writes_everything_in_order() {
@@ -582,14 +560,6 @@ fn ids_run_out_with_a_clear_error_and_no_change() {
     let e = plan_update(&mut p, &b, Some(&svc(&b, &[2], 3))).unwrap_err();
     assert!(e.to_string().contains("out of VIP ids"), "{e}");
     assert_eq!(p, before);
-}
-
-/// A service whose ring uses `ready` only; `drain` pods keep an id (their
-/// established flows stay) but take no slot.
-pub(super) fn draining(v: &Vip, ready: &[u8], drain: &[u8], size: usize) -> ServiceEntry {
-    let b: Vec<IpAddr> = ready.iter().chain(drain).map(|&x| ip(x)).collect();
-    let ring = (0..size).map(|s| (s % ready.len()) as u32).collect();
-    ServiceEntry::new(v, b, ring).unwrap()
 }
 
 /// A restart reads every id back with its owner, also a draining pod's id
