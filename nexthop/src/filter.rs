@@ -121,7 +121,7 @@ impl Filter {
 mod tests {
     use super::*;
     use crate::link::Link;
-    use crate::rtnl::{Neigh, Route, decode, message, neigh_addr};
+    use crate::rtnl::{Neigh, Route, decode, message, neigh_addr, route_get};
     use netlink_packet_route::{
         AddressFamily, RouteNetlinkMessage,
         link::LinkMessage,
@@ -360,5 +360,44 @@ mod tests {
                 deleted: true
             })
         );
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+        /// Whatever arrives on the socket, decoding and filtering return (no panic,
+        /// no endless loop), and a valid message followed by garbage still decodes.
+        #[test]
+        fn decode_never_panics(bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..600)) {
+            let mut f = Filter::default();
+            if let Ok(replies) = decode(&bytes) {
+                for (_, kind, r) in &replies {
+                    let _ = f.observe(*kind, r);
+                }
+            }
+            let mut b = route_get(ip("10.2.0.5"), 1);
+            b.extend_from_slice(&bytes);
+            let _ = decode(&b);
+        }
+
+        /// Valid headers with random lengths and types over random payloads.
+        #[test]
+        fn decode_never_panics_on_plausible_headers(
+            len in 0u32..400, kind in 0u16..40, flags in proptest::num::u16::ANY,
+            payload in proptest::collection::vec(proptest::num::u8::ANY, 0..400),
+        ) {
+            let mut b = Vec::new();
+            b.extend_from_slice(&len.to_ne_bytes());
+            b.extend_from_slice(&kind.to_ne_bytes());
+            b.extend_from_slice(&flags.to_ne_bytes());
+            b.extend_from_slice(&[0; 8]);
+            b.extend_from_slice(&payload);
+            let mut f = Filter::default();
+            if let Ok(replies) = decode(&b) {
+                for (_, kind, r) in &replies {
+                    let _ = f.observe(*kind, r);
+                }
+            }
+        }
     }
 }
