@@ -20,8 +20,8 @@ use std::path::{Path, PathBuf};
 
 use crate::controlplane::{ControlPlane, KubeletOptions, LabKubelet, Options};
 
+use super::addrs::Addrs;
 use super::bridge::Bridge;
-use super::topology::Addrs;
 use super::{Error, Result, config};
 
 /// The namespace the chart's RBAC (ServiceAccounts, leader-election Role) goes into.

@@ -7,9 +7,10 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::addrs::Addrs;
 use super::cmd::{run_in, run_in_env};
 use super::daemon::Daemon;
-use super::topology::{Addrs, FABRIC_MTU, Topology};
+use super::topology::{FABRIC_MTU, Topology};
 use super::{Error, Result, api, config, wait_for};
 
 /// The `-o` of `kubectl get bgppeers`: one line per node, its session state and how

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
-use super::topology::Addrs;
+use super::addrs::Addrs;
 use crate::controlplane::LabNode;
 
 /// `a`'s VIP ranges as the members of a BIRD prefix set that matches their /32s:
@@ -299,7 +299,7 @@ mod tests {
 
     #[test]
     fn a_region_with_an_uplink_exports_its_vips_to_the_core() {
-        use crate::lab::topology::Uplink;
+        use crate::lab::addrs::Uplink;
         let a = Addrs::region(220, 1, 2).with_uplink(Uplink {
             ns: "x-core".into(),
             ifname: "rb".into(),

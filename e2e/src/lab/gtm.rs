@@ -23,11 +23,11 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use super::addrs::{Addrs, Uplink};
 use super::cmd::run_in;
 use super::config;
 use super::daemon::Daemon;
 use super::netns::{self, Netns};
-use super::topology::{Addrs, Uplink};
 use super::{Cluster, Error, Result, Topology, wait_for};
 
 /// The core's ASN.

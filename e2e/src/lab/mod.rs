@@ -27,15 +27,17 @@
 //! chart's RBAC.
 //!
 //! Modules: [`cmd`] (running programs, in namespaces), [`netns`] (namespaces, links,
-//! Drop-guard cleanup), [`daemon`] (spawned programs with PID files), [`config`] (pure
-//! writers and parsers: BIRD config, Nodes, manifests, `birdc`/`ip route`/`nft`
-//! output), [`topology`] (the fabric above), [`api`] (control plane, kubelet, bridge,
-//! kubeconfigs), [`bridge`] (TCP from a namespace to the host), [`cluster`] (control
-//! plane daemon, controller, BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server),
+//! Drop-guard cleanup), [`daemon`] (spawned programs with PID files), [`addrs`] (the
+//! address plan: addresses, ASNs, ports), [`config`] (pure writers and parsers: BIRD
+//! config, Nodes, manifests, `birdc`/`ip route`/`nft` output), [`topology`] (the
+//! fabric above), [`api`] (control plane, kubelet, bridge, kubeconfigs), [`bridge`]
+//! (TCP from a namespace to the host), [`cluster`] (control plane daemon, controller,
+//! BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server),
 //! [`gtm`] (two such regions behind a core router, for the global traffic manager),
 //! [`pdns`] (PowerDNS as that traffic manager) and [`vm`] (the same lab with IPVS
 //! edges inside a Debian kernel under qemu).
 
+pub mod addrs;
 pub mod api;
 pub mod bridge;
 pub mod cluster;
@@ -52,8 +54,9 @@ pub mod vm;
 
 use std::time::Duration;
 
+pub use addrs::Addrs;
 pub use cluster::{Bins, Cluster, EdgeDatapath};
-pub use topology::{Addrs, Topology};
+pub use topology::Topology;
 
 /// What can go wrong in the lab.
 #[derive(Debug, thiserror::Error)]
