@@ -23,12 +23,12 @@
 //! root or a tool is missing, fails when a build is missing.
 
 use std::net::IpAddr;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use ringlb_e2e::realcluster::traffic::{self, KeepAlive, Outcome};
 use ringlb_e2e::realcluster::{self, Options, RealCluster, workload::WEB};
+
+mod real_cluster_util;
+use real_cluster_util::*;
 
 /// Not root, or a tool missing: skip (a failure under `CI=true`).
 fn skip() -> bool {
@@ -486,92 +486,6 @@ fn uninstalled(rc: &RealCluster, v4: IpAddr) {
         after < Duration::from_secs(3),
         "the leader came {after:?} after the pods were Ready"
     );
-}
-
-/// What a fault did to the traffic that ran through it.
-struct Through {
-    keepalive: Outcome,
-    requests: u64,
-    failed: u64,
-    first_failure: Option<String>,
-}
-
-/// Runs `fault` while `conns` keep-alive connections ask every 100 ms and a loop of
-/// new connections asks every 50 ms, then `settle` more of both.
-fn through(
-    client: &str,
-    vip: IpAddr,
-    conns: usize,
-    settle: Duration,
-    fault: impl FnOnce(),
-) -> Through {
-    let mut ka = KeepAlive::open(client, vip, 80, conns)
-        .unwrap_or_else(|e| panic!("opening {conns} connections: {e}"));
-    let stop = Arc::new(AtomicBool::new(false));
-    let looped = traffic::request_loop(client, vip, 80, stop.clone(), Duration::from_millis(50));
-    let keepalive = std::thread::scope(|s| {
-        let stop2 = stop.clone();
-        let h = s.spawn(move || ka.rounds(&stop2, Duration::from_millis(100)));
-        fault();
-        std::thread::sleep(settle);
-        stop.store(true, Ordering::SeqCst);
-        h.join().expect("keep-alive thread")
-    });
-    let (requests, failed, first_failure) = looped.join().expect("request loop");
-    Through {
-        keepalive,
-        requests,
-        failed,
-        first_failure,
-    }
-}
-
-fn pod_on(rc: &RealCluster, ns: &str, selector: &str, node: &str) -> String {
-    let out = rc
-        .kubectl(&[
-            "get",
-            "pods",
-            "-n",
-            ns,
-            "-l",
-            selector,
-            "-o",
-            "jsonpath={range .items[*]}{.metadata.name}={.spec.nodeName} {end}",
-        ])
-        .unwrap();
-    out.split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .find(|(_, n)| *n == node)
-        .map(|(p, _)| p.to_string())
-        .unwrap_or_else(|| panic!("no pod {selector} on {node}: {out}"))
-}
-
-fn leader(rc: &RealCluster) -> String {
-    rc.kubectl(&[
-        "get",
-        "lease",
-        "-n",
-        "ringlb-system",
-        "-o",
-        "jsonpath={.items[*].spec.holderIdentity}",
-    ])
-    .unwrap()
-    .trim()
-    .to_string()
-}
-
-fn wait_ds_ready(rc: &RealCluster, component: &str) {
-    rc.kubectl(&[
-        "rollout",
-        "status",
-        "-n",
-        "ringlb-system",
-        "daemonset",
-        "-l",
-        &format!("app.kubernetes.io/component={component}"),
-        "--timeout=120s",
-    ])
-    .unwrap_or_else(|e| panic!("{component} DaemonSet: {e}"));
 }
 
 /// The faults of a real cluster, each with 100 long-lived connections open and a loop
