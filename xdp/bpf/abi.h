@@ -141,10 +141,14 @@ struct ringlb_affinity_value {
 
 /* ---- owners: ARRAY backend id -> 1 + vip_id of the VIP owning it; 0 = none -- */
 /* Bit RINGLB_OWNER_F_SRC_RANGES of the value: that VIP has source ranges
- * (RINGLB_VIP_F_SRC_RANGES), so a conntrack hit checks its source too; the
- * rest (RINGLB_OWNER_VIP_MASK) is 1 + vip_id. */
+ * (RINGLB_VIP_F_SRC_RANGES), so a conntrack hit checks its source too. Bit
+ * RINGLB_OWNER_F_DRAINING: the VIP's ring does not name this backend (a
+ * terminating pod kept for its established flows), so a client's affinity to
+ * it does not hold for a new flow. The rest (RINGLB_OWNER_VIP_MASK) is
+ * 1 + vip_id. */
 #define RINGLB_OWNER_F_SRC_RANGES 0x80000000
-#define RINGLB_OWNER_VIP_MASK     0x7fffffff
+#define RINGLB_OWNER_F_DRAINING   0x40000000
+#define RINGLB_OWNER_VIP_MASK     0x3fffffff
 /* Backend ids belong to one (VIP, pod) pair. The loader keeps this map current
  * (also when a VIP moves to a new ring, i.e. a new vip_id) and reads it back
  * after a restart; the program reads it on a conntrack hit, which skips the

@@ -4,7 +4,8 @@
  * VIP with affinity (RINGLB_VIP_F_CLIENT_AFFINITY and a timeout in the flags)
  * takes the pod its client's last new flow took, when that was within the
  * timeout and the pod is still the VIP's (same backend id, same generation,
- * owned by the VIP); otherwise the ring chooses (by the client's address, so
+ * owned by the VIP) and in its ring (a terminating pod kept only for its
+ * established flows is not, RINGLB_OWNER_F_DRAINING); otherwise the ring chooses (by the client's address, so
  * every edge chooses the same pod while the rings agree) and the choice is
  * recorded. A change of the backend set therefore moves no client whose pod
  * stays, and a removed pod's clients move on their next new flow (its id is

@@ -477,8 +477,11 @@ int ringlb_xdp(struct xdp_md *ctx)
 				__u32 abid = av->backend_id;
 				struct ringlb_backend *abe = bpf_map_lookup_elem(&backends, &abid);
 				__u32 *own = bpf_map_lookup_elem(&owners, &abid);
+				/* still this VIP's, and in its ring (not
+				 * draining) */
 				if (abe && abe->family && abe->gen == av->gen && own &&
-				    (*own & RINGLB_OWNER_VIP_MASK) == vip_id + 1) {
+				    (*own & (RINGLB_OWNER_VIP_MASK | RINGLB_OWNER_F_DRAINING)) ==
+					    vip_id + 1) {
 					bid = abid;
 					be = abe;
 					av->last_ns = now;

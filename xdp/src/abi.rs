@@ -51,7 +51,10 @@ pub const AFFINITY_SIZE: u32 = 65_536;
 /// The `owners` value's bit for a VIP with `VIP_F_SRC_RANGES` (a conntrack hit
 /// checks the source too); the rest (`OWNER_VIP_MASK`) is 1 + vip_id.
 pub const OWNER_F_SRC_RANGES: u32 = 0x8000_0000;
-pub const OWNER_VIP_MASK: u32 = 0x7fff_ffff;
+/// The `owners` value's bit for a backend the VIP's ring does not name (draining:
+/// kept for established flows); a client's affinity to it ends.
+pub const OWNER_F_DRAINING: u32 = 0x4000_0000;
+pub const OWNER_VIP_MASK: u32 = 0x3fff_ffff;
 /// `src_ranges` entries (LPM trie, allocated on use).
 pub const MAX_SRC_RANGES: u32 = 65_536;
 /// Ranges a `src_sets` entry holds; a VIP with more has them in the trie.
@@ -644,6 +647,7 @@ mod tests {
         assert_eq!(define("RINGLB_VIP_AFFINITY_SHIFT"), VIP_AFFINITY_SHIFT);
         assert_eq!(define("RINGLB_AFFINITY_SIZE"), AFFINITY_SIZE);
         assert_eq!(define("RINGLB_OWNER_F_SRC_RANGES"), OWNER_F_SRC_RANGES);
+        assert_eq!(define("RINGLB_OWNER_F_DRAINING"), OWNER_F_DRAINING);
         assert_eq!(define("RINGLB_OWNER_VIP_MASK"), OWNER_VIP_MASK);
         assert_eq!(define("RINGLB_MAX_SRC_RANGES"), MAX_SRC_RANGES);
         assert_eq!(define("RINGLB_SRC_SET_NETS") as usize, SRC_SET_NETS);

@@ -62,14 +62,17 @@ pub fn set_value(ranges: &[SourceRange]) -> abi::SrcSet {
     v
 }
 
-/// The `owners` value of a backend id of VIP `vip_id`.
-pub fn owner_value(vip_id: u32, src_ranges: bool) -> u32 {
-    let v = (vip_id + 1) & abi::OWNER_VIP_MASK;
+/// The `owners` value of a backend id of VIP `vip_id`; `draining`: the VIP's ring
+/// does not name it.
+pub fn owner_value(vip_id: u32, src_ranges: bool, draining: bool) -> u32 {
+    let mut v = (vip_id + 1) & abi::OWNER_VIP_MASK;
     if src_ranges {
-        v | abi::OWNER_F_SRC_RANGES
-    } else {
-        v
+        v |= abi::OWNER_F_SRC_RANGES;
     }
+    if draining {
+        v |= abi::OWNER_F_DRAINING;
+    }
+    v
 }
 
 /// The vip_id an `owners` value names (`None`: no owner), and its ranges bit.
@@ -128,10 +131,14 @@ mod tests {
 
     #[test]
     fn owner_values_carry_the_ranges_bit_beside_the_vip() {
-        assert_eq!(owner_value(0, false), 1);
-        assert_eq!(owner_value(4, true), 5 | 0x8000_0000);
-        assert_eq!(owner_of(owner_value(4, true)), (Some(4), true));
-        assert_eq!(owner_of(owner_value(65_535, false)), (Some(65_535), false));
+        assert_eq!(owner_value(0, false, false), 1);
+        assert_eq!(owner_value(4, true, false), 5 | 0x8000_0000);
+        assert_eq!(owner_value(4, false, true), 5 | 0x4000_0000);
+        assert_eq!(owner_of(owner_value(4, true, true)), (Some(4), true));
+        assert_eq!(
+            owner_of(owner_value(65_535, false, true)),
+            (Some(65_535), false)
+        );
         assert_eq!(owner_of(0), (None, false));
     }
 }

@@ -4,9 +4,11 @@
 //! edges (two programs with their own maps); without it, the same connections
 //! spread. Switching it on or off changes new connections at once while
 //! established ones keep their pod; a removed pod's client moves to a live pod
-//! on its next packet. The affinity map keeps a client's pod across a change of
-//! the backend set that keeps that pod, on each edge that saw the client, until
-//! the timeout after its last new connection. Needs root (BPF); skips loudly
+//! on its next packet, and a terminating pod's client (its pod kept for its
+//! established connections only) takes a ready pod for its new ones. The
+//! affinity map keeps a client's pod across a change of the backend set that
+//! keeps that pod, on each edge that saw the client, until the timeout after
+//! its last new connection. Needs root (BPF); skips loudly
 //! otherwise.
 
 mod xdp_support;
@@ -185,6 +187,47 @@ fn a_removed_pods_client_moves_on_its_next_packet() {
     );
     assert_eq!(counter(&dp, "ct_stale"), 1);
     assert_eq!(pods_of_client(&dp, 20), BTreeSet::from([now]));
+}
+
+/// `ready` in the ring and `terminating` kept beside it for its established
+/// flows (no slot), with affinity.
+fn with_terminating(v: &Vip, ready: &[&str], terminating: IpAddr) -> ServiceEntry {
+    let t = table(ready);
+    let mut backends: Vec<IpAddr> = t.backends().iter().map(|b| b.addr).collect();
+    backends.push(terminating);
+    ServiceEntry::new(v, backends, t.slots().to_vec())
+        .unwrap()
+        .with_client_affinity(10_800)
+}
+
+/// A pod that starts terminating keeps its established connections, but its
+/// clients' new connections go to a ready pod, as kube-proxy moves them: the
+/// affinity does not hold for a pod the ring no longer names.
+#[test]
+fn a_terminating_pods_client_takes_a_ready_pod_for_new_connections() {
+    let Some(mut dp) = load(1500, true) else {
+        return;
+    };
+    let v = vip4();
+    let client = ip("192.0.2.7");
+    dp.apply(&state(vec![(v, entry(&v, &PODS, true))])).unwrap();
+    let was = pod_of(&PODS, client);
+    assert_eq!(pods_of_client(&dp, 5), BTreeSet::from([was]));
+    let ack = Frame::tcp(client, ip("10.100.0.1"), 39_000, 80).established();
+    assert_eq!(pod(&run(&dp, &ack.bytes()).1), was);
+
+    let ready: Vec<&str> = PODS.iter().copied().filter(|p| ip(p) != was).collect();
+    dp.apply(&state(vec![(v, with_terminating(&v, &ready, was))]))
+        .unwrap();
+    assert_eq!(
+        pod(&run(&dp, &ack.bytes()).1),
+        was,
+        "the established connection stays on the terminating pod"
+    );
+    let now = pod_of(&ready, client);
+    assert_ne!(now, was);
+    assert_eq!(pods_of_client(&dp, 20), BTreeSet::from([now]));
+    assert_eq!(counter(&dp, "ct_stale"), 0);
 }
 
 /// A pod added to the set takes ring slots from the others; a client whose

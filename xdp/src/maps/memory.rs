@@ -17,6 +17,8 @@ pub struct MemoryMaps {
     pub owners: BTreeMap<u32, u32>,
     /// The ids whose `owners` value has `abi::OWNER_F_SRC_RANGES`.
     pub owners_src_ranges: BTreeSet<u32>,
+    /// Ids whose owner value carries `abi::OWNER_F_DRAINING` (not in their ring).
+    pub owners_draining: BTreeSet<u32>,
     /// `src_ranges` by vip_id.
     pub src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
     /// `src_sets` (the sets ever written).
@@ -146,6 +148,11 @@ impl Maps for MemoryMaps {
                 self.owners_src_ranges.insert(*id);
             } else {
                 self.owners_src_ranges.remove(id);
+            }
+            if owner & abi::OWNER_F_DRAINING != 0 {
+                self.owners_draining.insert(*id);
+            } else {
+                self.owners_draining.remove(id);
             }
         }
         Ok(())

@@ -149,7 +149,8 @@ pub fn run_ops(
                 vip_id,
                 ids,
                 src_ranges: r,
-            } => maps.set_owners(ids, src_ranges::owner_value(*vip_id, *r))?,
+                draining,
+            } => maps.set_owners(ids, src_ranges::owner_value(*vip_id, *r, *draining))?,
             MapOp::PutSrcRanges { vip_id, ranges } => maps.put_src_ranges(*vip_id, ranges)?,
             MapOp::DelSrcRanges { vip_id, ranges } => maps.del_src_ranges(*vip_id, ranges)?,
             MapOp::PutSrcSet { set, ranges } => {

@@ -101,7 +101,15 @@ pub fn plan_update(
             || (o.entry.is_none() && (had || src || !o.src_ranges.is_empty()))
     });
     let (kept, leaving) = assign_backend_ids(p, &new_addrs, &remote, old.as_ref(), &mut ops.puts);
-    own_backend_ids(p, vip, ring_id, (reown, src), &kept, &mut ops);
+    own_backend_ids(
+        p,
+        vip,
+        ring_id,
+        (reown, src),
+        (new, old.as_ref()),
+        &kept,
+        &mut ops,
+    );
     // sorted input: built in one pass
     let backends = kept.into_iter().map(|(a, b, _)| (a, b)).collect();
 
@@ -222,12 +230,14 @@ fn assign_backend_ids(
 
 /// The `owners` writes of step 1: new ids are owned before any ring names
 /// them; kept ids follow their VIP to a new ring once the VIP entry points
-/// there.
+/// there, and are owned again when they enter or leave the ring (the
+/// draining bit, which ends a client's affinity to a terminating pod).
 fn own_backend_ids(
     p: &mut Programmed,
     vip: &Vip,
     ring_id: Option<(u32, bool)>,
     (all, src_ranges): (bool, bool),
+    (new, old): (Option<&ServiceEntry>, Option<&ProgrammedVip>),
     kept: &Kept,
     ops: &mut PlanOps,
 ) {
@@ -235,21 +245,30 @@ fn own_backend_ids(
         p.adopted.remove(vip);
         return;
     };
-    let new_ids: Vec<u32> = ops
-        .puts
-        .iter()
-        .filter_map(|op| match op {
-            MapOp::PutBackend { id, .. } => Some(*id),
-            _ => None,
+    let draining: BTreeSet<IpAddr> = new
+        .map(|e| {
+            e.backends_in_ring()
+                .into_iter()
+                .filter(|(_, in_ring)| !in_ring)
+                .map(|(a, _)| a)
+                .collect()
         })
-        .collect();
-    if !new_ids.is_empty() {
-        ops.own_new.push(MapOp::Own {
-            vip_id,
-            ids: new_ids,
-            src_ranges,
-        });
-    }
+        .unwrap_or_default();
+    // what the owners bits say now: the old ring's ids are not draining, its
+    // other ids are (also after a restart, from the rings read back); an
+    // unknown ring: every kept id is owned again
+    let was_draining: Option<BTreeSet<IpAddr>> = old.and_then(|o| {
+        let in_ring: BTreeSet<u32> = o.ring.as_ref()?.iter().copied().collect();
+        Some(
+            o.backends
+                .iter()
+                .filter(|(_, b)| !in_ring.contains(&b.id))
+                .map(|(a, _)| *a)
+                .collect(),
+        )
+    });
+    let mut own_new: [Vec<u32>; 2] = Default::default();
+    let mut own_kept: [Vec<u32>; 2] = Default::default();
     // O(kept): a set for the adopted ids, and the new-id flag from the
     // merge (a scan of `puts` per id was O(n^2) for a new VIP)
     let adopted: BTreeSet<u32> = p
@@ -258,17 +277,37 @@ fn own_backend_ids(
         .unwrap_or_default()
         .into_iter()
         .collect();
-    let moved: Vec<u32> = kept
-        .iter()
-        .filter(|(_, b, is_new)| !is_new && (all || adopted.contains(&b.id)))
-        .map(|(_, b, _)| b.id)
-        .collect();
-    if !moved.is_empty() {
-        ops.own_kept.push(MapOp::Own {
-            vip_id,
-            ids: moved,
-            src_ranges,
-        });
+    for (a, b, is_new) in kept {
+        let d = draining.contains(a);
+        if *is_new {
+            // a fresh id (its PutBackend is in `puts`)
+            own_new[d as usize].push(b.id);
+        } else if all
+            || adopted.contains(&b.id)
+            || was_draining.as_ref().is_none_or(|w| w.contains(a) != d)
+        {
+            own_kept[d as usize].push(b.id);
+        }
+    }
+    for (draining, ids) in [false, true].into_iter().zip(own_new) {
+        if !ids.is_empty() {
+            ops.own_new.push(MapOp::Own {
+                vip_id,
+                ids,
+                src_ranges,
+                draining,
+            });
+        }
+    }
+    for (draining, ids) in [false, true].into_iter().zip(own_kept) {
+        if !ids.is_empty() {
+            ops.own_kept.push(MapOp::Own {
+                vip_id,
+                ids,
+                src_ranges,
+                draining,
+            });
+        }
     }
 }
 

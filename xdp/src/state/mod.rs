@@ -379,6 +379,9 @@ pub enum MapOp {
         /// The VIP has source ranges: the owner value carries
         /// `abi::OWNER_F_SRC_RANGES`, so conntrack hits check the source.
         src_ranges: bool,
+        /// The ring does not name these ids (`abi::OWNER_F_DRAINING`): a
+        /// client's affinity to them does not hold for a new flow.
+        draining: bool,
     },
     /// `src_ranges` entries of `vip_id`, added.
     PutSrcRanges {

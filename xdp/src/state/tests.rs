@@ -30,6 +30,7 @@ fn first_plan_writes_everything_in_order() {
             vip_id: 0,
             ids: vec![1, 2],
             src_ranges: false,
+            draining: false,
         },
         "owned before any ring names them"
     );
@@ -76,6 +77,7 @@ fn backend_change_writes_only_changed_slots_and_frees_id_later() {
             vip_id: 0,
             ids: vec![3],
             src_ranges: false,
+            draining: false,
         }
     );
     match &ops[2] {
@@ -160,6 +162,7 @@ fn ring_size_change_gets_a_new_ring_before_the_old_goes() {
             vip_id: 1,
             ids: vec![1],
             src_ranges: false,
+            draining: false,
         },
         "the kept id follows its VIP to the new ring once the VIP points there"
     );
@@ -176,8 +179,10 @@ fn unknown_ring_after_restart_is_rewritten_whole() {
     pv.ring = None;
     pv.entry = None;
     let (ops, _) = plan(&s, &d).unwrap();
-    assert_eq!(ops.len(), 1);
+    assert_eq!(ops.len(), 2, "{ops:?}");
     assert!(matches!(&ops[0], MapOp::WriteSlots { slots, .. } if slots.len() == 5));
+    // which ids the lost ring named is unknown too: every id is owned again
+    assert!(matches!(&ops[1], MapOp::Own { ids, draining: false, .. } if ids.len() == 2));
 }
 
 /// The ops after the VIP entry that turns conntrack off, and a check that
@@ -283,14 +288,21 @@ fn a_new_vip_with_50_000_endpoints_is_planned_and_owned() {
     let mut p = Programmed::default();
     let ops = plan_update(&mut p, &v, Some(&e)).unwrap();
     assert_eq!(p.vips[&v].backends.len(), 50_000);
-    assert!(matches!(&ops[50_000], MapOp::Own { ids, .. } if ids.len() == 50_000));
+    // owned in two writes: the 7 the ring names, and the others (draining)
+    let owned = |ops: &[MapOp]| -> Vec<(usize, bool)> {
+        ops.iter()
+            .filter_map(|op| match op {
+                MapOp::Own { ids, draining, .. } => Some((ids.len(), *draining)),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(matches!(&ops[50_000], MapOp::Own { .. }));
+    assert_eq!(owned(&ops), [(7, false), (49_993, true)]);
     // a ring size change, where every kept id moves
     let e2 = ServiceEntry::new(&v, e.backends().to_vec(), (0..11).collect()).unwrap();
     let ops = plan_update(&mut p, &v, Some(&e2)).unwrap();
-    assert!(
-        ops.iter()
-            .any(|op| matches!(op, MapOp::Own { ids, .. } if ids.len() == 50_000))
-    );
+    assert_eq!(owned(&ops), [(11, false), (49_989, true)]);
 }
 
 /// An orphan (a live id a ring names but nobody can own, read back after a
@@ -584,6 +596,44 @@ fn a_restart_keeps_the_ids_of_draining_pods() {
     let id3 = restored.backend(&v, ip(3)).unwrap().id;
     let (ops, _) = plan(&restored, &state(vec![(v, svc(&v, &[1, 2], 7))])).unwrap();
     assert_eq!(ops, vec![MapOp::DelBackend { id: id3 }]);
+}
+
+/// A pod that leaves the ring but keeps its id (terminating, draining) gets
+/// the draining bit in `owners`, so a client's affinity to it ends; back in
+/// the ring, the bit goes. A restart (rings read back) rewrites nothing.
+#[test]
+fn owners_say_which_ids_are_draining() {
+    let v = vip(1, 80);
+    let mut m = MemoryMaps::default();
+    let (ops, p) = plan(
+        &Programmed::default(),
+        &state(vec![(v, draining(&v, &[1, 2], &[3], 7))]),
+    )
+    .unwrap();
+    run(&mut m, &ops);
+    let id = |p: &Programmed, x: u8| p.backend(&v, ip(x)).unwrap().id;
+    assert_eq!(m.owners_draining, BTreeSet::from([id(&p, 3)]));
+    let restored = Programmed::restore(read(&m));
+    let (ops, _) = plan(&restored, &state(vec![(v, draining(&v, &[1, 2], &[3], 7))])).unwrap();
+    assert!(ops.is_empty(), "{ops:?}");
+
+    // 2 starts terminating, 3 is ready again: one Own per direction
+    let (ops, p2) = plan(&p, &state(vec![(v, draining(&v, &[1, 3], &[2], 7))])).unwrap();
+    let owns: Vec<_> = ops
+        .iter()
+        .filter_map(|o| match o {
+            MapOp::Own { ids, draining, .. } => Some((ids.clone(), *draining)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        owns,
+        [(vec![id(&p, 3)], false), (vec![id(&p, 2)], true)],
+        "{ops:?}"
+    );
+    run(&mut m, &ops);
+    assert_eq!(m.owners_draining, BTreeSet::from([id(&p2, 2)]));
+    assert_eq!(m.owners[&id(&p2, 2)], p2.vips[&v].vip_id, "still the VIP's");
 }
 
 /// A ring size change moves the VIP to a new ring id; the owners follow once
