@@ -24,3 +24,6 @@ pub mod source_ranges;
 pub mod tables;
 pub mod vip_health;
 pub mod watch;
+
+#[cfg(test)]
+mod routes_tests;
