@@ -31,8 +31,8 @@ use ringlb_xdp::{DesiredState, abi, batch::update_batch};
 
 use crate::{
     Args, check,
-    packet::{handshakes, method_s},
     setup::{XDP_PASS, XDP_TX, ack, not_vip, vip_addr},
+    timing::{handshakes, method_s},
 };
 
 /// The XDP program of balancer.bpf.c (`SEC("xdp")`).

@@ -35,6 +35,7 @@ mod kube;
 mod packet;
 mod ranges;
 mod setup;
+mod timing;
 mod veth;
 
 #[derive(Parser, Debug)]

@@ -13,8 +13,8 @@ use ringlb_xdp::{Datapath, DesiredState, SourceRange};
 
 use crate::Args;
 use crate::check;
-use crate::packet::method_s;
 use crate::setup::{XDP_TX, ack, desired, load, syn, syn_frame};
+use crate::timing::method_s;
 
 const XDP_DROP: u32 = 1;
 const ROUNDS: usize = 5;
