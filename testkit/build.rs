@@ -20,14 +20,6 @@ const XDP_HEADERS: &[&str] = &[
     "../xdp/bpf/affinity.h",
 ];
 
-/// The program before the SYN-insert, VIP-filter and flow-filter changes (all
-/// restored by flags), for the benchmark's side-by-side "before" rows.
-const BEFORE: [&str; 3] = [
-    "-DRINGLB_CT_INSERT_ON_SYN",
-    "-DRINGLB_NO_VIP_FILTER",
-    "-DRINGLB_NO_FLOW_FILTER",
-];
-
 /// The node program's headers: its benchmark build follows them.
 const NODE_HEADERS: &[&str] = &[
     "../node/bpf/node_abi.h",
@@ -68,14 +60,7 @@ fn main() -> anyhow::Result<()> {
             name: "xdp_lb_bench_miss.o",
             defines: &["-DRINGLB_BENCH_RESTORE", "-DRINGLB_BENCH_NO_CT_INSERT"],
         },
-        // a SYN without the conntrack lookup (what that lookup costs), as
-        // the program before the flow filter
-        Object {
-            source: "../xdp/bpf/xdp_lb.bpf.c",
-            name: "xdp_lb_syn_nolookup.o",
-            defines: &["-DRINGLB_BENCH_SYN_NO_LOOKUP", "-DRINGLB_NO_FLOW_FILTER"],
-        },
-        // the program before the flow filter (every SYN looks up; the
+        // the program without the flow filter (every SYN looks up; the
         // production build for kernels without atomic OR,
         // ringlb_xdp::xdp::objects::XDP_LB_NO_FLOW_FILTER): its two
         // benchmark builds
@@ -98,28 +83,6 @@ fn main() -> anyhow::Result<()> {
             source: "../xdp/bpf/xdp_lb.bpf.c",
             name: "xdp_lb_flow_filter_20.o",
             defines: &["-DRINGLB_FLOW_FILTER_BITS=20"],
-        },
-        // the same three, as the program was before (BEFORE)
-        Object {
-            source: "../xdp/bpf/xdp_lb.bpf.c",
-            name: "xdp_lb_before.o",
-            defines: &BEFORE,
-        },
-        Object {
-            source: "../xdp/bpf/xdp_lb.bpf.c",
-            name: "xdp_lb_before_bench.o",
-            defines: &["-DRINGLB_BENCH_RESTORE", BEFORE[0], BEFORE[1], BEFORE[2]],
-        },
-        Object {
-            source: "../xdp/bpf/xdp_lb.bpf.c",
-            name: "xdp_lb_before_bench_miss.o",
-            defines: &[
-                "-DRINGLB_BENCH_RESTORE",
-                "-DRINGLB_BENCH_NO_CT_INSERT",
-                BEFORE[0],
-                BEFORE[1],
-                BEFORE[2],
-            ],
         },
     ];
     compile(&objects, XDP_HEADERS, &["../xdp/bpf"])?;

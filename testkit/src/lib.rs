@@ -31,12 +31,7 @@ pub mod objects {
     /// As `XDP_LB_BENCH`, and it never inserts into conntrack.
     pub static XDP_LB_BENCH_MISS: &[u8] =
         include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_bench_miss.o"));
-    /// The production XDP program before the flow filter, and a SYN does not
-    /// look conntrack up (no rewrite of a reused 5-tuple's entry): what that
-    /// lookup costs.
-    pub static XDP_LB_SYN_NOLOOKUP: &[u8] =
-        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_syn_nolookup.o"));
-    /// Benchmark builds of the production XDP program before the flow filter
+    /// Benchmark builds of the production XDP program without the flow filter
     /// (`-DRINGLB_NO_FLOW_FILTER`: every SYN looks conntrack up; the program
     /// itself is `ringlb_xdp::xdp::objects::XDP_LB_NO_FLOW_FILTER`).
     pub static XDP_LB_NO_FLOW_FILTER_BENCH: &[u8] =
@@ -48,15 +43,6 @@ pub mod objects {
     /// The production XDP program with a larger flow filter (2^20 slots per half).
     pub static XDP_LB_FLOW_FILTER_20: &[u8] =
         include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_flow_filter_20.o"));
-    /// The production XDP program as it was before the SYN-insert, VIP-filter and
-    /// flow-filter changes (`-DRINGLB_CT_INSERT_ON_SYN -DRINGLB_NO_VIP_FILTER
-    /// -DRINGLB_NO_FLOW_FILTER`), for side-by-side rows; and its two benchmark builds.
-    pub static XDP_LB_BEFORE: &[u8] =
-        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_before.o"));
-    pub static XDP_LB_BEFORE_BENCH: &[u8] =
-        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_before_bench.o"));
-    pub static XDP_LB_BEFORE_BENCH_MISS: &[u8] =
-        include_bytes_aligned!(concat!(env!("OUT_DIR"), "/xdp_lb_before_bench_miss.o"));
     /// The node programs (`ringlb-node`) built to give the frame back after each
     /// run, so repeat > 1 times the decap and reply paths (benchmarks only).
     pub static NODE_BENCH: &[u8] =

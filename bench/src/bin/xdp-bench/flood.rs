@@ -4,8 +4,8 @@
 //! the flood evicts follows the new ring and moves. Two floods: SYNs (never
 //! followed by an ACK: a spoofed SYN flood) and ACKs (each a new flow's
 //! first non-SYN packet, which inserts unless the VIP's insert budget is
-//! spent). Counts the flows that moved, for the program before the SYN change
-//! and now, without and with the insert budget, in one run.
+//! spent). Counts the flows that moved, for each build of the production
+//! program, without and with the insert budget, in one run.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
@@ -191,13 +191,7 @@ pub fn section_flood(a: &Args) -> anyhow::Result<()> {
     for flood in [Flood::Syn, Flood::Ack] {
         // (variants with a budget of their own measure its cost per packet)
         for v in variants().into_iter().filter(|v| v.budget == 0) {
-            // `before` has no budget to give (its SYNs insert anyway)
-            let budgets: &[u32] = if v.name == "before" {
-                &[0]
-            } else {
-                &[0, budget]
-            };
-            for &b in budgets {
+            for b in [0, budget] {
                 let o = run_one(a, v.prod, flood, b)?;
                 println!(
                     "| {} | {} | {} | **{}** of {} | {} | {} | {} | {} | {} | {} | {:.1} |",

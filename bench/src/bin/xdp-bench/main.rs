@@ -6,21 +6,22 @@
 //!
 //! Sections (see docs/bench-xdp.md for method and results):
 //!   packet   ns/packet by BPF_PROG_TEST_RUN: ringlb_xdp (conntrack hit, new
-//!            flow's SYN and first ACK, not a VIP; 1 and V VIPs), and the
-//!            program before the SYN/VIP-filter changes, against XDP_PASS and
-//!            the MAC-swap XDP_TX floor, each by two methods (R: one call,
-//!            repeat=N, kernel average; S: N calls with repeat=1, mean kernel
-//!            duration); every output frame is checked. With
-//!            --katran-object, Katran's balancer side by side (S only)
+//!            flow's SYN and first ACK, not a VIP; 1 and V VIPs) and its
+//!            other builds, against XDP_PASS and the MAC-swap XDP_TX floor,
+//!            each by two methods (R: one call, repeat=N, kernel average; S:
+//!            N calls with repeat=1, mean kernel duration); every output
+//!            frame is checked. With --katran-object, Katran's balancer side
+//!            by side (S only)
 //!   ranges   what spec.loadBalancerSourceRanges and client affinity cost a
 //!            packet: one VIP without ranges, with 4 and 8 (a set) and 256
 //!            (the trie), and with affinity, in alternating rounds, beside
 //!            the floor (method S)
 //!   flood    1 M SYNs to one VIP while 1,000 established flows of another
-//!            run: how many of those flows moved backend, before and after
+//!            run: how many of those flows moved backend, without and
+//!            with the insert budget
 //!   veth     packets per second through a veth pair with native XDP:
-//!            ringlb_xdp and `before` against the floor program on the
-//!            same pair; the frames b0 sends back are checked
+//!            ringlb_xdp against the floor program on the same pair; the
+//!            frames b0 sends back are checked
 //!   iptables kube-proxy-style nat rules (N services) in a netns: time per
 //!            new flow through PREROUTING, minus the same with 0 services
 //!   update   one service change with N services present: our map update

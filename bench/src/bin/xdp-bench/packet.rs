@@ -1,5 +1,5 @@
-//! Section `packet`: ns/packet by BPF_PROG_TEST_RUN, the program before the
-//! SYN/VIP-filter changes and now side by side, against the floors.
+//! Section `packet`: ns/packet by BPF_PROG_TEST_RUN, the builds of the
+//! production program side by side, against the floors.
 
 use std::{
     net::{IpAddr, Ipv4Addr},
@@ -246,9 +246,8 @@ pub fn section_packet(a: &Args) -> anyhow::Result<()> {
     println!("## packet path (BPF_PROG_TEST_RUN, 64-byte TCP packets)\n");
     println!(
         "R = one call, repeat={}, kernel average; S = calls with repeat=1 ({} for the floor, hit and not-VIP rows), \
-         mean of the kernel-reported duration. Pinned to CPU {cpu} of {cpus} possible. `before` = the program \
-         before the SYN-insert, VIP-filter and flow-filter changes (same source, -DRINGLB_CT_INSERT_ON_SYN -DRINGLB_NO_VIP_FILTER -DRINGLB_NO_FLOW_FILTER); \
-         `no_flow_filter` = ringlb_xdp before the flow filter. \
+         mean of the kernel-reported duration. Pinned to CPU {cpu} of {cpus} possible. \
+         `no_flow_filter` = ringlb_xdp without the flow filter (the build for kernels before 5.12). \
          Every output frame is checked (outer header, destination a backend of the VIP, inner packet; \
          a flow's SYN and ACK to the same backend); an R call's frame is the input (restoring builds; the floor: \
          its MACs swapped `repeat` times), and its counters must have moved by exactly `repeat` (tx and the \
@@ -286,8 +285,8 @@ pub fn section_packet(a: &Args) -> anyhow::Result<()> {
     }
     println!(
         "\nR for ringlb_xdp uses the benchmark builds (-DRINGLB_BENCH_RESTORE, and -DRINGLB_BENCH_NO_CT_INSERT for the SYN row: \
-         the ring lookup without any insert); S uses the production objects. `before` inserts on the SYN (its first ACK is a hit); \
-         ringlb_xdp inserts on the first ACK.\n"
+         the ring lookup without any insert); S uses the production objects. \
+         ringlb_xdp inserts on a flow's first ACK, not on its SYN.\n"
     );
     if let Some(path) = &a.katran_object {
         println!(

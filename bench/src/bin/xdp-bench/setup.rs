@@ -134,25 +134,19 @@ pub struct Variant {
     pub budget: u32,
 }
 
-/// The program before the SYN-insert and VIP-filter changes, before the flow
-/// filter, now, now with a larger flow filter, and before the flow filter
-/// without the SYN's conntrack lookup; and
-/// experiments: `RINGLB_BENCH_EXTRA=name=object.o,...` adds production
-/// objects built by hand (their R rows use ringlb_xdp's bench builds). Such
-/// an object must have this build's maps and counters, which the loader
-/// checks: one built before the insert budget (edc71b6) is refused with
-/// "ct_budget is missing from the object".
+/// The production program without the flow filter (the build for kernels
+/// before 5.12), the production program, the same with an insert budget, and
+/// with a larger flow filter. Experiments and older programs (built from a
+/// git revision): `RINGLB_BENCH_EXTRA=name=object.o,...` adds objects built
+/// by hand (their R rows use ringlb_xdp's bench builds). Such an object must
+/// have this build's maps and counters, which the loader checks: one built
+/// before the insert budget (edc71b6) is refused with "ct_budget is missing
+/// from the object".
 pub fn variants() -> Vec<Variant> {
     use ringlb_testkit::objects as t;
     let mut v = vec![
-        Variant {
-            name: "before",
-            prod: t::XDP_LB_BEFORE,
-            bench: t::XDP_LB_BEFORE_BENCH,
-            miss: t::XDP_LB_BEFORE_BENCH_MISS,
-            budget: 0,
-        },
-        // every SYN looks its 5-tuple up (the program before the flow filter)
+        // every SYN looks its 5-tuple up (the build for kernels without
+        // atomic OR)
         Variant {
             name: "no_flow_filter",
             prod: ringlb_xdp::xdp::objects::XDP_LB_NO_FLOW_FILTER,
@@ -182,15 +176,6 @@ pub fn variants() -> Vec<Variant> {
             prod: t::XDP_LB_FLOW_FILTER_20,
             bench: t::XDP_LB_BENCH,
             miss: t::XDP_LB_BENCH_MISS,
-            budget: 0,
-        },
-        // no_flow_filter without the SYN's conntrack lookup (benchmark-only: it
-        // cannot rewrite a reused 5-tuple's entry)
-        Variant {
-            name: "syn_nolookup",
-            prod: t::XDP_LB_SYN_NOLOOKUP,
-            bench: t::XDP_LB_NO_FLOW_FILTER_BENCH,
-            miss: t::XDP_LB_NO_FLOW_FILTER_BENCH_MISS,
             budget: 0,
         },
     ];

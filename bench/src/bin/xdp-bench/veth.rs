@@ -3,9 +3,8 @@
 //! its peer `b0` in netns B, where the program under test runs natively and
 //! sends each frame back by XDP_TX; `a0` drops what comes back (XDP_DROP,
 //! native). The figure is b0's XDP_TX count (`ethtool -S`: rx_queue_0_xdp_tx)
-//! per second of sending. The floor program, the program `before` the issue-16
-//! changes and ringlb_xdp take turns on the same pair, same frames (ACKs of
-//! established flows), in one run.
+//! per second of sending. The floor program and ringlb_xdp take turns on the
+//! same pair, same frames (ACKs of established flows), in one run.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -200,7 +199,7 @@ fn xdp_stat(nb: &Netns, name: &str) -> anyhow::Result<u64> {
 #[derive(Clone, Copy)]
 enum OnB0 {
     Floor,
-    /// ringlb_xdp or another build of it (`before`)
+    /// a build of ringlb_xdp
     Lb(&'static [u8]),
 }
 
@@ -461,7 +460,6 @@ pub fn section_veth(a: &Args) -> anyhow::Result<()> {
     println!("|---|---|---|---|---|---|---|---|---|---|---|---|");
     let progs = [
         ("ringlb_floor", OnB0::Floor),
-        ("before", OnB0::Lb(ringlb_testkit::objects::XDP_LB_BEFORE)),
         ("ringlb_xdp", OnB0::Lb(objects::XDP_LB)),
     ];
     let mut ratios = vec![Vec::new(); progs.len()];
