@@ -29,13 +29,9 @@
  * and only a backend change makes one). The budget is a .rodata constant the
  * loader sets (0 = no limit: the verifier then drops the check).
  *
- * Build flags (benchmark-only variants):
- *   -DRINGLB_CT_INSERT_ON_SYN restores the SYN insert (and the SYN skipping
- *   the lookup): the program before this change;
- *   -DRINGLB_BENCH_SYN_NO_LOOKUP: a SYN does not look its 5-tuple up (so it
- *   cannot rewrite a reused 5-tuple's old entry). It shows what that lookup
- *   costs: a conntrack miss is a cold bucket in a 4 MiB array, ~200 ns by S;
- *   -DRINGLB_NO_FLOW_FILTER: no flow filter (flow_filter.h).
+ * Build flag: -DRINGLB_NO_FLOW_FILTER, no flow filter (flow_filter.h): the
+ * build for kernels without BPF atomic OR (before 5.12), where every SYN
+ * looks its 5-tuple up.
  */
 #ifndef RINGLB_CONNTRACK_H
 #define RINGLB_CONNTRACK_H
@@ -96,12 +92,6 @@ static __always_inline int ringlb_ct_budget_take(__u32 vip_id)
 	return 1;
 }
 
-#ifdef RINGLB_CT_INSERT_ON_SYN
-#define RINGLB_SYN_INSERTS 1
-#else
-#define RINGLB_SYN_INSERTS 0
-#endif
-
 /* What step 1 found out about a SYN, for ringlb_ct_record. */
 struct ringlb_ct_syn {
 	struct ringlb_ct_value *old; /* the 5-tuple's entry; NULL: none, or not looked up */
@@ -116,11 +106,6 @@ static __always_inline struct ringlb_ct_value *ringlb_ct_lookup(const struct rin
 {
 	if (!syn)
 		return bpf_map_lookup_elem(&conntrack, flow);
-	if (RINGLB_SYN_INSERTS)
-		return 0;
-#ifdef RINGLB_BENCH_SYN_NO_LOOKUP
-	return 0;
-#endif
 	if (RINGLB_FLOW_FILTER) {
 		s->hash = ringlb_flow_hash_of(flow);
 		s->hashed = 1;
@@ -148,7 +133,7 @@ static __always_inline __u32 ringlb_ct_record(const struct ringlb_flow *flow, in
 					      const struct ringlb_ct_syn *s, __u32 hash,
 					      __u32 bid, __u32 gen, __u32 vip_id, int stale)
 {
-	if (syn && !RINGLB_SYN_INSERTS) {
+	if (syn) {
 		struct ringlb_ct_value *old = s->old;
 
 		if (old && (old->backend_id != bid || old->gen != gen)) {

@@ -17,9 +17,6 @@
  * loader after every apply. The program asks it only off the forwarding path:
  * for an IPIP packet (failover.h) and for a packet to a VIP address that no
  * vips entry forwards (vip_addr.h).
- *
- * Build flag (benchmark-only variant): -DRINGLB_NO_VIP_FILTER skips the check
- * (the program before the filter).
  */
 #ifndef RINGLB_VIP_FILTER_H
 #define RINGLB_VIP_FILTER_H
@@ -54,15 +51,11 @@ static __always_inline __u32 ringlb_vip_filter_bit(const __u32 addr[4])
 /* 0 = certainly not a VIP address. */
 static __always_inline int ringlb_maybe_vip(const __u32 daddr[4])
 {
-#ifdef RINGLB_NO_VIP_FILTER
-	return 1;
-#else
 	__u32 bit = ringlb_vip_filter_bit(daddr);
 	__u32 word = bit >> 6;
 	__u64 *w = bpf_map_lookup_elem(&vip_filter, &word);
 
 	return w && ((*w >> (bit & 63)) & 1);
-#endif
 }
 
 /* 1 = flow's destination is one of this edge's own VIP addresses (exact: one

@@ -58,10 +58,6 @@
  *                            path every time (it reuses one buffer)
  *   -DRINGLB_BENCH_NO_CT_INSERT  never insert into conntrack: every repeat is
  *                            a conntrack miss + Maglev ring lookup
- *   -DRINGLB_CT_INSERT_ON_SYN    a SYN inserts (conntrack.h), and
- *   -DRINGLB_NO_VIP_FILTER       no VIP address filter (vip_filter.h): with
- *                            both, the program before those two changes, for
- *                            side-by-side rows
  */
 #include <linux/bpf.h>
 #include <linux/if_ether.h>
@@ -460,7 +456,7 @@ int ringlb_xdp(struct xdp_md *ctx)
 			return XDP_DROP;
 		}
 		int use_ct = !(vip->flags & RINGLB_VIP_F_NO_CT);
-		if (use_ct && !stale && (!pkt.syn || RINGLB_SYN_INSERTS))
+		if (use_ct && !stale && !pkt.syn)
 			count(RINGLB_ST_CT_MISS);
 
 		__u32 fh = ringlb_ct_flow_hash(&pkt.flow, &syn_ct);
