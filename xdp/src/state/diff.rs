@@ -289,25 +289,18 @@ fn own_backend_ids(
             own_kept[d as usize].push(b.id);
         }
     }
-    for (draining, ids) in [false, true].into_iter().zip(own_new) {
-        if !ids.is_empty() {
-            ops.own_new.push(MapOp::Own {
-                vip_id,
-                ids,
-                src_ranges,
-                draining,
-            });
-        }
-    }
-    for (draining, ids) in [false, true].into_iter().zip(own_kept) {
-        if !ids.is_empty() {
-            ops.own_kept.push(MapOp::Own {
-                vip_id,
-                ids,
-                src_ranges,
-                draining,
-            });
-        }
+    for (out, groups) in [(&mut ops.own_new, own_new), (&mut ops.own_kept, own_kept)] {
+        let by_bit = [false, true].into_iter().zip(groups);
+        out.extend(
+            by_bit
+                .filter(|(_, ids)| !ids.is_empty())
+                .map(|(draining, ids)| MapOp::Own {
+                    vip_id,
+                    ids,
+                    src_ranges,
+                    draining,
+                }),
+        );
     }
 }
 
