@@ -13,7 +13,9 @@
 //! is not one is ignored; the controller then falls back to its bounded wait.
 
 use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
 use std::time::Duration;
 
 /// The label every edge Lease carries (value `"true"`); the controller watches
@@ -29,6 +31,35 @@ pub const RENEW_EVERY: Duration = Duration::from_secs(10);
 /// The Lease name of the edge on `node`.
 pub fn lease_name(node: &str) -> String {
     format!("ringlb-edge-{node}")
+}
+
+/// The Lease of the edge on `node` acknowledging `applied`, as the edge applies it
+/// server-side (and as tests write it).
+pub fn lease_manifest(namespace: &str, node: &str, applied: Option<u64>, now: Timestamp) -> Value {
+    let annotations = match applied {
+        Some(rv) => json!({ APPLIED_ANNOTATION: rv.to_string() }),
+        None => json!({}),
+    };
+    json!({
+        "apiVersion": "coordination.k8s.io/v1",
+        "kind": "Lease",
+        "metadata": {
+            "name": lease_name(node),
+            "namespace": namespace,
+            "labels": {
+                ACK_LABEL: "true",
+                "app.kubernetes.io/name": "ringlb",
+                "app.kubernetes.io/component": "edge",
+            },
+            "annotations": annotations,
+        },
+        "spec": {
+            "holderIdentity": node,
+            "leaseDurationSeconds": LEASE_DURATION.as_secs(),
+            // MicroTime: the API server takes exactly six fractional digits
+            "renewTime": MicroTime(now),
+        }
+    })
 }
 
 /// A resourceVersion as the integer KEP-5504 defines: decimal digits, no leading
@@ -144,5 +175,19 @@ mod tests {
         let a = EdgeAck::from_lease(&garbage).unwrap();
         assert_eq!((a.applied, a.valid_until), (None, None));
         assert!(!a.has_applied(1) && !a.alive(Timestamp::now()));
+    }
+
+    #[test]
+    fn the_manifest_reads_back_as_the_acknowledgement() {
+        let now: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
+        let m = lease_manifest("ringlb-system", "edge-a", Some(4242), now);
+        assert_eq!(m["metadata"]["name"], "ringlb-edge-edge-a");
+        let lease: Lease = serde_json::from_value(m).unwrap();
+        let ack = EdgeAck::from_lease(&lease).unwrap();
+        assert_eq!((ack.node.as_str(), ack.applied), ("edge-a", Some(4242)));
+        assert!(ack.alive(now) && !ack.alive("2026-12-01T10:00:30Z".parse().unwrap()));
+        let none: Lease =
+            serde_json::from_value(lease_manifest("ringlb-system", "edge-a", None, now)).unwrap();
+        assert_eq!(EdgeAck::from_lease(&none).unwrap().applied, None);
     }
 }

@@ -101,16 +101,14 @@ impl ApiServer {
 
 /// A live edge Lease on node `node` that acknowledged `applied` (`None`: nothing yet).
 fn edge_lease(node: &str, applied: Option<&str>) -> Lease {
-    let renewed = k8s_openapi::jiff::Timestamp::now().to_string();
-    let mut annotations = serde_json::Map::new();
-    if let Some(a) = applied {
-        annotations.insert(edge_ack::APPLIED_ANNOTATION.into(), json!(a));
-    }
-    serde_json::from_value(json!({
-        "metadata": {"name": edge_ack::lease_name(node), "namespace": "ringlb-system",
-                     "labels": {edge_ack::ACK_LABEL: "true"}, "annotations": annotations},
-        "spec": {"holderIdentity": node, "leaseDurationSeconds": 30, "renewTime": renewed}
-    }))
+    let applied = applied.map(|a| a.parse().unwrap());
+    let now = k8s_openapi::jiff::Timestamp::now();
+    serde_json::from_value(edge_ack::lease_manifest(
+        "ringlb-system",
+        node,
+        applied,
+        now,
+    ))
     .unwrap()
 }
 

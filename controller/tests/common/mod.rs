@@ -335,18 +335,9 @@ pub async fn warnings(client: &Client, name: &str) -> Vec<(String, String)> {
 /// Writes edge `node`'s Lease (as the edge agent does, `edge-lb/src/agent/ack.rs`),
 /// valid from now, acknowledging `applied`.
 pub async fn edge_lease(client: &kube::Client, node: &str, applied: Option<&str>) {
-    let mut annotations = serde_json::Map::new();
-    if let Some(a) = applied {
-        annotations.insert(ringlb_crds::edge_ack::APPLIED_ANNOTATION.into(), json!(a));
-    }
-    let lease = json!({
-        "apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
-        "metadata": {"name": ringlb_crds::edge_ack::lease_name(node), "namespace": RELEASE_NS,
-                     "labels": {ringlb_crds::edge_ack::ACK_LABEL: "true"}, "annotations": annotations},
-        "spec": {"holderIdentity": node, "leaseDurationSeconds": 30,
-                 "renewTime": k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime(
-                     k8s_openapi::jiff::Timestamp::now())}
-    });
+    let applied = applied.map(|a| a.parse().expect("a resourceVersion"));
+    let now = k8s_openapi::jiff::Timestamp::now();
+    let lease = ringlb_crds::edge_ack::lease_manifest(RELEASE_NS, node, applied, now);
     kube::Api::<k8s_openapi::api::coordination::v1::Lease>::namespaced(client.clone(), RELEASE_NS)
         .patch(
             &ringlb_crds::edge_ack::lease_name(node),

@@ -13,14 +13,10 @@
 use std::time::Duration;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::MicroTime;
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{DeleteParams, Patch, PatchParams};
 use kube::{Api, Client};
-use ringlb_crds::edge_ack::{
-    ACK_LABEL, APPLIED_ANNOTATION, LEASE_DURATION, RENEW_EVERY, lease_name,
-};
-use serde_json::{Value, json};
+use ringlb_crds::edge_ack::{RENEW_EVERY, lease_manifest, lease_name};
 use tokio::sync::watch;
 
 /// The field manager of the edge's Lease writes.
@@ -28,34 +24,6 @@ const FIELD_MANAGER: &str = "ringlb-edge";
 /// Writes of the Lease are at least this far apart (a burst of Service changes is
 /// one write).
 const MIN_INTERVAL: Duration = Duration::from_millis(100);
-
-/// The Lease of the edge on `node` acknowledging `applied`, as applied server-side.
-pub fn lease_manifest(namespace: &str, node: &str, applied: Option<u64>, now: Timestamp) -> Value {
-    let annotations = match applied {
-        Some(rv) => json!({ APPLIED_ANNOTATION: rv.to_string() }),
-        None => json!({}),
-    };
-    json!({
-        "apiVersion": "coordination.k8s.io/v1",
-        "kind": "Lease",
-        "metadata": {
-            "name": lease_name(node),
-            "namespace": namespace,
-            "labels": {
-                ACK_LABEL: "true",
-                "app.kubernetes.io/name": "ringlb",
-                "app.kubernetes.io/component": "edge",
-            },
-            "annotations": annotations,
-        },
-        "spec": {
-            "holderIdentity": node,
-            "leaseDurationSeconds": LEASE_DURATION.as_secs(),
-            // MicroTime: the API server takes exactly six fractional digits
-            "renewTime": MicroTime(now),
-        }
-    })
-}
 
 /// The Lease writer of the edge on `node`.
 pub struct Acks {
@@ -133,25 +101,5 @@ impl Acks {
             Err(e) => tracing::warn!(lease = %lease_name(&self.node), error = %e,
                 "deleting the edge Lease; it expires on its own"),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use ringlb_crds::edge_ack::EdgeAck;
-
-    #[test]
-    fn the_manifest_reads_back_as_the_acknowledgement() {
-        let now: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
-        let m = lease_manifest("ringlb-system", "edge-a", Some(4242), now);
-        assert_eq!(m["metadata"]["name"], "ringlb-edge-edge-a");
-        let lease: Lease = serde_json::from_value(m).unwrap();
-        let ack = EdgeAck::from_lease(&lease).unwrap();
-        assert_eq!((ack.node.as_str(), ack.applied), ("edge-a", Some(4242)));
-        assert!(ack.alive(now) && !ack.alive("2026-12-01T10:00:30Z".parse().unwrap()));
-        let none: Lease =
-            serde_json::from_value(lease_manifest("ringlb-system", "edge-a", None, now)).unwrap();
-        assert_eq!(EdgeAck::from_lease(&none).unwrap().applied, None);
     }
 }
