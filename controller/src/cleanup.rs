@@ -104,8 +104,8 @@ pub struct Withdrawn {
 }
 
 /// `holds`: the allocator still holds addresses for the Service (so they may have
-/// been announced); `withdrawn`: `None` when the status has just been seen without
-/// them (the wait starts now); `edges`: every edge's acknowledgement at `now`;
+/// been announced); `withdrawn`: since when and at which resourceVersion the status
+/// is without them; `edges`: every edge's acknowledgement at `now`;
 /// `max_wait`: [`CLEANUP_MAX_WAIT`] (shorter in tests).
 ///
 /// A Service that holds nothing (refused, or found with its status already cleared
@@ -113,7 +113,7 @@ pub struct Withdrawn {
 /// when no live edge is left to withdraw it.
 pub fn cleanup_step(
     holds: bool,
-    withdrawn: Option<Withdrawn>,
+    w: Withdrawn,
     edges: &[EdgeAck],
     now: Timestamp,
     max_wait: Duration,
@@ -123,10 +123,6 @@ pub fn cleanup_step(
             unconfirmed: Vec::new(),
         };
     }
-    let w = withdrawn.unwrap_or(Withdrawn {
-        for_: Duration::ZERO,
-        rv: None,
-    });
     let mut pending: Vec<String> = edges
         .iter()
         .filter(|e| e.alive(now) && !w.rv.is_some_and(|rv| e.has_applied(rv)))
@@ -330,11 +326,9 @@ mod tests {
     fn waits_for_every_live_edge_to_reach_the_withdrawal() {
         let now: Timestamp = "2026-12-01T10:00:00Z".parse().unwrap();
         let max = Duration::from_secs(30);
-        let w = |secs: u64, rv: Option<u64>| {
-            Some(Withdrawn {
-                for_: Duration::from_secs(secs),
-                rv,
-            })
+        let w = |secs: u64, rv: Option<u64>| Withdrawn {
+            for_: Duration::from_secs(secs),
+            rv,
         };
         let edges = [
             edge("e2", Some(99), "2026-12-01T10:00:20Z"),
@@ -345,7 +339,7 @@ mod tests {
         let released = Step::Release {
             unconfirmed: vec![],
         };
-        assert_eq!(cleanup_step(false, None, &edges, now, max), released);
+        assert_eq!(cleanup_step(false, w(0, None), &edges, now, max), released);
         assert_eq!(
             cleanup_step(true, w(2, Some(100)), &edges, now, max),
             Step::Wait {
@@ -373,7 +367,7 @@ mod tests {
             }
         );
         assert!(matches!(
-            cleanup_step(true, None, &edges, now, max),
+            cleanup_step(true, w(0, None), &edges, now, max),
             Step::Wait { after, .. } if after == max
         ));
     }

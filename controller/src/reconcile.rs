@@ -472,7 +472,7 @@ async fn clean_up(
     };
     let step = cleanup_step(
         holds,
-        Some(withdrawn),
+        withdrawn,
         &ctx.edge_acks(),
         Timestamp::now(),
         ctx.cleanup_wait,
