@@ -162,6 +162,17 @@ fn switching_affinity_changes_new_connections_at_once() {
     assert_eq!(pod(&run(&dp, &first.bytes()).1), established, "kept");
 }
 
+/// Client 192.0.2.7 of `v` over every pod with affinity, with one established
+/// connection from `sport` on its pod: that pod and the connection's packet.
+fn client_with_a_connection(dp: &mut XdpDatapath, v: &Vip, sport: u16) -> (IpAddr, Frame) {
+    let client = ip("192.0.2.7");
+    dp.apply(&state(vec![(*v, entry(v, &PODS, true))])).unwrap();
+    let was = pod_of(&PODS, client);
+    let ack = Frame::tcp(client, ip("10.100.0.1"), sport, 80).established();
+    assert_eq!(pod(&run(dp, &ack.bytes()).1), was);
+    (was, ack)
+}
+
 /// A removed pod's client moves to a live pod on its next packet: new
 /// connections and its established one (whose conntrack entry turned stale).
 #[test]
@@ -171,10 +182,7 @@ fn a_removed_pods_client_moves_on_its_next_packet() {
     };
     let v = vip4();
     let client = ip("192.0.2.7");
-    dp.apply(&state(vec![(v, entry(&v, &PODS, true))])).unwrap();
-    let was = pod_of(&PODS, client);
-    let ack = syn(40_000).established();
-    assert_eq!(pod(&run(&dp, &ack.bytes()).1), was);
+    let (was, ack) = client_with_a_connection(&mut dp, &v, 40_000);
 
     let left: Vec<&str> = PODS.iter().copied().filter(|p| ip(p) != was).collect();
     dp.apply(&state(vec![(v, entry(&v, &left, true))])).unwrap();
@@ -210,11 +218,8 @@ fn a_terminating_pods_client_takes_a_ready_pod_for_new_connections() {
     };
     let v = vip4();
     let client = ip("192.0.2.7");
-    dp.apply(&state(vec![(v, entry(&v, &PODS, true))])).unwrap();
-    let was = pod_of(&PODS, client);
+    let (was, ack) = client_with_a_connection(&mut dp, &v, 39_000);
     assert_eq!(pods_of_client(&dp, 5), BTreeSet::from([was]));
-    let ack = Frame::tcp(client, ip("10.100.0.1"), 39_000, 80).established();
-    assert_eq!(pod(&run(&dp, &ack.bytes()).1), was);
 
     let ready: Vec<&str> = PODS.iter().copied().filter(|p| ip(p) != was).collect();
     dp.apply(&state(vec![(v, with_terminating(&v, &ready, was))]))
