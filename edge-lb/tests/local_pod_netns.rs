@@ -129,6 +129,7 @@ fn the_edge(t: &str, e: &str, mode: AttachMode) -> (XdpDatapath, aya::Ebpf) {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.203.0.11".parse().unwrap()),
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let local = LocalPods::default();

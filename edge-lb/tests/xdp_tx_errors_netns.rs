@@ -58,6 +58,7 @@ fn edge(e: &str) -> XdpDatapath {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.204.0.11".parse().unwrap()),
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.into())))).unwrap();

@@ -136,6 +136,7 @@ fn the_edge(t: &str, e: &str) -> (XdpDatapath, aya::Ebpf) {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.202.0.11".parse().unwrap()),
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.into())))).unwrap();

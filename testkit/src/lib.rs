@@ -12,6 +12,11 @@ pub mod packet;
 pub mod pod;
 pub mod tier;
 
+/// The `XdpOptions::vip_capacity` of tests that program a few VIPs: the per-VIP
+/// per-CPU counters are then a few hundred allocations, not 65,536 each, which
+/// most of all shortens the kernel matrix's emulated guests.
+pub const TEST_VIP_CAPACITY: u32 = 256;
+
 /// Test-only BPF objects (built by build.rs from `bpf/`).
 pub mod objects {
     use aya::include_bytes_aligned;

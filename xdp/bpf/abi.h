@@ -195,6 +195,17 @@ struct ringlb_src_set {
 	struct ringlb_src_net net[RINGLB_SRC_SET_NETS];
 };                        /* 264 bytes */
 
+/* ---- decap_senders: LPM_TRIE decap_sender_key -> __u8 1, BPF_F_NO_PREALLOC - */
+/* The outer IPv4 sources whose IPIP packets to one of this edge's VIPs are
+ * decapsulated for failover (the other region's edges, from the edge's
+ * --failover-senders); any other sender's are dropped and counted
+ * (RINGLB_ST_DROP_DECAP_SENDER). Empty: no failover traffic is accepted. */
+#define RINGLB_MAX_DECAP_SENDERS 1024
+struct ringlb_decap_sender_key {
+	__u32 prefixlen;  /* LPM: bits of addr that must match, 0..32 */
+	__u32 addr;       /* be */
+};                        /* 8 bytes */
+
 /* ---- src_drops: PERCPU_ARRAY vip_id -> __u64 -------------------------------- */
 /* packets to the VIP dropped for a source outside its ranges (zeroed when a
  * VIP gets the vip_id, as vip_stats) */
@@ -343,12 +354,15 @@ enum ringlb_stat {
 	RINGLB_ST_AFFINITY_NEW,    /* a new flow of a VIP with affinity whose client had
 				    * no live pod there: the ring chose, recorded
 				    * (informational) */
+	RINGLB_ST_DROP_DECAP_SENDER, /* IPIP to one of our VIPs from an outer source
+				    * outside decap_senders (not the other region's
+				    * edges): dropped, never decapsulated */
 	RINGLB_ST_MAX,
 };
 
 /* ---- map names (the loader finds maps by these) ----------------------------- */
 /* vips, rings, backends, conntrack, owners, config, vip_stats, stats, vip_filter,
  * vip_addrs, flow_filter, bfd_hold, ct_budget, src_ranges, src_drops, src_sets,
- * src_set_of, affinity */
+ * src_set_of, affinity, decap_senders */
 
 #endif /* RINGLB_ABI_H */

@@ -347,7 +347,7 @@ int ringlb_xdp(struct xdp_md *ctx)
 		reason = ringlb_parse_decap(data, data_end, &pkt);
 		if (reason) {
 			count(reason);
-			return reason == RINGLB_ST_DROP_VIP_OTHER ? XDP_DROP : XDP_PASS;
+			return reason == RINGLB_ST_PASS_DECAP_NOT_OURS ? XDP_PASS : XDP_DROP;
 		}
 		decap = 1;
 	} else if (pkt.flow.dport == bpf_htons(RINGLB_BFD_PORT) &&

@@ -46,6 +46,8 @@ pub const VIP_F_CLIENT_AFFINITY: u32 = 0x8;
 pub const VIP_AFFINITY_SHIFT: u32 = 8;
 /// The largest timeout the flags hold (24 bits; Kubernetes allows 86,400 s).
 pub const MAX_AFFINITY_TIMEOUT: u32 = (1 << (32 - VIP_AFFINITY_SHIFT)) - 1;
+/// `decap_senders` entries (the other region's edges, or their prefixes).
+pub const MAX_DECAP_SENDERS: u32 = 1024;
 /// `affinity` entries (LRU, per-CPU lists).
 pub const AFFINITY_SIZE: u32 = 65_536;
 /// The `owners` value's bit for a VIP with `VIP_F_SRC_RANGES` (a conntrack hit
@@ -114,8 +116,15 @@ pub mod map {
     /// `AffinityKey` -> `AffinityValue`: the pod of each client of a VIP with
     /// client affinity (LRU; affinity.h).
     pub const AFFINITY: &str = "affinity";
+    /// `lpm_trie::Key<u32>` (the big-endian IPv4 address) -> 1: the outer
+    /// sources whose IPIP packets to one of this edge's VIPs are decapsulated
+    /// for failover (failover.h; `decap_senders.rs`).
+    pub const DECAP_SENDERS: &str = "decap_senders";
+    /// The per-CPU arrays indexed by vip_id, which the loader sizes to
+    /// `XdpOptions::vip_capacity` (each entry is one per-CPU allocation).
+    pub const PER_VIP_COUNTERS: [&str; 3] = [VIP_STATS, CT_BUDGET, SRC_DROPS];
     /// Every map, for pinning and cleanup.
-    pub const ALL: [&str; 18] = [
+    pub const ALL: [&str; 19] = [
         VIPS,
         RINGS,
         BACKENDS,
@@ -134,11 +143,19 @@ pub mod map {
         SRC_SETS,
         SRC_SET_OF,
         AFFINITY,
+        DECAP_SENDERS,
     ];
     /// Maps newer than some pin dirs in the field: a running edge of an
     /// older release has none pinned.
-    pub const NEWER: [&str; 7] = [
-        BFD_HOLD, CT_BUDGET, SRC_RANGES, SRC_DROPS, SRC_SETS, SRC_SET_OF, AFFINITY,
+    pub const NEWER: [&str; 8] = [
+        BFD_HOLD,
+        CT_BUDGET,
+        SRC_RANGES,
+        SRC_DROPS,
+        SRC_SETS,
+        SRC_SET_OF,
+        AFFINITY,
+        DECAP_SENDERS,
     ];
 }
 
@@ -439,9 +456,10 @@ pub enum Stat {
     DropVipOther,
     AffinityHit,
     AffinityNew,
+    DropDecapSender,
 }
 
-pub const STAT_MAX: u32 = 37;
+pub const STAT_MAX: u32 = 38;
 
 impl Stat {
     pub const ALL: [Stat; STAT_MAX as usize] = [
@@ -482,6 +500,7 @@ impl Stat {
         Stat::DropVipOther,
         Stat::AffinityHit,
         Stat::AffinityNew,
+        Stat::DropDecapSender,
     ];
 
     /// Metric label: `ringlb_xdp_packets_total{reason="..."}`.
@@ -524,6 +543,7 @@ impl Stat {
             Stat::DropVipOther => "drop_vip_other",
             Stat::AffinityHit => "affinity_hit",
             Stat::AffinityNew => "affinity_new",
+            Stat::DropDecapSender => "drop_decap_sender",
         }
     }
 }
@@ -652,6 +672,8 @@ mod tests {
         assert_eq!(define("RINGLB_MAX_SRC_RANGES"), MAX_SRC_RANGES);
         assert_eq!(define("RINGLB_SRC_SET_NETS") as usize, SRC_SET_NETS);
         assert_eq!(define("RINGLB_MAX_SRC_SETS"), MAX_SRC_SETS);
+        assert_eq!(define("RINGLB_MAX_DECAP_SENDERS"), MAX_DECAP_SENDERS);
+        assert!(h.contains("struct ringlb_decap_sender_key {\n\t__u32 prefixlen;"));
         assert!(h.contains("struct ringlb_src_key {\n\t__u32 prefixlen;"));
         assert_eq!(define("RINGLB_BE_F_LOCAL"), BE_F_LOCAL as u32);
         assert_eq!(define("RINGLB_FLOW_F_DECAP"), FLOW_F_DECAP as u32);

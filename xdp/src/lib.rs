@@ -23,6 +23,7 @@ pub mod auto_mode;
 pub mod batch;
 pub mod bfd_hold;
 pub mod cli;
+pub mod decap_senders;
 pub mod ethtool;
 pub mod flow_filter;
 pub mod lookup;

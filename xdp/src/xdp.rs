@@ -139,6 +139,16 @@ pub struct XdpOptions {
     /// least a second; 0 = no limit (conntrack.h; [`auto_ct_insert_budget`]
     /// is the edge's default).
     pub ct_insert_budget: u32,
+    /// How many VIP:port entries the per-VIP per-CPU counters hold
+    /// (`abi::map::PER_VIP_COUNTERS`; vip_ids are given out below it), at most
+    /// and by default [`abi::MAX_VIPS`]. Each entry is one per-CPU allocation in
+    /// each of those maps, the largest part of the time a load takes: tests
+    /// that program a few VIPs load with a few hundred.
+    pub vip_capacity: u32,
+    /// The outer IPv4 sources (network, prefix length) whose IPIP packets to
+    /// one of this edge's VIPs are decapsulated for failover: the other
+    /// region's edges. Empty (the default): none are (`decap_senders.rs`).
+    pub decap_senders: Vec<(Ipv4Addr, u8)>,
 }
 
 impl Default for XdpOptions {
@@ -151,6 +161,8 @@ impl Default for XdpOptions {
             fib_fallback: true,
             object: XdpObject::Production,
             ct_insert_budget: 0,
+            vip_capacity: abi::MAX_VIPS,
+            decap_senders: Vec::new(),
         }
     }
 }
@@ -200,6 +212,10 @@ impl XdpDatapath {
             }
         }
         let (object, flow_filter) = opts.object.for_kernel();
+        let capacity = opts.vip_capacity.clamp(1, abi::MAX_VIPS);
+        for name in abi::map::PER_VIP_COUNTERS {
+            loader.map_max_entries(name, capacity);
+        }
         loader.override_global(abi::CT_INSERT_BUDGET_GLOBAL, &opts.ct_insert_budget, true);
         let mut ebpf = loader
             .load(object)
@@ -215,6 +231,7 @@ impl XdpDatapath {
         // pinned maps from an older build with another layout: refuse clearly
         check_abi(&maps)?;
         write_config(&mut maps, opts)?;
+        crate::decap_senders::write(&mut maps, &opts.decap_senders)?;
         if opts.pin_dir.is_some() {
             // pinned conntrack entries, or a running program, may have keys
             // the filter lacks: every SYN looks up until the owner's first

@@ -373,6 +373,7 @@ fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.77.0.1".parse().unwrap()),
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let r = KernelResolver::new(Some(e.to_string()));

@@ -4,7 +4,8 @@
 //! IPIP packet to one of its own VIPs and forwards the inner packet only by a
 //! failover alias, to the alias's pods; a plain packet to an alias, and IPIP
 //! that is not ours, are passed; a decapsulated packet never travels on to a
-//! remote VIP (the loop guard). Needs root (BPF); skips loudly otherwise.
+//! remote VIP (the loop guard); IPIP from a sender outside `decap_senders` is
+//! dropped before anything else. Needs root (BPF); skips loudly otherwise.
 
 mod xdp_support;
 use xdp_support::fixture::*;
@@ -25,6 +26,19 @@ const OWN: &str = "10.100.0.1";
 const ALIAS: &str = "10.200.0.1";
 /// A's edge (the outer source).
 const A_EDGE: &str = "10.0.0.99";
+/// A's other edges: a prefix B accepts as well.
+const A_EDGES: (&str, u8) = ("10.0.1.0", 24);
+
+/// B's edge: accepts failover traffic from A's edges only.
+fn b_opts(mtu: u32) -> XdpOptions {
+    XdpOptions {
+        decap_senders: vec![
+            (A_EDGE.parse().unwrap(), 32),
+            (A_EDGES.0.parse().unwrap(), A_EDGES.1),
+        ],
+        ..opts(mtu, false)
+    }
+}
 const CLIENT: &str = "192.0.2.7";
 
 fn own() -> Vip {
@@ -58,10 +72,15 @@ fn region_b(dp: &mut XdpDatapath) {
 /// The client's packet to `dst`:`dport` as A's edge sends it on: IPIP from
 /// A's edge to `outer`, optionally VLAN-tagged on B's ingress.
 fn ipip(inner: &Frame, outer: &str, vlan: Option<u16>) -> Vec<u8> {
+    ipip_from(A_EDGE, inner, outer, vlan)
+}
+
+/// As [`ipip`], from `sender`.
+fn ipip_from(sender: &str, inner: &Frame, outer: &str, vlan: Option<u16>) -> Vec<u8> {
     let l3 = inner.l3();
     let mut v = l2_header([2, 0, 0, 0, 0, 0xb], [2, 0, 0, 0, 0, 0xa], vlan, 0x0800);
     v.extend(ip_header(
-        ip(A_EDGE),
+        ip(sender),
         ip(outer),
         4,
         l3.len(),
@@ -101,7 +120,7 @@ fn moved(
 /// tagged or not on the way in; the flow's next packet follows conntrack.
 #[test]
 fn ipip_to_an_own_vip_is_forwarded_by_the_alias_to_its_pod() {
-    let Some(mut dp) = load(1500, false) else {
+    let Some(mut dp) = load_with(&b_opts(1500)) else {
         return;
     };
     region_b(&mut dp);
@@ -135,7 +154,7 @@ fn ipip_to_an_own_vip_is_forwarded_by_the_alias_to_its_pod() {
 /// not ours, passed untouched.
 #[test]
 fn ipip_that_no_alias_serves_is_dropped_or_passed_untouched() {
-    let Some(mut dp) = load(1500, false) else {
+    let Some(mut dp) = load_with(&b_opts(1500)) else {
         return;
     };
     region_b(&mut dp);
@@ -199,7 +218,7 @@ fn ipip_that_no_alias_serves_is_dropped_or_passed_untouched() {
 /// the decap flag, so the plain packet does not find it).
 #[test]
 fn a_plain_packet_to_an_alias_is_passed() {
-    let Some(mut dp) = load(1500, false) else {
+    let Some(mut dp) = load_with(&b_opts(1500)) else {
         return;
     };
     region_b(&mut dp);
@@ -222,7 +241,7 @@ fn a_plain_packet_to_an_alias_is_passed() {
 /// VIP like to a pod (outer destination = B's VIP), counted `failover_out`.
 #[test]
 fn a_remote_vip_backend_is_the_outer_destination() {
-    let Some(mut dp) = load(1500, false) else {
+    let Some(mut dp) = load_with(&b_opts(1500)) else {
         return;
     };
     let v = vip("10.200.0.1", 80, Proto::Tcp);
@@ -266,7 +285,7 @@ fn a_decapsulated_packet_never_goes_to_a_remote_vip() {
     let fs = BpfFs::new("failover");
     let o = XdpOptions {
         pin_dir: Some(fs.path().join("ringlb")),
-        ..opts(1500, false)
+        ..b_opts(1500)
     };
     let mut dp = XdpDatapath::load(&o, Box::new(StaticResolver::everywhere(NH))).unwrap();
     region_b(&mut dp);
@@ -316,7 +335,7 @@ fn a_decapsulated_packet_never_goes_to_a_remote_vip() {
 /// before conntrack or any lookup (only `pass_not_vip` moves).
 #[test]
 fn ipip_to_a_non_vip_address_costs_only_the_filter() {
-    let Some(mut dp) = load(1500, false) else {
+    let Some(mut dp) = load_with(&b_opts(1500)) else {
         return;
     };
     region_b(&mut dp);
@@ -331,7 +350,7 @@ fn ipip_to_a_non_vip_address_costs_only_the_filter() {
 /// size that fits, from the alias's VIP, quoting the inner packet.
 #[test]
 fn a_decapsulated_packet_too_big_for_the_tunnel_gets_frag_needed_from_the_alias() {
-    let Some(mut dp) = load(1400, false) else {
+    let Some(mut dp) = load_with(&b_opts(1400)) else {
         return;
     };
     region_b(&mut dp);
@@ -354,4 +373,62 @@ fn a_decapsulated_packet_too_big_for_the_tunnel_gets_frag_needed_from_the_alias(
     // the quote is the inner packet
     assert_eq!(&out[42..42 + 40], &inner.l3()[..40]);
     assert_eq!(out.len(), 14 + 28 + 512);
+}
+
+/// (g) Who may send: IPIP to B's own VIP is decapsulated only from a sender in
+/// `decap_senders` (an address, or inside a prefix); from anyone else it is
+/// dropped untouched before the inner packet is looked at, counted
+/// `drop_decap_sender`, nothing inserted. A reload over the pinned maps
+/// rewrites the set: with none, nobody's IPIP is taken apart.
+#[test]
+fn ipip_from_a_sender_outside_the_other_regions_edges_is_dropped() {
+    if !is_root() {
+        ringlb_testkit::tier::skip("xdp failover tests need root (BPF, bpffs)");
+        return;
+    }
+    let fs = BpfFs::new("failover-senders");
+    let pinned = |senders: Vec<(std::net::Ipv4Addr, u8)>| XdpOptions {
+        pin_dir: Some(fs.path().join("ringlb")),
+        decap_senders: senders,
+        ..opts(1500, false)
+    };
+    let b = pinned(b_opts(1500).decap_senders);
+    let mut dp = XdpDatapath::load(&b, Box::new(StaticResolver::everywhere(NH))).unwrap();
+    region_b(&mut dp);
+    for (sender, sport) in [(A_EDGE, 44000), ("10.0.1.77", 44001)] {
+        let (verdict, _) = run(&dp, &ipip_from(sender, &to_alias(sport), OWN, None));
+        assert_eq!(verdict, XDP_TX, "{sender} is one of A's edges");
+    }
+    for (sender, sport) in [
+        ("10.0.0.98", 44002),
+        ("10.0.2.1", 44003),
+        ("192.0.2.9", 44004),
+    ] {
+        let frame = ipip_from(sender, &to_alias(sport), OWN, None);
+        let c0 = counters(&dp);
+        assert_eq!(run(&dp, &frame), (XDP_DROP, frame.clone()), "{sender}");
+        assert_eq!(
+            moved(&c0, &counters(&dp)),
+            vec![("drop_decap_sender", 1)],
+            "{sender}"
+        );
+    }
+    let ct: aya::maps::HashMap<_, abi::Flow, abi::CtValue> =
+        dp.maps().map(abi::map::CONNTRACK).unwrap();
+    assert_eq!(
+        ct.keys().count(),
+        2,
+        "entries for A's two edges' flows only"
+    );
+    drop(dp);
+    // the next start with no senders: A's edge is refused too
+    let dp = XdpDatapath::load(
+        &pinned(Vec::new()),
+        Box::new(StaticResolver::everywhere(NH)),
+    )
+    .unwrap();
+    let frame = ipip(&to_alias(44005), OWN, None);
+    let c0 = counters(&dp);
+    assert_eq!(run(&dp, &frame), (XDP_DROP, frame.clone()));
+    assert_eq!(moved(&c0, &counters(&dp)), vec![("drop_decap_sender", 1)]);
 }

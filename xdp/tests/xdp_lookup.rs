@@ -31,6 +31,7 @@ fn load(pin: Option<&BpfFs>) -> Option<XdpDatapath> {
         pin_dir: pin.map(|p| p.path().join("ringlb")),
         src4: Some("10.0.0.11".parse().unwrap()),
         fib_fallback: false,
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let resolver = StaticResolver::everywhere(NextHop {
@@ -363,6 +364,7 @@ fn next_hops_are_resolved_once_per_pod_not_per_id() {
         pin_dir: None,
         src4: Some("10.0.0.11".parse().unwrap()),
         fib_fallback: false,
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(r.clone())).unwrap();

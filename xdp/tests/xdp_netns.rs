@@ -142,6 +142,7 @@ fn the_edge(e: &str) -> XdpDatapath {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.201.0.11".parse().unwrap()),
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let resolver = KernelResolver::new(Some(e.to_string()));

@@ -118,6 +118,7 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
         pin_dir: None,
         src4: None,
         src6: Some("fd00:201::11".parse().unwrap()),
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.clone())))).unwrap();

@@ -348,6 +348,7 @@ fn the_edge(ns: &str, addr: &str) -> XdpDatapath {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some(addr.parse().unwrap()),
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let resolver = KernelResolver::new(Some(ns.to_string()));

@@ -33,6 +33,8 @@ const VIP_A: &str = "10.202.100.1";
 const VIP_B: &str = "10.202.100.2";
 const POD1: &str = "10.202.2.21";
 const POD2: &str = "10.202.3.22";
+/// Edge A's address: the outer source of what it sends to B.
+const EDGE_A: &str = "10.202.0.11";
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
@@ -57,6 +59,9 @@ fn edge(ns: &str, src: &str, desired: &DesiredState) -> XdpDatapath {
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some(src.parse().unwrap()),
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
+        // B takes failover traffic from A's edge (A's own setting is unused)
+        decap_senders: vec![(EDGE_A.parse().unwrap(), 32)],
         ..XdpOptions::default()
     };
     let resolver = KernelResolver::new(Some(ns.to_string()));
@@ -94,7 +99,7 @@ fn tcp_to_a_vip_without_pods_is_served_by_the_other_regions_pods() {
     let to_b = entry(&va, &[VIP_B]).with_remote(&va, [ip(VIP_B)]).unwrap();
     let mut dp_a = edge(
         ea,
-        "10.202.0.11",
+        EDGE_A,
         &DesiredState {
             services: [(va, to_b)].into_iter().collect(),
         },

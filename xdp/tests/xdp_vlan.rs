@@ -43,6 +43,7 @@ fn load_object(nh: NextHop, object: XdpObject) -> Option<XdpDatapath> {
         src6: Some("2001:db8::11".parse().unwrap()),
         fib_fallback: false,
         object,
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let resolver = StaticResolver::everywhere(nh);
@@ -255,6 +256,7 @@ fn a_refresh_moves_the_backends_onto_and_off_a_vlan() {
         pin_dir: None,
         src4: Some("10.0.0.11".parse().unwrap()),
         fib_fallback: false,
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let mut dp = XdpDatapath::load(&opts, Box::new(Switchable(answer.clone()))).unwrap();

@@ -137,6 +137,7 @@ fn the_edge(e: &str, nh: NextHop) -> XdpDatapath {
         pin_dir: None,
         src4: Some("10.60.0.1".parse().unwrap()),
         fib_fallback: false,
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     };
     let resolver = StaticResolver::everywhere(nh);

@@ -111,6 +111,9 @@ pub struct Cluster {
     pub bins: Bins,
     pub daemons: Vec<Daemon>,
     pub edge_datapath: EdgeDatapath,
+    /// The XDP edges' `--failover-senders`: the other region's edges (empty:
+    /// no failover traffic accepted, as the flag's default).
+    pub failover_senders: Vec<String>,
     keep: bool,
 }
 
@@ -123,6 +126,7 @@ impl Cluster {
             bins,
             daemons: Vec::new(),
             edge_datapath: EdgeDatapath::Xdp,
+            failover_senders: Vec::new(),
             keep: false,
         }
     }
@@ -337,6 +341,7 @@ impl Cluster {
         let ip = self.addrs.edges[i - 1].clone();
         let name = format!("edge{i}");
         let pin = pin_dir.display().to_string();
+        let senders = format!("--failover-senders={}", self.failover_senders.join(","));
         self.daemons.retain_mut(|d| d.name != name || d.alive());
         let http = format!("0.0.0.0:{EDGE_HTTP_PORT}");
         let mut argv = vec![
@@ -354,16 +359,21 @@ impl Cluster {
             "0s",
         ];
         match self.edge_datapath {
-            EdgeDatapath::Xdp => argv.extend([
-                "--interface",
-                "eth0",
-                "--xdp-mode",
-                "native",
-                "--pin-dir",
-                &pin,
-                "--mtu",
-                &mtu,
-            ]),
+            EdgeDatapath::Xdp => {
+                argv.extend([
+                    "--interface",
+                    "eth0",
+                    "--xdp-mode",
+                    "native",
+                    "--pin-dir",
+                    &pin,
+                    "--mtu",
+                    &mtu,
+                ]);
+                if !self.failover_senders.is_empty() {
+                    argv.push(&senders);
+                }
+            }
             // IPVS tunnels to the pod IPs with `mh` (mh-port, mh-fallback: the defaults)
             EdgeDatapath::Ipvs => argv.extend(["--datapath", "ipvs", "--forwarding", "tunnel"]),
         }

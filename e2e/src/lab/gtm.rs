@@ -440,6 +440,9 @@ impl GtmLab {
         let topo_b = core.region("b", 220, 1, 2)?;
         let mut ca = Cluster::new(&topo_a, bins.clone());
         let mut cb = Cluster::new(&topo_b, bins.clone());
+        // each region takes failover traffic from the other's edges only
+        ca.failover_senders = topo_b.addrs.edges.clone();
+        cb.failover_senders = topo_a.addrs.edges.clone();
         let (va, vb) = std::thread::scope(|s| {
             let a = s.spawn(|| start_region(&topo_a, &mut ca));
             let b = s.spawn(|| start_region(&topo_b, &mut cb));

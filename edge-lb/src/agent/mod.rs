@@ -180,6 +180,13 @@ pub struct RunArgs {
     /// (16384 with 2 CPUs, 2048 with 16); a number; 0 = no limit.
     #[arg(long, default_value = "auto", value_parser = parse_ct_insert_budget)]
     pub ct_insert_budget: CtInsertBudget,
+    /// XDP only. The other region's edges (IPv4 addresses or prefixes,
+    /// comma-separated) whose IPIP packets to this edge's VIPs are decapsulated
+    /// for a failover alias (`ringlb.io/accept-failover-from`). IPIP from any other
+    /// source to a VIP is dropped and counted (`drop_decap_sender`). Empty (the
+    /// default): no failover traffic is accepted; `0.0.0.0/0` accepts any sender.
+    #[arg(long, env = "RINGLB_FAILOVER_SENDERS", value_delimiter = ',')]
+    pub failover_senders: Vec<ipnetwork::Ipv4Network>,
     /// XDP only. Largest packet after encapsulation (the fabric MTU). Larger ones are answered
     /// with ICMP Fragmentation Needed / Packet Too Big; IPv4 without DF is passed.
     #[arg(long, default_value_t = 1500)]
@@ -544,8 +551,21 @@ fn load_xdp(args: &RunArgs, resolver: EdgeResolver) -> anyhow::Result<XdpDatapat
         src6: args.src6(),
         mtu: args.mtu,
         ct_insert_budget,
+        decap_senders: args
+            .failover_senders
+            .iter()
+            .map(|n| (n.network(), n.prefix()))
+            .collect(),
         ..Default::default()
     };
+    if opts.decap_senders.is_empty() {
+        tracing::info!(
+            "--failover-senders is empty: IPIP to this edge's VIPs is dropped, so a \
+             Service's ringlb.io/accept-failover-from aliases receive nothing"
+        );
+    } else {
+        tracing::info!(senders = ?args.failover_senders, "failover traffic accepted from");
+    }
     let fresh = !XdpDatapath::is_installed(&args.pin_dir);
     let attached = XdpDatapath::load(&opts, Box::new(resolver))
         .context("loading the XDP datapath")

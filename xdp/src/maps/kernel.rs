@@ -349,6 +349,17 @@ impl Maps for KernelMaps {
         }
         Ok(c)
     }
+
+    fn vip_capacity(&self) -> Result<u32, Error> {
+        let mut cap = abi::MAX_VIPS;
+        for name in abi::map::PER_VIP_COUNTERS {
+            let map = self.ebpf.map(name).ok_or(BpfError::Missing { name })?;
+            if let aya::maps::Map::PerCpuArray(m) = map {
+                cap = cap.min(m.info().map_err(map_err(name))?.max_entries());
+            }
+        }
+        Ok(cap)
+    }
 }
 
 /// Runs `f` over the memory of `data`, a `flow_filter` map.

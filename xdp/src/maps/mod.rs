@@ -76,6 +76,11 @@ pub trait Maps {
     /// The global counters, and the per-VIP ones of `vips` (VIP, vip_id), summed
     /// over CPUs.
     fn counters(&self, vips: &[(Vip, u32)]) -> Result<Counters, Error>;
+    /// How many vip_ids the per-VIP counter maps hold (the loader sizes them,
+    /// `XdpOptions::vip_capacity`): ids are given out below it.
+    fn vip_capacity(&self) -> Result<u32, Error> {
+        Ok(abi::MAX_VIPS)
+    }
 }
 
 /// Writes `ops`. `tombstone_gen` is the generation high-water mark: every
@@ -177,6 +182,7 @@ pub fn read_back(maps: &dyn Maps) -> Result<ReadBack, Error> {
     let mut r = ReadBack {
         owners: maps.owners()?,
         src_ranges: maps.src_ranges()?,
+        vip_capacity: Some(maps.vip_capacity()?),
         ..Default::default()
     };
     let mut entries = maps.vips()?;

@@ -169,7 +169,7 @@ fn check_ids_available(
     if needs_vip_id && p.vip_ids.available() == 0 {
         return Err(Error::IdsExhausted {
             what: "VIP",
-            max: abi::MAX_VIPS,
+            max: p.vip_ids.max,
         });
     }
     Ok(())

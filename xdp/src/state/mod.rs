@@ -188,6 +188,8 @@ pub struct ReadBack {
     pub src_ranges: BTreeMap<u32, BTreeSet<SourceRange>>,
     /// `src_set_of[vip_id]` of every VIP entry's vip_id.
     pub src_set_of: BTreeMap<u32, u32>,
+    /// How many vip_ids the per-VIP counters hold (`None`: [`abi::MAX_VIPS`]).
+    pub vip_capacity: Option<u32>,
 }
 
 impl Programmed {
@@ -301,7 +303,11 @@ impl Programmed {
         Self {
             src_sets: IdPool::new(1, abi::MAX_SRC_SETS, sets),
             backend_ids: IdPool::new(1, abi::MAX_BACKENDS, used),
-            vip_ids: IdPool::new(0, abi::MAX_VIPS, vips.values().map(|v| v.vip_id)),
+            vip_ids: IdPool::new(
+                0,
+                r.vip_capacity.unwrap_or(abi::MAX_VIPS),
+                vips.values().map(|v| v.vip_id),
+            ),
             vips,
             last_generation,
             orphans,

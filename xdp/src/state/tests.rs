@@ -315,6 +315,7 @@ fn apply_service_deletes_an_orphan_once_no_ring_names_it() {
     let r = ReadBack {
         src_ranges: Default::default(),
         src_set_of: Default::default(),
+        vip_capacity: None,
         vips: vec![
             // 7 is a second id for .1 in a's ring and in b's (maps of a
             // loader with global ids, or a failed apply)
@@ -430,6 +431,7 @@ fn restore_takes_ownership_from_the_rings() {
     let r = ReadBack {
         src_ranges: Default::default(),
         src_set_of: Default::default(),
+        vip_capacity: None,
         vips: vec![
             // a: ids 1 (.1) and 4 (.2), an empty slot and a tombstone (6)
             (a, info(3, 5), Some(vec![1, 4, 0, 6, 1])),
@@ -508,6 +510,7 @@ fn restore_takes_ownership_from_the_rings() {
     let lone = Programmed::restore(ReadBack {
         src_ranges: Default::default(),
         src_set_of: Default::default(),
+        vip_capacity: None,
         owners: [(3, 5)].into_iter().collect(),
         backends: [(3, be(ip(9), 2))].into_iter().collect(),
         ..Default::default()
@@ -534,6 +537,7 @@ fn restored_identical_state_writes_nothing() {
     let r = ReadBack {
         src_ranges: Default::default(),
         src_set_of: Default::default(),
+        vip_capacity: None,
         vips: vec![(v, info(pv.vip_id, 5), pv.ring.clone())],
         owners: pv.backends.values().map(|b| (b.id, pv.vip_id)).collect(),
         backends: pv
@@ -550,6 +554,7 @@ fn restored_identical_state_writes_nothing() {
     let r = ReadBack {
         src_ranges: Default::default(),
         src_set_of: Default::default(),
+        vip_capacity: None,
         vips: vec![(v, info(pv.vip_id, 5), None)],
         ..Default::default()
     };
@@ -719,4 +724,29 @@ fn remote_backends_and_aliases_round_trip_through_the_maps() {
     assert!(ops.contains(&MapOp::DelBackend { id: rid }), "{ops:?}");
     run(&mut m, &ops);
     assert!(!m.backends[&now.id].is_remote());
+}
+
+#[test]
+fn vip_ids_stay_below_the_counters_capacity() {
+    let small = Programmed::restore(ReadBack {
+        vip_capacity: Some(1),
+        ..ReadBack::default()
+    });
+    let (a, b) = (vip(1, 80), vip(2, 80));
+    let (_, one) = plan(&small, &state(vec![(a, svc(&a, &[1], 7))])).unwrap();
+    let err = plan(
+        &one,
+        &state(vec![(a, svc(&a, &[1], 7)), (b, svc(&b, &[2], 7))]),
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            crate::Error::IdsExhausted {
+                what: "VIP",
+                max: 1
+            }
+        ),
+        "{err:?}"
+    );
 }

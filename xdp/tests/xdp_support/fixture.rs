@@ -69,6 +69,7 @@ pub fn opts(mtu: u32, src6: bool) -> XdpOptions {
         src6: src6.then(|| "2001:db8::11".parse().unwrap()),
         mtu,
         fib_fallback: false,
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         ..XdpOptions::default()
     }
 }

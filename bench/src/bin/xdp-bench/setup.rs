@@ -86,6 +86,8 @@ pub fn load_budgeted(
         fib_fallback: false,
         object: XdpObject::Exactly(object),
         ct_insert_budget,
+        // the production sizes: the program measured is the one edges run
+        ..XdpOptions::default()
     };
     let mut dp = XdpDatapath::load(&opts, resolver())?;
     dp.apply(d)?;
