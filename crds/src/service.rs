@@ -100,7 +100,7 @@ pub const ANNOTATIONS: &[(&str, &str, &str)] = &[
     (
         ANNOTATION_ACCEPT_FAILOVER_FROM,
         "edges",
-        "Other regions' IPv4 VIPs, comma-separated, accepted as failover aliases of each port of this Service: the edges serve `<ip>:port` with this Service's ready backends for the IPIP packets another region's edges send to this Service's VIP. Never announced, no health page. An alias equal to one of this edge's own VIP:ports is ignored (the real VIP wins).",
+        "Other regions' IPv4 VIPs, comma-separated, accepted as failover aliases of each port of this Service: the edges serve `<ip>:port` with this Service's ready backends for the IPIP packets another region's edges send to this Service's VIP, from the senders the edges' `--failover-senders` (chart `edge.failoverSenders`) names; from any other sender they are dropped. Never announced, no health page. An alias equal to one of this edge's own VIP:ports is ignored (the real VIP wins).",
     ),
 ];
 
