@@ -19,7 +19,9 @@
 #   --source    also write ringlb-VERSION-source.tar.gz (tree + cargo vendor), the
 #               Corresponding Source to publish beside the GPL-3.0 edge image
 #   --no-build  reuse the release binaries already in the target folder
-# Env: RINGLB_IMAGES_OUT (default images/out), IMAGE_REGISTRY (ghcr.io/ringlb),
+# Env: RINGLB_IMAGES_OUT (default images/out), RINGLB_IMAGES_CACHE (the base root
+#      filesystems, kept between checkouts; default ~/.cache/ringlb/images),
+#      IMAGE_REGISTRY (ghcr.io/ringlb),
 #      DEBIAN_SUITE (bookworm), DEBIAN_MIRROR (http://deb.debian.org/debian),
 #      CARGO, CARGO_TARGET_DIR. Needs root (debootstrap, chroot). docs/images.md.
 set -euo pipefail
@@ -78,6 +80,10 @@ if [ "$VERSION" != "$APP_VERSION" ]; then
   exit 1
 fi
 mkdir -p "$OUT/cache"
+# The base root filesystems depend only on the suite and the packages: kept outside
+# the checkout, so a fresh clone (CI) does not debootstrap them again.
+BASE_CACHE=${RINGLB_IMAGES_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/images}
+mkdir -p "$BASE_CACHE"
 CHROOT=$(command -v chroot)
 
 build_binaries() {
@@ -102,8 +108,8 @@ packages_of() {
 # The cached base root filesystem of a program.
 rootfs_of() {
   case "$1" in
-    ringlb-edge) echo "$OUT/cache/rootfs-$SUITE-edge" ;;
-    *) echo "$OUT/cache/rootfs-$SUITE" ;;
+    ringlb-edge) echo "$BASE_CACHE/rootfs-$SUITE-edge" ;;
+    *) echo "$BASE_CACHE/rootfs-$SUITE" ;;
   esac
 }
 
@@ -118,8 +124,8 @@ base_rootfs() {
   fi
   rm -rf "$rootfs" "$rootfs.tmp"
   debootstrap --variant=minbase --include="$(packages_of "$p")" "$SUITE" "$rootfs.tmp" "$MIRROR" \
-    >"$OUT/cache/debootstrap-$p.log" 2>&1 || {
-    tail -n 20 "$OUT/cache/debootstrap-$p.log" >&2
+    >"$BASE_CACHE/debootstrap-$p.log" 2>&1 || {
+    tail -n 20 "$BASE_CACHE/debootstrap-$p.log" >&2
     return 1
   }
   (
