@@ -218,10 +218,23 @@ impl Drop for Daemon {
 }
 
 /// The last `n` lines of a file ("" when unreadable).
+///
+/// A backtrace's frames are left out: with them, a panicking program's last lines
+/// are frames, and its panic message scrolls out of a short tail.
 pub fn tail(path: &Path, n: usize) -> String {
     let s = std::fs::read_to_string(path).unwrap_or_default();
-    let lines: Vec<&str> = s.lines().collect();
+    let lines: Vec<&str> = s.lines().filter(|l| !is_backtrace_frame(l)).collect();
     lines[lines.len().saturating_sub(n)..].join("\n")
+}
+
+/// `  12: std::panicking::...` or `             at /rustc/...`.
+fn is_backtrace_frame(line: &str) -> bool {
+    let t = line.trim_start();
+    if t.starts_with("at /") || t.starts_with("at ./") {
+        return true;
+    }
+    t.split_once(": ")
+        .is_some_and(|(k, _)| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit()))
 }
 
 /// Stops every process listed in `<dir>/pids` (TERM, then KILL), for `ringlb-lab down`.
@@ -286,6 +299,25 @@ mod tests {
             "control-plane"
         ));
         assert!(recorded_matches(b"/c/etcd\0--name=default\0", "etcd"));
+    }
+
+    #[test]
+    fn a_tail_leaves_backtrace_frames_out() {
+        let dir = std::env::temp_dir().join(format!("ringlb-tail-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let log = dir.join("x.log");
+        std::fs::write(
+            &log,
+            "starting\nthread 'main' panicked at src/x.rs:3:5:\nport 6443 in use\n\
+             stack backtrace:\n   0: std::panicking::begin_panic\n             at /rustc/abc/panicking.rs:1:1\n\
+            25: main\n2026-12-02T02:31:50Z INFO 12: not a frame\n",
+        )
+        .unwrap();
+        assert_eq!(
+            tail(&log, 3),
+            "port 6443 in use\nstack backtrace:\n2026-12-02T02:31:50Z INFO 12: not a frame"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]
