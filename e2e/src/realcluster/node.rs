@@ -183,9 +183,14 @@ impl Node {
     }
 
     /// Imports docker archives into containerd's `k8s.io` namespace (the kubelet's).
+    ///
+    /// `--no-unpack`: only the blobs are written; the CRI plugin unpacks an image
+    /// into the snapshotter when it first creates a container of it on this node,
+    /// so a node unpacks only the images it runs (the two controller replicas run
+    /// on two of the four nodes, for one).
     pub fn import_images(&self, tars: &[PathBuf]) -> Result<()> {
         for t in tars {
-            self.ctr(&["images", "import", &t.display().to_string()])?;
+            self.ctr(&["images", "import", "--no-unpack", &t.display().to_string()])?;
         }
         Ok(())
     }
