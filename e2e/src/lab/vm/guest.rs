@@ -20,7 +20,10 @@
 //! 7. the Service with `sessionAffinity: ClientIP`: both edges' IPVS services
 //!    persistent with its timeout; every new connection of the client, through
 //!    both edges, reaches one pod, which both edges' persistence templates name;
-//!    affinity off again: new connections reach more than one pod.
+//!    affinity off again: new connections reach more than one pod;
+//! 8. affinity on again, and the client's pod deleted with a grace period: both
+//!    edges keep it at weight 0 (serving while terminating), and the client's new
+//!    connections, whose persistence template named it, reach a ready pod.
 
 use std::net::{Ipv4Addr, SocketAddrV4};
 use std::path::{Path, PathBuf};
@@ -28,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{ListParams, Patch, PatchParams};
+use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 
 use super::flows::{self, FlowMap};
 use super::{FIGURE, GUEST_ADMIN_KUBECONFIG, GUEST_API, VmConfig};
@@ -71,7 +74,7 @@ pub fn run(etc: &Path) -> i32 {
     let t0 = Instant::now();
     let mut results = (0, 0);
     let mut lab = None;
-    let steps: [(&str, Step); 7] = [
+    let steps: [(&str, Step); 8] = [
         ("two_ipvs_edges_agree_and_announce_the_vip", start),
         (
             "http_reaches_every_pod_through_both_edges_with_dsr",
@@ -87,6 +90,10 @@ pub fn run(etc: &Path) -> i32 {
         (
             "client_affinity_holds_one_pod_through_both_edges",
             client_affinity,
+        ),
+        (
+            "a_terminating_pods_affinity_client_moves_to_a_ready_pod",
+            terminating_affinity,
         ),
     ];
     let mut failed = false;
@@ -662,11 +669,7 @@ fn client_affinity(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     );
     ensure!(e1 > 0 && e2 > 0, "both edges carried some of them (ECMP)");
     let pod = pods.keys().next().context("no pod answered")?;
-    let ip = pod
-        .strip_prefix("pod")
-        .and_then(|i| i.parse::<usize>().ok())
-        .and_then(|i| l.a.pods.get(i.wrapping_sub(1)))
-        .with_context(|| format!("no address for {pod}"))?;
+    let ip = pod_addr(l, pod)?;
     for (i, t) in tpl.iter().enumerate() {
         ensure!(
             t.len() == 1 && t[0].split(':').next() == Some(ip.as_str()),
@@ -686,9 +689,98 @@ fn client_affinity(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The address of lab pod `podN`.
+fn pod_addr(l: &Lab, pod: &str) -> anyhow::Result<String> {
+    pod.strip_prefix("pod")
+        .and_then(|i| i.parse::<usize>().ok())
+        .and_then(|i| l.a.pods.get(i.wrapping_sub(1)))
+        .cloned()
+        .with_context(|| format!("no address for {pod}"))
+}
+
+/// Deletes the web pod with IP `ip`, with `grace` seconds to go (the lab kubelet
+/// keeps it Ready until then, so its endpoint is serving and terminating); its name.
+async fn delete_pod(kube: &kube::Client, ip: &str, grace: u32) -> anyhow::Result<String> {
+    let pods: kube::Api<Pod> = kube::Api::namespaced(kube.clone(), "default");
+    let list = pods.list(&ListParams::default().labels("app=web")).await?;
+    let name = list
+        .items
+        .into_iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(ip))
+        .and_then(|p| p.metadata.name)
+        .with_context(|| format!("no web pod with IP {ip}"))?;
+    let dp = DeleteParams {
+        grace_period_seconds: Some(grace),
+        ..DeleteParams::default()
+    };
+    pods.delete(&name, &dp).await?;
+    Ok(name)
+}
+
+/// The weight of real server `ip` in `ipvsadm -Ln` output, if listed.
+pub fn dest_weight(ipvsadm: &str, ip: &str) -> Option<u32> {
+    let want = format!("{ip}:");
+    ipvsadm.lines().find_map(|l| {
+        let f: Vec<&str> = l.split_whitespace().collect();
+        (f.len() == 6 && f[0] == "->" && f[1].starts_with(&want))
+            .then(|| f[3].parse().ok())
+            .flatten()
+    })
+}
+
+fn terminating_affinity(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
+    let l = lab(slot)?;
+    let n = l.cfg.flows;
+    let first = AFFINITY_PORT + 2 * n;
+    set_affinity(l, Some(AFFINITY_TIMEOUT))?;
+    wait_persistence(l, Some(AFFINITY_TIMEOUT))?;
+    let pods = flows::per_pod(&flow_map_from(l, first)?);
+    ensure!(pods.len() == 1, "with affinity, one pod: {pods:?}");
+    let had = pods.keys().next().context("no pod answered")?.clone();
+    let ip = pod_addr(l, &had)?;
+    let name = l.rt.block_on(delete_pod(&l.kube, &ip, 600))?;
+    println!("pod {name} ({ip}, {had}) deleted with a 600 s grace period");
+    let svc = format!("{}:{}", l.cfg.vip, l.a.port);
+    wait_for(
+        &format!("both edges to keep {ip} at weight 0"),
+        LONG,
+        Duration::from_millis(500),
+        || {
+            l.cluster.check_daemons()?;
+            for i in 1..=2 {
+                let ns = l.topo.ns(&format!("edge{i}"));
+                let out = run_in(&ns, &["ipvsadm", "-Ln", "-t", &svc])?;
+                if dest_weight(&out, &ip) != Some(0) {
+                    return Ok(Err(format!("edge{i}: {out}")));
+                }
+            }
+            Ok(Ok(()))
+        },
+    )?;
+    let pods = flows::per_pod(&flow_map_from(l, first + n)?);
+    println!(
+        "{FIGURE}terminating: {n} new connections of the client whose pod {had} is terminating answered by {pods:?}"
+    );
+    ensure!(
+        !pods.contains_key(&had) && pods.len() == 1,
+        "new connections reach one ready pod, not the terminating {had}: {pods:?}"
+    );
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_real_servers_weight_is_read_from_its_line() {
+        let out = "TCP  10.210.100.10:80 mh persistent 600\n\
+  -> 10.210.5.23:80               Tunnel  1      0          0\n\
+  -> 10.210.4.22:80               Tunnel  0      3          0\n";
+        assert_eq!(dest_weight(out, "10.210.4.22"), Some(0));
+        assert_eq!(dest_weight(out, "10.210.5.23"), Some(1));
+        assert_eq!(dest_weight(out, "10.210.5.2"), None);
+    }
 
     #[test]
     fn ipvsadm_lists_real_servers_in_order() {
