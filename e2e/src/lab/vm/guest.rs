@@ -34,6 +34,7 @@ use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, ListParams, Patch, PatchParams};
 
 use super::flows::{self, FlowMap};
+use super::ipvsadm::{dest_weight, parse_dests, parse_templates};
 use super::{FIGURE, GUEST_ADMIN_KUBECONFIG, GUEST_API, VmConfig};
 use crate::lab::bridge::Bridge;
 use crate::lab::cmd::run_in;
@@ -216,16 +217,6 @@ fn dests(l: &Lab, i: usize) -> crate::lab::Result<Vec<String>> {
     // --nosort: ipvsadm sorts by address unless told not to
     let out = run_in(&ns, &["ipvsadm", "-Ln", "--nosort", "-t", &svc])?;
     Ok(parse_dests(&out))
-}
-
-/// `ADDR:PORT FORWARD WEIGHT` of each `->` line of `ipvsadm -Ln` (not the header).
-pub fn parse_dests(ipvsadm: &str) -> Vec<String> {
-    ipvsadm
-        .lines()
-        .filter_map(|l| l.trim().strip_prefix("->"))
-        .map(|r| r.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
-        .filter(|r| !r.starts_with("RemoteAddress"))
-        .collect()
 }
 
 /// Waits until both edges hold `n` real servers of weight > 0, the same list in the
@@ -623,20 +614,6 @@ fn templates(l: &Lab, i: usize, client: &str) -> anyhow::Result<Vec<String>> {
     Ok(parse_templates(&out, client, &virt))
 }
 
-/// The destinations of the persistence templates of `client` for `virt` in
-/// `ipvsadm -Lnc` (`pro expire state source virtual destination`): a template is
-/// the entry whose source port is 0.
-pub fn parse_templates(ipvsadm: &str, client: &str, virt: &str) -> Vec<String> {
-    let src = format!("{client}:0");
-    ipvsadm
-        .lines()
-        .filter_map(|l| {
-            let f: Vec<&str> = l.split_whitespace().collect();
-            (f.len() == 6 && f[3] == src && f[4] == virt).then(|| f[5].to_string())
-        })
-        .collect()
-}
-
 fn client_affinity(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     let l = lab(slot)?;
     let client = l.a.client.clone();
@@ -717,17 +694,6 @@ async fn delete_pod(kube: &kube::Client, ip: &str, grace: u32) -> anyhow::Result
     Ok(name)
 }
 
-/// The weight of real server `ip` in `ipvsadm -Ln` output, if listed.
-pub fn dest_weight(ipvsadm: &str, ip: &str) -> Option<u32> {
-    let want = format!("{ip}:");
-    ipvsadm.lines().find_map(|l| {
-        let f: Vec<&str> = l.split_whitespace().collect();
-        (f.len() == 6 && f[0] == "->" && f[1].starts_with(&want))
-            .then(|| f[3].parse().ok())
-            .flatten()
-    })
-}
-
 fn terminating_affinity(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> {
     let l = lab(slot)?;
     let n = l.cfg.flows;
@@ -766,53 +732,4 @@ fn terminating_affinity(slot: &mut Option<Lab>, _: &Path) -> anyhow::Result<()> 
         "new connections reach one ready pod, not the terminating {had}: {pods:?}"
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_real_servers_weight_is_read_from_its_line() {
-        let out = "TCP  10.210.100.10:80 mh persistent 600\n\
-  -> 10.210.5.23:80               Tunnel  1      0          0\n\
-  -> 10.210.4.22:80               Tunnel  0      3          0\n";
-        assert_eq!(dest_weight(out, "10.210.4.22"), Some(0));
-        assert_eq!(dest_weight(out, "10.210.5.23"), Some(1));
-        assert_eq!(dest_weight(out, "10.210.5.2"), None);
-    }
-
-    #[test]
-    fn ipvsadm_lists_real_servers_in_order() {
-        let out = "IP Virtual Server version 1.2.1 (size=4096)\n\
-Prot LocalAddress:Port Scheduler Flags\n\
-  -> RemoteAddress:Port           Forward Weight ActiveConn InActConn\n\
-TCP  10.210.100.10:80 mh (mh-fallback,mh-port)\n\
-  -> 10.210.5.23:80               Tunnel  1      0          0\n\
-  -> 10.210.4.22:80               Tunnel  1      3          0\n\
-  -> 10.210.3.21:80               Tunnel  0      0          0\n";
-        assert_eq!(
-            parse_dests(out),
-            [
-                "10.210.5.23:80 Tunnel 1",
-                "10.210.4.22:80 Tunnel 1",
-                "10.210.3.21:80 Tunnel 0"
-            ]
-        );
-    }
-
-    #[test]
-    fn ipvsadm_lists_the_templates_of_one_client() {
-        let out = "IPVS connection entries\n\
-pro expire state       source             virtual            destination\n\
-TCP 09:58  NONE        10.210.200.2:0     10.210.100.10:80   10.210.4.22:80\n\
-TCP 00:09  CLOSE       10.210.200.2:42001 10.210.100.10:80   10.210.4.22:80\n\
-TCP 09:59  NONE        10.210.200.3:0     10.210.100.10:80   10.210.5.23:80\n\
-TCP 09:59  NONE        10.210.200.2:0     10.210.100.11:80   10.210.3.21:80\n";
-        assert_eq!(
-            parse_templates(out, "10.210.200.2", "10.210.100.10:80"),
-            ["10.210.4.22:80"]
-        );
-        assert!(parse_templates(out, "10.210.200.9", "10.210.100.10:80").is_empty());
-    }
 }

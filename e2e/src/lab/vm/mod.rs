@@ -21,6 +21,7 @@
 pub mod flows;
 pub mod guest;
 pub mod host;
+pub mod ipvsadm;
 
 use serde::{Deserialize, Serialize};
 
