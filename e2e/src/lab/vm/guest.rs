@@ -402,19 +402,25 @@ fn edge_lost(l: &mut Lab, loss: Loss) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The web pods' API and the name of the one with IP `ip`.
+async fn web_pod(kube: &kube::Client, ip: &str) -> anyhow::Result<(kube::Api<Pod>, String)> {
+    let pods: kube::Api<Pod> = kube::Api::namespaced(kube.clone(), "default");
+    let list = pods.list(&ListParams::default().labels("app=web")).await?;
+    let name = list
+        .items
+        .into_iter()
+        .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(ip))
+        .and_then(|p| p.metadata.name)
+        .with_context(|| format!("no web pod with IP {ip}"))?;
+    Ok((pods, name))
+}
+
 /// Marks pod3 not ready as a failing readiness probe would: the lab kubelet's
 /// readiness annotation, after which that kubelet writes Ready=False (it owns the
 /// pod's status and would put back a Ready written by anyone else); the
 /// EndpointSlice drops it.
 async fn unready(kube: &kube::Client, ip: &str) -> anyhow::Result<String> {
-    let pods: kube::Api<Pod> = kube::Api::namespaced(kube.clone(), "default");
-    let list = pods.list(&ListParams::default().labels("app=web")).await?;
-    let p = list
-        .items
-        .into_iter()
-        .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(ip))
-        .with_context(|| format!("no web pod with IP {ip}"))?;
-    let name = p.metadata.name.clone().unwrap_or_default();
+    let (pods, name) = web_pod(kube, ip).await?;
     let ann = crate::controlplane::kubelet::READY_ANNOTATION;
     let patch = serde_json::json!({ "metadata": { "annotations": { ann: "false" } } });
     pods.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -678,14 +684,7 @@ fn pod_addr(l: &Lab, pod: &str) -> anyhow::Result<String> {
 /// Deletes the web pod with IP `ip`, with `grace` seconds to go (the lab kubelet
 /// keeps it Ready until then, so its endpoint is serving and terminating); its name.
 async fn delete_pod(kube: &kube::Client, ip: &str, grace: u32) -> anyhow::Result<String> {
-    let pods: kube::Api<Pod> = kube::Api::namespaced(kube.clone(), "default");
-    let list = pods.list(&ListParams::default().labels("app=web")).await?;
-    let name = list
-        .items
-        .into_iter()
-        .find(|p| p.status.as_ref().and_then(|s| s.pod_ip.as_deref()) == Some(ip))
-        .and_then(|p| p.metadata.name)
-        .with_context(|| format!("no web pod with IP {ip}"))?;
+    let (pods, name) = web_pod(kube, ip).await?;
     let dp = DeleteParams {
         grace_period_seconds: Some(grace),
         ..DeleteParams::default()
