@@ -3,7 +3,8 @@
 #   ghcr.io/ringlb/ringlb-controller:VERSION and ghcr.io/ringlb/ringlb-edge:VERSION
 # (VERSION = the workspace version = the chart's appVersion).
 #
-#   1. cargo build --release of both programs (debug info stripped from the copies);
+#   1. cargo build of both programs, release profile unless --profile says otherwise
+#      (debug info stripped from the copies);
 #   2. a Debian minbase root filesystem from Debian's archive (debootstrap), cached;
 #      the edge's also has nftables (the IPVS datapath's guard runs nft);
 #   3. one OCI image layout per program (umoci): a base layer (the rootfs), a layer
@@ -15,10 +16,14 @@
 #   5. a docker-archive per image for `docker load`, `ctr -n k8s.io images import`,
 #      `kind load image-archive`.
 #
-# Usage: scripts/build-images.sh [--source] [--no-build]
+# Usage: scripts/build-images.sh [--source] [--no-build] [--profile release|dev]
 #   --source    also write ringlb-VERSION-source.tar.gz (tree + cargo vendor), the
 #               Corresponding Source to publish beside the GPL-3.0 edge image
-#   --no-build  reuse the release binaries already in the target folder
+#   --no-build  reuse the binaries already in the target folder
+#   --profile   the cargo profile of the binaries (default release, or
+#               RINGLB_IMAGES_PROFILE). `make test` builds with `dev`: the test
+#               build compiles the same dependencies, so the images cost no second
+#               full compile; release images are what `make images` ships.
 # Env: RINGLB_IMAGES_OUT (default images/out), RINGLB_IMAGES_CACHE (the base root
 #      filesystems, kept between checkouts; default ~/.cache/ringlb/images),
 #      IMAGE_REGISTRY (ghcr.io/ringlb),
@@ -30,13 +35,25 @@ ROOT=$PWD
 
 SOURCE=0
 BUILD=1
-for a in "$@"; do
-  case "$a" in
+PROFILE=${RINGLB_IMAGES_PROFILE:-release}
+while [ $# -gt 0 ]; do
+  case "$1" in
     --source) SOURCE=1 ;;
     --no-build) BUILD=0 ;;
-    *) echo "build-images: unknown argument $a (see the header of $0)" >&2; exit 2 ;;
+    --profile)
+      [ $# -ge 2 ] || { echo "build-images: --profile needs release or dev" >&2; exit 2; }
+      PROFILE=$2
+      shift
+      ;;
+    *) echo "build-images: unknown argument $1 (see the header of $0)" >&2; exit 2 ;;
   esac
+  shift
 done
+case "$PROFILE" in
+  release) PROFILE_DIR=release ;;
+  dev) PROFILE_DIR=debug ;;
+  *) echo "build-images: --profile $PROFILE: only release or dev" >&2; exit 2 ;;
+esac
 
 CARGO=${CARGO:-cargo}
 OUT=${RINGLB_IMAGES_OUT:-$ROOT/images/out}
@@ -88,11 +105,11 @@ CHROOT=$(command -v chroot)
 
 build_binaries() {
   if [ "$BUILD" = 1 ]; then
-    "$CARGO" build --release --locked -p ringlb-controller -p ringlb-edge
+    "$CARGO" build --profile "$PROFILE" --locked -p ringlb-controller -p ringlb-edge
   fi
   mkdir -p "$OUT/bin"
   for p in "${PROGRAMS[@]}"; do
-    strip --strip-debug -o "$OUT/bin/$p" "$TARGET_DIR/release/$p"
+    strip --strip-debug -o "$OUT/bin/$p" "$TARGET_DIR/$PROFILE_DIR/$p"
   done
 }
 
@@ -245,7 +262,7 @@ source_tarball() {
 }
 
 step "version $VERSION; out $OUT"
-timed "cargo build --release" build_binaries
+timed "cargo build --profile $PROFILE" build_binaries
 for p in "${PROGRAMS[@]}"; do
   step "base rootfs of $p (Debian $SUITE, $(packages_of "$p"))"
   timed "base rootfs $p" base_rootfs "$p"
