@@ -61,8 +61,8 @@ check: fmt lint
 
 test: setup k8s cluster-images fmt lint unit kernels ipvs-vm
 
-# make test's images carry dev-profile binaries: the test build compiles the same
-# dependencies, so the images cost no second full compile (a cold release build is
+# make test's images carry dev-profile binaries out of the workspace's test build,
+# which the unit step needs anyway: no second full compile (a cold release build is
 # about 7 minutes here). `make images`, `make demo` and `make conformance` build
 # release images.
 test: IMAGES_PROFILE = dev
@@ -131,9 +131,10 @@ kernels:
 # The IPVS lab in a VM (root): the namespace lab with both edges on
 # `--datapath ipvs`, a BIRD ToR with ECMP and three worker nodes, inside one
 # matrix kernel (6.12) under qemu; the control plane stays on the host.
-# docs/lab.md, "The IPVS lab in a VM".
+# docs/lab.md, "The IPVS lab in a VM". Its programs come out of the workspace's
+# test build (the same build as `make unit`'s, so after it nothing is compiled).
 .PHONY: ipvs-vm
 ipvs-vm: k8s
 	bash scripts/kernel-setup.sh
-	$(CARGO) build -q -p ringlb-e2e -p ringlb-edge -p ringlb-controller --bins
+	$(CARGO) test -q --no-run --workspace
 	$(CARGO_TARGET_DIR)/debug/ringlb-lab ipvs-vm --kernel 6.12 --out $(CARGO_TARGET_DIR)/ipvs-vm

@@ -21,9 +21,10 @@
 #               Corresponding Source to publish beside the GPL-3.0 edge image
 #   --no-build  reuse the binaries already in the target folder
 #   --profile   the cargo profile of the binaries (default release, or
-#               RINGLB_IMAGES_PROFILE). `make test` builds with `dev`: the test
-#               build compiles the same dependencies, so the images cost no second
-#               full compile; release images are what `make images` ships.
+#               RINGLB_IMAGES_PROFILE). `dev` takes them from the workspace's test
+#               build (`cargo test --no-run --workspace`): `make test` builds that
+#               anyway, so its images cost no second full compile; release images
+#               are what `make images` ships.
 # Env: RINGLB_IMAGES_OUT (default images/out), RINGLB_IMAGES_CACHE (the base root
 #      filesystems, kept between checkouts; default ~/.cache/ringlb/images),
 #      IMAGE_REGISTRY (ghcr.io/ringlb),
@@ -105,7 +106,15 @@ CHROOT=$(command -v chroot)
 
 build_binaries() {
   if [ "$BUILD" = 1 ]; then
-    "$CARGO" build --profile "$PROFILE" --locked -p ringlb-controller -p ringlb-edge
+    if [ "$PROFILE" = dev ]; then
+      # The unit tests' own build: cargo builds both programs for their packages'
+      # integration tests, with the features the whole workspace's test build
+      # unifies, so `make test`'s later steps compile nothing again (a plain
+      # `cargo build -p` resolves other features and rebuilds tokio, serde, ...).
+      "$CARGO" test --no-run --workspace --locked
+    else
+      "$CARGO" build --release --locked -p ringlb-controller -p ringlb-edge
+    fi
   fi
   mkdir -p "$OUT/bin"
   for p in "${PROGRAMS[@]}"; do

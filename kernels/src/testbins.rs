@@ -57,20 +57,19 @@ pub fn build(workspace: &Path, wanted: &[String]) -> Result<Vec<(String, PathBuf
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
+    // `--workspace`: dependencies get the features of the whole workspace's test
+    // build, so after `make test`'s unit step nothing is compiled again (with
+    // `-p` per package cargo unifies features over fewer packages and rebuilds
+    // tokio, serde and others with another feature set).
     cmd.args([
         "test",
         "--no-run",
+        "--workspace",
         "--message-format=json-render-diagnostics",
     ])
     .current_dir(workspace)
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
-    let mut pkgs: Vec<&str> = chosen.iter().map(|(p, _)| *p).collect();
-    pkgs.sort_unstable();
-    pkgs.dedup();
-    for p in pkgs {
-        cmd.args(["-p", p]);
-    }
     for (_, t) in &chosen {
         cmd.args(["--test", t]);
     }
