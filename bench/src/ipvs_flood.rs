@@ -44,7 +44,7 @@ fn settled(mut f: impl FnMut() -> anyhow::Result<u64>) -> anyhow::Result<u64> {
 }
 
 /// pktgen floods through each edge and to the floor: packets/s each edge forwarded.
-pub fn section(
+pub(crate) fn section(
     a: &Args,
     l: &Lab,
     ipvs: &mut IpvsDatapath<NetlinkKernel>,

@@ -7,7 +7,7 @@ use anyhow::{Context, bail};
 
 /// One flood: `count` UDP packets of `size` bytes out of `dev` to `dst_mac`,
 /// `dst`:`udp_dst`, from `src` with source ports cycling through `sports`.
-pub struct Flood<'a> {
+pub(crate) struct Flood<'a> {
     pub dev: &'a str,
     pub dst_mac: &'a str,
     pub src: Ipv4Addr,
@@ -20,7 +20,7 @@ pub struct Flood<'a> {
 
 /// What pktgen reports after a run.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Packets sent.
     pub sent: u64,
     /// Microseconds from the first to the last packet.
@@ -41,7 +41,7 @@ fn write(file: &str, cmd: &str) -> anyhow::Result<()> {
 }
 
 /// Runs `f` from namespace `ns` (the thread enters it) and waits for the end.
-pub fn run(ns: &str, f: &Flood) -> anyhow::Result<Outcome> {
+pub(crate) fn run(ns: &str, f: &Flood) -> anyhow::Result<Outcome> {
     std::thread::scope(|s| {
         s.spawn(|| -> anyhow::Result<Outcome> {
             ringlb_ops::netns::enter_named(ns)?;
@@ -77,7 +77,7 @@ pub fn run(ns: &str, f: &Flood) -> anyhow::Result<Outcome> {
 
 /// Parses pktgen's device file after a run:
 /// `Result: OK: 1234(c1200+d34) usec, 1000 (60byte,0frags)` then `  810pps ...`.
-pub fn parse(text: &str) -> anyhow::Result<Outcome> {
+pub(crate) fn parse(text: &str) -> anyhow::Result<Outcome> {
     let Some(at) = text.find("Result: ") else {
         bail!("no Result line")
     };

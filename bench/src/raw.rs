@@ -6,10 +6,10 @@ use std::{
     os::fd::{AsRawFd, FromRawFd, OwnedFd},
 };
 
-pub struct RawSock(OwnedFd);
+pub(crate) struct RawSock(OwnedFd);
 
 impl RawSock {
-    pub fn open() -> io::Result<Self> {
+    pub(crate) fn open() -> io::Result<Self> {
         // SAFETY: plain socket(2); the fd is owned by OwnedFd right away.
         let fd = unsafe { libc::socket(libc::AF_INET, libc::SOCK_RAW, libc::IPPROTO_RAW) };
         if fd < 0 {
@@ -18,7 +18,7 @@ impl RawSock {
         // SAFETY: fd is a fresh, valid descriptor nobody else owns.
         Ok(Self(unsafe { OwnedFd::from_raw_fd(fd) }))
     }
-    pub fn send(&self, pkt: &[u8], dst: Ipv4Addr) -> io::Result<()> {
+    pub(crate) fn send(&self, pkt: &[u8], dst: Ipv4Addr) -> io::Result<()> {
         let sa = libc::sockaddr_in {
             sin_family: libc::AF_INET as libc::sa_family_t,
             sin_port: 0,

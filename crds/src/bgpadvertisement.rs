@@ -1,5 +1,10 @@
 //! `BGPAdvertisement`: what to say about VIPs of selected pools, to selected peers.
 
+// Every type here is re-exported at the crate root. The lint also fires on the
+// copies of the structs that the `KubeSchema` derive generates for their CEL
+// rules, which nothing can reach; hence the allow for this module.
+#![allow(unreachable_pub)]
+
 use std::fmt;
 use std::str::FromStr;
 

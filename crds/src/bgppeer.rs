@@ -1,5 +1,10 @@
 //! `BGPPeer`: a router the edges open a BGP session to.
 
+// Every type here is re-exported at the crate root. The lint also fires on the
+// copies of the structs that the `KubeSchema` derive generates for their CEL
+// rules, which nothing can reach; hence the allow for this module.
+#![allow(unreachable_pub)]
+
 use std::net::IpAddr;
 
 use kube::{CustomResource, KubeSchema};

@@ -327,7 +327,7 @@ pub(crate) mod fixtures {
     use super::*;
     use serde_json::json;
 
-    pub fn service(name: &str, vips: &[&str], ports: serde_json::Value) -> Service {
+    pub(crate) fn service(name: &str, vips: &[&str], ports: serde_json::Value) -> Service {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "default"},
             "spec": {"type": "LoadBalancer", "ports": ports},
@@ -336,7 +336,7 @@ pub(crate) mod fixtures {
         .unwrap()
     }
 
-    pub fn slice(
+    pub(crate) fn slice(
         svc: &str,
         name: &str,
         family: &str,
@@ -352,7 +352,7 @@ pub(crate) mod fixtures {
         .unwrap()
     }
 
-    pub fn ep(ip: &str, ready: bool, serving: bool, terminating: bool) -> serde_json::Value {
+    pub(crate) fn ep(ip: &str, ready: bool, serving: bool, terminating: bool) -> serde_json::Value {
         json!({"addresses": [ip], "conditions": {"ready": ready, "serving": serving, "terminating": terminating}})
     }
 }

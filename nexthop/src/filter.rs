@@ -65,7 +65,7 @@ impl fmt::Display for Change {
 ///   not a clone, not the local table);
 /// - a link: every change (the resolver's link cache must be cleared).
 #[derive(Debug, Default)]
-pub struct Filter {
+pub(crate) struct Filter {
     /// the last usable MAC of every neighbour seen (in use or not, so that one that
     /// comes into use has a known MAC)
     macs: HashMap<(u32, IpAddr), [u8; 6]>,
@@ -73,7 +73,7 @@ pub struct Filter {
 }
 
 impl Filter {
-    pub fn new(in_use: NextHopsInUse) -> Self {
+    pub(crate) fn new(in_use: NextHopsInUse) -> Self {
         Filter {
             macs: HashMap::new(),
             in_use,
@@ -81,7 +81,7 @@ impl Filter {
     }
 
     /// The change one decoded notification makes, if any.
-    pub fn observe(&mut self, kind: u16, reply: &Reply) -> Option<Change> {
+    pub(crate) fn observe(&mut self, kind: u16, reply: &Reply) -> Option<Change> {
         match (kind, reply) {
             (RTM_NEWNEIGH | RTM_DELNEIGH, Reply::Neigh(n)) => {
                 let addr = n.addr?;

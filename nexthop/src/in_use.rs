@@ -16,10 +16,10 @@ use std::time::{Duration, Instant};
 
 /// A neighbour entry's key as the kernel reports it: (ifindex of the route's output
 /// interface, the next-hop address).
-pub type NeighKey = (u32, IpAddr);
+pub(crate) type NeighKey = (u32, IpAddr);
 
 /// A backend not resolved for this long no longer holds its neighbour in use.
-pub const FORGET_AFTER: Duration = Duration::from_secs(120);
+pub(crate) const FORGET_AFTER: Duration = Duration::from_secs(120);
 /// How often `record` looks for forgotten backends.
 const SWEEP_EVERY: Duration = Duration::from_secs(10);
 

@@ -20,7 +20,7 @@ use super::{Vlan, VlanProtocol};
 
 /// The fields of one link that next-hop resolution needs.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Link {
+pub(crate) struct Link {
     pub index: u32,
     /// IFLA_IFNAME ("" if the kernel sent none)
     pub name: String,
@@ -40,7 +40,7 @@ pub struct Link {
 
 /// The port, source MAC and tag of frames sent through one output interface.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Egress {
+pub(crate) struct Egress {
     pub ifindex: u32,
     pub smac: [u8; 6],
     pub vlan: Option<Vlan>,
@@ -61,7 +61,7 @@ impl Link {
         }
     }
 
-    pub fn is_vlan(&self) -> bool {
+    pub(crate) fn is_vlan(&self) -> bool {
         self.kind.as_deref() == Some("vlan")
     }
 }
@@ -89,7 +89,7 @@ fn vlan_of(data: &[InfoVlan]) -> Option<Vlan> {
 }
 
 /// Decodes the fields of a link message.
-pub fn link_of(m: &LinkMessage) -> Link {
+pub(crate) fn link_of(m: &LinkMessage) -> Link {
     let mut l = Link {
         index: m.header.index,
         name: String::new(),
@@ -122,7 +122,7 @@ pub fn link_of(m: &LinkMessage) -> Link {
 
 /// Where frames routed out of `oif` leave. `parent` is the link `oif.parent` names,
 /// which the caller fetches when `oif` is a VLAN device.
-pub fn egress(oif: &Link, parent: Option<&Link>) -> Result<Egress, String> {
+pub(crate) fn egress(oif: &Link, parent: Option<&Link>) -> Result<Egress, String> {
     let smac = oif
         .mac
         .ok_or_else(|| format!("{} has no Ethernet address", oif.describe()))?;

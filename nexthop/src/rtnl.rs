@@ -21,9 +21,9 @@ use netlink_packet_route::{
 /// PERMANENT | NOARP | REACHABLE | PROBE | STALE | DELAY).
 const NUD_VALID: u16 = 0x80 | 0x40 | 0x02 | 0x10 | 0x04 | 0x08;
 /// A neighbour whose MAC still holds but that the kernel has not confirmed lately.
-pub const NUD_STALE: u16 = 0x04;
+pub(crate) const NUD_STALE: u16 = 0x04;
 /// A neighbour the kernel is resolving (solicitations sent, no answer yet).
-pub const NUD_INCOMPLETE: u16 = 0x01;
+pub(crate) const NUD_INCOMPLETE: u16 = 0x01;
 
 /// Where the route to a backend leaves: the output interface, and the gateway unless
 /// the backend is on-link.
@@ -64,14 +64,14 @@ impl Neigh {
 /// Where a route message's route lives: its table, and whether it is a cached
 /// (`RTM_F_CLONED`) route rather than one of the routing table's own.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RouteMeta {
+pub(crate) struct RouteMeta {
     /// RTA_TABLE, or the header's 8-bit table when the attribute is absent
     pub table: u32,
     pub cloned: bool,
 }
 
 /// The kernel's local table: the host's own addresses (local, broadcast, anycast).
-pub const RT_TABLE_LOCAL: u32 = 255;
+pub(crate) const RT_TABLE_LOCAL: u32 = 255;
 
 impl RouteMeta {
     /// Can a change of this route move a next hop? Not a cached clone (PMTU or
@@ -79,14 +79,14 @@ impl RouteMeta {
     /// edge's own addresses, never a unicast path to a pod). Every other table
     /// counts: the resolver's `RTM_GETROUTE` follows the policy rules, which may send
     /// it to any table.
-    pub fn can_move_next_hops(&self) -> bool {
+    pub(crate) fn can_move_next_hops(&self) -> bool {
         !self.cloned && self.table != RT_TABLE_LOCAL
     }
 }
 
 /// One decoded message from the kernel.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Reply {
+pub(crate) enum Reply {
     Route(Result<Route, String>, RouteMeta),
     Link(Link),
     Neigh(Neigh),
@@ -130,7 +130,7 @@ pub(super) fn neigh_addr(addr: IpAddr) -> NeighbourAddress {
 
 /// RTM_GETROUTE for one address (what `ip route get ADDR` sends): the kernel answers
 /// with the route it would use, reduced to the chosen path.
-pub fn route_get(addr: IpAddr, seq: u32) -> Vec<u8> {
+pub(crate) fn route_get(addr: IpAddr, seq: u32) -> Vec<u8> {
     let mut m = RouteMessage::default();
     m.header.address_family = family(addr);
     m.header.destination_prefix_length = if addr.is_ipv4() { 32 } else { 128 };
@@ -140,14 +140,14 @@ pub fn route_get(addr: IpAddr, seq: u32) -> Vec<u8> {
 }
 
 /// RTM_GETLINK for one interface index.
-pub fn link_get(ifindex: u32, seq: u32) -> Vec<u8> {
+pub(crate) fn link_get(ifindex: u32, seq: u32) -> Vec<u8> {
     let mut m = LinkMessage::default();
     m.header.index = ifindex;
     message(RouteNetlinkMessage::GetLink(m), NLM_F_REQUEST, seq)
 }
 
 /// RTM_GETNEIGH for one entry (kernel >= 5.0; the kernel answers ENOENT if absent).
-pub fn neigh_get(ifindex: u32, addr: IpAddr, seq: u32) -> Vec<u8> {
+pub(crate) fn neigh_get(ifindex: u32, addr: IpAddr, seq: u32) -> Vec<u8> {
     let mut m = NeighbourMessage::default();
     m.header.family = family(addr);
     m.header.ifindex = ifindex;
@@ -160,7 +160,7 @@ pub fn neigh_get(ifindex: u32, addr: IpAddr, seq: u32) -> Vec<u8> {
 /// the kernel creates the entry if it is missing and runs `neigh_event_send` on it, as
 /// if a packet were waiting: NONE/FAILED -> INCOMPLETE with a solicitation sent at
 /// once, STALE -> DELAY (then a unicast probe). No state or MAC is written.
-pub fn neigh_use(ifindex: u32, addr: IpAddr, seq: u32) -> Vec<u8> {
+pub(crate) fn neigh_use(ifindex: u32, addr: IpAddr, seq: u32) -> Vec<u8> {
     let mut m = NeighbourMessage::default();
     m.header.family = family(addr);
     m.header.ifindex = ifindex;
@@ -190,7 +190,7 @@ fn ip_of_route(a: &RouteAddress) -> Option<IpAddr> {
 /// (RTA_GATEWAY, or RTA_VIA for an IPv4 route over an IPv6 gateway). A multipath
 /// answer uses its first path. Local, blackhole, unreachable and other non-unicast
 /// routes are errors: nothing can be encapsulated toward them.
-pub fn route_of(m: &RouteMessage) -> Result<Route, String> {
+pub(crate) fn route_of(m: &RouteMessage) -> Result<Route, String> {
     if m.header.kind != RouteType::Unicast {
         return Err(format!("route is {:?}, not unicast", m.header.kind));
     }
@@ -225,7 +225,7 @@ pub fn route_of(m: &RouteMessage) -> Result<Route, String> {
 }
 
 /// The table and clone flag of a route message.
-pub fn route_meta(m: &RouteMessage) -> RouteMeta {
+pub(crate) fn route_meta(m: &RouteMessage) -> RouteMeta {
     let table = m
         .attributes
         .iter()
@@ -241,7 +241,7 @@ pub fn route_meta(m: &RouteMessage) -> RouteMeta {
 }
 
 /// Fields of a neighbour message.
-pub fn neigh_of(m: &NeighbourMessage) -> Neigh {
+pub(crate) fn neigh_of(m: &NeighbourMessage) -> Neigh {
     let mut n = Neigh {
         ifindex: m.header.ifindex,
         addr: None,
@@ -265,7 +265,7 @@ pub fn neigh_of(m: &NeighbourMessage) -> Neigh {
 
 /// Splits a datagram into its netlink messages and decodes each: (sequence, type, reply).
 /// A message that does not decode ends the datagram with an error.
-pub fn decode(buf: &[u8]) -> Result<Vec<(u32, u16, Reply)>, String> {
+pub(crate) fn decode(buf: &[u8]) -> Result<Vec<(u32, u16, Reply)>, String> {
     let mut out = Vec::new();
     let mut rest = buf;
     while rest.len() >= 16 {
@@ -298,12 +298,12 @@ pub fn decode(buf: &[u8]) -> Result<Vec<(u32, u16, Reply)>, String> {
 use Reply::Error;
 
 /// RTM_* message types of the notifications.
-pub const RTM_NEWLINK: u16 = 16;
-pub const RTM_DELLINK: u16 = 17;
-pub const RTM_NEWROUTE: u16 = 24;
-pub const RTM_DELROUTE: u16 = 25;
-pub const RTM_NEWNEIGH: u16 = 28;
-pub const RTM_DELNEIGH: u16 = 29;
+pub(crate) const RTM_NEWLINK: u16 = 16;
+pub(crate) const RTM_DELLINK: u16 = 17;
+pub(crate) const RTM_NEWROUTE: u16 = 24;
+pub(crate) const RTM_DELROUTE: u16 = 25;
+pub(crate) const RTM_NEWNEIGH: u16 = 28;
+pub(crate) const RTM_DELNEIGH: u16 = 29;
 
 #[cfg(test)]
 mod tests {

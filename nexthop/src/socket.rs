@@ -77,7 +77,7 @@ fn netlink_socket() -> Result<Socket, NetlinkError> {
 
 /// A NETLINK_ROUTE socket, created in `netns` (a name under /var/run/netns) or in the
 /// caller's namespace.
-pub fn open(netns: Option<&str>) -> Result<Socket, NetlinkError> {
+pub(crate) fn open(netns: Option<&str>) -> Result<Socket, NetlinkError> {
     in_netns(netns, netlink_socket)
 }
 
@@ -119,7 +119,7 @@ fn set_timeout(s: &Socket, t: Duration) -> Result<(), NetlinkError> {
 }
 
 /// A request/answer rtnetlink connection.
-pub struct Conn {
+pub(crate) struct Conn {
     sock: Socket,
     /// An unbound UDP socket of the same namespace, for `nudge`.
     udp6: Option<UdpSocket>,
@@ -128,7 +128,7 @@ pub struct Conn {
 }
 
 impl Conn {
-    pub fn open(netns: Option<&str>) -> Result<Self, NetlinkError> {
+    pub(crate) fn open(netns: Option<&str>) -> Result<Self, NetlinkError> {
         let (sock, udp6) = in_netns(netns, || {
             // no IPv6 in the namespace: no IPv6 next hops to nudge either
             Ok((netlink_socket()?, UdpSocket::bind("[::]:0").ok()))
@@ -147,7 +147,7 @@ impl Conn {
     /// address. `NTF_USE` alone solicits from the interface's link-local address and
     /// sends nothing while that is tentative (DAD, the first second or two after the
     /// link comes up).
-    pub fn nudge(&self, nh: Ipv6Addr, ifindex: u32) -> Result<(), NetlinkError> {
+    pub(crate) fn nudge(&self, nh: Ipv6Addr, ifindex: u32) -> Result<(), NetlinkError> {
         let udp = self.udp6.as_ref().ok_or_else(|| NetlinkError::Io {
             op: "nudge",
             source: io::Error::new(io::ErrorKind::Unsupported, "no IPv6 socket"),
@@ -163,7 +163,7 @@ impl Conn {
     }
 
     /// The next sequence number, for the request about to be built.
-    pub fn next_seq(&mut self) -> u32 {
+    pub(crate) fn next_seq(&mut self) -> u32 {
         self.seq = self.seq.wrapping_add(1);
         self.seq
     }
@@ -171,7 +171,7 @@ impl Conn {
     /// Sends one request (built with sequence `seq`) and returns the kernel's one
     /// answer to it; an NLMSG_ERROR that is not an ACK is `NetlinkError::Kernel`.
     /// Answers to older requests (one that timed out) are skipped.
-    pub fn request(
+    pub(crate) fn request(
         &mut self,
         op: &'static str,
         req: &[u8],

@@ -28,16 +28,16 @@ use ringlb_maglev::Backend;
 
 /// The peers we compare against.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Peer {
+pub(crate) enum Peer {
     Maglev,
     MaglevHash,
     HashRings,
 }
 
 impl Peer {
-    pub const ALL: [Peer; 3] = [Peer::Maglev, Peer::MaglevHash, Peer::HashRings];
+    pub(crate) const ALL: [Peer; 3] = [Peer::Maglev, Peer::MaglevHash, Peer::HashRings];
 
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Peer::Maglev => "maglev 0.2",
             Peer::MaglevHash => "maglev-hash 0.1",
@@ -46,7 +46,7 @@ impl Peer {
     }
 
     /// Bytes of permutation storage a build needs (the peers that materialise them).
-    pub fn build_bytes(self, n: usize, m: usize) -> usize {
+    pub(crate) fn build_bytes(self, n: usize, m: usize) -> usize {
         match self {
             Peer::Maglev | Peer::HashRings => n * m * std::mem::size_of::<usize>(),
             Peer::MaglevHash => 0,
@@ -55,14 +55,14 @@ impl Peer {
 }
 
 /// A built peer table.
-pub enum Built<'a> {
+pub(crate) enum Built<'a> {
     Maglev(maglev::Maglev<Backend>),
     MaglevHash(maglev_hash::MaglevTable<Backend>),
     HashRings(hash_rings::maglev::Ring<'a, Backend>),
 }
 
 /// Builds `peer`'s table over `nodes` with (at least) `m` slots.
-pub fn build(peer: Peer, nodes: &[Backend], m: usize) -> Built<'_> {
+pub(crate) fn build(peer: Peer, nodes: &[Backend], m: usize) -> Built<'_> {
     match peer {
         Peer::Maglev => Built::Maglev(maglev::Maglev::with_capacity(nodes.to_vec(), m)),
         Peer::MaglevHash => {
@@ -76,7 +76,7 @@ pub fn build(peer: Peer, nodes: &[Backend], m: usize) -> Built<'_> {
 }
 
 impl Built<'_> {
-    pub fn size(&self) -> usize {
+    pub(crate) fn size(&self) -> usize {
         use maglev::ConsistentHasher;
         match self {
             Built::Maglev(t) => t.capacity(),
@@ -86,7 +86,7 @@ impl Built<'_> {
     }
 
     /// The peer's public lookup for a key.
-    pub fn get(&self, key: u64) -> Backend {
+    pub(crate) fn get(&self, key: u64) -> Backend {
         use maglev::ConsistentHasher;
         match self {
             Built::Maglev(t) => *t.get(&key).expect("non-empty"),
@@ -96,7 +96,7 @@ impl Built<'_> {
     }
 
     /// The slot the peer's lookup reads for `key` (its hash, replicated).
-    pub fn slot_of(&self, key: u64) -> usize {
+    pub(crate) fn slot_of(&self, key: u64) -> usize {
         let m = self.size() as u64;
         let h = match self {
             // maglev 0.2: BuildHasherDefault<DefaultHasher>, write_u32(seed 0xdead_babe), key.
@@ -128,7 +128,7 @@ impl Built<'_> {
     }
 
     /// The whole table as indices into `nodes`, verified against the peer's own lookups.
-    pub fn slots(&self, nodes: &[Backend]) -> Vec<u32> {
+    pub(crate) fn slots(&self, nodes: &[Backend]) -> Vec<u32> {
         let m = self.size();
         let index: HashMap<Backend, u32> = nodes
             .iter()
@@ -158,7 +158,7 @@ impl Built<'_> {
 }
 
 /// Per-backend slot counts of a table given as indices into `n` backends.
-pub fn counts(slots: &[u32], n: usize) -> Vec<u32> {
+pub(crate) fn counts(slots: &[u32], n: usize) -> Vec<u32> {
     let mut c = vec![0u32; n];
     for &s in slots {
         c[s as usize] += 1;
@@ -168,7 +168,7 @@ pub fn counts(slots: &[u32], n: usize) -> Vec<u32> {
 
 /// Panics unless every slot names a backend and every backend holds floor(M/N) or
 /// ceil(M/N) slots: what a correct equal-weight Maglev population guarantees.
-pub fn assert_valid_maglev(what: &str, slots: &[u32], n: usize) {
+pub(crate) fn assert_valid_maglev(what: &str, slots: &[u32], n: usize) {
     let m = slots.len();
     assert!(
         slots.iter().all(|&s| (s as usize) < n),
@@ -185,7 +185,7 @@ pub fn assert_valid_maglev(what: &str, slots: &[u32], n: usize) {
 }
 
 /// `n` distinct IPv4 backends on port 8080, weight 1: 10.0.0.1, 10.0.0.2, ...
-pub fn backends(n: usize) -> Vec<Backend> {
+pub(crate) fn backends(n: usize) -> Vec<Backend> {
     (1..=n as u32)
         .map(|i| Backend {
             addr: std::net::IpAddr::from((0x0a00_0000 | i).to_be_bytes()),

@@ -11,18 +11,18 @@ use super::{msg_type, notif};
 
 /// Path attribute type codes.
 mod code {
-    pub const ORIGIN: u8 = 1;
-    pub const AS_PATH: u8 = 2;
-    pub const NEXT_HOP: u8 = 3;
-    pub const MED: u8 = 4;
-    pub const LOCAL_PREF: u8 = 5;
-    pub const ATOMIC_AGGREGATE: u8 = 6;
-    pub const AGGREGATOR: u8 = 7;
-    pub const COMMUNITIES: u8 = 8;
-    pub const MP_REACH: u8 = 14;
-    pub const MP_UNREACH: u8 = 15;
-    pub const AS4_PATH: u8 = 17;
-    pub const LARGE_COMMUNITY: u8 = 32;
+    pub(super) const ORIGIN: u8 = 1;
+    pub(super) const AS_PATH: u8 = 2;
+    pub(super) const NEXT_HOP: u8 = 3;
+    pub(super) const MED: u8 = 4;
+    pub(super) const LOCAL_PREF: u8 = 5;
+    pub(super) const ATOMIC_AGGREGATE: u8 = 6;
+    pub(super) const AGGREGATOR: u8 = 7;
+    pub(super) const COMMUNITIES: u8 = 8;
+    pub(super) const MP_REACH: u8 = 14;
+    pub(super) const MP_UNREACH: u8 = 15;
+    pub(super) const AS4_PATH: u8 = 17;
+    pub(super) const LARGE_COMMUNITY: u8 = 32;
 }
 
 /// Attribute codes this decoder knows (anything else that is not optional is an error).

@@ -12,12 +12,12 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 
 /// The scripted peer's side of one connection.
-pub struct FakePeer {
+pub(crate) struct FakePeer {
     pub s: TcpStream,
 }
 
 impl FakePeer {
-    pub async fn read_raw(&mut self) -> Option<Vec<u8>> {
+    pub(crate) async fn read_raw(&mut self) -> Option<Vec<u8>> {
         let mut h = [0u8; 19];
         timeout(Duration::from_secs(6), self.s.read_exact(&mut h))
             .await
@@ -34,7 +34,7 @@ impl FakePeer {
     }
 
     /// Next message that is not a KEEPALIVE.
-    pub async fn read(&mut self) -> Option<Message> {
+    pub(crate) async fn read(&mut self) -> Option<Message> {
         loop {
             let raw = self.read_raw().await?;
             let m = match codec::decode(&raw, true).expect("speaker sent a malformed message") {
@@ -47,16 +47,16 @@ impl FakePeer {
         }
     }
 
-    pub async fn send(&mut self, m: &Message) {
+    pub(crate) async fn send(&mut self, m: &Message) {
         self.s.write_all(&m.encode().unwrap()).await.unwrap();
     }
 
-    pub async fn send_raw(&mut self, b: &[u8]) {
+    pub(crate) async fn send_raw(&mut self, b: &[u8]) {
         let _ = self.s.write_all(b).await;
     }
 
     /// OPEN exchange up to Established; returns the speaker's OPEN.
-    pub async fn handshake(&mut self, asn: u32) -> Open {
+    pub(crate) async fn handshake(&mut self, asn: u32) -> Open {
         let Some(Message::Open(theirs)) = self.read().await else {
             panic!("expected OPEN")
         };
@@ -72,7 +72,7 @@ impl FakePeer {
     }
 
     /// Collect UPDATEs until both End-of-RIB markers arrived.
-    pub async fn initial_dump(&mut self) -> Vec<Update> {
+    pub(crate) async fn initial_dump(&mut self) -> Vec<Update> {
         let mut ups = Vec::new();
         let mut eors = 0;
         while eors < 2 {
@@ -89,7 +89,7 @@ impl FakePeer {
     }
 }
 
-pub async fn accept(l: &TcpListener) -> FakePeer {
+pub(crate) async fn accept(l: &TcpListener) -> FakePeer {
     let (s, _) = timeout(Duration::from_secs(8), l.accept())
         .await
         .expect("the speaker did not connect")

@@ -16,40 +16,40 @@ use ringlb_controlplane::{ControlPlane, Options};
 use ringlb_crds::{IPPool, IPPoolSpec};
 use serde_json::json;
 
-pub const CONDITION: &str = "ringlb.io/IPAllocated";
+pub(crate) const CONDITION: &str = "ringlb.io/IPAllocated";
 
 /// The chart's release namespace in these tests: the controller's ServiceAccount and
 /// its leader-election Lease live here.
-pub const RELEASE_NS: &str = "ringlb-system";
+pub(crate) const RELEASE_NS: &str = "ringlb-system";
 
 /// A control plane with the chart's RBAC applied, and the controller's
 /// ServiceAccount kubeconfig.
-pub struct Cluster {
+pub(crate) struct Cluster {
     pub cp: ControlPlane,
     controller_kubeconfig: PathBuf,
 }
 
 impl Cluster {
     /// An admin client, for the test's own reads and writes.
-    pub async fn client(&self) -> Client {
+    pub(crate) async fn client(&self) -> Client {
         self.cp.client().await
     }
 
     /// The kubeconfig the controller runs with: ServiceAccount
     /// `ringlb-system/ringlb-controller`, bound by the chart's RBAC.
-    pub fn kubeconfig_path(&self) -> &Path {
+    pub(crate) fn kubeconfig_path(&self) -> &Path {
         &self.controller_kubeconfig
     }
 
     /// Points the controller's kubeconfig somewhere else (a fault proxy); same token.
-    pub fn set_kubeconfig(&mut self, path: PathBuf) {
+    pub(crate) fn set_kubeconfig(&mut self, path: PathBuf) {
         self.controller_kubeconfig = path;
     }
 }
 
 /// A control plane without kube-controller-manager (nothing here needs it), the
 /// chart's CRDs and RBAC.
-pub async fn cluster() -> Cluster {
+pub(crate) async fn cluster() -> Cluster {
     cluster_with(Options {
         controller_manager: false,
         ..Options::default()
@@ -57,7 +57,7 @@ pub async fn cluster() -> Cluster {
     .await
 }
 
-pub async fn cluster_with(opts: Options) -> Cluster {
+pub(crate) async fn cluster_with(opts: Options) -> Cluster {
     let cp = ControlPlane::start(opts)
         .await
         .unwrap_or_else(|e| panic!("the control plane starts: {e}"));
@@ -75,7 +75,7 @@ pub async fn cluster_with(opts: Options) -> Cluster {
 }
 
 /// A running controller process; killed (and reaped) on drop.
-pub struct Ctrl {
+pub(crate) struct Ctrl {
     pub child: Child,
     pub metrics: SocketAddr,
     pub log: PathBuf,
@@ -83,7 +83,7 @@ pub struct Ctrl {
 }
 
 impl Ctrl {
-    pub fn start(cluster: &Cluster, identity: &str, extra: &[&str]) -> Ctrl {
+    pub(crate) fn start(cluster: &Cluster, identity: &str, extra: &[&str]) -> Ctrl {
         let metrics = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind a free port");
             l.local_addr().expect("local addr")
@@ -129,12 +129,12 @@ impl Ctrl {
         }
     }
 
-    pub fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// The `/metrics` text, or "" while not serving.
-    pub async fn metrics_text(&self) -> String {
+    pub(crate) async fn metrics_text(&self) -> String {
         use tokio::io::{AsyncReadExt, AsyncWriteExt};
         let Ok(mut s) = tokio::net::TcpStream::connect(self.metrics).await else {
             return String::new();
@@ -151,20 +151,20 @@ impl Ctrl {
     }
 
     /// The value of one metric line (exact series text before the value).
-    pub async fn metric(&self, series: &str) -> Option<f64> {
+    pub(crate) async fn metric(&self, series: &str) -> Option<f64> {
         let text = self.metrics_text().await;
         text.lines()
             .find_map(|l| l.strip_prefix(series).and_then(|v| v.strip_prefix(' ')))
             .and_then(|v| v.trim().parse().ok())
     }
 
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
 
     /// SIGTERM, then wait for exit.
-    pub async fn terminate(&mut self) {
+    pub(crate) async fn terminate(&mut self) {
         let _ = Command::new("kill")
             .args(["-TERM", &self.child.id().to_string()])
             .status();
@@ -183,7 +183,7 @@ impl Ctrl {
         self.kill();
     }
 
-    pub fn exited(&mut self) -> bool {
+    pub(crate) fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
 }
@@ -202,7 +202,7 @@ impl Drop for Ctrl {
     }
 }
 
-pub async fn create_pool(
+pub(crate) async fn create_pool(
     client: &Client,
     name: &str,
     cidrs: &[&str],
@@ -226,7 +226,7 @@ pub async fn create_pool(
 
 /// A LoadBalancer Service `name` in `default` with one TCP port, plus `extra` merged
 /// into its JSON (annotations, spec fields).
-pub fn lb_service(name: &str, port: i32, extra: serde_json::Value) -> Service {
+pub(crate) fn lb_service(name: &str, port: i32, extra: serde_json::Value) -> Service {
     let mut v = json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name, "namespace": "default"},
@@ -247,25 +247,25 @@ fn merge(a: &mut serde_json::Value, b: &serde_json::Value) {
     }
 }
 
-pub async fn create_svc(client: &Client, svc: &Service) {
+pub(crate) async fn create_svc(client: &Client, svc: &Service) {
     Api::<Service>::namespaced(client.clone(), "default")
         .create(&PostParams::default(), svc)
         .await
         .expect("create Service");
 }
 
-pub async fn delete_svc(client: &Client, name: &str) {
+pub(crate) async fn delete_svc(client: &Client, name: &str) {
     Api::<Service>::namespaced(client.clone(), "default")
         .delete(name, &DeleteParams::default())
         .await
         .expect("delete Service");
 }
 
-pub fn ingress_ips(svc: &Service) -> Vec<IpAddr> {
+pub(crate) fn ingress_ips(svc: &Service) -> Vec<IpAddr> {
     ringlb_crds::service::status_ips(svc)
 }
 
-pub fn condition(svc: &Service) -> Option<(String, String)> {
+pub(crate) fn condition(svc: &Service) -> Option<(String, String)> {
     svc.status
         .as_ref()?
         .conditions
@@ -276,7 +276,7 @@ pub fn condition(svc: &Service) -> Option<(String, String)> {
 }
 
 /// Polls until `f` returns Some, or panics after `timeout` with `what`.
-pub async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
+pub(crate) async fn wait_for<T, F, Fut>(timeout: Duration, what: &str, mut f: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
@@ -294,7 +294,7 @@ where
 }
 
 /// Waits until the Service has VIPs in status and returns them.
-pub async fn wait_ips(client: &Client, name: &str, timeout: Duration) -> Vec<IpAddr> {
+pub(crate) async fn wait_ips(client: &Client, name: &str, timeout: Duration) -> Vec<IpAddr> {
     let api = Api::<Service>::namespaced(client.clone(), "default");
     wait_for(timeout, &format!("VIP of Service {name}"), || {
         let api = api.clone();
@@ -307,7 +307,7 @@ pub async fn wait_ips(client: &Client, name: &str, timeout: Duration) -> Vec<IpA
     .await
 }
 
-pub async fn get_svc(client: &Client, name: &str) -> Service {
+pub(crate) async fn get_svc(client: &Client, name: &str) -> Service {
     Api::<Service>::namespaced(client.clone(), "default")
         .get(name)
         .await
@@ -318,7 +318,7 @@ pub async fn get_svc(client: &Client, name: &str) -> Service {
 /// Service, as (reason, note). Only the controller's: kube-apiserver's own repair
 /// loop can warn about the same Service (`ClusterIPNotAllocated`) on a fresh
 /// apiserver, and that must neither fail nor satisfy a test.
-pub async fn warnings(client: &Client, name: &str) -> Vec<(String, String)> {
+pub(crate) async fn warnings(client: &Client, name: &str) -> Vec<(String, String)> {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
     let list = api.list(&Default::default()).await.expect("list Events");
     list.items
@@ -334,7 +334,7 @@ pub async fn warnings(client: &Client, name: &str) -> Vec<(String, String)> {
 
 /// Writes edge `node`'s Lease (as the edge agent does, `edge-lb/src/agent/ack.rs`),
 /// valid from now, acknowledging `applied`.
-pub async fn edge_lease(client: &kube::Client, node: &str, applied: Option<&str>) {
+pub(crate) async fn edge_lease(client: &kube::Client, node: &str, applied: Option<&str>) {
     let applied = applied.map(|a| a.parse().expect("a resourceVersion"));
     let now = k8s_openapi::jiff::Timestamp::now();
     let lease = ringlb_crds::edge_ack::lease_manifest(RELEASE_NS, node, applied, now);

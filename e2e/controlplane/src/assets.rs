@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use super::Error;
 
 /// The programs, by name, that a complete assets folder holds.
-pub const PROGRAMS: [&str; 5] = [
+pub(crate) const PROGRAMS: [&str; 5] = [
     "etcd",
     "kube-apiserver",
     "kube-controller-manager",
@@ -72,7 +72,7 @@ impl Assets {
 }
 
 /// `${XDG_CACHE_HOME:-$HOME/.cache}/ringlb/k8s-<version>`, as the build script writes.
-pub fn default_dir() -> PathBuf {
+pub(crate) fn default_dir() -> PathBuf {
     let cache = std::env::var_os("XDG_CACHE_HOME")
         .map(PathBuf::from)
         .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))

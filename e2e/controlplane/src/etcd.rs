@@ -48,14 +48,14 @@ async fn post(addr: SocketAddr, path: &str, body: &str) -> Result<String, String
     request(addr, http::Method::POST, path, body).await
 }
 
-pub async fn healthy(addr: SocketAddr) -> bool {
+pub(crate) async fn healthy(addr: SocketAddr) -> bool {
     request(addr, http::Method::GET, "/health", "")
         .await
         .is_ok_and(|b| b.contains("\"health\":\"true\""))
 }
 
 /// Compacts to the current revision (physically); returns that revision.
-pub async fn compact(addr: SocketAddr) -> Result<i64, String> {
+pub(crate) async fn compact(addr: SocketAddr) -> Result<i64, String> {
     // Any range answers with the header's current revision. Key "/" in base64.
     let range = post(addr, "/v3/kv/range", r#"{"key":"Lw=="}"#).await?;
     let v: serde_json::Value =

@@ -73,7 +73,7 @@ pub fn helm_template_rbac(helm: &Path, ns: &str) -> Result<String> {
 }
 
 /// Applies the chart's CRDs and waits until each is Established.
-pub async fn install_crds(client: &Client) -> Result<()> {
+pub(crate) async fn install_crds(client: &Client) -> Result<()> {
     let api: Api<CustomResourceDefinition> = Api::all(client.clone());
     let mut names = Vec::new();
     for yaml in read_dir_yaml(chart_dir().join("crds"), ".yaml")? {
@@ -119,7 +119,7 @@ pub async fn install_crds(client: &Client) -> Result<()> {
 }
 
 /// Creates namespace `ns` unless it exists.
-pub async fn ensure_namespace(client: &Client, ns: &str) -> Result<()> {
+pub(crate) async fn ensure_namespace(client: &Client, ns: &str) -> Result<()> {
     let api: Api<Namespace> = Api::all(client.clone());
     let obj: Namespace = serde_json::from_value(serde_json::json!({"metadata": {"name": ns}}))
         .expect("a namespace object");
@@ -130,7 +130,7 @@ pub async fn ensure_namespace(client: &Client, ns: &str) -> Result<()> {
 }
 
 /// Server-side applies every document of `yaml`, resolving each kind by discovery.
-pub async fn apply_yaml(client: &Client, yaml: &str) -> Result<()> {
+pub(crate) async fn apply_yaml(client: &Client, yaml: &str) -> Result<()> {
     for doc in serde_yaml::Deserializer::from_str(yaml) {
         let value = serde_json::to_value(
             serde::Deserialize::deserialize(doc)
@@ -173,7 +173,7 @@ pub async fn apply_yaml(client: &Client, yaml: &str) -> Result<()> {
 }
 
 /// A bound token for ServiceAccount `ns/name` (TokenRequest, 24 h).
-pub async fn request_token(client: &Client, ns: &str, name: &str) -> Result<String> {
+pub(crate) async fn request_token(client: &Client, ns: &str, name: &str) -> Result<String> {
     let api: Api<ServiceAccount> = Api::namespaced(client.clone(), ns);
     let req = TokenRequest {
         spec: TokenRequestSpec {

@@ -12,7 +12,7 @@ use super::Error;
 
 /// Paths of the files written by [`Pki::write`].
 #[derive(Debug, Clone)]
-pub struct Pki {
+pub(crate) struct Pki {
     pub ca_cert: PathBuf,
     pub serving_cert: PathBuf,
     pub serving_key: PathBuf,
@@ -27,7 +27,7 @@ pub struct Pki {
 impl Pki {
     /// Generates everything (ECDSA P-256) into `dir`.
     /// `extra_ips` are added to the serving certificate's SANs (a lab's bridge address).
-    pub fn write(dir: &Path, extra_ips: &[IpAddr]) -> Result<Pki, Error> {
+    pub(crate) fn write(dir: &Path, extra_ips: &[IpAddr]) -> Result<Pki, Error> {
         let rc = |e: rcgen::Error| Error::Pki(e.to_string());
         let ca_key = KeyPair::generate().map_err(rc)?;
         let mut ca = CertificateParams::new(Vec::<String>::new()).map_err(rc)?;

@@ -7,14 +7,14 @@ use std::process::{Command, Stdio};
 use ringlb_e2e::controlplane::{Assets, ControlPlane, Options, chart_dir};
 use serde_json::Value;
 
-pub const RELEASE: &str = "ringlb";
-pub const NS: &str = "ringlb-system";
+pub(crate) const RELEASE: &str = "ringlb";
+pub(crate) const NS: &str = "ringlb-system";
 
-pub fn example_values() -> PathBuf {
+pub(crate) fn example_values() -> PathBuf {
     chart_dir().join("examples/values-lab.yaml")
 }
 
-pub fn helm_path() -> PathBuf {
+pub(crate) fn helm_path() -> PathBuf {
     let assets = Assets::find().unwrap_or_else(|e| panic!("{e}"));
     assets
         .helm()
@@ -22,7 +22,7 @@ pub fn helm_path() -> PathBuf {
 }
 
 /// helm with its config, cache and data in `home` (never the user's ~/.config/helm).
-pub fn helm(home: &Path) -> Command {
+pub(crate) fn helm(home: &Path) -> Command {
     let mut cmd = Command::new(helm_path());
     for (var, sub) in [
         ("HELM_CONFIG_HOME", "config"),
@@ -35,7 +35,7 @@ pub fn helm(home: &Path) -> Command {
 }
 
 /// Runs `cmd` with `stdin`: (succeeded, stdout, stderr).
-pub fn run(mut cmd: Command, stdin: &str) -> (bool, String, String) {
+pub(crate) fn run(mut cmd: Command, stdin: &str) -> (bool, String, String) {
     use std::io::Write;
     let mut child = cmd
         .stdin(Stdio::piped())
@@ -55,7 +55,7 @@ pub fn run(mut cmd: Command, stdin: &str) -> (bool, String, String) {
 }
 
 /// `helm template ringlb charts/ringlb -n ringlb-system ARGS`: Ok(yaml) or Err(stderr).
-pub fn template(args: &[&str]) -> Result<String, String> {
+pub(crate) fn template(args: &[&str]) -> Result<String, String> {
     let home = std::env::temp_dir();
     let mut cmd = helm(&home);
     cmd.args(["template", RELEASE])
@@ -68,19 +68,19 @@ pub fn template(args: &[&str]) -> Result<String, String> {
     }
 }
 
-pub fn template_ok(args: &[&str]) -> String {
+pub(crate) fn template_ok(args: &[&str]) -> String {
     template(args).unwrap_or_else(|e| panic!("helm template {args:?}: {e}"))
 }
 
 /// The objects of a multi-document YAML stream (empty documents left out).
-pub fn docs(yaml: &str) -> Vec<Value> {
+pub(crate) fn docs(yaml: &str) -> Vec<Value> {
     serde_yaml::Deserializer::from_str(yaml)
         .map(|d| serde::Deserialize::deserialize(d).expect("rendered YAML parses"))
         .filter(|v: &Value| !v.is_null())
         .collect()
 }
 
-pub fn find<'a>(objs: &'a [Value], kind: &str, name: &str) -> &'a Value {
+pub(crate) fn find<'a>(objs: &'a [Value], kind: &str, name: &str) -> &'a Value {
     objs.iter()
         .find(|o| o["kind"] == kind && o["metadata"]["name"] == name)
         .unwrap_or_else(|| panic!("no {kind} {name} rendered"))
@@ -90,7 +90,7 @@ pub fn find<'a>(objs: &'a [Value], kind: &str, name: &str) -> &'a Value {
 // The values table
 // ---------------------------------------------------------------------------------
 
-pub async fn control_plane(install_crds: bool) -> ControlPlane {
+pub(crate) async fn control_plane(install_crds: bool) -> ControlPlane {
     ControlPlane::start(Options {
         install_crds,
         ..Options::default()
@@ -100,14 +100,14 @@ pub async fn control_plane(install_crds: bool) -> ControlPlane {
 }
 
 /// kubectl as the cluster admin, with `stdin`: (succeeded, stdout, stderr).
-pub fn kubectl(cp: &ControlPlane, args: &[&str], stdin: &str) -> (bool, String, String) {
+pub(crate) fn kubectl(cp: &ControlPlane, args: &[&str], stdin: &str) -> (bool, String, String) {
     let mut cmd = cp.kubectl();
     cmd.args(args);
     run(cmd, stdin)
 }
 
 /// helm as the cluster admin against `cp`.
-pub fn helm_on(cp: &ControlPlane, args: &[&str]) -> String {
+pub(crate) fn helm_on(cp: &ControlPlane, args: &[&str]) -> String {
     let mut cmd = helm(cp.dir());
     cmd.arg("--kubeconfig").arg(cp.kubeconfig_path()).args(args);
     let (ok, out, err) = run(cmd, "");

@@ -10,7 +10,7 @@ use ringlb_e2e::realcluster::RealCluster;
 use ringlb_e2e::realcluster::traffic::{self, KeepAlive, Outcome};
 
 /// What a fault did to the traffic that ran through it.
-pub struct Through {
+pub(crate) struct Through {
     pub keepalive: Outcome,
     pub requests: u64,
     pub failed: u64,
@@ -19,7 +19,7 @@ pub struct Through {
 
 /// Runs `fault` while `conns` keep-alive connections ask every 100 ms and a loop of
 /// new connections asks every 50 ms, then `settle` more of both.
-pub fn through(
+pub(crate) fn through(
     client: &str,
     vip: IpAddr,
     conns: usize,
@@ -47,7 +47,7 @@ pub fn through(
     }
 }
 
-pub fn pod_on(rc: &RealCluster, ns: &str, selector: &str, node: &str) -> String {
+pub(crate) fn pod_on(rc: &RealCluster, ns: &str, selector: &str, node: &str) -> String {
     let out = rc
         .kubectl(&[
             "get",
@@ -69,7 +69,7 @@ pub fn pod_on(rc: &RealCluster, ns: &str, selector: &str, node: &str) -> String 
 
 /// The controller's leader (its Lease's holder; empty while none). The edges'
 /// Leases sit in the same namespace.
-pub fn leader(rc: &RealCluster) -> String {
+pub(crate) fn leader(rc: &RealCluster) -> String {
     rc.kubectl(&[
         "get",
         "lease",
@@ -85,7 +85,7 @@ pub fn leader(rc: &RealCluster) -> String {
     .to_string()
 }
 
-pub fn wait_ds_ready(rc: &RealCluster, component: &str) {
+pub(crate) fn wait_ds_ready(rc: &RealCluster, component: &str) {
     rc.kubectl(&[
         "rollout",
         "status",

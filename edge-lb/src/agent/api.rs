@@ -13,7 +13,10 @@ use crate::watch::{first_list, watch_services};
 
 /// Watches Services and EndpointSlices (every change pokes `notify`) and waits for
 /// their first lists.
-pub async fn watch_stores(client: &kube::Client, notify: &Arc<Notify>) -> anyhow::Result<Stores> {
+pub(super) async fn watch_stores(
+    client: &kube::Client,
+    notify: &Arc<Notify>,
+) -> anyhow::Result<Stores> {
     let (services, slices) = watch_services(client, notify);
     first_list(&services).await?;
     first_list(&slices).await?;
@@ -21,7 +24,7 @@ pub async fn watch_stores(client: &kube::Client, notify: &Arc<Notify>) -> anyhow
 }
 
 /// Exits with a clear message when ringlb's CRDs are not installed.
-pub async fn check_crds(client: &kube::Client) -> anyhow::Result<()> {
+pub(super) async fn check_crds(client: &kube::Client) -> anyhow::Result<()> {
     for (kind, res) in [
         (
             "BGPPeer",

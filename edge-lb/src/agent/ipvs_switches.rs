@@ -31,7 +31,7 @@ fn switch_on(path: &Path, why: &str) -> anyhow::Result<()> {
 }
 
 /// Switches on every IPVS sysctl the edge needs.
-pub fn switch_on_all() -> anyhow::Result<()> {
+pub(super) fn switch_on_all() -> anyhow::Result<()> {
     switch_on(
         Path::new(SLOPPY_TCP),
         "flows moved here from another edge need it",

@@ -39,7 +39,7 @@ struct Trigger {
 
 /// `ringlb_nexthop_*` metrics.
 #[derive(Clone)]
-pub struct Metrics {
+pub(super) struct Metrics {
     refreshes: Family<Trigger, Counter>,
     rewritten: Counter,
     notifications: Counter,
@@ -47,7 +47,7 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    pub fn register(r: &mut Registry) -> Self {
+    pub(super) fn register(r: &mut Registry) -> Self {
         let m = Metrics {
             refreshes: Family::default(),
             rewritten: Counter::default(),
@@ -86,7 +86,7 @@ struct Pending {
 
 /// The running subscription (if it could be opened) and what it has seen since the
 /// last refresh.
-pub struct Watcher {
+pub(super) struct Watcher {
     pub notify: Arc<Notify>,
     pending: Arc<Mutex<Pending>>,
     last_refresh: Mutex<Option<Instant>>,
@@ -96,7 +96,7 @@ pub struct Watcher {
 impl Watcher {
     /// Subscribes in the agent's own network namespace. Without a subscription the
     /// next hops are still refreshed on every resync.
-    pub fn start(resolver: &KernelResolver, metrics: &Metrics) -> Self {
+    pub(super) fn start(resolver: &KernelResolver, metrics: &Metrics) -> Self {
         let notify = Arc::new(Notify::new());
         let pending = Arc::new(Mutex::new(Pending::default()));
         let watch = match Subscription::open(None, resolver.next_hops_in_use()) {
@@ -143,7 +143,7 @@ impl Watcher {
 
     /// How long to wait, once notified, before refreshing: `DEBOUNCE`, stretched so that
     /// refreshes are at least `MIN_GAP` apart.
-    pub fn delay(&self) -> Duration {
+    pub(super) fn delay(&self) -> Duration {
         let last = *self.last_refresh.lock().unwrap_or_else(|p| p.into_inner());
         delay_after(last, Instant::now())
     }
@@ -155,7 +155,12 @@ impl Watcher {
 
 /// Re-resolves every backend's next hop (blocking netlink calls: run it with
 /// `block_in_place`) and logs what changed.
-pub fn refresh(dp: &mut dyn Datapath, watcher: &Watcher, metrics: &Metrics, trigger: &'static str) {
+pub(super) fn refresh(
+    dp: &mut dyn Datapath,
+    watcher: &Watcher,
+    metrics: &Metrics,
+    trigger: &'static str,
+) {
     let seen = watcher.take();
     let t0 = Instant::now();
     *watcher

@@ -179,7 +179,7 @@ pub(crate) mod fixtures {
     use serde_json::json;
 
     /// A running pod `name` on `node` with `ips` (the first is `status.podIP`).
-    pub fn pod(name: &str, node: &str, ips: &[&str]) -> Pod {
+    pub(crate) fn pod(name: &str, node: &str, ips: &[&str]) -> Pod {
         serde_json::from_value(json!({
             "metadata": {"name": name, "namespace": "default"},
             "spec": {"nodeName": node, "containers": [{"name": "c"}]},

@@ -236,12 +236,16 @@ pub(crate) mod tests {
     use crate::serving::fixtures::{ep, service, slice};
 
     /// Reflector stores holding the objects, as the watches fill them.
-    pub fn stores(services: Vec<Service>, slices: Vec<EndpointSlice>, pods: Vec<Pod>) -> Stores {
+    pub(crate) fn stores(
+        services: Vec<Service>,
+        slices: Vec<EndpointSlice>,
+        pods: Vec<Pod>,
+    ) -> Stores {
         stores_with_edges(services, slices, pods, Vec::new())
     }
 
     /// [`stores`] with the edges' Nodes too.
-    pub fn stores_with_edges(
+    pub(crate) fn stores_with_edges(
         services: Vec<Service>,
         slices: Vec<EndpointSlice>,
         pods: Vec<Pod>,

@@ -6,10 +6,10 @@ use std::time::Duration;
 use super::{Lab, wait_until};
 
 /// Where Debian installs the daemons.
-pub const FRR: &str = "/usr/lib/frr";
+pub(crate) const FRR: &str = "/usr/lib/frr";
 
 /// Why the FRR tests cannot run here, if they cannot.
-pub fn missing() -> Option<String> {
+pub(crate) fn missing() -> Option<String> {
     ["zebra", "bgpd", "bfdd"]
         .into_iter()
         .find(|d| !Path::new(FRR).join(d).is_file())
@@ -19,7 +19,7 @@ pub fn missing() -> Option<String> {
 /// zebra, bfdd and bgpd in the ToR namespace with `bgpd` (a bgpd.conf) and
 /// `bfdd` (a bfdd.conf), their sockets and logs in DIR/frr (writable by the `frr`
 /// user the daemons switch to).
-pub fn start_frr(lab: &mut Lab, bgpd: &str, bfdd: &str) -> PathBuf {
+pub(crate) fn start_frr(lab: &mut Lab, bgpd: &str, bfdd: &str) -> PathBuf {
     let dir = lab.path("frr");
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::set_permissions(&dir, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
@@ -69,7 +69,7 @@ pub fn start_frr(lab: &mut Lab, bgpd: &str, bfdd: &str) -> PathBuf {
 }
 
 /// One `vtysh -c CMD` at the ToR's FRR (`dir`: what [`start_frr`] returned).
-pub fn vtysh(lab: &Lab, dir: &Path, cmd: &str) -> String {
+pub(crate) fn vtysh(lab: &Lab, dir: &Path, cmd: &str) -> String {
     let d = dir.display().to_string();
     lab.exec("tor", "vtysh", &["--vty_socket", &d, "-c", cmd])
         .unwrap_or_else(|e| e)

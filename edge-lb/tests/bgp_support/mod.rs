@@ -6,8 +6,8 @@
 
 #![allow(dead_code)]
 
-pub mod frr;
-pub mod poll;
+pub(crate) mod frr;
+pub(crate) mod poll;
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,19 +16,19 @@ use std::time::{Duration, Instant};
 
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
-pub const TOR_V4: &str = "10.91.0.1";
-pub const TOR_V6: &str = "fd91::1";
+pub(crate) const TOR_V4: &str = "10.91.0.1";
+pub(crate) const TOR_V6: &str = "fd91::1";
 
 /// Edge `i` (1-based) addresses on the ToR segment.
-pub fn edge_v4(i: u8) -> String {
+pub(crate) fn edge_v4(i: u8) -> String {
     format!("10.91.0.{}", 10 + i)
 }
-pub fn edge_v6(i: u8) -> String {
+pub(crate) fn edge_v6(i: u8) -> String {
     format!("fd91::{}", 10 + i)
 }
 
 /// Why the lab cannot run here, if it cannot.
-pub fn skip_reason(tools: &[&str]) -> Option<String> {
+pub(crate) fn skip_reason(tools: &[&str]) -> Option<String> {
     if !is_root() {
         return Some("needs root (network namespaces)".into());
     }
@@ -67,20 +67,20 @@ macro_rules! require_lab {
     };
 }
 
-pub struct Daemon {
+pub(crate) struct Daemon {
     pub name: String,
     pub child: Child,
     pub log: PathBuf,
 }
 
-pub struct Lab {
+pub(crate) struct Lab {
     pub prefix: String,
     pub dir: PathBuf,
     namespaces: Vec<String>,
     pub daemons: Vec<Daemon>,
 }
 
-pub fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
+pub(crate) fn run(cmd: &str, args: &[&str]) -> Result<String, String> {
     let out = Command::new(cmd)
         .args(args)
         .stdin(Stdio::null())
@@ -104,7 +104,7 @@ fn must(cmd: &str, args: &[&str]) -> String {
 impl Lab {
     /// A ToR namespace `tor` with bridge `br0` (TOR_V4/24, TOR_V6/64) and `edges`
     /// edge namespaces `e1..eN`, each with `eth0` on the bridge.
-    pub fn new(tag: &str, edges: u8) -> Lab {
+    pub(crate) fn new(tag: &str, edges: u8) -> Lab {
         let n = SEQ.fetch_add(1, Ordering::SeqCst);
         let prefix = format!("rlbgp{}{}{}", std::process::id(), tag, n);
         let dir = std::env::temp_dir().join(&prefix);
@@ -208,22 +208,22 @@ impl Lab {
         name
     }
 
-    pub fn ns(&self, short: &str) -> String {
+    pub(crate) fn ns(&self, short: &str) -> String {
         format!("{}-{short}", self.prefix)
     }
 
-    pub fn path(&self, file: &str) -> PathBuf {
+    pub(crate) fn path(&self, file: &str) -> PathBuf {
         self.dir.join(file)
     }
 
-    pub fn write(&self, file: &str, text: &str) -> PathBuf {
+    pub(crate) fn write(&self, file: &str, text: &str) -> PathBuf {
         let p = self.path(file);
         std::fs::write(&p, text).unwrap();
         p
     }
 
     /// Run a command inside namespace `short`.
-    pub fn exec(&self, short: &str, cmd: &str, args: &[&str]) -> Result<String, String> {
+    pub(crate) fn exec(&self, short: &str, cmd: &str, args: &[&str]) -> Result<String, String> {
         let ns = self.ns(short);
         let mut a = vec!["netns", "exec", ns.as_str(), cmd];
         a.extend_from_slice(args);
@@ -231,7 +231,7 @@ impl Lab {
     }
 
     /// Start a daemon in namespace `short`; output goes to DIR/NAME.log.
-    pub fn spawn(&mut self, name: &str, short: &str, cmd: &Path, args: &[&str]) -> usize {
+    pub(crate) fn spawn(&mut self, name: &str, short: &str, cmd: &Path, args: &[&str]) -> usize {
         let log = self.path(&format!("{name}.log"));
         let f = std::fs::File::create(&log).unwrap();
         let child = Command::new("ip")
@@ -252,12 +252,12 @@ impl Lab {
     }
 
     /// `ip netns exec` execs the daemon, so the child's pid is the daemon's.
-    pub fn signal(&self, idx: usize, sig: &str) {
+    pub(crate) fn signal(&self, idx: usize, sig: &str) {
         let pid = self.daemons[idx].child.id().to_string();
         must("kill", &[&format!("-{sig}"), &pid]);
     }
 
-    pub fn wait_exit(&mut self, idx: usize, timeout: Duration) -> bool {
+    pub(crate) fn wait_exit(&mut self, idx: usize, timeout: Duration) -> bool {
         let end = Instant::now() + timeout;
         while Instant::now() < end {
             if let Ok(Some(_)) = self.daemons[idx].child.try_wait() {
@@ -268,12 +268,12 @@ impl Lab {
         false
     }
 
-    pub fn log(&self, idx: usize) -> String {
+    pub(crate) fn log(&self, idx: usize) -> String {
         std::fs::read_to_string(&self.daemons[idx].log).unwrap_or_default()
     }
 
     /// Every daemon's log, for failure messages.
-    pub fn logs(&self) -> String {
+    pub(crate) fn logs(&self) -> String {
         self.daemons
             .iter()
             .map(|d| {
@@ -292,7 +292,7 @@ impl Lab {
 
     /// Start BIRD in the ToR namespace with `protocols` appended to a base config that
     /// installs BGP routes into the kernel with ECMP (`merge paths`).
-    pub fn start_bird(&mut self, protocols: &str) -> usize {
+    pub(crate) fn start_bird(&mut self, protocols: &str) -> usize {
         let conf = format!(
             r#"log stderr all;
 router id {TOR_V4};
@@ -325,7 +325,7 @@ template bgp edge {{
 
     /// Start BIRD with two plain eBGP protocols, e1 (AS 65011) and e2 (AS 65012), for
     /// edges 1 and 2.
-    pub fn start_bird_two_edges(&mut self) -> usize {
+    pub(crate) fn start_bird_two_edges(&mut self) -> usize {
         self.start_bird(&format!(
             r#"
 protocol bgp e1 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65011; ipv4 {{ import all; export none; }}; }}
@@ -336,7 +336,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
         ))
     }
 
-    pub fn birdc(&self, args: &[&str]) -> String {
+    pub(crate) fn birdc(&self, args: &[&str]) -> String {
         let sock = self.path("bird.ctl").display().to_string();
         let mut a = vec!["-s", sock.as_str()];
         a.extend_from_slice(args);
@@ -345,7 +345,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4
 
     // ---- our speaker
 
-    pub fn start_speaker(&mut self, name: &str, short: &str, yaml: &str) -> usize {
+    pub(crate) fn start_speaker(&mut self, name: &str, short: &str, yaml: &str) -> usize {
         let cfg = self.write(&format!("{name}.yaml"), yaml);
         let bin = PathBuf::from(env!("CARGO_BIN_EXE_ringlb-edge"));
         let c = cfg.display().to_string();
@@ -389,21 +389,21 @@ impl Drop for Lab {
 
 impl Lab {
     /// The ToR's kernel route to `vip` (`ip route show`), empty if none.
-    pub fn tor_route(&self, vip: &str) -> String {
+    pub(crate) fn tor_route(&self, vip: &str) -> String {
         let fam = if vip.contains(':') { "-6" } else { "-4" };
         self.exec("tor", "ip", &[fam, "route", "show", vip])
             .unwrap_or_default()
     }
 
     /// Whether the ToR routes `vip` via both edge 1 and edge 2 (ECMP).
-    pub fn routes_via_both_edges(&self, vip: &str) -> bool {
+    pub(crate) fn routes_via_both_edges(&self, vip: &str) -> bool {
         let r = self.tor_route(vip);
         r.contains(&format!("via {}", edge_v4(1))) && r.contains(&format!("via {}", edge_v4(2)))
     }
 
     /// Poll the ToR's route to `vip` every 5 ms, for at most `timeout`, until it no
     /// longer contains `via`: (the last route seen, the time from the call).
-    pub fn wait_route_without(
+    pub(crate) fn wait_route_without(
         &self,
         vip: &str,
         via: &str,
@@ -421,7 +421,7 @@ impl Lab {
 }
 
 /// Poll `f` every 50 ms until it returns true or `timeout` passes.
-pub fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
+pub(crate) fn wait_until(timeout: Duration, mut f: impl FnMut() -> bool) -> bool {
     let end = Instant::now() + timeout;
     loop {
         if f() {

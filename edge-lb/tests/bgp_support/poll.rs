@@ -6,13 +6,13 @@ use std::time::Duration;
 
 /// Polls the ToR's kernel route for `vip` in a thread until stopped; counts the
 /// samples without `via`.
-pub struct Poller {
+pub(crate) struct Poller {
     stop: Arc<AtomicBool>,
     handle: std::thread::JoinHandle<(usize, usize, Vec<String>)>,
 }
 
 impl Poller {
-    pub fn start(ns: String, vip: &'static str, via: String) -> Poller {
+    pub(crate) fn start(ns: String, vip: &'static str, via: String) -> Poller {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let handle = std::thread::spawn(move || {
@@ -32,7 +32,7 @@ impl Poller {
         Poller { stop, handle }
     }
 
-    pub fn finish(self) -> (usize, usize, Vec<String>) {
+    pub(crate) fn finish(self) -> (usize, usize, Vec<String>) {
         self.stop.store(true, Ordering::Relaxed);
         self.handle.join().unwrap()
     }

@@ -159,7 +159,7 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    pub fn new(ty: u16, flags: u16, seq: u32) -> Self {
+    pub(crate) fn new(ty: u16, flags: u16, seq: u32) -> Self {
         let mut buf = Vec::with_capacity(128);
         buf.extend_from_slice(&0u32.to_ne_bytes());
         buf.extend_from_slice(&ty.to_ne_bytes());
@@ -173,12 +173,12 @@ impl Writer {
     }
 
     /// Raw bytes after the header (genlmsghdr, ifaddrmsg).
-    pub fn bytes(&mut self, b: &[u8]) -> &mut Self {
+    pub(crate) fn bytes(&mut self, b: &[u8]) -> &mut Self {
         self.buf.extend_from_slice(b);
         self
     }
 
-    pub fn attr(&mut self, ty: u16, payload: &[u8]) -> &mut Self {
+    pub(crate) fn attr(&mut self, ty: u16, payload: &[u8]) -> &mut Self {
         let len = (NLA_HDRLEN + payload.len()) as u16;
         self.buf.extend_from_slice(&len.to_ne_bytes());
         self.buf.extend_from_slice(&ty.to_ne_bytes());
@@ -187,34 +187,34 @@ impl Writer {
         self
     }
 
-    pub fn u16(&mut self, ty: u16, v: u16) -> &mut Self {
+    pub(crate) fn u16(&mut self, ty: u16, v: u16) -> &mut Self {
         self.attr(ty, &v.to_ne_bytes())
     }
-    pub fn be16(&mut self, ty: u16, v: u16) -> &mut Self {
+    pub(crate) fn be16(&mut self, ty: u16, v: u16) -> &mut Self {
         self.attr(ty, &v.to_be_bytes())
     }
-    pub fn u32(&mut self, ty: u16, v: u32) -> &mut Self {
+    pub(crate) fn u32(&mut self, ty: u16, v: u32) -> &mut Self {
         self.attr(ty, &v.to_ne_bytes())
     }
-    pub fn u64(&mut self, ty: u16, v: u64) -> &mut Self {
+    pub(crate) fn u64(&mut self, ty: u16, v: u64) -> &mut Self {
         self.attr(ty, &v.to_ne_bytes())
     }
     /// A NUL-terminated string.
-    pub fn string(&mut self, ty: u16, s: &str) -> &mut Self {
+    pub(crate) fn string(&mut self, ty: u16, s: &str) -> &mut Self {
         let mut b = s.as_bytes().to_vec();
         b.push(0);
         self.attr(ty, &b)
     }
 
     /// Opens a nested attribute (no `NLA_F_NESTED`, as libnl and ipvsadm send).
-    pub fn nest(&mut self, ty: u16) -> &mut Self {
+    pub(crate) fn nest(&mut self, ty: u16) -> &mut Self {
         self.nests.push(self.buf.len());
         self.buf.extend_from_slice(&0u16.to_ne_bytes());
         self.buf.extend_from_slice(&ty.to_ne_bytes());
         self
     }
 
-    pub fn end_nest(&mut self) -> &mut Self {
+    pub(crate) fn end_nest(&mut self) -> &mut Self {
         let at = self.nests.pop().expect("end_nest after nest");
         let len = (self.buf.len() - at) as u16;
         self.buf[at..at + 2].copy_from_slice(&len.to_ne_bytes());
@@ -227,7 +227,7 @@ impl Writer {
         }
     }
 
-    pub fn finish(&mut self) -> Vec<u8> {
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
         debug_assert!(self.nests.is_empty(), "unclosed nest");
         let len = self.buf.len() as u32;
         self.buf[..4].copy_from_slice(&len.to_ne_bytes());
@@ -284,23 +284,23 @@ impl<'a> Attr<'a> {
             want,
         })
     }
-    pub fn u8(&self, within: &'static str) -> Result<u8, DecodeError> {
+    pub(crate) fn u8(&self, within: &'static str) -> Result<u8, DecodeError> {
         Ok(self.fixed::<1>(within, "1 (u8)")?[0])
     }
-    pub fn u16(&self, within: &'static str) -> Result<u16, DecodeError> {
+    pub(crate) fn u16(&self, within: &'static str) -> Result<u16, DecodeError> {
         Ok(u16::from_ne_bytes(self.fixed(within, "2 (u16)")?))
     }
-    pub fn be16(&self, within: &'static str) -> Result<u16, DecodeError> {
+    pub(crate) fn be16(&self, within: &'static str) -> Result<u16, DecodeError> {
         Ok(u16::from_be_bytes(self.fixed(within, "2 (be16)")?))
     }
-    pub fn u32(&self, within: &'static str) -> Result<u32, DecodeError> {
+    pub(crate) fn u32(&self, within: &'static str) -> Result<u32, DecodeError> {
         Ok(u32::from_ne_bytes(self.fixed(within, "4 (u32)")?))
     }
-    pub fn u64(&self, within: &'static str) -> Result<u64, DecodeError> {
+    pub(crate) fn u64(&self, within: &'static str) -> Result<u64, DecodeError> {
         Ok(u64::from_ne_bytes(self.fixed(within, "8 (u64)")?))
     }
     /// A NUL-terminated string (bytes after the first NUL are padding).
-    pub fn string(&self, what: &'static str) -> Result<String, DecodeError> {
+    pub(crate) fn string(&self, what: &'static str) -> Result<String, DecodeError> {
         let end = self
             .payload
             .iter()

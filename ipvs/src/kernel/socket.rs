@@ -22,7 +22,7 @@ pub(crate) struct Conn {
 }
 
 impl Conn {
-    pub fn open(protocol: isize, op: &'static str) -> Result<Self, Error> {
+    pub(super) fn open(protocol: isize, op: &'static str) -> Result<Self, Error> {
         let io = |source| Error::Io { op, source };
         let mut sock = Socket::new(protocol).map_err(io)?;
         sock.bind_auto().map_err(io)?;
@@ -36,7 +36,7 @@ impl Conn {
         })
     }
 
-    pub fn next_seq(&mut self) -> u32 {
+    pub(super) fn next_seq(&mut self) -> u32 {
         self.seq = self.seq.wrapping_add(1);
         self.seq
     }
@@ -45,7 +45,7 @@ impl Conn {
     /// it, up to its ACK or NLMSG_DONE. A NACK is `Error::Kernel` with an
     /// empty target (the caller names it). Answers to older requests (one
     /// that timed out) are skipped.
-    pub fn transact(
+    pub(super) fn transact(
         &mut self,
         op: &'static str,
         req: &[u8],

@@ -27,13 +27,13 @@ pub struct Held {
 }
 
 /// `-EEXIST`
-pub const EEXIST: i32 = -libc::EEXIST;
+pub(super) const EEXIST: i32 = -libc::EEXIST;
 /// `-ESRCH`: the kernel's answer for a service that does not exist.
-pub const ESRCH: i32 = -libc::ESRCH;
+pub(super) const ESRCH: i32 = -libc::ESRCH;
 /// `-ENOENT`: for a real server that does not exist.
-pub const ENOENT: i32 = -libc::ENOENT;
+pub(super) const ENOENT: i32 = -libc::ENOENT;
 /// `-EADDRNOTAVAIL`: deleting an address that is not there.
-pub const EADDRNOTAVAIL: i32 = -libc::EADDRNOTAVAIL;
+pub(super) const EADDRNOTAVAIL: i32 = -libc::EADDRNOTAVAIL;
 
 impl Held {
     /// Applies `op` as the kernel would, or returns its -errno.

@@ -28,20 +28,20 @@ use std::{
 
 use ringlb_datapath::{DesiredState, Proto, ServiceEntry, Vip};
 use ringlb_ipvs::{Config, IpvsDatapath, kernel::netlink::NetlinkKernel};
-pub use ringlb_testkit::netns::{Netns, in_netns, is_root, nsx, sh};
-pub use ringlb_testkit::pod::ask;
+pub(crate) use ringlb_testkit::netns::{Netns, in_netns, is_root, nsx, sh};
+pub(crate) use ringlb_testkit::pod::ask;
 
-pub const VIP: &str = "10.203.100.1";
-pub const PODS: [&str; 3] = ["10.203.0.21", "10.203.0.22", "10.203.0.23"];
-pub const EDGES: [&str; 2] = ["10.203.0.11", "10.203.0.12"];
+pub(crate) const VIP: &str = "10.203.100.1";
+pub(crate) const PODS: [&str; 3] = ["10.203.0.21", "10.203.0.22", "10.203.0.23"];
+pub(crate) const EDGES: [&str; 2] = ["10.203.0.11", "10.203.0.12"];
 
-pub fn ip(s: &str) -> IpAddr {
+pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
 /// True when this kernel has IPVS with the `mh` scheduler (loading the modules
 /// if it can); false after saying loudly why the test is skipped.
-pub fn ipvs_or_skip(test: &str) -> bool {
+pub(crate) fn ipvs_or_skip(test: &str) -> bool {
     if !is_root() {
         eprintln!("SKIP: {test}: needs root (network namespaces, IPVS)");
         return false;
@@ -70,7 +70,7 @@ pub fn ipvs_or_skip(test: &str) -> bool {
 }
 
 /// An IPVS datapath whose netlink sockets live in namespace `ns`.
-pub fn datapath_in(ns: &str, cfg: Config) -> IpvsDatapath<NetlinkKernel> {
+pub(crate) fn datapath_in(ns: &str, cfg: Config) -> IpvsDatapath<NetlinkKernel> {
     in_netns(ns, || {
         let k = NetlinkKernel::open().expect("open IPVS netlink in the namespace");
         IpvsDatapath::new(k, cfg).expect("read what IPVS holds")
@@ -79,7 +79,7 @@ pub fn datapath_in(ns: &str, cfg: Config) -> IpvsDatapath<NetlinkKernel> {
 
 /// A seam service on `vip`: every backend in the ring (weight 1) except those in
 /// `draining` (weight 0).
-pub fn entry(vip: &Vip, backends: &[&str], draining: &[&str]) -> ServiceEntry {
+pub(crate) fn entry(vip: &Vip, backends: &[&str], draining: &[&str]) -> ServiceEntry {
     let ring: Vec<u32> = backends
         .iter()
         .enumerate()
@@ -90,7 +90,7 @@ pub fn entry(vip: &Vip, backends: &[&str], draining: &[&str]) -> ServiceEntry {
     ServiceEntry::new(vip, addrs, ring).unwrap()
 }
 
-pub fn tcp(addr: &str, port: u16) -> Vip {
+pub(crate) fn tcp(addr: &str, port: u16) -> Vip {
     Vip {
         addr: ip(addr),
         port,
@@ -98,7 +98,7 @@ pub fn tcp(addr: &str, port: u16) -> Vip {
     }
 }
 
-pub fn udp(addr: &str, port: u16) -> Vip {
+pub(crate) fn udp(addr: &str, port: u16) -> Vip {
     Vip {
         addr: ip(addr),
         port,
@@ -107,7 +107,7 @@ pub fn udp(addr: &str, port: u16) -> Vip {
 }
 
 /// One service of the VIP, TCP port 80.
-pub fn one_service(backends: &[&str], draining: &[&str]) -> DesiredState {
+pub(crate) fn one_service(backends: &[&str], draining: &[&str]) -> DesiredState {
     let v = tcp(VIP, 80);
     DesiredState {
         services: [(v, entry(&v, backends, draining))].into(),
@@ -117,14 +117,14 @@ pub fn one_service(backends: &[&str], draining: &[&str]) -> DesiredState {
 /// One virtual service as `ipvsadm -Ln` prints it: its line, and per real server
 /// (in the kernel's list order) address:port, forwarding and weight.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct AdmService {
+pub(crate) struct AdmService {
     pub line: String,
     pub dests: Vec<(String, String, u32)>,
 }
 
 /// `ipvsadm -Ln --nosort` in `ns` (ipvsadm sorts real servers by address
 /// unless told not to), by service ("TCP 10.203.100.1:80").
-pub fn ipvsadm(ns: &str) -> BTreeMap<String, AdmService> {
+pub(crate) fn ipvsadm(ns: &str) -> BTreeMap<String, AdmService> {
     let out = nsx(ns, &["ipvsadm", "-Ln", "--nosort"]);
     let mut services = BTreeMap::new();
     let mut cur: Option<AdmService> = None;
@@ -162,7 +162,7 @@ fn w_key(line: &str) -> (String, String) {
 }
 
 /// The addresses on `lo` in `ns` (`ip -o addr show dev lo`), as "addr/prefix".
-pub fn lo_addrs(ns: &str) -> Vec<String> {
+pub(crate) fn lo_addrs(ns: &str) -> Vec<String> {
     nsx(ns, &["ip", "-o", "addr", "show", "dev", "lo"])
         .lines()
         .filter_map(|l| {
@@ -174,7 +174,7 @@ pub fn lo_addrs(ns: &str) -> Vec<String> {
 }
 
 /// The lab's namespaces (deleted on drop, with whatever runs in them).
-pub struct Lab {
+pub(crate) struct Lab {
     pub client: Netns,
     pub tor: Netns,
     pub edges: Vec<Netns>,
@@ -182,7 +182,14 @@ pub struct Lab {
 }
 
 /// A veth pair between `a_ns` and `b_ns`, both ends up, each with its address if given.
-pub fn veth(a_ns: &str, a: &str, a_ip: Option<&str>, b_ns: &str, b: &str, b_ip: Option<&str>) {
+pub(crate) fn veth(
+    a_ns: &str,
+    a: &str,
+    a_ip: Option<&str>,
+    b_ns: &str,
+    b: &str,
+    b_ip: Option<&str>,
+) {
     sh(&[
         "ip", "-n", a_ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", b_ns,
     ]);
@@ -200,7 +207,7 @@ fn sysctl(ns: &str, kv: &str) {
 
 impl Lab {
     /// The picture at the top, with namespaces named `rlbv<pid><tag>...`.
-    pub fn new(tag: &str) -> Lab {
+    pub(crate) fn new(tag: &str) -> Lab {
         let p = format!("rlbv{}{tag}", std::process::id());
         let lab = Lab {
             client: Netns::new(&format!("{p}c")),
@@ -278,7 +285,7 @@ impl Lab {
     }
 
     /// The ToR sends the VIP to edge `i` (0 or 1).
-    pub fn route_vip_to(&self, i: usize) {
+    pub(crate) fn route_vip_to(&self, i: usize) {
         sh(&[
             "ip",
             "-n",
@@ -292,14 +299,14 @@ impl Lab {
     }
 
     /// Every pod serves a line protocol on VIP:80: each line in, its name out.
-    pub fn serve(&self) {
+    pub(crate) fn serve(&self) {
         for (i, ns) in self.pods.iter().enumerate() {
             serve(ns.0.clone(), ip(VIP), format!("pod{}", i + 1));
         }
     }
 
     /// Counter of `dev` in `ns` (`/sys/class/net/<dev>/statistics/<name>`).
-    pub fn stat(ns: &str, dev: &str, name: &str) -> u64 {
+    pub(crate) fn stat(ns: &str, dev: &str, name: &str) -> u64 {
         nsx(
             ns,
             &["cat", &format!("/sys/class/net/{dev}/statistics/{name}")],
@@ -312,7 +319,7 @@ impl Lab {
 
 /// A line server on `vip`:80 in `ns`: each line in, `name` out (a thread that
 /// lives until the namespace goes).
-pub fn serve(ns: String, vip: IpAddr, name: String) {
+pub(crate) fn serve(ns: String, vip: IpAddr, name: String) {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         ringlb_testkit::netns::enter_netns(&ns);
@@ -335,7 +342,7 @@ pub fn serve(ns: String, vip: IpAddr, name: String) {
 
 /// A connection to VIP:80 (from source port `sport` if given, reset on drop so
 /// the port is free again at once).
-pub fn connect(sport: Option<u16>) -> std::io::Result<BufReader<TcpStream>> {
+pub(crate) fn connect(sport: Option<u16>) -> std::io::Result<BufReader<TcpStream>> {
     use socket2::{Domain, Socket, Type};
     let s = Socket::new(Domain::IPV4, Type::STREAM, None)?;
     if let Some(p) = sport {
@@ -350,7 +357,7 @@ pub fn connect(sport: Option<u16>) -> std::io::Result<BufReader<TcpStream>> {
 }
 
 /// One short connection: connect, ask, close. The pod that answered.
-pub fn one_request(sport: Option<u16>) -> std::io::Result<String> {
+pub(crate) fn one_request(sport: Option<u16>) -> std::io::Result<String> {
     let mut c = connect(sport)?;
     ask(&mut c)
 }

@@ -6,30 +6,30 @@ use std::net::{IpAddr, SocketAddr};
 
 use ringlb_node::{Hook, NodeDatapath, NodeOptions, NodeState, Proto, abi::Stat};
 
-pub use ringlb_testkit::netns::is_root;
+pub(crate) use ringlb_testkit::netns::is_root;
 
-pub const TC_ACT_OK: u32 = 0;
-pub const TC_ACT_SHOT: u32 = 2;
+pub(crate) const TC_ACT_OK: u32 = 0;
+pub(crate) const TC_ACT_SHOT: u32 = 2;
 
-pub fn ip(s: &str) -> IpAddr {
+pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
-pub fn sa(s: &str) -> SocketAddr {
+pub(crate) fn sa(s: &str) -> SocketAddr {
     s.parse().unwrap()
 }
 
-pub const EDGE4: &str = "10.0.0.11";
-pub const EDGE6: &str = "2001:db8::11";
-pub const POD4: &str = "10.2.0.5";
-pub const POD6: &str = "2001:db8:2::5";
-pub const VIP4: &str = "10.100.0.1";
-pub const VIP6: &str = "2001:db8:100::1";
-pub const CLIENT4: &str = "192.0.2.7:40000";
-pub const CLIENT6: &str = "[2001:db8:ffff::9]:41000";
+pub(crate) const EDGE4: &str = "10.0.0.11";
+pub(crate) const EDGE6: &str = "2001:db8::11";
+pub(crate) const POD4: &str = "10.2.0.5";
+pub(crate) const POD6: &str = "2001:db8:2::5";
+pub(crate) const VIP4: &str = "10.100.0.1";
+pub(crate) const VIP6: &str = "2001:db8:100::1";
+pub(crate) const CLIENT4: &str = "192.0.2.7:40000";
+pub(crate) const CLIENT6: &str = "[2001:db8:ffff::9]:41000";
 
 /// VIP4:80/TCP -> POD4:8080, VIP4:53/UDP -> POD4:5353, and the same for
 /// VIP6 -> POD6 (443 -> 8443 TCP, 53 -> 5353 UDP).
-pub fn services() -> NodeState {
+pub(crate) fn services() -> NodeState {
     let mut s = NodeState::default();
     s.add_backend(ip(VIP4), 80, Proto::Tcp, ip(POD4), 8080)
         .add_backend(ip(VIP4), 53, Proto::Udp, ip(POD4), 5353)
@@ -40,7 +40,7 @@ pub fn services() -> NodeState {
 
 /// The production object, unpinned, MSS 1440/1400, with [`services`];
 /// `None` (after a loud SKIP) without root.
-pub fn load() -> Option<NodeDatapath> {
+pub(crate) fn load() -> Option<NodeDatapath> {
     if !is_root() {
         ringlb_testkit::tier::skip(
             "node fixtures need root to load BPF programs (CI runs as root)",
@@ -57,26 +57,26 @@ pub fn load() -> Option<NodeDatapath> {
 }
 
 /// One test run: (verdict, frame out).
-pub fn run(dp: &NodeDatapath, hook: Hook, frame: &[u8]) -> (u32, Vec<u8>) {
+pub(crate) fn run(dp: &NodeDatapath, hook: Hook, frame: &[u8]) -> (u32, Vec<u8>) {
     let mut out = vec![0u8; frame.len() + 256];
     let (verdict, len, _) = dp.test_run(hook, frame, &mut out, 1).expect("test run");
     out.truncate(len);
     (verdict, out)
 }
 
-pub fn count(dp: &NodeDatapath, s: Stat) -> u64 {
+pub(crate) fn count(dp: &NodeDatapath, s: Stat) -> u64 {
     dp.counter(s).unwrap()
 }
 
 /// Asserts a frame went through unchanged with TC_ACT_OK.
-pub fn assert_untouched(dp: &NodeDatapath, hook: Hook, frame: &[u8]) {
+pub(crate) fn assert_untouched(dp: &NodeDatapath, hook: Hook, frame: &[u8]) {
     let (v, out) = run(dp, hook, frame);
     assert_eq!(v, TC_ACT_OK, "verdict");
     assert_eq!(out, frame, "not one byte may change");
 }
 
 /// Hex dump diff helper for failed comparisons.
-pub fn hex(b: &[u8]) -> String {
+pub(crate) fn hex(b: &[u8]) -> String {
     b.iter()
         .map(|x| format!("{x:02x}"))
         .collect::<Vec<_>>()

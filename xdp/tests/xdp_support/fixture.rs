@@ -13,26 +13,26 @@ use ringlb_xdp::{
 
 use super::{Netns, in_netns, is_root};
 
-pub const XDP_DROP: u32 = 1;
-pub const XDP_PASS: u32 = 2;
-pub const XDP_TX: u32 = 3;
-pub const XDP_REDIRECT: u32 = 4;
+pub(crate) const XDP_DROP: u32 = 1;
+pub(crate) const XDP_PASS: u32 = 2;
+pub(crate) const XDP_TX: u32 = 3;
+pub(crate) const XDP_REDIRECT: u32 = 4;
 
 /// The next hop every backend gets unless a test says otherwise: on the
 /// ingress port (ifindex 0), untagged.
-pub const NH: NextHop = NextHop {
+pub(crate) const NH: NextHop = NextHop {
     ifindex: 0,
     smac: [0x02, 0xee, 0, 0, 0, 0x01],
     dmac: [0x02, 0xee, 0, 0, 0, 0x02],
     vlan: None,
 };
 
-pub fn ip(s: &str) -> IpAddr {
+pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
 /// A service whose whole ring (13 slots) points at `backends[target]`.
-pub fn svc(v: &Vip, backends: &[&str], target: u32) -> ServiceEntry {
+pub(crate) fn svc(v: &Vip, backends: &[&str], target: u32) -> ServiceEntry {
     ServiceEntry::new(
         v,
         backends.iter().map(|b| ip(b)).collect(),
@@ -41,14 +41,14 @@ pub fn svc(v: &Vip, backends: &[&str], target: u32) -> ServiceEntry {
     .unwrap()
 }
 
-pub fn state(entries: Vec<(Vip, ServiceEntry)>) -> DesiredState {
+pub(crate) fn state(entries: Vec<(Vip, ServiceEntry)>) -> DesiredState {
     DesiredState {
         services: entries.into_iter().collect(),
     }
 }
 
 /// One test run of `frame`: (verdict, output frame).
-pub fn run(dp: &XdpDatapath, frame: &[u8]) -> (u32, Vec<u8>) {
+pub(crate) fn run(dp: &XdpDatapath, frame: &[u8]) -> (u32, Vec<u8>) {
     let mut out = vec![0u8; frame.len() + 128];
     let (verdict, len, _) = dp.test_run(frame, &mut out, 1).expect("test run");
     out.truncate(len);
@@ -56,13 +56,13 @@ pub fn run(dp: &XdpDatapath, frame: &[u8]) -> (u32, Vec<u8>) {
 }
 
 /// A global counter (`abi::Stat` label), summed over CPUs.
-pub fn counter(dp: &XdpDatapath, label: &str) -> u64 {
+pub(crate) fn counter(dp: &XdpDatapath, label: &str) -> u64 {
     let c = dp.read_counters().unwrap();
     c.global.iter().find(|(l, _)| *l == label).unwrap().1
 }
 
 /// The production object with outer sources 10.0.0.11 (and 2001:db8::11).
-pub fn opts(mtu: u32, src6: bool) -> XdpOptions {
+pub(crate) fn opts(mtu: u32, src6: bool) -> XdpOptions {
     XdpOptions {
         pin_dir: None,
         src4: Some("10.0.0.11".parse().unwrap()),
@@ -75,12 +75,12 @@ pub fn opts(mtu: u32, src6: bool) -> XdpOptions {
 }
 
 /// Loads it with every backend on `NH`; `None` (after a loud SKIP) without root.
-pub fn load(mtu: u32, src6: bool) -> Option<XdpDatapath> {
+pub(crate) fn load(mtu: u32, src6: bool) -> Option<XdpDatapath> {
     load_with(&opts(mtu, src6))
 }
 
 /// [`load`] with options of the test's own (built from [`opts`]).
-pub fn load_with(o: &XdpOptions) -> Option<XdpDatapath> {
+pub(crate) fn load_with(o: &XdpOptions) -> Option<XdpDatapath> {
     if !is_root() {
         ringlb_testkit::tier::skip("xdp fixtures need root to load BPF programs (CI runs as root)");
         return None;
@@ -97,7 +97,7 @@ pub fn load_with(o: &XdpOptions) -> Option<XdpDatapath> {
 /// rebuilds the dispatcher twice; under qemu a run cost 370 µs that way
 /// against 38 µs with the program attached. Later kernels do it only for a
 /// repeat above 1 (6.1: 39 µs either way).
-pub fn keep_in_xdp_dispatcher(dp: &mut XdpDatapath) -> Netns {
+pub(crate) fn keep_in_xdp_dispatcher(dp: &mut XdpDatapath) -> Netns {
     let ns = Netns::new(&format!("rlbdisp{}", std::process::id()));
     ns.exec(&[
         "ip", "link", "add", "name", "disp0", "type", "veth", "peer", "name", "disp1",
@@ -109,7 +109,7 @@ pub fn keep_in_xdp_dispatcher(dp: &mut XdpDatapath) -> Netns {
 
 /// Whether this kernel's verifier has BPF atomic OR, by its release (Linux
 /// 5.12): what the loader's probe must find.
-pub fn kernel_has_atomic_or() -> bool {
+pub(crate) fn kernel_has_atomic_or() -> bool {
     use ringlb_ops::kernel::{Version, running_release};
     let release = running_release().expect("kernel release");
     Version::parse(&release).expect("a version in the release") >= Version::new(5, 12)
@@ -118,14 +118,14 @@ pub fn kernel_has_atomic_or() -> bool {
 /// Fails, with the words kernels/src/report.rs expects below Linux 5.12, when
 /// the loaded program does not read the flow filter (a kernel without atomic
 /// OR gets the build without it).
-pub fn require_flow_filter(dp: &XdpDatapath) {
+pub(crate) fn require_flow_filter(dp: &XdpDatapath) {
     assert!(
         dp.flow_filter(),
         "the flow filter needs BPF atomic OR (Linux 5.12): this kernel got the build without it"
     );
 }
 
-pub fn vip(addr: &str, port: u16, proto: Proto) -> Vip {
+pub(crate) fn vip(addr: &str, port: u16, proto: Proto) -> Vip {
     Vip {
         addr: ip(addr),
         port,
@@ -133,12 +133,12 @@ pub fn vip(addr: &str, port: u16, proto: Proto) -> Vip {
     }
 }
 
-pub fn vip4() -> Vip {
+pub(crate) fn vip4() -> Vip {
     vip("10.100.0.1", 80, Proto::Tcp)
 }
 
 /// Expected output: our L2 (next-hop MACs), the outer header, the inner L3.
-pub fn encapped(f: &Frame, outer_src: &str, backend: &str, flow_label: u32) -> Vec<u8> {
+pub(crate) fn encapped(f: &Frame, outer_src: &str, backend: &str, flow_label: u32) -> Vec<u8> {
     let inner = f.l3();
     let (ethertype, proto) = match (ip(backend).is_ipv4(), f.src.is_ipv4()) {
         (true, true) => (0x0800, 4),

@@ -1,12 +1,12 @@
 //! Shared helpers for the XDP tests (the generic ones are `ringlb_testkit::netns`).
 #![allow(dead_code)]
 
-pub mod fixture;
+pub(crate) mod fixture;
 
-pub use ringlb_testkit::netns::*;
+pub(crate) use ringlb_testkit::netns::*;
 
 /// A veth pair `a` (in `a_ns`, address `a_ip`) -- `b` (in `b_ns`), both up.
-pub fn veth(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
+pub(crate) fn veth(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
     sh(&[
         "ip", "-n", a_ns, "link", "add", a, "type", "veth", "peer", "name", b, "netns", b_ns,
     ]);
@@ -17,17 +17,17 @@ pub fn veth(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
 }
 
 /// The default route of namespace `ns`, via `gw`.
-pub fn default_route(ns: &str, gw: &str) {
+pub(crate) fn default_route(ns: &str, gw: &str) {
     sh(&["ip", "-n", ns, "route", "add", "default", "via", gw]);
 }
 
-pub fn sysctl(ns: &str, kv: &str) {
+pub(crate) fn sysctl(ns: &str, kv: &str) {
     nsx(ns, &["sysctl", "-qw", kv]);
 }
 
 /// `ringlb_pass` (XDP) on `dev` in `ns`: a veth receives XDP_TX frames of
 /// its peer only with a program of its own. Keep the object alive.
-pub fn attach_pass(ns: &str, dev: &str) -> aya::Ebpf {
+pub(crate) fn attach_pass(ns: &str, dev: &str) -> aya::Ebpf {
     use aya::programs::{Xdp, XdpMode};
     let mut pass = aya::Ebpf::load(ringlb_testkit::objects::XDP_FLOOR).unwrap();
     let prog: &mut Xdp = pass.program_mut("ringlb_pass").unwrap().try_into().unwrap();
@@ -37,7 +37,7 @@ pub fn attach_pass(ns: &str, dev: &str) -> aya::Ebpf {
 }
 
 /// A line server in `ns` on `vip:80`, answering every line with `name` (which pod).
-pub fn serve(ns: String, vip: std::net::IpAddr, name: &'static str) {
+pub(crate) fn serve(ns: String, vip: std::net::IpAddr, name: &'static str) {
     use std::io::{BufRead, BufReader, Write};
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
@@ -62,7 +62,7 @@ pub fn serve(ns: String, vip: std::net::IpAddr, name: &'static str) {
 /// The lab's BPF around the edge: `ringlb_pass` on the ToR's side of the edge link
 /// (`ve-e`; veth XDP_TX needs a program on the peer) and the tc decap on each pod's
 /// eth0 ingress. Keep the returned objects alive for the test's duration.
-pub fn attach_lab_programs(tor: &str, pods: [&str; 2]) -> Vec<aya::Ebpf> {
+pub(crate) fn attach_lab_programs(tor: &str, pods: [&str; 2]) -> Vec<aya::Ebpf> {
     let mut objs = vec![attach_pass(tor, "ve-e")];
     objs.extend(pods.into_iter().map(attach_decap));
     objs
@@ -70,7 +70,7 @@ pub fn attach_lab_programs(tor: &str, pods: [&str; 2]) -> Vec<aya::Ebpf> {
 
 /// The tc decap (`ringlb_decap`) on `eth0` ingress of pod namespace `ns`. Keep
 /// the object alive.
-pub fn attach_decap(ns: &str) -> aya::Ebpf {
+pub(crate) fn attach_decap(ns: &str) -> aya::Ebpf {
     use aya::programs::{SchedClassifier, TcAttachType, tc};
     let mut d = aya::Ebpf::load(ringlb_testkit::objects::TC_DECAP).unwrap();
     let prog: &mut SchedClassifier = d.program_mut("ringlb_decap").unwrap().try_into().unwrap();
@@ -83,7 +83,7 @@ pub fn attach_decap(ns: &str) -> aya::Ebpf {
 }
 
 /// A UDP server in `ns` on `vip:port`, answering every datagram with `name`.
-pub fn serve_udp(ns: String, vip: std::net::IpAddr, port: u16, name: &'static str) {
+pub(crate) fn serve_udp(ns: String, vip: std::net::IpAddr, port: u16, name: &'static str) {
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         enter_netns(&ns);

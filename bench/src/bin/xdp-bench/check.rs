@@ -12,7 +12,12 @@ use crate::setup::{SRC4, backend_addr};
 
 /// Checks an encapsulated frame `out` made from `input` for VIP `vip`, whose
 /// backends are `backend_addr(vip, 0..backends)`. Returns the backend.
-pub fn encapped(input: &[u8], out: &[u8], vip: u32, backends: u32) -> anyhow::Result<Ipv4Addr> {
+pub(crate) fn encapped(
+    input: &[u8],
+    out: &[u8],
+    vip: u32,
+    backends: u32,
+) -> anyhow::Result<Ipv4Addr> {
     let macs = ([2, 0, 0, 0, 0, 2], [2, 0, 0, 0, 0, 1]);
     ipip(input, out, macs, SRC4, vip, backends).map(|(_, backend)| backend)
 }
@@ -22,7 +27,7 @@ pub fn encapped(input: &[u8], out: &[u8], vip: u32, backends: u32) -> anyhow::Re
 /// protocol 4, TTL 64, the total length, a valid checksum) from `src` to a
 /// backend of VIP `vip` (`backend_addr(vip, 0..backends)`), and the client's
 /// packet unchanged behind it. Returns the outer header and the backend.
-pub fn ipip<'a>(
+pub(crate) fn ipip<'a>(
     input: &[u8],
     out: &'a [u8],
     macs: ([u8; 6], [u8; 6]),
@@ -76,13 +81,13 @@ pub fn ipip<'a>(
 }
 
 /// A frame the program passed (or a restoring build gave back): the input.
-pub fn unchanged(input: &[u8], out: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn unchanged(input: &[u8], out: &[u8]) -> anyhow::Result<()> {
     ensure!(out == input, "frame changed: {out:02x?}");
     Ok(())
 }
 
 /// The floor program's XDP_TX frame: the input with its MACs swapped.
-pub fn macs_swapped(input: &[u8], out: &[u8]) -> anyhow::Result<()> {
+pub(crate) fn macs_swapped(input: &[u8], out: &[u8]) -> anyhow::Result<()> {
     ensure!(
         out.len() == input.len()
             && out[..6] == input[6..12]

@@ -165,7 +165,7 @@ fn syns_without_insert(dp: &XdpDatapath) -> anyhow::Result<u64> {
     Ok(counter(dp, "ct_syn_ring")? + counter(dp, "ct_syn_filtered")?)
 }
 
-pub fn section_flood(a: &Args) -> anyhow::Result<()> {
+pub(crate) fn section_flood(a: &Args) -> anyhow::Result<()> {
     let cpu = ringlb_testkit::bench::pin_to_current_cpu().context("sched_setaffinity")?;
     let budget = ringlb_xdp::xdp::auto_ct_insert_budget()?;
     println!("## Floods of new flows: established flows of another VIP\n");

@@ -442,7 +442,7 @@ fn vip_num(d: &DesiredState, addr: IpAddr) -> anyhow::Result<u32> {
 }
 
 /// Reads the object given with `--katran-object` (before any row runs).
-pub fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
+pub(crate) fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("--katran-object {}", path.display()))
 }
 
@@ -511,7 +511,13 @@ impl Target {
 /// The `katran` rows with the VIPs of `d` (target VIP `vips / 2`), method S:
 /// conntrack hit, not a VIP, a new flow's SYN and its first ACK. Every frame
 /// and the counters of every row are checked.
-pub fn rows(a: &Args, object: &[u8], d: &DesiredState, vips: u32, cpus: u32) -> anyhow::Result<()> {
+pub(crate) fn rows(
+    a: &Args,
+    object: &[u8],
+    d: &DesiredState,
+    vips: u32,
+    cpus: u32,
+) -> anyhow::Result<()> {
     let t = std::time::Instant::now();
     let mut k = Katran::load(object, cpus)?;
     k.add_services(d)?;

@@ -128,7 +128,7 @@ fn two_netns(tag: &str) -> anyhow::Result<(Netns, Netns)> {
     Ok((c, r))
 }
 
-pub fn section_iptables(a: &Args) -> anyhow::Result<()> {
+pub(crate) fn section_iptables(a: &Args) -> anyhow::Result<()> {
     println!("## kube-proxy iptables (nat, statistic + DNAT), per new flow\n");
     println!(
         "UDP packets sent with a raw socket from one netns to another that holds the rules; every packet is a new flow (new conntrack entry, full KUBE-SERVICES walk). Target = the service in the middle of KUBE-SERVICES. Wall time per packet, median of 3 runs. The baseline is the same with 1 service (one rule, the same DNAT and conntrack work), so the last column is what walking KUBE-SERVICES adds.\n"
@@ -183,7 +183,7 @@ pub fn section_iptables(a: &Args) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn section_update(a: &Args) -> anyhow::Result<()> {
+pub(crate) fn section_update(a: &Args) -> anyhow::Result<()> {
     println!("## update latency: one service's backends change, N services present\n");
     println!(
         "ringlb: `XdpDatapath::apply_service` (plan + slot writes into the mmapped ring) for a service with {} backends and ring {}, one backend replaced; the other N-1 services have 2 backends and ring {} (memory). Median/max of 21 changes. iptables: `iptables-restore --noflush` of the whole kube-proxy nat table with one endpoint changed (what kube-proxy does), median of 3.\n",

@@ -237,7 +237,7 @@ fn rows(
     ])
 }
 
-pub fn section_packet(a: &Args) -> anyhow::Result<()> {
+pub(crate) fn section_packet(a: &Args) -> anyhow::Result<()> {
     // One CPU for the whole section: the conntrack LRU keeps a free list per
     // CPU, and the "LRU full" rows must know which list they fill.
     let cpu = ringlb_testkit::bench::pin_to_current_cpu().context("sched_setaffinity")?;

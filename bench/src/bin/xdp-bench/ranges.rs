@@ -51,7 +51,7 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-pub fn section_ranges(a: &Args) -> anyhow::Result<()> {
+pub(crate) fn section_ranges(a: &Args) -> anyhow::Result<()> {
     let cpu = ringlb_testkit::bench::pin_to_current_cpu().context("sched_setaffinity")?;
     let open = desired(1, a.backends, a.ring)?;
     let configs = [

@@ -15,10 +15,10 @@ use ringlb_xdp::{
     xdp::{XdpDatapath, XdpObject, XdpOptions},
 };
 
-pub const XDP_PASS: u32 = 2;
-pub const XDP_TX: u32 = 3;
+pub(crate) const XDP_PASS: u32 = 2;
+pub(crate) const XDP_TX: u32 = 3;
 
-pub fn resolver() -> Box<StaticResolver> {
+pub(crate) fn resolver() -> Box<StaticResolver> {
     Box::new(StaticResolver::everywhere(NextHop {
         ifindex: 0,
         smac: [2, 0, 0, 0, 0, 1],
@@ -27,17 +27,17 @@ pub fn resolver() -> Box<StaticResolver> {
     }))
 }
 
-pub fn vip_addr(i: u32) -> IpAddr {
+pub(crate) fn vip_addr(i: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(u32::from(Ipv4Addr::new(10, 96, 0, 0)) + i))
 }
 
-pub fn backend_addr(vip: u32, b: u32) -> IpAddr {
+pub(crate) fn backend_addr(vip: u32, b: u32) -> IpAddr {
     IpAddr::V4(Ipv4Addr::from(
         u32::from(Ipv4Addr::new(10, 128, 0, 0)) + vip * 128 + b,
     ))
 }
 
-pub fn service(
+pub(crate) fn service(
     i: u32,
     backends: u32,
     ring: u32,
@@ -59,7 +59,7 @@ pub fn service(
     Ok((vip, ServiceEntry::from_table(&vip, &table)?))
 }
 
-pub fn desired(vips: u32, backends: u32, ring: u32) -> anyhow::Result<DesiredState> {
+pub(crate) fn desired(vips: u32, backends: u32, ring: u32) -> anyhow::Result<DesiredState> {
     let mut services = BTreeMap::new();
     for i in 0..vips {
         let (v, s) = service(i, backends, ring, 0)?;
@@ -68,12 +68,12 @@ pub fn desired(vips: u32, backends: u32, ring: u32) -> anyhow::Result<DesiredSta
     Ok(DesiredState { services })
 }
 
-pub fn load(object: &'static [u8], d: &DesiredState) -> anyhow::Result<XdpDatapath> {
+pub(crate) fn load(object: &'static [u8], d: &DesiredState) -> anyhow::Result<XdpDatapath> {
     load_budgeted(object, d, 0)
 }
 
 /// [`load`] with a conntrack insert budget (`XdpOptions::ct_insert_budget`).
-pub fn load_budgeted(
+pub(crate) fn load_budgeted(
     object: &'static [u8],
     d: &DesiredState,
     ct_insert_budget: u32,
@@ -95,7 +95,7 @@ pub fn load_budgeted(
 }
 
 /// A 64-byte TCP SYN to VIP `vip` from a client chosen by `n`.
-pub fn syn_frame(vip: u32, n: u32) -> Frame {
+pub(crate) fn syn_frame(vip: u32, n: u32) -> Frame {
     let src = IpAddr::V4(Ipv4Addr::from(
         u32::from(Ipv4Addr::new(192, 168, 0, 0)) + (n >> 14),
     ));
@@ -104,31 +104,31 @@ pub fn syn_frame(vip: u32, n: u32) -> Frame {
     f
 }
 
-pub fn syn(vip: u32, n: u32) -> Vec<u8> {
+pub(crate) fn syn(vip: u32, n: u32) -> Vec<u8> {
     syn_frame(vip, n).bytes()
 }
 
 /// The same flow's packet once the connection is up: an ACK (the program skips
 /// the conntrack lookup for a SYN, so a SYN never "hits").
-pub fn ack(vip: u32, n: u32) -> Vec<u8> {
+pub(crate) fn ack(vip: u32, n: u32) -> Vec<u8> {
     syn_frame(vip, n).established().bytes()
 }
 
 /// Traffic for the node itself: flow `n`'s ACK with a destination that is no
 /// VIP (every program must pass it up unchanged).
-pub fn not_vip(vip: u32, n: u32) -> Vec<u8> {
+pub(crate) fn not_vip(vip: u32, n: u32) -> Vec<u8> {
     let mut f = syn_frame(vip, n).established();
     f.dst = IpAddr::V4(Ipv4Addr::new(10, 255, 255, 254));
     f.bytes()
 }
 
 /// The outer source of every encapsulated frame (`load`).
-pub const SRC4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
+pub(crate) const SRC4: Ipv4Addr = Ipv4Addr::new(10, 0, 0, 11);
 
 /// A program build compared side by side: the production object and its two
 /// benchmark builds (restoring; restoring without conntrack insert), and the
 /// conntrack insert budget they are loaded with (0 = none).
-pub struct Variant {
+pub(crate) struct Variant {
     pub name: &'static str,
     pub prod: &'static [u8],
     pub bench: &'static [u8],
@@ -144,7 +144,7 @@ pub struct Variant {
 /// have this build's maps and counters, which the loader checks: one built
 /// before the insert budget (edc71b6) is refused with "ct_budget is missing
 /// from the object".
-pub fn variants() -> Vec<Variant> {
+pub(crate) fn variants() -> Vec<Variant> {
     use ringlb_testkit::objects as t;
     let mut v = vec![
         // every SYN looks its 5-tuple up (the build for kernels without
@@ -204,7 +204,7 @@ pub fn variants() -> Vec<Variant> {
 }
 
 /// A global counter of the program, summed over CPUs.
-pub fn counter(dp: &XdpDatapath, label: &str) -> anyhow::Result<u64> {
+pub(crate) fn counter(dp: &XdpDatapath, label: &str) -> anyhow::Result<u64> {
     let c = dp.read_counters()?;
     c.global
         .iter()

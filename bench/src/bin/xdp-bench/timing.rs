@@ -29,7 +29,7 @@ fn once(
 }
 
 /// Method S: `calls` calls with repeat = 1, `pkt(i)` each; mean kernel duration.
-pub fn method_s(
+pub(crate) fn method_s(
     prog: &Prog,
     calls: u32,
     want: u32,
@@ -47,7 +47,7 @@ pub fn method_s(
 /// ACK (the handshake), timed apart (method S). `to(input, output)` checks an
 /// encapsulated frame and returns its backend; both must reach the same one.
 /// Returns the mean ns of the SYNs and of the ACKs.
-pub fn handshakes(
+pub(crate) fn handshakes(
     prog: &Prog,
     vip: u32,
     first: u32,

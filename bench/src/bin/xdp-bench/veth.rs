@@ -29,12 +29,12 @@ mod packet_socket {
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-    pub struct Sender(OwnedFd);
+    pub(super) struct Sender(OwnedFd);
 
     /// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), in seconds:
     /// with tick accounting and no IRQ-time accounting it includes the
     /// softirq work done in the thread's syscalls (veth's XDP).
-    pub fn thread_cpu_secs() -> f64 {
+    pub(super) fn thread_cpu_secs() -> f64 {
         let mut ts = libc::timespec {
             tv_sec: 0,
             tv_nsec: 0,
@@ -46,7 +46,7 @@ mod packet_socket {
 
     /// An AF_PACKET socket bound to one interface that receives what
     /// arrives on it (not what it sends), with a receive timeout.
-    pub struct Receiver(OwnedFd);
+    pub(super) struct Receiver(OwnedFd);
 
     /// Binds the AF_PACKET socket `fd` to `ifindex`, for `protocol` (network
     /// order; 0: bound for sending only).
@@ -71,7 +71,7 @@ mod packet_socket {
     }
 
     impl Receiver {
-        pub fn bind(ifindex: i32) -> io::Result<Self> {
+        pub(super) fn bind(ifindex: i32) -> io::Result<Self> {
             let all = (libc::ETH_P_ALL as u16).to_be();
             // SAFETY: plain socket(2); the fd is owned by OwnedFd right away.
             let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, i32::from(all)) };
@@ -109,7 +109,7 @@ mod packet_socket {
         }
 
         /// One frame, or None after the timeout.
-        pub fn recv(&self) -> io::Result<Option<Vec<u8>>> {
+        pub(super) fn recv(&self) -> io::Result<Option<Vec<u8>>> {
             let mut buf = vec![0u8; 2048];
             // SAFETY: buf is valid for writes of its length.
             let n =
@@ -127,7 +127,7 @@ mod packet_socket {
     }
 
     impl Sender {
-        pub fn bind(ifindex: i32) -> io::Result<Self> {
+        pub(super) fn bind(ifindex: i32) -> io::Result<Self> {
             // SAFETY: plain socket(2); the fd is owned by OwnedFd right away.
             let fd = unsafe { libc::socket(libc::AF_PACKET, libc::SOCK_RAW, 0) };
             if fd < 0 {
@@ -154,7 +154,7 @@ mod packet_socket {
         }
 
         /// Sends `frames` with one sendmmsg; returns how many went out.
-        pub fn send(&self, frames: &[Vec<u8>]) -> io::Result<usize> {
+        pub(super) fn send(&self, frames: &[Vec<u8>]) -> io::Result<usize> {
             let mut iov: Vec<libc::iovec> = frames
                 .iter()
                 .map(|f| libc::iovec {
@@ -408,7 +408,7 @@ fn median(v: &mut [f64]) -> f64 {
     }
 }
 
-pub fn section_veth(a: &Args) -> anyhow::Result<()> {
+pub(crate) fn section_veth(a: &Args) -> anyhow::Result<()> {
     let pid = std::process::id();
     let na = Netns::create(&format!("rlbv-a-{pid}"))?;
     let nb = Netns::create(&format!("rlbv-b-{pid}"))?;
