@@ -1,9 +1,12 @@
 //! Speaker configuration: per-peer session settings and export policy, route
 //! attributes, and the standalone YAML file of `ringlb-edge speaker`.
 //!
-//! Both ways in, the `BGPPeer`/`BGPAdvertisement` objects (the edge agent's `peers`
-//! module turns them into a [`PeerSpec`]) and the standalone file, end as the same
-//! [`PeerConfig`] through [`peer_from_spec`].
+//! One description of a peer, [`PeerSpec`], from both ways in: the `BGPPeer` and
+//! `BGPAdvertisement` objects (the edge agent's `peers` module turns a `BGPPeer`
+//! into a [`PeerSpec`]) and the standalone file (whose peers are [`PeerSpec`]s).
+//! Both end as the same [`PeerConfig`] through [`peer_from_spec`]; the FSM and
+//! BFD take their own settings from that ([`crate::fsm::FsmConfig`],
+//! [`BfdConfig`]).
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 use std::path::{Path, PathBuf};
@@ -126,39 +129,75 @@ impl PeerConfig {
     }
 }
 
-/// Session settings the CRD does not carry (password resolved, timers).
-#[derive(Debug, Clone, Default)]
-pub struct PeerExtras {
-    pub password: Option<String>,
-    pub passive: bool,
-    pub connect_retry: Option<Duration>,
-    pub next_hop_v4: Option<Ipv4Addr>,
-    pub next_hop_v6: Option<Ipv6Addr>,
-    pub families: Option<Vec<Afi>>,
-}
-
-/// The session settings of one peer, as a `BGPPeer` spec or the standalone file
-/// gives them (addresses still text, so errors name the field).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+/// One BGP peer as configuration states it, from the `BGPPeer` object to the
+/// standalone file: the edge agent's `peers` module fills the session fields from
+/// a `BGPPeer` and the password from its Secret; a peer of the standalone file is
+/// this struct itself (the same keys as `BGPPeer` where both have the field, plus
+/// the settings only the file has). Addresses are still text, so errors name the
+/// field; [`peer_from_spec`] checks it into the [`PeerConfig`] the speaker runs.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PeerSpec {
     pub peer_address: String,
+    #[serde(rename = "peerASN")]
     pub peer_asn: u32,
+    #[serde(rename = "myASN")]
     pub my_asn: u32,
+    #[serde(default)]
     pub port: Option<u16>,
+    #[serde(default)]
     pub hold_time: Option<u16>,
+    #[serde(default)]
     pub keepalive_time: Option<u16>,
+    #[serde(default)]
     pub ebgp_multihop: Option<u8>,
+    #[serde(default)]
     pub source_address: Option<String>,
+    /// BFD timers (`minRxMs`, `minTxMs`, `multiplier`); absent: no BFD.
+    #[serde(default)]
     pub bfd: Option<BfdSpec>,
+    /// GTSM (RFC 5082), `ttlSecurity`.
+    #[serde(default)]
     pub ttl_security: bool,
+    /// Graceful restart time (RFC 4724), `gracefulRestart.restartTime` of a
+    /// `BGPPeer`; unset: no graceful restart.
+    #[serde(default)]
     pub graceful_restart_time: Option<u16>,
+    /// TCP MD5 password: a `BGPPeer`'s Secret, or the file's inline value.
+    #[serde(default)]
+    pub password: Option<String>,
+    /// The standalone file only: a file holding the password (trailing newline
+    /// stripped); [`SpeakerFile::check`] reads it into `password`.
+    #[serde(default)]
+    pub password_file: Option<PathBuf>,
+    /// The standalone file only: wait for the peer to connect.
+    #[serde(default)]
+    pub passive: bool,
+    /// The standalone file only; default 5.
+    #[serde(default)]
+    pub connect_retry_seconds: Option<u64>,
+    /// The standalone file only: next hop for IPv4 routes; default the session's
+    /// local address.
+    #[serde(default)]
+    pub next_hop_v4: Option<Ipv4Addr>,
+    /// The standalone file only: next hop for IPv6 routes.
+    #[serde(default)]
+    pub next_hop_v6: Option<Ipv6Addr>,
+    /// The standalone file only: `ipv4`, `ipv6`; default both.
+    #[serde(default)]
+    pub families: Option<Vec<String>>,
+    /// The standalone file only: export rules; empty exports every prefix with
+    /// its own attributes. (The edge agent passes the policy it builds from
+    /// `BGPAdvertisement` objects to [`peer_from_spec`] instead.)
+    #[serde(default)]
+    pub advertisements: Vec<FileAdvertisement>,
 }
 
-/// Turn a [`PeerSpec`] (already resolved password etc. in `extras`) into a PeerConfig.
+/// Checks a [`PeerSpec`] into a [`PeerConfig`] with export policy `policy`. A
+/// `passwordFile` must have been read into `password` by then.
 pub fn peer_from_spec(
     spec: &PeerSpec,
     router_id: Ipv4Addr,
-    extras: PeerExtras,
     policy: ExportPolicy,
 ) -> Result<PeerConfig, Error> {
     let address: IpAddr = spec.peer_address.parse().map_err(|_| {
@@ -194,11 +233,20 @@ pub fn peer_from_spec(
     {
         return Err(invalid("gracefulRestartTime", "must be 1..4095 seconds"));
     }
-    if let Some(p) = &extras.password
+    if spec.password_file.is_some() {
+        return Err(invalid("passwordFile", "not read into password"));
+    }
+    if let Some(p) = &spec.password
         && (p.is_empty() || p.len() > 80)
     {
         return Err(invalid("password", "TCP MD5 keys are 1..80 bytes"));
     }
+    let families = spec
+        .families
+        .as_deref()
+        .map(parse_families)
+        .transpose()?
+        .unwrap_or_else(|| vec![Afi::Ipv4, Afi::Ipv6]);
     Ok(PeerConfig {
         address,
         port: spec.port.unwrap_or(179),
@@ -207,18 +255,16 @@ pub fn peer_from_spec(
         router_id,
         hold_time,
         keepalive,
-        connect_retry: extras.connect_retry.unwrap_or(Duration::from_secs(5)),
-        passive: extras.passive,
-        password: extras.password,
+        connect_retry: Duration::from_secs(spec.connect_retry_seconds.unwrap_or(5)),
+        passive: spec.passive,
+        password: spec.password.clone(),
         source_address,
         ebgp_multihop: spec.ebgp_multihop,
         ttl_security: spec.ttl_security,
         graceful_restart_time: spec.graceful_restart_time,
-        next_hop_v4: extras.next_hop_v4,
-        next_hop_v6: extras.next_hop_v6,
-        families: extras
-            .families
-            .unwrap_or_else(|| vec![Afi::Ipv4, Afi::Ipv6]),
+        next_hop_v4: spec.next_hop_v4,
+        next_hop_v6: spec.next_hop_v6,
+        families,
         policy,
         bfd: spec.bfd.as_ref().map(BfdConfig::from_spec).transpose()?,
     })
@@ -281,7 +327,7 @@ pub struct SpeakerFile {
     /// forwarding plane kept forwarding: graceful restart R and F bits set.
     #[serde(default)]
     pub forwarding_preserved: bool,
-    pub peers: Vec<FilePeer>,
+    pub peers: Vec<PeerSpec>,
     #[serde(default)]
     pub prefixes: Vec<FilePrefix>,
 }
@@ -293,59 +339,8 @@ fn default_drain() -> u64 {
     5
 }
 
-/// A peer in the standalone file: the `BGPPeer` spec fields plus local settings.
-#[derive(Debug, Clone, Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct FilePeer {
-    pub peer_address: String,
-    #[serde(rename = "peerASN")]
-    pub peer_asn: u32,
-    #[serde(rename = "myASN")]
-    pub my_asn: u32,
-    #[serde(default)]
-    pub port: Option<u16>,
-    #[serde(default)]
-    pub hold_time: Option<u16>,
-    #[serde(default)]
-    pub keepalive_time: Option<u16>,
-    #[serde(default)]
-    pub ebgp_multihop: Option<u8>,
-    #[serde(default)]
-    pub source_address: Option<String>,
-    /// GTSM (RFC 5082), as `ttlSecurity` of BGPPeer.
-    #[serde(default)]
-    pub ttl_security: bool,
-    /// Graceful restart time (RFC 4724), as `gracefulRestart.restartTime` of
-    /// BGPPeer; unset: no graceful restart.
-    #[serde(default)]
-    pub graceful_restart_time: Option<u16>,
-    /// TCP MD5 password, inline (prefer `passwordFile`).
-    #[serde(default)]
-    pub password: Option<String>,
-    /// File holding the TCP MD5 password (trailing newline stripped).
-    #[serde(default)]
-    pub password_file: Option<PathBuf>,
-    #[serde(default)]
-    pub passive: bool,
-    #[serde(default)]
-    pub connect_retry_seconds: Option<u64>,
-    #[serde(default)]
-    pub next_hop_v4: Option<Ipv4Addr>,
-    #[serde(default)]
-    pub next_hop_v6: Option<Ipv6Addr>,
-    /// `ipv4`, `ipv6`; default both.
-    #[serde(default)]
-    pub families: Option<Vec<String>>,
-    /// Export rules; empty exports every prefix with its own attributes.
-    #[serde(default)]
-    pub advertisements: Vec<FileAdvertisement>,
-    /// BFD timers (`minRxMs`, `minTxMs`, `multiplier`); absent: no BFD.
-    #[serde(default)]
-    pub bfd: Option<BfdSpec>,
-}
-
 /// `BGPAdvertisement` attributes, plus an optional prefix filter.
-#[derive(Debug, Clone, Deserialize, Default)]
+#[derive(Debug, Clone, Deserialize, Default, PartialEq, Eq)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct FileAdvertisement {
     #[serde(default)]
@@ -461,38 +456,24 @@ impl SpeakerFile {
                 Error::Config { field, reason } => invalid(format!("peers[{i}].{field}"), reason),
                 o => o,
             };
-            let password = match (&p.password, &p.password_file) {
-                (Some(_), Some(_)) => {
+            let mut spec = p.clone();
+            if let Some(file) = spec.password_file.take() {
+                if spec.password.is_some() {
                     return Err(invalid(
                         format!("peers[{i}]"),
                         "password and passwordFile both set",
                     ));
                 }
-                (Some(pw), None) => Some(pw.clone()),
-                (None, Some(file)) => Some(
-                    std::fs::read_to_string(file)
+                spec.password = Some(
+                    std::fs::read_to_string(&file)
                         .map_err(|e| Error::Io {
                             what: format!("reading passwordFile {}", file.display()),
                             source: e,
                         })?
                         .trim_end_matches(['\r', '\n'])
                         .to_string(),
-                ),
-                (None, None) => None,
-            };
-            let spec = PeerSpec {
-                peer_address: p.peer_address.clone(),
-                peer_asn: p.peer_asn,
-                my_asn: p.my_asn,
-                port: p.port,
-                hold_time: p.hold_time,
-                keepalive_time: p.keepalive_time,
-                ebgp_multihop: p.ebgp_multihop,
-                source_address: p.source_address.clone(),
-                bfd: p.bfd.clone(),
-                ttl_security: p.ttl_security,
-                graceful_restart_time: p.graceful_restart_time,
-            };
+                );
+            }
             let policy = ExportPolicy {
                 rules: p
                     .advertisements
@@ -501,20 +482,7 @@ impl SpeakerFile {
                     .collect::<Result<_, _>>()
                     .map_err(ctx)?,
             };
-            let extras = PeerExtras {
-                password,
-                passive: p.passive,
-                connect_retry: p.connect_retry_seconds.map(Duration::from_secs),
-                next_hop_v4: p.next_hop_v4,
-                next_hop_v6: p.next_hop_v6,
-                families: p
-                    .families
-                    .as_deref()
-                    .map(parse_families)
-                    .transpose()
-                    .map_err(ctx)?,
-            };
-            let pc = peer_from_spec(&spec, self.router_id, extras, policy).map_err(ctx)?;
+            let pc = peer_from_spec(&spec, self.router_id, policy).map_err(ctx)?;
             if peers.iter().any(|q: &PeerConfig| q.address == pc.address) {
                 return Err(invalid(format!("peers[{i}].peerAddress"), "duplicate peer"));
             }
@@ -622,6 +590,41 @@ prefixes:
         assert!(e.to_string().contains("peers[0].holdTime"), "{e}");
         let unknown = yaml.replace("holdTime: 3", "holdTme: 3");
         assert!(serde_yaml::from_str::<SpeakerFile>(&unknown).is_err());
+    }
+
+    #[test]
+    fn a_password_comes_inline_or_from_its_file_never_both() {
+        let dir = std::env::temp_dir().join(format!("ringlb-bgp-pw-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("md5");
+        std::fs::write(&file, "fromfile\n").unwrap();
+        let yaml = |extra: &str| {
+            format!(
+                "routerId: 10.0.0.11\npeers:\n  - peerAddress: 10.0.0.1\n    peerASN: 65000\n    \
+                 myASN: 65011\n{extra}"
+            )
+        };
+        let load = |y: String| serde_yaml::from_str::<SpeakerFile>(&y).unwrap().check();
+        let from_file = load(yaml(&format!("    passwordFile: {}\n", file.display()))).unwrap();
+        assert_eq!(from_file.peers[0].password.as_deref(), Some("fromfile"));
+        let both = load(yaml(&format!(
+            "    password: inline\n    passwordFile: {}\n",
+            file.display()
+        )))
+        .unwrap_err();
+        assert!(both.to_string().contains("both set"), "{both}");
+        // the checked form never reads files: an unread passwordFile is refused
+        let spec = PeerSpec {
+            peer_address: "10.0.0.1".into(),
+            peer_asn: 65000,
+            my_asn: 65011,
+            password_file: Some(file),
+            ..Default::default()
+        };
+        let e = peer_from_spec(&spec, "10.0.0.11".parse().unwrap(), ExportPolicy::default())
+            .unwrap_err();
+        assert!(e.to_string().contains("passwordFile"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

@@ -93,7 +93,7 @@ fn setsockopt_int(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{ExportPolicy, PeerExtras, PeerSpec, peer_from_spec};
+    use crate::config::{ExportPolicy, PeerSpec, peer_from_spec};
 
     fn cfg(my: u32, multihop: Option<u8>, gtsm: bool) -> PeerConfig {
         let spec = PeerSpec {
@@ -104,13 +104,7 @@ mod tests {
             ttl_security: gtsm,
             ..Default::default()
         };
-        peer_from_spec(
-            &spec,
-            "10.0.0.11".parse().unwrap(),
-            PeerExtras::default(),
-            ExportPolicy::default(),
-        )
-        .unwrap()
+        peer_from_spec(&spec, "10.0.0.11".parse().unwrap(), ExportPolicy::default()).unwrap()
     }
 
     #[test]

@@ -14,8 +14,8 @@ use ringlb_crds::{
 use ringlb_bgp::Error;
 use ringlb_bgp::bfd::BfdSpec;
 use ringlb_bgp::config::{
-    ExportPolicy, ExportRule, PeerConfig, PeerExtras, PeerSpec, parse_community,
-    parse_large_community, peer_from_spec,
+    ExportPolicy, ExportRule, PeerConfig, PeerSpec, parse_community, parse_large_community,
+    peer_from_spec,
 };
 use ringlb_bgp::session::PeerStatus;
 
@@ -197,17 +197,11 @@ pub fn select_for_node(
                     }
                 })?),
             };
-            let extras = PeerExtras {
+            let spec = PeerSpec {
                 password: pw,
-                ..Default::default()
+                ..peer_spec(&p.spec)
             };
-            peer_from_spec(
-                &peer_spec(&p.spec),
-                router_id,
-                extras,
-                ExportPolicy { rules },
-            )
-            .map(Some)
+            peer_from_spec(&spec, router_id, ExportPolicy { rules }).map(Some)
         })();
         match r {
             Ok(Some(c)) => {
@@ -221,7 +215,8 @@ pub fn select_for_node(
     sel
 }
 
-/// A `BGPPeer`'s session settings for the speaker (which knows no Kubernetes types).
+/// A `BGPPeer`'s session settings for the speaker (which knows no Kubernetes types);
+/// the password comes from its Secret, the file-only settings stay at their defaults.
 pub fn peer_spec(spec: &BGPPeerSpec) -> PeerSpec {
     PeerSpec {
         peer_address: spec.peer_address.clone(),
@@ -239,6 +234,7 @@ pub fn peer_spec(spec: &BGPPeerSpec) -> PeerSpec {
         }),
         ttl_security: spec.ttl_security.unwrap_or(false),
         graceful_restart_time: spec.restart_time(),
+        ..Default::default()
     }
 }
 
