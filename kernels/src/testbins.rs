@@ -57,10 +57,12 @@ pub fn build(workspace: &Path, wanted: &[String]) -> Result<Vec<(String, PathBuf
     }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     let mut cmd = Command::new(cargo);
-    // `--workspace`: dependencies get the features of the whole workspace's test
-    // build, so after `make test`'s unit step nothing is compiled again (with
-    // `-p` per package cargo unifies features over fewer packages and rebuilds
-    // tokio, serde and others with another feature set).
+    // The whole matrix takes its executables from the workspace's test build
+    // (`cargo test --no-run --workspace`, what `make test`'s unit step builds), so
+    // after that step nothing is compiled again: cargo unifies dependency features
+    // over what it builds, and naming `-p` packages or `--test` targets makes it
+    // rebuild kube, rustls, tokio and others with another feature set. A chosen
+    // subset (`-t`) builds only those targets.
     cmd.args([
         "test",
         "--no-run",
@@ -70,8 +72,10 @@ pub fn build(workspace: &Path, wanted: &[String]) -> Result<Vec<(String, PathBuf
     .current_dir(workspace)
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
-    for (_, t) in &chosen {
-        cmd.args(["--test", t]);
+    if !wanted.is_empty() {
+        for (_, t) in &chosen {
+            cmd.args(["--test", t]);
+        }
     }
     eprintln!("kernel-matrix: building the test executables");
     let out = cmd.output().context("cargo test --no-run")?;
