@@ -72,6 +72,9 @@ pub fn build(workspace: &Path, wanted: &[String]) -> Result<Vec<(String, PathBuf
     .current_dir(workspace)
     .stdout(Stdio::piped())
     .stderr(Stdio::inherit());
+    for name in cargo_run_vars(std::env::vars().map(|(k, _)| k)) {
+        cmd.env_remove(name);
+    }
     if !wanted.is_empty() {
         for (_, t) in &chosen {
             cmd.args(["--test", t]);
@@ -91,6 +94,26 @@ pub fn build(workspace: &Path, wanted: &[String]) -> Result<Vec<(String, PathBuf
                 .find(|(n, _)| n == t)
                 .cloned()
                 .with_context(|| format!("cargo built no executable for {t}"))
+        })
+        .collect()
+}
+
+/// The variables `cargo run` sets for the program it runs (`CARGO_PKG_NAME`,
+/// `CARGO_MANIFEST_DIR`, ...), among `names`. A cargo started with them in its
+/// environment sees build scripts that declare them (`ring` does) as dirty and
+/// rebuilds them and everything above them, so they are taken out first.
+fn cargo_run_vars(names: impl Iterator<Item = String>) -> Vec<String> {
+    const PREFIXES: &[&str] = &[
+        "CARGO_PKG_",
+        "CARGO_MANIFEST_",
+        "CARGO_CRATE_",
+        "CARGO_BIN_",
+    ];
+    names
+        .filter(|n| {
+            PREFIXES.iter().any(|p| n.starts_with(p))
+                || n == "CARGO_PRIMARY_PACKAGE"
+                || n == "OUT_DIR"
         })
         .collect()
 }
@@ -126,6 +149,21 @@ pub fn bench_executable(json_lines: &str, name: &str) -> Option<PathBuf> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn the_variables_of_cargo_run_are_taken_out_and_cargos_own_kept() {
+        let names = [
+            "CARGO_PKG_NAME",
+            "CARGO_MANIFEST_DIR",
+            "OUT_DIR",
+            "CARGO_HOME",
+            "CARGO",
+            "CARGO_TARGET_DIR",
+            "PATH",
+        ];
+        let out = super::cargo_run_vars(names.iter().map(|n| n.to_string()));
+        assert_eq!(out, ["CARGO_PKG_NAME", "CARGO_MANIFEST_DIR", "OUT_DIR"]);
+    }
+
     use super::*;
 
     #[test]
