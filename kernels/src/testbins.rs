@@ -60,9 +60,9 @@ pub fn build(workspace: &Path, wanted: &[String]) -> Result<Vec<(String, PathBuf
     // The whole matrix takes its executables from the workspace's test build
     // (`cargo test --no-run --workspace`, what `make test`'s unit step builds), so
     // after that step nothing is compiled again: cargo unifies dependency features
-    // over what it builds, and naming `-p` packages or `--test` targets makes it
-    // rebuild kube, rustls, tokio and others with another feature set. A chosen
-    // subset (`-t`) builds only those targets.
+    // over the packages it builds, and `-p` per package made it rebuild tokio,
+    // serde and others with another feature set. A chosen subset (`-t`) builds
+    // only those targets.
     cmd.args([
         "test",
         "--no-run",
