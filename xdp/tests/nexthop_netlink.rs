@@ -245,18 +245,17 @@ fn resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours() {
     // a neighbour that never answers: bounded wait, then an error (fib fallback)
     let t0 = Instant::now();
     let err = r.resolve(ip("10.77.0.200")).unwrap_err();
-    assert!(
-        t0.elapsed() < Duration::from_millis(600),
-        "{:?}",
-        t0.elapsed()
-    );
+    let first = t0.elapsed();
+    assert!(first < Duration::from_millis(600), "{first:?}");
     assert!(err.to_string().contains("not resolved"), "{err}");
-    // asked again at once: no second wait
+    // asked again at once: no second wait. Bounded by half the first call, not by
+    // a fixed time: under emulation (the kernel matrix) a call without any wait
+    // took 70 ms.
     let t0 = Instant::now();
     assert!(r.resolve(ip("10.77.0.200")).is_err());
     assert!(
-        t0.elapsed() < Duration::from_millis(50),
-        "{:?}",
+        t0.elapsed() < first / 2,
+        "{:?} after a first call of {first:?}",
         t0.elapsed()
     );
 }
