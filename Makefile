@@ -59,7 +59,25 @@ unit:
 check: fmt lint
 	$(CARGO) nextest run --workspace --no-fail-fast --profile check
 
-test: setup k8s cluster-images fmt lint unit kernels ipvs-vm
+test: setup-packages builds test-images fmt lint unit kernels ipvs-vm
+
+# After apt, make test's long builds run side by side: cargo-nextest's install, the
+# Go builds of Kubernetes (`k8s`), ringlb's test build with its images, and the
+# kernel matrix's host tools. On a fresh machine each has stretches where it waits on
+# a download or a single link and leaves a core idle; with warm caches all but the
+# test build are no-ops.
+.PHONY: builds setup-packages rust-tools kernel-tools
+builds:
+	$(MAKE) --no-print-directory -j4 rust-tools k8s images kernel-tools IMAGES_PROFILE=$(IMAGES_PROFILE)
+
+setup-packages:
+	bash scripts/setup.sh packages
+
+rust-tools:
+	bash scripts/setup.sh rust-tools
+
+kernel-tools:
+	bash scripts/kernel-setup.sh
 
 # make test's images carry dev-profile binaries out of the workspace's test build,
 # which the unit step needs anyway: no second full compile (a cold release build is
@@ -99,8 +117,9 @@ lab-demo: setup-demo k8s
 # The images the real cluster's nodes import: ringlb's (`make images`) and the
 # upstream pause and agnhost (scripts/build-test-images.sh); each step is skipped
 # while its output is current.
-.PHONY: cluster-images
-cluster-images: images
+.PHONY: cluster-images test-images
+cluster-images: images test-images
+test-images:
 	bash scripts/build-test-images.sh >/dev/null
 
 # Container images without a registry or engine (root: debootstrap, umoci, skopeo,

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Idempotent set-up of what `make test` (profile `test`, the default) or `make demo`
 # (profile `demo`) needs on a fresh Debian machine. Installs only what is missing;
-# safe to run again.
-#   scripts/setup.sh [test|demo]
+# safe to run again. `make test` runs the two halves of `test` apart: `packages` (apt)
+# first, then `rust-tools` (cargo-nextest, clippy, rustfmt) beside the other builds.
+#   scripts/setup.sh [test|demo|packages|rust-tools]
 set -euo pipefail
 PROFILE=${1:-test}
 # Go from the machine image, where a login shell would find it.
@@ -30,10 +31,15 @@ TEST_PKGS=(
   bind9-dnsutils                         # dig, asking it
   binutils                               # strip: the IPVS VM lab's guest image (ringlb-lab ipvs-vm)
 )
+# cargo-nextest's version: the oldest that reads .config/nextest.toml is 0.9.91.
+# `default-no-update` leaves out the self-updater (its HTTP and archive crates), which
+# a test machine never uses: a shorter build.
+NEXTEST_VERSION=0.9.151
 case $PROFILE in
   demo) PKGS=("${DEMO_PKGS[@]}") ;;
-  test) PKGS=("${DEMO_PKGS[@]}" "${TEST_PKGS[@]}") ;;
-  *) echo "setup: unknown profile $PROFILE (test or demo)" >&2; exit 2 ;;
+  test|packages) PKGS=("${DEMO_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+  rust-tools) PKGS=() ;;
+  *) echo "setup: unknown profile $PROFILE (test, demo, packages or rust-tools)" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -71,13 +77,14 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo is not on PATH (install Rust with rustup; under sudo, run make, which finds ~/.cargo/bin)" >&2
   exit 1
 fi
-if [ "$PROFILE" = demo ]; then
-  echo "setup: ok (demo)"
+if [ "$PROFILE" = demo ] || [ "$PROFILE" = packages ]; then
+  echo "setup: ok ($PROFILE)"
   exit 0
 fi
 if ! cargo nextest --version >/dev/null 2>&1; then
-  echo "setup: installing cargo-nextest"
-  cargo install --locked cargo-nextest
+  echo "setup: installing cargo-nextest $NEXTEST_VERSION"
+  cargo install --locked --version "$NEXTEST_VERSION" \
+    --no-default-features --features default-no-update cargo-nextest
 fi
 for c in clippy rustfmt; do
   rustup component list --installed 2>/dev/null | grep -q "^$c" || rustup component add "$c"
