@@ -1,9 +1,8 @@
 #!/usr/bin/env bash
 # Idempotent set-up of what `make test` (profile `test`, the default) or `make demo`
 # (profile `demo`) needs on a fresh Debian machine. Installs only what is missing;
-# safe to run again. `make test` runs the two halves of `test` apart: `packages` (apt)
-# first, then `rust-tools` (cargo-nextest, clippy, rustfmt) beside the other builds.
-#   scripts/setup.sh [test|demo|packages|rust-tools]
+# safe to run again.
+#   scripts/setup.sh [test|demo]
 set -euo pipefail
 PROFILE=${1:-test}
 # Go from the machine image, where a login shell would find it.
@@ -31,15 +30,15 @@ TEST_PKGS=(
   bind9-dnsutils                         # dig, asking it
   binutils                               # strip: the IPVS VM lab's guest image (ringlb-lab ipvs-vm)
 )
-# cargo-nextest's version: the oldest that reads .config/nextest.toml is 0.9.91.
-# `default-no-update` leaves out the self-updater (its HTTP and archive crates), which
-# a test machine never uses: a shorter build.
+# cargo-nextest, pinned (the oldest that reads .config/nextest.toml is 0.9.91).
+# Built with the dev profile and without the self-updater (its HTTP and archive
+# crates), which a test machine never uses: the build is the first thing a fresh
+# machine waits for, and nextest's own work is small beside the tests it runs.
 NEXTEST_VERSION=0.9.151
 case $PROFILE in
   demo) PKGS=("${DEMO_PKGS[@]}") ;;
-  test|packages) PKGS=("${DEMO_PKGS[@]}" "${TEST_PKGS[@]}") ;;
-  rust-tools) PKGS=() ;;
-  *) echo "setup: unknown profile $PROFILE (test, demo, packages or rust-tools)" >&2; exit 2 ;;
+  test) PKGS=("${DEMO_PKGS[@]}" "${TEST_PKGS[@]}") ;;
+  *) echo "setup: unknown profile $PROFILE (test or demo)" >&2; exit 2 ;;
 esac
 
 missing=()
@@ -77,13 +76,13 @@ if ! command -v cargo >/dev/null 2>&1; then
   echo "setup: cargo is not on PATH (install Rust with rustup; under sudo, run make, which finds ~/.cargo/bin)" >&2
   exit 1
 fi
-if [ "$PROFILE" = demo ] || [ "$PROFILE" = packages ]; then
-  echo "setup: ok ($PROFILE)"
+if [ "$PROFILE" = demo ]; then
+  echo "setup: ok (demo)"
   exit 0
 fi
 if ! cargo nextest --version >/dev/null 2>&1; then
   echo "setup: installing cargo-nextest $NEXTEST_VERSION"
-  cargo install --locked --version "$NEXTEST_VERSION" \
+  cargo install --locked --debug --version "$NEXTEST_VERSION" \
     --no-default-features --features default-no-update cargo-nextest
 fi
 for c in clippy rustfmt; do
