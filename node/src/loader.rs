@@ -473,11 +473,16 @@ impl NodeDatapath {
 }
 
 fn remove_if_present(p: &Path) -> Result<(), Error> {
-    match std::fs::remove_file(p) {
+    absent_is_fine(p, std::fs::remove_file(p))
+}
+
+/// The result of removing `path`: one already gone is fine.
+fn absent_is_fine(path: &Path, removed: std::io::Result<()>) -> Result<(), Error> {
+    match removed {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(source) => Err(BpfError::Pin {
-            path: p.to_path_buf(),
+            path: path.to_path_buf(),
             source,
         }
         .into()),
@@ -497,15 +502,7 @@ pub fn remove_pins(dir: &Path) -> Result<(), Error> {
             }
         }
     }
-    match std::fs::remove_dir(dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(source) => Err(BpfError::Pin {
-            path: dir.to_path_buf(),
-            source,
-        }
-        .into()),
-    }
+    absent_is_fine(dir, std::fs::remove_dir(dir))
 }
 
 #[cfg(test)]
