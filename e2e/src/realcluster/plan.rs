@@ -382,24 +382,17 @@ egressSelections:
 /// `--endpoint-reconciler-type=none` because its own address is the host's
 /// loopback), and the `kube-dns` Service with CoreDNS on the ToR as its endpoint.
 pub fn cluster_services() -> String {
+    let kubernetes = tor_endpoint_slice(
+        "kubernetes-fabric",
+        "default",
+        "kubernetes",
+        &format!("- name: https\n  port: {API_PORT}\n  protocol: TCP\n"),
+    );
+    let dns_ports =
+        "- {name: dns, port: 53, protocol: UDP}\n- {name: dns-tcp, port: 53, protocol: TCP}\n";
+    let kube_dns = tor_endpoint_slice("kube-dns-tor", "kube-system", "kube-dns", dns_ports);
     format!(
-        r#"apiVersion: discovery.k8s.io/v1
-kind: EndpointSlice
-metadata:
-  name: kubernetes-fabric
-  namespace: default
-  labels:
-    kubernetes.io/service-name: kubernetes
-    endpointslice.kubernetes.io/managed-by: ringlb-lab
-addressType: IPv4
-endpoints:
-- addresses: ["{TOR_V4}"]
-  conditions: {{ready: true}}
-ports:
-- name: https
-  port: {API_PORT}
-  protocol: TCP
----
+        r#"{kubernetes}---
 apiVersion: v1
 kind: Service
 metadata:
@@ -412,22 +405,28 @@ spec:
   - {{name: dns, port: 53, protocol: UDP}}
   - {{name: dns-tcp, port: 53, protocol: TCP}}
 ---
-apiVersion: discovery.k8s.io/v1
+{kube_dns}"#
+    )
+}
+
+/// EndpointSlice `ns/name` of Service `service`, managed by the lab: the ToR its one
+/// ready endpoint, on `ports` (the YAML list's lines).
+fn tor_endpoint_slice(name: &str, ns: &str, service: &str, ports: &str) -> String {
+    format!(
+        r#"apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
-  name: kube-dns-tor
-  namespace: kube-system
+  name: {name}
+  namespace: {ns}
   labels:
-    kubernetes.io/service-name: kube-dns
+    kubernetes.io/service-name: {service}
     endpointslice.kubernetes.io/managed-by: ringlb-lab
 addressType: IPv4
 endpoints:
 - addresses: ["{TOR_V4}"]
   conditions: {{ready: true}}
 ports:
-- {{name: dns, port: 53, protocol: UDP}}
-- {{name: dns-tcp, port: 53, protocol: TCP}}
-"#
+{ports}"#
     )
 }
 
