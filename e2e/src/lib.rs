@@ -5,6 +5,7 @@
 //! chart installed with helm) that `make demo` and the real-cluster tests run.
 
 pub mod lab;
+pub mod procfs;
 pub mod realcluster;
 
 /// The control-plane harness lives in its own crate (`e2e/controlplane`), so the

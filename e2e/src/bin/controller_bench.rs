@@ -27,6 +27,7 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Api, ResourceExt};
 use ringlb_crds::{IPPool, IPPoolSpec};
 use ringlb_e2e::controlplane::{ControlPlane, Options};
+use ringlb_e2e::procfs::{cpu_seconds, status_kb};
 use serde_json::json;
 
 #[derive(Parser, Debug)]
@@ -74,22 +75,6 @@ impl Drop for Guard {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
-}
-
-fn proc_status_kb(pid: u32, field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-}
-
-/// utime + stime of a process, in seconds.
-fn cpu_seconds(pid: u32) -> Option<f64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &s[s.rfind(')')? + 2..];
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
 }
 
 /// The control plane's own processes (`PID NAME` lines of its folder's `pids` file).
@@ -254,18 +239,7 @@ async fn set_up(args: &Args) -> anyhow::Result<(ControlPlane, kube::Client, Path
     Api::<IPPool>::all(client.clone())
         .create(
             &PostParams::default(),
-            &IPPool::new(
-                "bench",
-                IPPoolSpec {
-                    cidrs: vec!["10.0.0.0/14".into()],
-                    ranges: vec![],
-                    auto_assign: true,
-                    avoid_buggy_ips: false,
-                    service_selector: None,
-                    namespace_selector: None,
-                    priority: 0,
-                },
-            ),
+            &IPPool::new("bench", IPPoolSpec::from_cidrs(&["10.0.0.0/14"])),
         )
         .await
         .context("creating the IPPool")?;
@@ -388,7 +362,7 @@ struct Baseline {
 
 impl Baseline {
     fn take(pid: Option<u32>, cp: &ControlPlane) -> Self {
-        let rss_idle = pid.and_then(|p| proc_status_kb(p, "VmRSS:")).unwrap_or(0);
+        let rss_idle = pid.and_then(|p| status_kb(p, "VmRSS:")).unwrap_or(0);
         let cpu0 = pid.and_then(cpu_seconds).unwrap_or(0.0);
         let cp_pids = control_plane_pids(cp);
         let cp_cpu0: Vec<f64> = cp_pids
@@ -573,7 +547,7 @@ fn measure(seen: &Times, creates: &Creates, pid: u32, before: &Baseline) -> Meas
         .filter_map(|(k, r)| Some(seen.get(k)?.saturating_duration_since(*r)))
         .collect();
     lat_after.sort();
-    let hwm = proc_status_kb(pid, "VmHWM:").unwrap_or(0);
+    let hwm = status_kb(pid, "VmHWM:").unwrap_or(0);
     let cpu = cpu_seconds(pid).unwrap_or(0.0) - before.cpu0;
     Measured {
         all_allocated,

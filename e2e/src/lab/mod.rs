@@ -34,7 +34,8 @@
 //! (TCP from a namespace to the host), [`cluster`] (control plane daemon, controller,
 //! BIRD, edges, kubectl), [`httpd`] (the pods' HTTP server),
 //! [`gtm`] (two such regions behind a core router, for the global traffic manager),
-//! [`pdns`] (PowerDNS as that traffic manager) and [`vm`] (the same lab with IPVS
+//! [`pdns`] (PowerDNS as that traffic manager), [`scale`] (the edge at datacenter
+//! scale: many Services, one edge started cold) and [`vm`] (the same lab with IPVS
 //! edges inside a Debian kernel under qemu).
 
 pub mod addrs;
@@ -49,6 +50,7 @@ pub mod httpd;
 pub mod measure;
 pub mod netns;
 pub mod pdns;
+pub mod scale;
 pub mod topology;
 pub mod vm;
 

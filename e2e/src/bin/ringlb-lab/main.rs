@@ -8,6 +8,8 @@
 //! ringlb-lab up                    build the lab and leave it running (prints how to poke it)
 //! ringlb-lab down                  remove the lab (daemons, namespaces, bpffs, files)
 //! ringlb-lab gtm-up                two regions, a core router, PowerDNS as the GTM; left running
+//! ringlb-lab bench --services N    create -> VIP -> ECMP latency, N Services (docs/bench-lab.md)
+//! ringlb-lab scale [--sizes ...]   one edge cold against 1k..50k Service ports (docs/bench-scale.md)
 //! ```
 //!
 //! Everything runs as real programs: Kubernetes' own control plane (etcd,
@@ -24,6 +26,7 @@ use ringlb_e2e::lab::{self, Addrs, Bins, Topology, topology};
 use ringlb_e2e::realcluster;
 
 mod lab_demo;
+mod scale_cmd;
 use lab_demo::{Printer, bring_up, failover, traffic};
 
 #[derive(Debug, Parser)]
@@ -96,6 +99,10 @@ enum Cmd {
         #[arg(long, default_value_t = 50)]
         services: usize,
     },
+    /// The edge at datacenter scale: for each size, Services with ports and
+    /// endpoints up to it, one edge started cold against them; a table of cold
+    /// start, peak RSS, BPF memory and one change's latency (docs/bench-scale.md).
+    Scale(scale_cmd::ScaleArgs),
     /// (inside the ToR namespace) the measuring half of `bench`.
     #[command(hide = true)]
     Measure {
@@ -464,6 +471,7 @@ fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Cmd::Bench { services } => run_bench(prefix, dir, services),
+        Cmd::Scale(a) => scale_cmd::run(prefix, dir, a),
         Cmd::Down => {
             let removed = topology::teardown(&prefix, &dir);
             if removed.is_empty() {
