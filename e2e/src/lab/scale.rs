@@ -91,7 +91,8 @@ pub fn service(i: usize, ports: u16) -> serde_json::Value {
     serde_json::json!({
         "apiVersion": "v1", "kind": "Service",
         "metadata": {"name": name(i), "labels": {LABEL_KEY: LABEL_VALUE}},
-        "spec": {"type": "LoadBalancer", "ports": ports}
+        // no NodePorts: the bench's Services outnumber kube-apiserver's NodePort range
+        "spec": {"type": "LoadBalancer", "allocateLoadBalancerNodePorts": false, "ports": ports}
     })
 }
 

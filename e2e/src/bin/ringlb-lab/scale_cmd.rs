@@ -206,7 +206,12 @@ fn measure_edge(
     ringlb_xdp::xdp::XdpDatapath::remove_pins(&pin)?;
     let before = scale::max_map_id(&bpftool_maps()?)?;
     let t0 = Instant::now();
-    cluster.start_edge(1, &pin)?;
+    // each sync's time and the apply's work in its log (kept in --report-dir)
+    cluster.start_edge_with(
+        1,
+        &pin,
+        &["--log-level", "info,ringlb_edge::agent::sync=debug"],
+    )?;
     let (mut programmed, mut announced) = (None, None);
     let (programmed, announced) = lab::wait_for(
         "every VIP:port programmed and announced",
@@ -300,6 +305,11 @@ fn time_changes(cx: &Ctx<'_>, pin: &Path, vips: &[Ipv4Addr]) -> anyhow::Result<V
             }
             std::thread::sleep(Duration::from_micros(200));
         }
+    }
+    // back to `pods` endpoints, so that the next size starts where this one did
+    for i in grown {
+        cx.rt
+            .block_on(scale::set_endpoints(&cx.client, i, &cx.pods[..pods]))?;
     }
     Ok(times)
 }
