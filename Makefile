@@ -59,24 +59,7 @@ unit:
 check: fmt lint
 	$(CARGO) nextest run --workspace --no-fail-fast --profile check
 
-test: setup k8s cluster-images fmt lint tests-and-kernels ipvs-vm
-
-# The tests and the kernel matrix side by side. The tests leave a core idle about
-# half of the time (they wait on pods, BGP sessions and timers); the matrix's guests
-# are niced qemu processes that take only that idle CPU, so the tests keep their
-# speed. The matrix's output goes to a file and is printed when it ends; its guests
-# get the longer limits below, as they share the machine for most of their run.
-.PHONY: tests-and-kernels kernels-beside
-tests-and-kernels:
-	$(MAKE) --no-print-directory -j2 unit kernels-beside
-
-kernels-beside:
-	bash scripts/kernel-setup.sh
-	@mkdir -p $(CARGO_TARGET_DIR)
-	@echo "kernel matrix: running beside the tests; its output follows when it ends ($(CARGO_TARGET_DIR)/kernel-matrix.log)"
-	@$(CARGO) run -q -p ringlb-kernels --bin kernel-matrix -- --out $(CARGO_TARGET_DIR)/kernel-matrix \
-		--timeout 2700 --test-timeout 1200 >$(CARGO_TARGET_DIR)/kernel-matrix.log 2>&1; \
-		s=$$?; cat $(CARGO_TARGET_DIR)/kernel-matrix.log; exit $$s
+test: setup k8s cluster-images fmt lint unit kernels ipvs-vm
 
 # make test's images carry dev-profile binaries out of the workspace's test build,
 # which the unit step needs anyway: no second full compile (a cold release build is
