@@ -82,18 +82,6 @@ stop_pid() { # stop_pid PID GRACE: TERM, then KILL after GRACE seconds
   kill -KILL "$pid" 2>/dev/null || true
 }
 
-wait_while_alive() { # wait_while_alive PID TRIES COMMAND...: runs COMMAND every 0.1 s
-  # until it succeeds (0), or PID exits or TRIES runs fail (1)
-  local pid=$1 tries=$2 i
-  shift 2
-  for ((i = 0; i < tries; i++)); do
-    "$@" && return 0
-    kill -0 "$pid" 2>/dev/null || return 1
-    sleep 0.1
-  done
-  return 1
-}
-
 cleanup() {
   local rc=$? pid name
   set +e
@@ -133,10 +121,12 @@ start_cluster() {
   TMPDIR=$WORK RINGLB_K8S_ASSETS=$ASSETS "$TARGET_DIR/release/ringlb-controlplane" \
     "$WORK/cp" >"$WORK/controlplane.log" 2>&1 &
   CP_PID=$!
-  if wait_while_alive "$CP_PID" 1200 test -f "$WORK/cp/ready"; then
-    cat "$WORK/controlplane.log"
-    return
-  fi
+  local i
+  for ((i = 0; i < 1200; i++)); do
+    [ -f "$WORK/cp/ready" ] && { cat "$WORK/controlplane.log"; return; }
+    kill -0 "$CP_PID" 2>/dev/null || break
+    sleep 0.1
+  done
   cat "$WORK/controlplane.log" >&2
   echo "first-install: the control plane did not start" >&2
   return 1
@@ -277,7 +267,7 @@ service_account_files() { # service_account_files POD: the projected volume's fi
 }
 
 run_controller() {
-  local pod image api port
+  local pod image api port i
   write_kubelet_py
   pod=$(controller_pod)
   kubectl -n "$NS" get pod "$pod" -o json >"$WORK/pod.json"
@@ -300,12 +290,16 @@ run_controller() {
   CTL_PID=$!
   local readyz
   readyz=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["readyz"])' "$WORK/spec.json")
-  if wait_while_alive "$CTL_PID" 600 curl -sf -o /dev/null "$readyz"; then
-    grep -E '^(Uid|Gid|Groups|CapEff|CapBnd|NoNewPrivs)' "/proc/$CTL_PID/status" | tr '\n' ' ' | sed 's/\t/ /g; s/^/  process: /'
-    echo
-    echo "  $readyz: 200"
-    return
-  fi
+  for ((i = 0; i < 600; i++)); do
+    if curl -sf -o /dev/null "$readyz"; then
+      grep -E '^(Uid|Gid|Groups|CapEff|CapBnd|NoNewPrivs)' "/proc/$CTL_PID/status" | tr '\n' ' ' | sed 's/\t/ /g; s/^/  process: /'
+      echo
+      echo "  $readyz: 200"
+      return
+    fi
+    kill -0 "$CTL_PID" 2>/dev/null || break
+    sleep 0.1
+  done
   cat "$WORK/controller.log" >&2
   echo "first-install: the controller did not become ready" >&2
   return 1

@@ -7,8 +7,6 @@
 use std::net::IpAddr;
 use std::os::fd::AsRawFd;
 
-use ringlb_ops::sockopt;
-
 /// Largest key the kernel takes.
 pub const MAX_KEY_LEN: usize = 80;
 
@@ -120,8 +118,27 @@ pub fn set_md5_key(
         key: [0; MAX_KEY_LEN],
     };
     sig.key[..key.len()].copy_from_slice(key);
-    sockopt::set(sock.as_raw_fd(), libc::IPPROTO_TCP, libc::TCP_MD5SIG, &sig)
-        .map_err(|source| Md5Error::Setsockopt { peer, source })
+    setsockopt_md5(sock.as_raw_fd(), &sig).map_err(|source| Md5Error::Setsockopt { peer, source })
+}
+
+#[allow(unsafe_code)] // the one libc call: setsockopt(fd, IPPROTO_TCP, TCP_MD5SIG, &sig)
+fn setsockopt_md5(fd: libc::c_int, sig: &TcpMd5Sig) -> std::io::Result<()> {
+    // SAFETY: `sig` is a valid, initialised repr(C) tcp_md5sig for the duration of the
+    // call and its exact size is passed; the kernel only reads it.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_TCP,
+            libc::TCP_MD5SIG,
+            (sig as *const TcpMd5Sig).cast::<libc::c_void>(),
+            size_of::<TcpMd5Sig>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]

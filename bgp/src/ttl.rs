@@ -8,9 +8,7 @@
 //!   `IP_MINTTL` / `IPV6_MINHOPCOUNT`), so a spoofer further away cannot reach
 //!   the session.
 
-use std::os::fd::{AsFd, AsRawFd};
-
-use ringlb_ops::sockopt;
+use std::os::fd::AsFd;
 
 use super::config::PeerConfig;
 
@@ -62,10 +60,34 @@ pub fn apply(sock: &impl AsFd, v6: bool, p: TtlPolicy) -> std::io::Result<()> {
         } else {
             (libc::IPPROTO_IP, libc::IP_MINTTL)
         };
-        let fd = sock.as_fd().as_raw_fd();
-        sockopt::set_int(fd, level, name, libc::c_int::from(m))?;
+        setsockopt_int(sock, level, name, libc::c_int::from(m))?;
     }
     Ok(())
+}
+
+#[allow(unsafe_code)] // the one libc call: setsockopt(fd, level, name, &int)
+fn setsockopt_int(
+    sock: &impl AsFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    value: libc::c_int,
+) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: a valid fd, a pointer to a live c_int and its size.
+    let r = unsafe {
+        libc::setsockopt(
+            sock.as_fd().as_raw_fd(),
+            level,
+            name,
+            (&value as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
 }
 
 #[cfg(test)]

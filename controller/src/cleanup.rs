@@ -30,12 +30,12 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::{ListParams, Patch};
+use kube::api::{ListParams, Patch, PatchParams};
 use kube::{Api, Client, ResourceExt};
 use ringlb_crds::edge_ack::EdgeAck;
 use serde_json::{Value, json};
 
-use crate::status::patch_params;
+use crate::status::FIELD_MANAGER;
 
 /// The finalizer every load-balancer implementation puts on the Services it serves.
 pub const FINALIZER: &str = "service.kubernetes.io/load-balancer-cleanup";
@@ -247,7 +247,10 @@ pub async fn remove_all(
         .list(&ListParams::default())
         .await
         .map_err(Error::List)?;
-    let pp = patch_params();
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
     let mut n = 0;
     for svc in list.items.iter().filter(|s| has_finalizer(s)) {
         let Some(patch) = finalizer_patch(svc, false) else {

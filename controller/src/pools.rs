@@ -16,7 +16,7 @@ use futures::channel::mpsc;
 use futures::{Stream, StreamExt, TryStreamExt, future, stream};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Patch;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::reflector::{self, Store};
 use kube::runtime::watcher::{self, Event, watcher};
 use kube::runtime::{WatchStreamExt, predicates};
@@ -29,7 +29,7 @@ use crate::announce::{ADVERTISED_CONDITION_TYPE, Routing};
 use crate::ipam::{Family, Ipam, Pool, PoolError};
 use crate::metrics::Metrics;
 use crate::routing_watch::{RoutingCell, current};
-use crate::status::patch_params;
+use crate::status::FIELD_MANAGER;
 
 /// Parses every IPPool; invalid ones are set aside with their errors.
 pub fn pools_from<'a>(
@@ -288,7 +288,10 @@ pub async fn status_writer(
                 continue;
             }
             let patch = serde_json::json!({ "status": st });
-            let pp = patch_params();
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
             if let Err(e) = api.patch_status(&name, &pp, &Patch::Merge(&patch)).await {
                 tracing::warn!(pool = %name, error = %e, "writing IPPool status failed");
             }
@@ -304,7 +307,18 @@ pub(crate) mod tests {
 
     /// An auto-assigned IPPool of these CIDRs (for the crate's tests).
     pub(crate) fn obj(name: &str, cidrs: &[&str]) -> IPPool {
-        IPPool::new(name, IPPoolSpec::from_cidrs(cidrs))
+        IPPool::new(
+            name,
+            IPPoolSpec {
+                cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
+                ranges: vec![],
+                auto_assign: true,
+                avoid_buggy_ips: false,
+                service_selector: None,
+                namespace_selector: None,
+                priority: 0,
+            },
+        )
     }
 
     #[test]

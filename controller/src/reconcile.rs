@@ -30,7 +30,7 @@ use k8s_openapi::api::core::v1::{Namespace, Service};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
-use kube::api::Patch;
+use kube::api::{Patch, PatchParams};
 use kube::runtime::WatchStreamExt;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::{self, ObjectRef, Store};
@@ -50,7 +50,7 @@ use crate::events::Events;
 use crate::ipam::request::{is_ours, request_from_service, service_key, status_ips};
 use crate::ipam::{Family, Ipam};
 use crate::metrics::Metrics;
-use crate::status::{WantedStatus, has_our_status, patch_params, status_patch};
+use crate::status::{FIELD_MANAGER, WantedStatus, has_our_status, status_patch};
 
 /// Requeue after success: a periodic re-check (cheap: no write when in sync).
 const RESYNC: Duration = Duration::from_secs(600);
@@ -248,24 +248,6 @@ impl Ctx {
 
 /// Writes the status when it differs; returns whether the allocation part (ingress,
 /// IPAllocated) changed, i.e. whether there is something to announce.
-/// Sends `patch`, a [`finalizer_patch`], for Service `key` (`action`: "adding" or
-/// "removing" the finalizer); the Service as patched.
-async fn patch_finalizer(
-    api: &Api<Service>,
-    svc: &Service,
-    key: &str,
-    patch: &serde_json::Value,
-    action: &'static str,
-) -> Result<Service, Error> {
-    api.patch(&svc.name_any(), &patch_params(), &Patch::Merge(patch))
-        .await
-        .map_err(|source| Error::Finalizer {
-            key: key.to_string(),
-            action,
-            source,
-        })
-}
-
 async fn write_status(
     api: &Api<Service>,
     svc: &Service,
@@ -279,7 +261,10 @@ async fn write_status(
     };
     // A BackendsReady flip alone is no new allocation or refusal to announce.
     let allocation_changed = backends.is_none() || status_patch(svc, wanted, None, now).is_some();
-    let pp = patch_params();
+    let pp = PatchParams {
+        field_manager: Some(FIELD_MANAGER.into()),
+        ..Default::default()
+    };
     api.patch_status(&svc.name_any(), &pp, &Patch::Merge(&patch))
         .await
         .map_err(|source| Error::Status {
@@ -329,7 +314,18 @@ async fn reconcile_inner(svc: &Service, ctx: &Ctx, key: &str) -> Result<Action, 
     let svc = match finalizer_patch(svc, true) {
         None => svc,
         Some(patch) => {
-            added = patch_finalizer(&api, svc, key, &patch, "adding").await?;
+            let pp = PatchParams {
+                field_manager: Some(FIELD_MANAGER.into()),
+                ..Default::default()
+            };
+            added = api
+                .patch(&svc.name_any(), &pp, &Patch::Merge(&patch))
+                .await
+                .map_err(|source| Error::Finalizer {
+                    key: key.to_string(),
+                    action: "adding",
+                    source,
+                })?;
             tracing::debug!("finalizer added");
             &added
         }
@@ -496,7 +492,17 @@ async fn clean_up(
             }
             let released = ctx.forget(key);
             if let Some(patch) = finalizer_patch(svc, false) {
-                patch_finalizer(api, svc, key, &patch, "removing").await?;
+                let pp = PatchParams {
+                    field_manager: Some(FIELD_MANAGER.into()),
+                    ..Default::default()
+                };
+                api.patch(&svc.name_any(), &pp, &Patch::Merge(&patch))
+                    .await
+                    .map_err(|source| Error::Finalizer {
+                        key: key.to_string(),
+                        action: "removing",
+                        source,
+                    })?;
                 tracing::info!(?released, "finalizer removed");
             }
             lock(&ctx.withdrawn).remove(&oref);

@@ -16,14 +16,6 @@ pub const CONDITION_TYPE: &str = ringlb_crds::service::CONDITION_IP_ALLOCATED;
 /// The one field manager every write of the controller uses.
 pub const FIELD_MANAGER: &str = "ringlb-controller";
 
-/// The parameters of every patch the controller sends: its one field manager.
-pub(crate) fn patch_params() -> kube::api::PatchParams {
-    kube::api::PatchParams {
-        field_manager: Some(FIELD_MANAGER.into()),
-        ..Default::default()
-    }
-}
-
 /// What the controller wants the status to say.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WantedStatus {
@@ -74,28 +66,6 @@ fn build(
         message,
         observed_generation: generation,
         last_transition_time,
-    }
-}
-
-/// A condition from the EndpointSlices' side, which may be left out: none once the
-/// status is cleared, built from `want` (true or false, reason, message) when there is
-/// one, else the existing one kept.
-fn built_or_kept(
-    wanted: &WantedStatus,
-    existing: Option<&Condition>,
-    type_: &str,
-    want: Option<(bool, &str, &str)>,
-    generation: Option<i64>,
-    now: &Time,
-) -> Option<Condition> {
-    match (wanted, want) {
-        (WantedStatus::Clear, _) => None,
-        (_, Some((true_, reason, message))) => {
-            let status = if true_ { "True" } else { "False" };
-            let w = (status, reason.to_string(), message.to_string());
-            Some(build(existing, type_, w, generation, now))
-        }
-        (_, None) => existing.cloned(),
     }
 }
 
@@ -189,41 +159,41 @@ pub fn status_patch(
             })
     });
     let cond = want_cond.map(|w| build(existing, CONDITION_TYPE, w, generation, &now));
-    let backends_want = backends.map(|b| (b.ready, b.reason, b.message.as_str()));
-    let backends_cond = built_or_kept(
-        wanted,
-        existing_backends,
-        BACKENDS_CONDITION_TYPE,
-        backends_want,
-        generation,
-        &now,
-    );
-    // A Service without a failover VIP loses the condition; without the
-    // EndpointSlices listed, it is kept.
-    let failover_cond = match backends {
-        Some(b) if b.failover.is_none() => None,
-        _ => built_or_kept(
-            wanted,
-            existing_failover,
-            FAILOVER_CONDITION_TYPE,
-            backends
-                .and_then(|b| b.failover.as_ref())
-                .map(|f| (f.active, f.reason, f.message.as_str())),
-            generation,
-            &now,
-        ),
+    let backends_cond = match (wanted, backends) {
+        (WantedStatus::Clear, _) => None,
+        (_, Some(b)) => {
+            let status = if b.ready { "True" } else { "False" };
+            let w = (status, b.reason.to_string(), b.message.clone());
+            let t = BACKENDS_CONDITION_TYPE;
+            Some(build(existing_backends, t, w, generation, &now))
+        }
+        (_, None) => existing_backends.cloned(),
     };
-    let announced_want = backends
-        .and_then(|b| b.announced.as_ref())
-        .map(|a| (a.announced, a.reason, a.message.as_str()));
-    let announced_cond = built_or_kept(
-        wanted,
-        existing_announced,
-        ANNOUNCED_CONDITION_TYPE,
-        announced_want,
-        generation,
-        &now,
-    );
+    let failover_cond = match (wanted, backends) {
+        (WantedStatus::Clear, _) => None,
+        (_, Some(b)) => b.failover.as_ref().map(|f| {
+            let status = if f.active { "True" } else { "False" };
+            let w = (status, f.reason.to_string(), f.message.clone());
+            build(
+                existing_failover,
+                FAILOVER_CONDITION_TYPE,
+                w,
+                generation,
+                &now,
+            )
+        }),
+        (_, None) => existing_failover.cloned(),
+    };
+    let announced_cond = match (wanted, backends.and_then(|b| b.announced.as_ref())) {
+        (WantedStatus::Clear, _) => None,
+        (_, Some(a)) => {
+            let status = if a.announced { "True" } else { "False" };
+            let w = (status, a.reason.to_string(), a.message.clone());
+            let t = ANNOUNCED_CONDITION_TYPE;
+            Some(build(existing_announced, t, w, generation, &now))
+        }
+        (_, None) => existing_announced.cloned(),
+    };
     let cond_changed = differs(cond.as_ref(), existing)
         || differs(backends_cond.as_ref(), existing_backends)
         || differs(failover_cond.as_ref(), existing_failover)
@@ -300,18 +270,6 @@ mod tests {
         }
     }
 
-    /// The ingress list of `svc`'s status, which must have one.
-    fn ingress_mut(svc: &mut Service) -> &mut Vec<LoadBalancerIngress> {
-        let status = svc.status.as_mut().unwrap();
-        status
-            .load_balancer
-            .as_mut()
-            .unwrap()
-            .ingress
-            .as_mut()
-            .unwrap()
-    }
-
     #[test]
     fn allocated_then_idempotent() {
         let mut svc = Service::default();
@@ -328,7 +286,17 @@ mod tests {
         );
         assert!(has_our_status(&svc));
         // A server without the LoadBalancerIPMode feature drops ipMode: still no patch.
-        for ing in ingress_mut(&mut svc) {
+        for ing in svc
+            .status
+            .as_mut()
+            .unwrap()
+            .load_balancer
+            .as_mut()
+            .unwrap()
+            .ingress
+            .as_mut()
+            .unwrap()
+        {
             ing.ip_mode = None;
         }
         assert_eq!(
@@ -336,7 +304,16 @@ mod tests {
             None
         );
         // A different mode, or a different address, is a change.
-        ingress_mut(&mut svc)[0].ip_mode = Some("Proxy".into());
+        svc.status
+            .as_mut()
+            .unwrap()
+            .load_balancer
+            .as_mut()
+            .unwrap()
+            .ingress
+            .as_mut()
+            .unwrap()[0]
+            .ip_mode = Some("Proxy".into());
         assert!(status_patch(&svc, &WantedStatus::Allocated(ips), None, t(40)).is_some());
     }
 

@@ -161,20 +161,6 @@ pub struct Block {
 }
 
 impl IPPoolSpec {
-    /// An auto-assigned pool of `cidrs` with every other field at its default: the
-    /// spec of a manifest that lists only `cidrs`.
-    pub fn from_cidrs(cidrs: &[&str]) -> Self {
-        IPPoolSpec {
-            cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
-            ranges: vec![],
-            auto_assign: true,
-            avoid_buggy_ips: false,
-            service_selector: None,
-            namespace_selector: None,
-            priority: 0,
-        }
-    }
-
     /// Checks the spec as the CRD schema does (and the IPv6 range order, which CEL
     /// cannot express) and returns its blocks, CIDRs first, then ranges.
     pub fn blocks(&self) -> Result<Vec<Block>, ValidationErrors> {
@@ -315,6 +301,7 @@ mod tests {
 
     fn spec(cidrs: &[&str], ranges: &[(&str, &str)]) -> IPPoolSpec {
         IPPoolSpec {
+            cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
             ranges: ranges
                 .iter()
                 .map(|(s, e)| IPRange {
@@ -322,7 +309,11 @@ mod tests {
                     end: e.to_string(),
                 })
                 .collect(),
-            ..IPPoolSpec::from_cidrs(cidrs)
+            auto_assign: true,
+            avoid_buggy_ips: false,
+            service_selector: None,
+            namespace_selector: None,
+            priority: 0,
         }
     }
 

@@ -573,32 +573,42 @@ fn edge_pod_deleted(rc: &RealCluster, client: &str, v4: IpAddr) {
             .unwrap();
         wait_ds_ready(rc, "edge");
     });
-    r.assert_unbroken("edge pod deleted");
-}
-
-/// `helm upgrade` of the release with its values, `edge.podAnnotations.rolled=yes`
-/// (so the edge pods roll) and `sets`, then waits for the edge DaemonSet.
-fn upgrade_rolling_the_edges(rc: &RealCluster, sets: &[&str]) {
-    let chart = realcluster::repo_root().join("charts/ringlb");
-    let values = rc.dir.join("values.yaml");
-    let (chart, values) = (chart.display().to_string(), values.display().to_string());
-    let mut args: Vec<&str> = vec!["upgrade", "ringlb", &chart, "-n", "ringlb-system"];
-    args.extend(["-f", &values, "--set", "edge.podAnnotations.rolled=yes"]);
-    for set in sets {
-        args.extend(["--set", *set]);
-    }
-    args.extend(["--wait", "--timeout", "180s"]);
-    rc.helm(&args)
-        .unwrap_or_else(|e| panic!("helm upgrade: {e}"));
-    wait_ds_ready(rc, "edge");
+    eprintln!(
+        "edge pod deleted: {} keep-alive requests, {} broken; {} new connections, {} failed",
+        r.keepalive.requests, r.keepalive.broken, r.requests, r.failed
+    );
+    assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
+    assert_eq!(r.failed, 0, "{:?}", r.first_failure);
 }
 
 /// A rolling `helm upgrade` of the edges: no connection breaks, no request fails.
 fn edges_rolled(rc: &RealCluster, client: &str, v4: IpAddr) {
+    let chart = realcluster::repo_root().join("charts/ringlb");
+    let values = rc.dir.join("values.yaml");
     let r = through(client, v4, 100, Duration::from_secs(3), || {
-        upgrade_rolling_the_edges(rc, &[]);
+        rc.helm(&[
+            "upgrade",
+            "ringlb",
+            &chart.display().to_string(),
+            "-n",
+            "ringlb-system",
+            "-f",
+            &values.display().to_string(),
+            "--set",
+            "edge.podAnnotations.rolled=yes",
+            "--wait",
+            "--timeout",
+            "180s",
+        ])
+        .unwrap_or_else(|e| panic!("helm upgrade: {e}"));
+        wait_ds_ready(rc, "edge");
     });
-    r.assert_unbroken("helm upgrade rolled the edges");
+    eprintln!(
+        "helm upgrade rolled the edges: {} keep-alive requests, {} broken; {} new connections, {} failed",
+        r.keepalive.requests, r.keepalive.broken, r.requests, r.failed
+    );
+    assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
+    assert_eq!(r.failed, 0, "{:?}", r.first_failure);
 }
 
 /// `auto` attached generic (a veth whose peer is in another namespace); `helm upgrade
@@ -617,7 +627,26 @@ fn attach_mode_upgraded(rc: &RealCluster) {
         "auto chose generic first:\n{}",
         mode("e1")
     );
-    upgrade_rolling_the_edges(rc, &["edge.xdpMode=native"]);
+    let chart = realcluster::repo_root().join("charts/ringlb");
+    let values = rc.dir.join("values.yaml");
+    rc.helm(&[
+        "upgrade",
+        "ringlb",
+        &chart.display().to_string(),
+        "-n",
+        "ringlb-system",
+        "-f",
+        &values.display().to_string(),
+        "--set",
+        "edge.podAnnotations.rolled=yes",
+        "--set",
+        "edge.xdpMode=native",
+        "--wait",
+        "--timeout",
+        "180s",
+    ])
+    .unwrap_or_else(|e| panic!("helm upgrade: {e}"));
+    wait_ds_ready(rc, "edge");
     for e in ["e1", "e2"] {
         let link = mode(e);
         assert!(
@@ -638,7 +667,12 @@ fn worker_daemons_restarted(rc: &mut RealCluster, client: &str, v4: IpAddr) {
         rc.restart_kubelet("w1").unwrap();
         std::thread::sleep(Duration::from_secs(5));
     });
-    r.assert_unbroken("w1's containerd and kubelet restarted");
+    eprintln!(
+        "w1's containerd and kubelet restarted: {} keep-alive requests, {} broken; {} new connections, {} failed",
+        r.keepalive.requests, r.keepalive.broken, r.requests, r.failed
+    );
+    assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
+    assert_eq!(r.failed, 0, "{:?}", r.first_failure);
 }
 
 /// A worker drained: its pods go, the connections to the other worker's pods stay.

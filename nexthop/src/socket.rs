@@ -182,7 +182,14 @@ impl Conn {
             self.buf.clear();
             match self.sock.recv(&mut self.buf, 0) {
                 Ok(_) => {}
-                Err(e) if timed_out(&e) => return Err(NetlinkError::Timeout { op }),
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    return Err(NetlinkError::Timeout { op });
+                }
                 Err(e) => return Err(NetlinkError::Io { op, source: e }),
             }
             let replies =
@@ -265,14 +272,6 @@ impl RateLimit {
     }
 }
 
-/// A receive that ended at the socket's timeout (`SO_RCVTIMEO`): no answer yet.
-fn timed_out(e: &io::Error) -> bool {
-    matches!(
-        e.kind(),
-        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
-    )
-}
-
 /// Sleeps `d` in `POLL` steps; false if `stop` was set meanwhile.
 fn sleep_unless_stopped(stop: &AtomicBool, d: Duration) -> bool {
     let until = Instant::now() + d;
@@ -318,7 +317,14 @@ impl Subscription {
         self.buf.clear();
         match self.sock.recv(&mut self.buf, 0) {
             Ok(_) => {}
-            Err(e) if timed_out(&e) || e.kind() == io::ErrorKind::Interrupted => {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock
+                        | io::ErrorKind::TimedOut
+                        | io::ErrorKind::Interrupted
+                ) =>
+            {
                 return Ok(Vec::new());
             }
             Err(e) if e.raw_os_error() == Some(libc::ENOBUFS) => return Ok(vec![Change::Overflow]),

@@ -473,16 +473,11 @@ impl NodeDatapath {
 }
 
 fn remove_if_present(p: &Path) -> Result<(), Error> {
-    absent_is_fine(p, std::fs::remove_file(p))
-}
-
-/// The result of removing `path`: one already gone is fine.
-fn absent_is_fine(path: &Path, removed: std::io::Result<()>) -> Result<(), Error> {
-    match removed {
+    match std::fs::remove_file(p) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(source) => Err(BpfError::Pin {
-            path: path.to_path_buf(),
+            path: p.to_path_buf(),
             source,
         }
         .into()),
@@ -502,7 +497,15 @@ pub fn remove_pins(dir: &Path) -> Result<(), Error> {
             }
         }
     }
-    absent_is_fine(dir, std::fs::remove_dir(dir))
+    match std::fs::remove_dir(dir) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(BpfError::Pin {
+            path: dir.to_path_buf(),
+            source,
+        }
+        .into()),
+    }
 }
 
 #[cfg(test)]

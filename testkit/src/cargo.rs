@@ -11,24 +11,16 @@ pub fn workspace_root() -> PathBuf {
 
 /// `cargo metadata --format-version 1 --offline ARGS...` of the workspace, parsed.
 pub fn metadata(args: &[&str]) -> serde_json::Value {
-    let mut all = vec!["metadata", "--format-version", "1", "--offline"];
-    all.extend_from_slice(args);
-    serde_json::from_slice(&cargo(&all)).expect("metadata JSON")
-}
-
-/// The output of `cargo ARGS...` run in the workspace root; panics, with its
-/// stderr, when cargo fails.
-pub fn cargo(args: &[&str]) -> Vec<u8> {
     let out = Command::new(env!("CARGO"))
+        .args(["metadata", "--format-version", "1", "--offline"])
         .args(args)
         .current_dir(workspace_root())
         .output()
-        .unwrap_or_else(|e| panic!("cargo {}: {e}", args.join(" ")));
+        .expect("cargo metadata");
     assert!(
         out.status.success(),
-        "cargo {}: {}",
-        args.join(" "),
+        "cargo metadata: {}",
         String::from_utf8_lossy(&out.stderr)
     );
-    out.stdout
+    serde_json::from_slice(&out.stdout).expect("metadata JSON")
 }

@@ -123,23 +123,28 @@ pub mod map {
     /// The per-CPU arrays indexed by vip_id, which the loader sizes to
     /// `XdpOptions::vip_capacity` (each entry is one per-CPU allocation).
     pub const PER_VIP_COUNTERS: [&str; 3] = [VIP_STATS, CT_BUDGET, SRC_DROPS];
-    /// Every map, for pinning and cleanup: the first release's, then [`NEWER`].
-    pub const ALL: [&str; 19] = concat(
-        &[
-            VIPS,
-            RINGS,
-            BACKENDS,
-            CONNTRACK,
-            OWNERS,
-            CONFIG,
-            VIP_STATS,
-            STATS,
-            VIP_FILTER,
-            VIP_ADDRS,
-            FLOW_FILTER,
-        ],
-        &NEWER,
-    );
+    /// Every map, for pinning and cleanup.
+    pub const ALL: [&str; 19] = [
+        VIPS,
+        RINGS,
+        BACKENDS,
+        CONNTRACK,
+        OWNERS,
+        CONFIG,
+        VIP_STATS,
+        STATS,
+        VIP_FILTER,
+        VIP_ADDRS,
+        FLOW_FILTER,
+        BFD_HOLD,
+        CT_BUDGET,
+        SRC_RANGES,
+        SRC_DROPS,
+        SRC_SETS,
+        SRC_SET_OF,
+        AFFINITY,
+        DECAP_SENDERS,
+    ];
     /// Maps newer than some pin dirs in the field: a running edge of an
     /// older release has none pinned.
     pub const NEWER: [&str; 8] = [
@@ -152,21 +157,6 @@ pub mod map {
         AFFINITY,
         DECAP_SENDERS,
     ];
-
-    /// `a` then `b`, as one array (a compile error unless `N` fits them exactly).
-    const fn concat<const N: usize>(a: &[&'static str], b: &[&'static str]) -> [&'static str; N] {
-        assert!(
-            a.len() + b.len() == N,
-            "map::ALL: the lengths do not add up"
-        );
-        let mut out = [""; N];
-        let mut i = 0;
-        while i < N {
-            out[i] = if i < a.len() { a[i] } else { b[i - a.len()] };
-            i += 1;
-        }
-        out
-    }
 }
 
 /// `struct ringlb_vip_key`

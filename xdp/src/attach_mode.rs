@@ -92,19 +92,13 @@ pub fn reuse(have: Option<LinkMode>, want: AttachMode) -> Reuse {
 /// The XDP programs attached to interface `ifindex`, per mode, in the calling
 /// thread's network namespace.
 pub fn xdp_progs(ifindex: u32) -> io::Result<XdpProgs> {
-    get_link(ifindex).map(|link| progs_of(&link))
-}
-
-/// The kernel's link message of interface `ifindex` (`RTM_GETLINK`), in the
-/// calling thread's network namespace.
-pub(crate) fn get_link(ifindex: u32) -> io::Result<LinkMessage> {
     let mut sock = Socket::new(NETLINK_ROUTE)?;
     sock.bind_auto()?;
     sock.connect(&SocketAddr::new(0, 0))?;
     sock.send(&link_get(ifindex, 1), 0)?;
     let mut buf = vec![0u8; 64 * 1024];
     let n = sock.recv(&mut &mut buf[..], 0)?;
-    link_of_answer(&buf[..n]).map_err(io::Error::other)
+    progs_of_answer(&buf[..n]).map_err(io::Error::other)
 }
 
 /// RTM_GETLINK for one interface index.
@@ -114,26 +108,22 @@ fn link_get(ifindex: u32, seq: u32) -> Vec<u8> {
     let mut header = NetlinkHeader::default();
     header.flags = NLM_F_REQUEST;
     header.sequence_number = seq;
-    serialized(NetlinkMessage::new(
+    let mut msg = NetlinkMessage::new(
         header,
         NetlinkPayload::InnerMessage(RouteNetlinkMessage::GetLink(m)),
-    ))
-}
-
-/// `msg` on the wire, its length and header filled in.
-fn serialized(mut msg: NetlinkMessage<RouteNetlinkMessage>) -> Vec<u8> {
+    );
     msg.finalize();
     let mut out = vec![0; msg.buffer_len()];
     msg.serialize(&mut out);
     out
 }
 
-/// The link message of the RTM_NEWLINK answer in `buf`.
-fn link_of_answer(buf: &[u8]) -> Result<LinkMessage, String> {
+/// The XDP programs of the RTM_NEWLINK answer in `buf`.
+fn progs_of_answer(buf: &[u8]) -> Result<XdpProgs, String> {
     let msg = NetlinkMessage::<RouteNetlinkMessage>::deserialize(buf)
         .map_err(|e| format!("decoding the RTM_GETLINK answer: {e}"))?;
     match msg.payload {
-        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => Ok(link),
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)) => Ok(progs_of(&link)),
         NetlinkPayload::Error(e) => Err(format!("RTM_GETLINK refused: {e}")),
         other => Err(format!("unexpected answer to RTM_GETLINK: {other:?}")),
     }
@@ -206,15 +196,14 @@ mod tests {
         link.header.index = 7;
         link.attributes.push(LinkAttribute::IfName("eth0".into()));
         link.attributes.push(LinkAttribute::Xdp(xdp));
-        serialized(NetlinkMessage::new(
+        let mut msg = NetlinkMessage::new(
             NetlinkHeader::default(),
             NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(link)),
-        ))
-    }
-
-    /// The XDP programs of the RTM_NEWLINK answer in `buf`.
-    fn progs_of_answer(buf: &[u8]) -> Result<XdpProgs, String> {
-        link_of_answer(buf).map(|link| progs_of(&link))
+        );
+        msg.finalize();
+        let mut out = vec![0; msg.buffer_len()];
+        msg.serialize(&mut out);
+        out
     }
 
     #[test]

@@ -16,12 +16,14 @@
 //! The link facts come from one or two `RTM_GETLINK`s ([`probe`]); the choice is
 //! pure ([`choose`]).
 
-use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkInfo, LinkMessage, LinkXdp};
+use std::io;
 
-use crate::{
-    attach_mode::{AttachMode, get_link},
-    batch::if_index,
-};
+use netlink_packet_core::{NLM_F_REQUEST, NetlinkHeader, NetlinkMessage, NetlinkPayload};
+use netlink_packet_route::RouteNetlinkMessage;
+use netlink_packet_route::link::{InfoKind, LinkAttribute, LinkInfo, LinkMessage, LinkXdp};
+use netlink_sys::{Socket, SocketAddr, protocols::NETLINK_ROUTE};
+
+use crate::{attach_mode::AttachMode, batch::if_index};
 
 /// What [`choose`] needs to know about the interface.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -158,6 +160,34 @@ fn facts_of(m: &LinkMessage) -> Facts {
         }
     }
     f
+}
+
+fn get_link(index: u32) -> io::Result<LinkMessage> {
+    let mut sock = Socket::new(NETLINK_ROUTE)?;
+    sock.bind_auto()?;
+    sock.connect(&SocketAddr::new(0, 0))?;
+    let mut m = LinkMessage::default();
+    m.header.index = index;
+    let mut header = NetlinkHeader::default();
+    header.flags = NLM_F_REQUEST;
+    header.sequence_number = 1;
+    let mut msg = NetlinkMessage::new(
+        header,
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::GetLink(m)),
+    );
+    msg.finalize();
+    let mut out = vec![0; msg.buffer_len()];
+    msg.serialize(&mut out);
+    sock.send(&out, 0)?;
+    let mut buf = vec![0u8; 64 * 1024];
+    let n = sock.recv(&mut &mut buf[..], 0)?;
+    let answer = NetlinkMessage::<RouteNetlinkMessage>::deserialize(&buf[..n])
+        .map_err(|e| io::Error::other(format!("decoding the answer: {e}")))?;
+    match answer.payload {
+        NetlinkPayload::InnerMessage(RouteNetlinkMessage::NewLink(l)) => Ok(l),
+        NetlinkPayload::Error(e) => Err(io::Error::other(format!("refused: {e}"))),
+        other => Err(io::Error::other(format!("unexpected answer {other:?}"))),
+    }
 }
 
 #[cfg(test)]

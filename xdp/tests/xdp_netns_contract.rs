@@ -27,10 +27,12 @@ use std::io::BufReader;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
+use ringlb_maglev::{Backend, Table};
+use ringlb_nexthop::KernelResolver;
 use ringlb_testkit::pod::ask;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, SourceRange, Vip,
-    xdp::{XdpDatapath, XdpOptions},
+    xdp::{AttachMode, XdpDatapath, XdpOptions},
 };
 use xdp_support::*;
 
@@ -56,7 +58,17 @@ fn vip(port: u16, proto: Proto) -> Vip {
 
 /// VIP:80/TCP and VIP:53/UDP over `pods`, `f` applied to the TCP entry.
 fn desired(pods: &[&str], f: impl Fn(ServiceEntry) -> ServiceEntry) -> DesiredState {
-    let entry = |v: &Vip| maglev_entry(v, pods, v.port);
+    let entry = |v: &Vip| {
+        let backends: Vec<Backend> = pods
+            .iter()
+            .map(|p| Backend {
+                addr: ip(p),
+                port: v.port,
+                weight: 1,
+            })
+            .collect();
+        ServiceEntry::from_table(v, &Table::build(&backends, 251).unwrap()).unwrap()
+    };
     let (tcp, udp) = (vip(80, Proto::Tcp), vip(UDP_PORT, Proto::Udp));
     DesiredState {
         services: [(tcp, f(entry(&tcp))), (udp, entry(&udp))]
@@ -67,11 +79,13 @@ fn desired(pods: &[&str], f: impl Fn(ServiceEntry) -> ServiceEntry) -> DesiredSt
 
 #[test]
 fn source_ranges_affinity_and_a_replaced_udp_pod_through_two_edges() {
-    if !require_root("the two-edge XDP netns test (netns, BPF, tc)") {
+    if !is_root() {
+        eprintln!("SKIP: the two-edge XDP netns test needs root (netns, BPF, tc)");
         return;
     }
+    let pid = std::process::id();
     let names = ["c", "o", "t", "e1", "e2", "p1", "p2", "p3"];
-    let nss = Netns::per_process("rlbk", names);
+    let nss = names.map(|n| Netns::new(&format!("rlbk{pid}{n}")));
     let [c, o, t, e1, e2, p1, p2, p3] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| nss[i].0.as_str());
     wire([c, o], t, [e1, e2], [p1, p2, p3]);
     let mut programs = vec![attach_pass(t, "ve-e1"), attach_pass(t, "ve-e2")];
@@ -267,7 +281,19 @@ fn wire([c, o]: [&str; 2], t: &str, edges: [&str; 2], pods: [&str; 3]) {
             &format!("{gw}/24"),
         );
         default_route(p, &gw);
-        dsr_pod(p, VIP);
+        sh(&[
+            "ip",
+            "-n",
+            p,
+            "addr",
+            "add",
+            &format!("{VIP}/32"),
+            "dev",
+            "lo",
+        ]);
+        sysctl(p, "net.ipv4.conf.all.arp_ignore=1");
+        sysctl(p, "net.ipv4.conf.all.arp_announce=2");
+        sysctl(p, "net.ipv4.conf.eth0.rp_filter=0");
         sysctl(t, &format!("net.ipv4.conf.ve-p{}.rp_filter=0", i + 1));
     }
     // both edges share one /24 on two ToR ports: each gets a host route
@@ -308,7 +334,8 @@ fn wire([c, o]: [&str; 2], t: &str, edges: [&str; 2], pods: [&str; 3]) {
     sysctl(t, "net.ipv4.conf.ve-cl.rp_filter=0");
     sysctl(t, "net.ipv4.conf.ve-o.rp_filter=0");
     for ns in [c, o, t].into_iter().chain(edges).chain(pods) {
-        no_rp_filter(ns);
+        sysctl(ns, "net.ipv4.conf.all.rp_filter=0");
+        sysctl(ns, "net.ipv4.conf.default.rp_filter=0");
     }
     // a veth frame sent with XDP_TX keeps a partial checksum otherwise
     for ns in [c, o] {
@@ -319,8 +346,15 @@ fn wire([c, o]: [&str; 2], t: &str, edges: [&str; 2], pods: [&str; 3]) {
 /// One edge: the datapath loaded with the three pods and attached natively.
 fn the_edge(ns: &str, addr: &str) -> XdpDatapath {
     let opts = XdpOptions {
+        pin_dir: None,
         src4: Some(addr.parse().unwrap()),
-        ..lab_opts()
+        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
+        ..XdpOptions::default()
     };
-    edge_in(ns, &opts, &desired(&PODS, |e| e))
+    let resolver = KernelResolver::new(Some(ns.to_string()));
+    let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();
+    dp.apply(&desired(&PODS, |e| e)).unwrap();
+    let mode = in_netns(ns, || dp.attach("eth0", AttachMode::Native).unwrap());
+    assert_eq!(mode, "native");
+    dp
 }

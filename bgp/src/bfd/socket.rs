@@ -14,7 +14,6 @@ use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use ringlb_ops::sockopt;
 use tokio::io::Interest;
 use tokio::net::UdpSocket;
 use tokio::sync::mpsc;
@@ -138,14 +137,14 @@ fn bind_rx(addr: SocketAddr) -> io::Result<UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     if addr.is_ipv6() {
         s.set_only_v6(true)?;
-        sockopt::set_int(
+        setsockopt_int(
             s.as_raw_fd(),
             libc::IPPROTO_IPV6,
             libc::IPV6_RECVHOPLIMIT,
             1,
         )?;
     } else {
-        sockopt::set_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
+        setsockopt_int(s.as_raw_fd(), libc::IPPROTO_IP, libc::IP_RECVTTL, 1)?;
     }
     s.set_reuse_address(true)?;
     // Room for bursts (many sessions, or garbage) without kernel drops we cannot count.
@@ -277,6 +276,30 @@ fn deliver(table: &Mutex<Table>, from: IpAddr, c: Control) -> Result<(), Discard
         return Err(Discard::WrongSource(e.peer));
     }
     e.tx.try_send(c).map_err(|_| Discard::Overload)
+}
+
+#[allow(unsafe_code)] // setsockopt(2) with an int option socket2 does not offer
+fn setsockopt_int(
+    fd: RawFd,
+    level: libc::c_int,
+    name: libc::c_int,
+    v: libc::c_int,
+) -> io::Result<()> {
+    // SAFETY: `fd` is an open socket; the option value is a plain c_int on the stack.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            level,
+            name,
+            (&v as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// recvmsg(2) that also returns the received TTL / hop limit (IP_RECVTTL,

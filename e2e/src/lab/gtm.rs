@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use super::addrs::{Addrs, Uplink};
 use super::cmd::run_in;
-use super::config::{self, BIRD_FAST_TIMERS};
+use super::config;
 use super::daemon::Daemon;
 use super::netns::{self, Netns};
 use super::{Cluster, Error, Result, Topology, wait_for};
@@ -115,7 +115,11 @@ protocol kernel kernel4 {{
 
 template bgp tor {{
 	direct;
-{BIRD_FAST_TIMERS}
+	hold time 3;
+	keepalive time 1;
+	connect delay time 1;
+	connect retry time 1;
+	error wait time 1, 5;
 }}
 "#
     );

@@ -382,17 +382,24 @@ egressSelections:
 /// `--endpoint-reconciler-type=none` because its own address is the host's
 /// loopback), and the `kube-dns` Service with CoreDNS on the ToR as its endpoint.
 pub fn cluster_services() -> String {
-    let kubernetes = tor_endpoint_slice(
-        "kubernetes-fabric",
-        "default",
-        "kubernetes",
-        &format!("- name: https\n  port: {API_PORT}\n  protocol: TCP\n"),
-    );
-    let dns_ports =
-        "- {name: dns, port: 53, protocol: UDP}\n- {name: dns-tcp, port: 53, protocol: TCP}\n";
-    let kube_dns = tor_endpoint_slice("kube-dns-tor", "kube-system", "kube-dns", dns_ports);
     format!(
-        r#"{kubernetes}---
+        r#"apiVersion: discovery.k8s.io/v1
+kind: EndpointSlice
+metadata:
+  name: kubernetes-fabric
+  namespace: default
+  labels:
+    kubernetes.io/service-name: kubernetes
+    endpointslice.kubernetes.io/managed-by: ringlb-lab
+addressType: IPv4
+endpoints:
+- addresses: ["{TOR_V4}"]
+  conditions: {{ready: true}}
+ports:
+- name: https
+  port: {API_PORT}
+  protocol: TCP
+---
 apiVersion: v1
 kind: Service
 metadata:
@@ -405,28 +412,22 @@ spec:
   - {{name: dns, port: 53, protocol: UDP}}
   - {{name: dns-tcp, port: 53, protocol: TCP}}
 ---
-{kube_dns}"#
-    )
-}
-
-/// EndpointSlice `ns/name` of Service `service`, managed by the lab: the ToR its one
-/// ready endpoint, on `ports` (the YAML list's lines).
-fn tor_endpoint_slice(name: &str, ns: &str, service: &str, ports: &str) -> String {
-    format!(
-        r#"apiVersion: discovery.k8s.io/v1
+apiVersion: discovery.k8s.io/v1
 kind: EndpointSlice
 metadata:
-  name: {name}
-  namespace: {ns}
+  name: kube-dns-tor
+  namespace: kube-system
   labels:
-    kubernetes.io/service-name: {service}
+    kubernetes.io/service-name: kube-dns
     endpointslice.kubernetes.io/managed-by: ringlb-lab
 addressType: IPv4
 endpoints:
 - addresses: ["{TOR_V4}"]
   conditions: {{ready: true}}
 ports:
-{ports}"#
+- {{name: dns, port: 53, protocol: UDP}}
+- {{name: dns-tcp, port: 53, protocol: TCP}}
+"#
     )
 }
 

@@ -57,19 +57,26 @@ impl DatapathMetrics {
         };
         let sub = registry.sub_registry_with_prefix(name);
         let what = name.to_uppercase();
-        let per_packet = [
-            ("packets", "packets by verdict/reason", &m.packets),
-            ("vip_packets", "packets per VIP", &m.vip_packets),
-            ("vip_bytes", "bytes per VIP", &m.vip_bytes),
-            (
-                "vip_dropped",
-                "packets per VIP dropped on purpose, by reason",
-                &m.vip_dropped,
-            ),
-        ];
-        for (metric, help, family) in per_packet {
-            sub.register(metric, format!("{what} {help}"), family.clone());
-        }
+        sub.register(
+            "packets",
+            format!("{what} packets by verdict/reason"),
+            m.packets.clone(),
+        );
+        sub.register(
+            "vip_packets",
+            format!("{what} packets per VIP"),
+            m.vip_packets.clone(),
+        );
+        sub.register(
+            "vip_bytes",
+            format!("{what} bytes per VIP"),
+            m.vip_bytes.clone(),
+        );
+        sub.register(
+            "vip_dropped",
+            format!("{what} packets per VIP dropped on purpose, by reason"),
+            m.vip_dropped.clone(),
+        );
         sub.register(
             "apply_seconds",
             "Time to apply a desired-state change to the datapath",

@@ -14,7 +14,7 @@ use ringlb_crds::{
 use ringlb_bgp::Error;
 use ringlb_bgp::bfd::BfdSpec;
 use ringlb_bgp::config::{
-    ExportPolicy, ExportRule, PeerConfig, PeerSpec, parse_communities, parse_large_communities,
+    ExportPolicy, ExportRule, PeerConfig, PeerSpec, parse_community, parse_large_community,
     peer_from_spec,
 };
 use ringlb_bgp::session::PeerStatus;
@@ -163,8 +163,18 @@ pub fn select_for_node(
                 let agg = a.spec.aggregation_length.as_ref();
                 rules.push(ExportRule {
                     prefixes,
-                    communities: parse_communities(&a.spec.communities)?,
-                    large_communities: parse_large_communities(&a.spec.large_communities)?,
+                    communities: a
+                        .spec
+                        .communities
+                        .iter()
+                        .map(|c| parse_community(c))
+                        .collect::<Result<_, _>>()?,
+                    large_communities: a
+                        .spec
+                        .large_communities
+                        .iter()
+                        .map(|c| parse_large_community(c))
+                        .collect::<Result<_, _>>()?,
                     local_pref: a.spec.local_pref,
                     med: None,
                     aggregate_v4: agg.and_then(|x| x.v4),
