@@ -192,7 +192,13 @@ fn wait_allocated(cx: &Ctx<'_>, services: usize) -> anyhow::Result<Vec<Ipv4Addr>
             })
         },
     )?;
-    Ok((0..services).map(|i| vips[&i]).collect())
+    (0..services)
+        .map(|i| {
+            vips.get(&i)
+                .copied()
+                .with_context(|| format!("Service scale-{i} has no VIP"))
+        })
+        .collect()
 }
 
 /// Edge1 started cold against what the API holds now; stopped again at the end.
