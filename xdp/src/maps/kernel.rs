@@ -1,10 +1,13 @@
 //! The map layer over the kernel: the loaded object's BPF maps through aya.
 //! Rings are written straight into their mmapped memory; backends and owners in
-//! `BPF_MAP_UPDATE_BATCH` batches (`batch.rs`).
+//! `BPF_MAP_UPDATE_BATCH` batches (`batch.rs`). New and deleted rings are staged
+//! and enter the `rings` map of maps in one batch: the kernel waits an RCU grace
+//! period after each write to a map of maps (milliseconds each), and after a
+//! batch only once.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
-use std::os::fd::AsFd;
+use std::os::fd::{AsFd, AsRawFd};
 
 use aya::{
     Ebpf,
@@ -35,6 +38,18 @@ pub struct KernelMaps {
     /// What this layer last wrote into `vip_filter` (`None`: not written yet, the
     /// kernel map may hold anything a pinned earlier run left).
     filter: Option<VipFilter>,
+    /// Rings made since the last flush, not yet in `rings`, by vip_id.
+    staged: BTreeMap<u32, Staged>,
+    /// The one-slot ring every deleted vip_id points at (made once).
+    empty: Option<Array<MapData, u32>>,
+}
+
+/// A ring waiting for [`Maps::flush_rings`].
+enum Staged {
+    /// A new inner map (its slots may already be written).
+    Ring(Array<MapData, u32>),
+    /// The shared one-slot ring: the vip_id's ring is deleted.
+    Empty,
 }
 
 impl KernelMaps {
@@ -43,6 +58,8 @@ impl KernelMaps {
             ebpf,
             owners,
             filter: None,
+            staged: BTreeMap::new(),
+            empty: None,
         }
     }
 
@@ -75,14 +92,9 @@ impl KernelMaps {
         T::try_from(m).map_err(map_err(name))
     }
 
-    fn set_ring(&mut self, vip_id: u32, size: u32) -> Result<(), Error> {
-        let ring = Array::<MapData, u32>::create(size, BPF_F_INNER_MAP | BPF_F_MMAPABLE)
-            .map_err(map_err("ring"))?;
-        let mut rings: ArrayOfMaps<&mut MapData, Array<MapData, u32>> =
-            self.map_mut(abi::map::RINGS)?;
-        rings
-            .set(vip_id, &ring, 0)
-            .map_err(map_err(abi::map::RINGS))
+    fn new_ring(size: u32) -> Result<Array<MapData, u32>, Error> {
+        Array::<MapData, u32>::create(size, BPF_F_INNER_MAP | BPF_F_MMAPABLE)
+            .map_err(map_err("ring"))
     }
 
     /// Zeroes entry `index` of the PERCPU_ARRAY `name` on every CPU.
@@ -133,7 +145,8 @@ impl Maps for KernelMaps {
     }
 
     fn create_ring(&mut self, vip_id: u32, size: u32) -> Result<(), Error> {
-        self.set_ring(vip_id, size)?;
+        self.staged
+            .insert(vip_id, Staged::Ring(Self::new_ring(size)?));
         // a reused vip_id starts afresh: no counts, no open insert window
         self.zero_per_cpu::<abi::VipStats>(abi::map::VIP_STATS, vip_id)?;
         self.zero_per_cpu::<abi::CtBudget>(abi::map::CT_BUDGET, vip_id)?;
@@ -141,8 +154,17 @@ impl Maps for KernelMaps {
     }
 
     fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error> {
-        let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> = self.map(abi::map::RINGS)?;
-        let ring = rings.get(&vip_id, 0).map_err(map_err(abi::map::RINGS))?;
+        let in_place;
+        let ring = match self.staged.get(&vip_id) {
+            Some(Staged::Ring(r)) => r,
+            Some(Staged::Empty) => return Err(BpfError::Missing { name: "ring" }.into()),
+            None => {
+                let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> =
+                    self.map(abi::map::RINGS)?;
+                in_place = rings.get(&vip_id, 0).map_err(map_err(abi::map::RINGS))?;
+                &in_place
+            }
+        };
         // straight into the mmapped ring; a ring without BPF_F_MMAPABLE (made by
         // an older loader) gets one batch
         let fd = ring.map().fd().as_fd();
@@ -154,9 +176,40 @@ impl Maps for KernelMaps {
     }
 
     fn del_ring(&mut self, vip_id: u32) -> Result<(), Error> {
-        // ARRAY_OF_MAPS has no delete in aya 0.14; an empty 1-slot ring releases
-        // the old inner map's memory.
-        self.set_ring(vip_id, 1)
+        // An array of maps has no delete; pointing the slot at the shared
+        // one-slot ring releases the old inner map's memory.
+        if self.empty.is_none() {
+            self.empty = Some(Self::new_ring(1)?);
+        }
+        self.staged.insert(vip_id, Staged::Empty);
+        Ok(())
+    }
+
+    fn flush_rings(&mut self) -> Result<(), Error> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let staged = std::mem::take(&mut self.staged);
+        let empty = self.empty.as_ref().map(|e| e.map().fd().as_fd());
+        let (mut keys, mut fds) = (Vec::new(), Vec::new());
+        for (vip_id, s) in &staged {
+            let fd = match s {
+                Staged::Ring(r) => r.map().fd().as_fd(),
+                Staged::Empty => empty.ok_or(BpfError::Missing { name: "ring" })?,
+            };
+            keys.push(*vip_id);
+            fds.push(fd.as_raw_fd() as u32);
+        }
+        let name = abi::map::RINGS;
+        let Some(aya::maps::Map::ArrayOfMaps(rings)) = self.ebpf.map(name) else {
+            return Err(BpfError::Missing { name }.into());
+        };
+        // the outer map holds its own references; `staged` closes ours
+        update_batch(rings.fd().as_fd(), &keys, &fds)
+    }
+
+    fn drop_staged_rings(&mut self) {
+        self.staged.clear();
     }
 
     fn ring(&self, vip_id: u32, size: u32) -> Result<Option<Vec<u32>>, Error> {

@@ -12,6 +12,8 @@ use crate::{BpfError, Counters, Error, SourceRange, Vip, abi, src_ranges, vip_fi
 pub struct MemoryMaps {
     pub vips: BTreeMap<Vip, abi::VipInfo>,
     pub rings: BTreeMap<u32, Vec<u32>>,
+    /// Rings `create_ring` and `del_ring` made, not yet flushed into `rings`.
+    pub staged: BTreeMap<u32, Vec<u32>>,
     pub backends: BTreeMap<u32, abi::BackendValue>,
     /// id -> vip_id (the `owners` value without its ranges bit)
     pub owners: BTreeMap<u32, u32>,
@@ -88,16 +90,19 @@ impl Maps for MemoryMaps {
 
     fn create_ring(&mut self, vip_id: u32, size: u32) -> Result<(), Error> {
         self.write("create_ring")?;
-        self.rings.insert(vip_id, vec![0; size as usize]);
+        self.staged.insert(vip_id, vec![0; size as usize]);
         Ok(())
     }
 
     fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error> {
         self.write("write_slots")?;
-        let ring = self
-            .rings
-            .get_mut(&vip_id)
-            .ok_or(BpfError::Missing { name: "ring" })?;
+        let ring = match self.staged.get_mut(&vip_id) {
+            Some(r) => r,
+            None => self
+                .rings
+                .get_mut(&vip_id)
+                .ok_or(BpfError::Missing { name: "ring" })?,
+        };
         for &(slot, id) in slots {
             ring[slot as usize] = id;
         }
@@ -106,8 +111,21 @@ impl Maps for MemoryMaps {
 
     fn del_ring(&mut self, vip_id: u32) -> Result<(), Error> {
         self.write("del_ring")?;
-        self.rings.insert(vip_id, vec![0]);
+        self.staged.insert(vip_id, vec![0]);
         Ok(())
+    }
+
+    fn flush_rings(&mut self) -> Result<(), Error> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        self.write("flush_rings")?;
+        self.rings.append(&mut self.staged);
+        Ok(())
+    }
+
+    fn drop_staged_rings(&mut self) {
+        self.staged.clear();
     }
 
     fn ring(&self, vip_id: u32, size: u32) -> Result<Option<Vec<u32>>, Error> {

@@ -32,13 +32,21 @@ pub trait Maps {
     fn put_backends(&mut self, ids: &[u32], values: &[abi::BackendValue]) -> Result<(), Error>;
     /// `backends[id]`, `None` past the end of the array.
     fn backend(&self, id: u32) -> Result<Option<abi::BackendValue>, Error>;
-    /// A new, zeroed ring of `size` slots at `rings[vip_id]`, and zeroed counters
+    /// A new, zeroed ring of `size` slots for `vip_id`, staged until
+    /// [`Maps::flush_rings`] puts it at `rings[vip_id]`, and zeroed counters
     /// for `vip_id`.
     fn create_ring(&mut self, vip_id: u32, size: u32) -> Result<(), Error>;
-    /// `(slot, backend id)` pairs into `rings[vip_id]`.
+    /// `(slot, backend id)` pairs into the ring of `vip_id` (the staged one if
+    /// there is one, else `rings[vip_id]`).
     fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error>;
-    /// Replaces `rings[vip_id]` with an empty one-slot ring (frees the old memory).
+    /// Stages an empty one-slot ring for `rings[vip_id]` (frees the old memory
+    /// once flushed).
     fn del_ring(&mut self, vip_id: u32) -> Result<(), Error>;
+    /// Puts every staged ring into `rings` in one write.
+    fn flush_rings(&mut self) -> Result<(), Error>;
+    /// Forgets the staged rings (after a failed write: the view is re-read from
+    /// what the maps hold).
+    fn drop_staged_rings(&mut self);
     /// Every slot of `rings[vip_id]`; `None` if there is none of `size` slots.
     fn ring(&self, vip_id: u32, size: u32) -> Result<Option<Vec<u32>>, Error>;
     fn put_vip(&mut self, vip: &Vip, info: &abi::VipInfo) -> Result<(), Error>;
@@ -83,13 +91,31 @@ pub trait Maps {
     }
 }
 
-/// Writes `ops`. `tombstone_gen` is the generation high-water mark: every
+/// Writes `ops`. Rings are staged and flushed before the first operation that
+/// is not about rings, so every later operation sees them in place, as if each
+/// were written at once. `tombstone_gen` is the generation high-water mark: every
 /// batch of new backends also writes it into `backends[0]` (id 0 is "no
 /// backend": family 0, never followed by the program), and a deleted
 /// backend slot keeps it too (family 0, so the program treats the slot as
 /// empty). A restarted loader reads it back and never hands out a
 /// generation a conntrack entry may still carry.
 pub fn run_ops(
+    maps: &mut dyn Maps,
+    resolver: &dyn Resolver,
+    ops: &[MapOp],
+    tombstone_gen: u32,
+) -> Result<ApplyStats, Error> {
+    let run = run_staged(maps, resolver, ops, tombstone_gen).and_then(|st| {
+        maps.flush_rings()?;
+        Ok(st)
+    });
+    if run.is_err() {
+        maps.drop_staged_rings();
+    }
+    run
+}
+
+fn run_staged(
     maps: &mut dyn Maps,
     resolver: &dyn Resolver,
     ops: &[MapOp],
@@ -102,6 +128,12 @@ pub fn run_ops(
     let mut st = ApplyStats::default();
     let mut i = 0;
     while i < ops.len() {
+        if !matches!(
+            ops[i],
+            MapOp::CreateRing { .. } | MapOp::WriteSlots { .. } | MapOp::DelRing { .. }
+        ) {
+            maps.flush_rings()?;
+        }
         match &ops[i] {
             MapOp::PutBackend { .. } => {
                 // one batch for every consecutive PutBackend
