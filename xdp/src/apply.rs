@@ -349,6 +349,30 @@ mod tests {
         assert!(ops.is_empty(), "{ops:?}");
     }
 
+    /// Services that arrive together get their rings in one flush, and so do
+    /// services that go together; a resized ring needs one for the new ring
+    /// and one for the old.
+    #[test]
+    fn rings_of_services_arriving_or_going_together_are_flushed_once() {
+        let mut a = applier(MemoryMaps::default());
+        let many: Vec<(Vip, ServiceEntry)> = (1..=20)
+            .map(|n| (vip(n), entry(&vip(n), &[n, n + 1], 7)))
+            .collect();
+        a.apply(&desired(&many)).unwrap();
+        assert_eq!(a.maps().ring_flushes, 1);
+        converged(&a, &desired(&many));
+
+        let mut resized = many.clone();
+        resized[3].1 = entry(&vip(4), &[4, 5], 11);
+        a.apply(&desired(&resized)).unwrap();
+        assert_eq!(a.maps().ring_flushes, 3);
+        converged(&a, &desired(&resized));
+
+        a.apply(&desired(&resized[..2])).unwrap();
+        assert_eq!(a.maps().ring_flushes, 4);
+        converged(&a, &desired(&resized[..2]));
+    }
+
     /// `vip_addrs` holds this edge's own VIP addresses, not a failover alias's,
     /// after a full apply and through single-service changes.
     #[test]

@@ -14,6 +14,9 @@ pub struct MemoryMaps {
     pub rings: BTreeMap<u32, Vec<u32>>,
     /// Rings `create_ring` and `del_ring` made, not yet flushed into `rings`.
     pub staged: BTreeMap<u32, Vec<u32>>,
+    /// Flushes that moved staged rings into `rings` (each is one write to the
+    /// kernel's map of maps, and one grace period).
+    pub ring_flushes: usize,
     pub backends: BTreeMap<u32, abi::BackendValue>,
     /// id -> vip_id (the `owners` value without its ranges bit)
     pub owners: BTreeMap<u32, u32>,
@@ -120,6 +123,7 @@ impl Maps for MemoryMaps {
             return Ok(());
         }
         self.write("flush_rings")?;
+        self.ring_flushes += 1;
         self.rings.append(&mut self.staged);
         Ok(())
     }

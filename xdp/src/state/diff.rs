@@ -61,6 +61,15 @@ pub fn plan_update(
     vip: &Vip,
     new: Option<&ServiceEntry>,
 ) -> Result<Vec<MapOp>, Error> {
+    plan_update_ops(p, vip, new).map(PlanOps::in_safe_order)
+}
+
+/// [`plan_update`]'s operations, by kind.
+fn plan_update_ops(
+    p: &mut Programmed,
+    vip: &Vip,
+    new: Option<&ServiceEntry>,
+) -> Result<PlanOps, Error> {
     if let Some(svc) = new.filter(|s| s.ring().len() > abi::MAX_RING_SIZE as usize) {
         return Err(Error::InvalidService {
             vip: vip.to_string(),
@@ -138,7 +147,7 @@ pub fn plan_update(
     if let Some(set) = src_plan.release {
         p.src_sets.release(set);
     }
-    Ok(ops.in_safe_order())
+    Ok(ops)
 }
 
 /// Fails before anything changes when the update needs more backend ids (one
@@ -455,15 +464,33 @@ pub fn plan(
         .filter(|v| !desired.services.contains_key(v))
         .copied()
         .collect();
+    // Services that go only free ids and services that arrive (and free
+    // nothing) only take them: their operations are merged kind by kind, so
+    // that all their rings enter the map of maps in one batch (`run_ops`), not
+    // one grace period each. Services that change keep their own sequence.
+    let mut going = PlanOps::default();
     for vip in &gone {
-        ops.extend(plan_update(&mut next, vip, None)?);
+        going.append(plan_update_ops(&mut next, vip, None)?);
     }
+    ops.extend(going.in_safe_order());
+    let mut arriving = PlanOps::default();
     for (vip, svc) in &desired.services {
-        let same = next.vips.get(vip).and_then(|p| p.entry.as_ref()) == Some(svc);
-        if !same {
-            ops.extend(plan_update(&mut next, vip, Some(svc))?);
+        match next.vips.get(vip) {
+            Some(p) if p.entry.as_ref() == Some(svc) => {}
+            Some(_) => ops.extend(plan_update(&mut next, vip, Some(svc))?),
+            None => {
+                let one = plan_update_ops(&mut next, vip, Some(svc))?;
+                if one.frees_nothing() {
+                    arriving.append(one);
+                } else {
+                    // what it frees may be taken by the next arrivals
+                    ops.extend(std::mem::take(&mut arriving).in_safe_order());
+                    ops.extend(one.in_safe_order());
+                }
+            }
         }
     }
+    ops.extend(arriving.in_safe_order());
     // strays are drained by the first plan_update; with no service at all
     // to update they go here
     for (vip_id, ranges) in std::mem::take(&mut next.stray_src_ranges) {

@@ -23,7 +23,38 @@ pub(super) struct PlanOps {
 }
 
 impl PlanOps {
-    pub(super) fn in_safe_order(self) -> Vec<MapOp> {
+    /// `other`'s operations after this one's, kind by kind.
+    pub(super) fn append(&mut self, mut other: PlanOps) {
+        for (mine, theirs) in [
+            (&mut self.src_strays, &mut other.src_strays),
+            (&mut self.strays, &mut other.strays),
+            (&mut self.src_puts, &mut other.src_puts),
+            (&mut self.src_sets, &mut other.src_sets),
+            (&mut self.puts, &mut other.puts),
+            (&mut self.own_new, &mut other.own_new),
+            (&mut self.rings, &mut other.rings),
+            (&mut self.put_vips, &mut other.put_vips),
+            (&mut self.regen, &mut other.regen),
+            (&mut self.own_kept, &mut other.own_kept),
+            (&mut self.del_vips, &mut other.del_vips),
+            (&mut self.dels, &mut other.dels),
+        ] {
+            mine.append(theirs);
+        }
+    }
+
+    /// Nothing is deleted or released: no other service's operations can
+    /// depend on these running first.
+    pub(super) fn frees_nothing(&self) -> bool {
+        self.src_strays.is_empty() && self.strays.is_empty() && self.dels.is_empty()
+    }
+
+    pub(super) fn in_safe_order(mut self) -> Vec<MapOp> {
+        // Ring removals before the other removals: the backends they name
+        // are tombstoned only after the kernel's grace period for the rings
+        // (one for all of them, `run_ops`).
+        self.dels
+            .sort_by_key(|op| !matches!(op, MapOp::DelRing { .. }));
         // removals of the VIP entry come before the ring and backend removals
         [
             self.src_strays,
