@@ -464,33 +464,36 @@ pub fn plan(
         .filter(|v| !desired.services.contains_key(v))
         .copied()
         .collect();
-    // Services that go only free ids and services that arrive (and free
-    // nothing) only take them: their operations are merged kind by kind, so
-    // that all their rings enter the map of maps in one batch (`run_ops`), not
-    // one grace period each. Services that change keep their own sequence.
-    let mut going = PlanOps::default();
-    for vip in &gone {
-        going.append(plan_update_ops(&mut next, vip, None)?);
-    }
-    ops.extend(going.in_safe_order());
-    let mut arriving = PlanOps::default();
-    for (vip, svc) in &desired.services {
-        match next.vips.get(vip) {
-            Some(p) if p.entry.as_ref() == Some(svc) => {}
-            Some(_) => ops.extend(plan_update(&mut next, vip, Some(svc))?),
-            None => {
-                let one = plan_update_ops(&mut next, vip, Some(svc))?;
-                if one.frees_nothing() {
-                    arriving.append(one);
-                } else {
-                    // what it frees may be taken by the next arrivals
-                    ops.extend(std::mem::take(&mut arriving).in_safe_order());
-                    ops.extend(one.in_safe_order());
-                }
+    // Every update's operations are merged kind by kind into one batch, so
+    // that all new rings enter the map of maps in one write and all removed
+    // ones in another (`run_ops`), not one grace period each. That is safe
+    // because the ids an update frees are held until the batch is emitted:
+    // services in one batch never share an id. An update that needs held ids
+    // starts a new batch.
+    next.hold_ids();
+    let mut batch = PlanOps::default();
+    let changed = desired
+        .services
+        .iter()
+        .filter(|(v, svc)| current.vips.get(v).and_then(|p| p.entry.as_ref()) != Some(svc));
+    let updates: Vec<(&Vip, Option<&ServiceEntry>)> = gone
+        .iter()
+        .map(|v| (v, None))
+        .chain(changed.map(|(v, svc)| (v, Some(svc))))
+        .collect();
+    for (vip, svc) in updates {
+        let one = match plan_update_ops(&mut next, vip, svc) {
+            Err(Error::IdsExhausted { .. }) if next.holds_any() => {
+                ops.extend(std::mem::take(&mut batch).in_safe_order());
+                next.free_held(true);
+                plan_update_ops(&mut next, vip, svc)?
             }
-        }
+            r => r?,
+        };
+        batch.append(one);
     }
-    ops.extend(arriving.in_safe_order());
+    ops.extend(batch.in_safe_order());
+    next.free_held(false);
     // strays are drained by the first plan_update; with no service at all
     // to update they go here
     for (vip_id, ranges) in std::mem::take(&mut next.stray_src_ranges) {

@@ -103,13 +103,16 @@ pub struct ProgrammedVip {
     pub src_set_of: Option<u32>,
 }
 
-/// Lowest-first id allocator. Ids freed by a plan are released only after
-/// the plan's operations are emitted, so one plan never reuses an id it frees.
+/// Lowest-first id allocator. While held (a whole-state plan), released ids
+/// wait in `held` until the operations that free them are emitted, so the
+/// plan never hands an id it frees to another service in the same batch of
+/// operations.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct IdPool {
     free: BTreeSet<u32>,
     next: u32,
     max: u32,
+    held: Option<Vec<u32>>,
 }
 
 impl IdPool {
@@ -117,7 +120,12 @@ impl IdPool {
         let used: BTreeSet<u32> = used.into_iter().collect();
         let next = used.last().map_or(first, |m| m + 1).max(first);
         let free = (first..next).filter(|i| !used.contains(i)).collect();
-        Self { free, next, max }
+        Self {
+            free,
+            next,
+            max,
+            held: None,
+        }
     }
     fn available(&self) -> u64 {
         self.free.len() as u64 + u64::from(self.max.saturating_sub(self.next))
@@ -132,7 +140,27 @@ impl IdPool {
         })
     }
     fn release(&mut self, id: u32) {
-        self.free.insert(id);
+        match &mut self.held {
+            Some(held) => held.push(id),
+            None => {
+                self.free.insert(id);
+            }
+        }
+    }
+    /// From now on released ids wait until [`IdPool::free_held`].
+    fn hold(&mut self) {
+        self.held.get_or_insert_with(Vec::new);
+    }
+    /// Frees the waiting ids; `keep_holding` or not.
+    fn free_held(&mut self, keep_holding: bool) {
+        let held = self.held.take().unwrap_or_default();
+        self.free.extend(held);
+        if keep_holding {
+            self.hold();
+        }
+    }
+    fn holds_any(&self) -> bool {
+        self.held.as_ref().is_some_and(|h| !h.is_empty())
     }
 }
 
@@ -168,6 +196,24 @@ pub struct Programmed {
 impl Default for Programmed {
     fn default() -> Self {
         Self::restore(ReadBack::default())
+    }
+}
+
+impl Programmed {
+    /// Released backend ids, vip_ids and source-range sets wait until
+    /// [`Programmed::free_held`].
+    fn hold_ids(&mut self) {
+        self.backend_ids.hold();
+        self.vip_ids.hold();
+        self.src_sets.hold();
+    }
+    fn free_held(&mut self, keep_holding: bool) {
+        self.backend_ids.free_held(keep_holding);
+        self.vip_ids.free_held(keep_holding);
+        self.src_sets.free_held(keep_holding);
+    }
+    fn holds_any(&self) -> bool {
+        self.backend_ids.holds_any() || self.vip_ids.holds_any() || self.src_sets.holds_any()
     }
 }
 

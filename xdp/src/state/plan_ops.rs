@@ -43,12 +43,6 @@ impl PlanOps {
         }
     }
 
-    /// Nothing is deleted or released: no other service's operations can
-    /// depend on these running first.
-    pub(super) fn frees_nothing(&self) -> bool {
-        self.src_strays.is_empty() && self.strays.is_empty() && self.dels.is_empty()
-    }
-
     pub(super) fn in_safe_order(mut self) -> Vec<MapOp> {
         // Ring removals before the other removals: the backends they name
         // are tombstoned only after the kernel's grace period for the rings
