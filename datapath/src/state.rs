@@ -4,6 +4,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 use crate::{Error, Proto, SourceRange};
 
@@ -35,7 +36,10 @@ impl fmt::Display for Vip {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ServiceEntry {
     backends: Vec<IpAddr>,
-    ring: Vec<u32>,
+    /// Shared: clones of an entry (the edge's table cache, the desired and
+    /// programmed states) share one ring, and equal rings compare by pointer
+    /// first.
+    ring: Arc<[u32]>,
     conntrack: bool,
     /// Backends that are another region's VIP (a failover VIP): the
     /// datapath encapsulates to them as to a pod, and the remote edge decapsulates.
@@ -83,7 +87,7 @@ impl ServiceEntry {
         }
         Ok(Self {
             backends,
-            ring,
+            ring: ring.into(),
             conntrack: true,
             remote: BTreeSet::new(),
             failover_alias: false,
@@ -202,7 +206,7 @@ impl ServiceEntry {
     /// Every backend with whether the ring names it (false: draining).
     pub fn backends_in_ring(&self) -> Vec<(IpAddr, bool)> {
         let mut named = vec![false; self.backends.len()];
-        for &i in &self.ring {
+        for &i in self.ring.iter() {
             named[i as usize] = true;
         }
         self.backends.iter().copied().zip(named).collect()

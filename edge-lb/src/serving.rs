@@ -22,6 +22,7 @@
 //! are placed after every real VIP:port, and one that equals a real VIP:port (of any
 //! Service) or another Service's alias is left out and reported in `bad_annotations`.
 
+use std::borrow::Borrow;
 use std::collections::BTreeMap;
 use std::net::IpAddr;
 
@@ -96,9 +97,15 @@ pub struct Serving {
 }
 
 /// Builds the desired state from every Service and EndpointSlice the edge sees.
-pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool) -> Serving {
+/// Takes the objects owned or shared (`Arc`, as a reflector's store holds them).
+pub fn build<S: Borrow<Service>, E: Borrow<EndpointSlice>>(
+    services: &[S],
+    slices: &[E],
+    default_class: bool,
+) -> Serving {
     let mut by_service: BTreeMap<(String, String), Vec<&EndpointSlice>> = BTreeMap::new();
     for slice in slices {
+        let slice = slice.borrow();
         let Some(name) = slice
             .metadata
             .labels
@@ -116,6 +123,7 @@ pub fn build(services: &[Service], slices: &[EndpointSlice], default_class: bool
 
     let mut ours: Vec<&Service> = services
         .iter()
+        .map(Borrow::borrow)
         .filter(|s| is_ours(s, default_class))
         .collect();
     // Deterministic owner when two Services claim one VIP:port: the older one, then by name.
@@ -363,6 +371,8 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    const NO_SLICES: &[EndpointSlice] = &[];
+
     fn b(ip: &str, port: u16) -> Backend {
         Backend {
             addr: ip.parse().unwrap(),
@@ -515,7 +525,7 @@ mod tests {
             &["192.0.2.2"],
             json!([{"port": 9, "protocol": "SCTP"}]),
         );
-        let d = build(&[other, pending, sctp], &[], true);
+        let d = build(&[other, pending, sctp], NO_SLICES, true);
         assert!(d.vips.is_empty());
         assert_eq!(d.skipped.len(), 1);
         assert!(d.skipped[0].reason.contains("SCTP"), "{:?}", d.skipped);
@@ -525,7 +535,7 @@ mod tests {
     fn a_vip_port_claimed_twice_goes_to_one_service_and_reports_the_other() {
         let a = service("a", &["192.0.2.1"], json!([{"port": 80}]));
         let b_ = service("b", &["192.0.2.1"], json!([{"port": 80}, {"port": 443}]));
-        let d = build(&[b_, a], &[], true);
+        let d = build(&[b_, a], NO_SLICES, true);
         assert_eq!(
             d.vips[&vip("192.0.2.1", 80, Proto::Tcp)].service,
             "default/a"
@@ -589,7 +599,7 @@ mod tests {
             &["192.0.2.1"],
             json!({"ringlb.io/failover-vip": "198.51.100.7"}),
         );
-        let d = build(&[a], &[], true);
+        let d = build(&[a], NO_SLICES, true);
         assert!(d.vips[&vip("192.0.2.1", 80, Proto::Tcp)].failing_over());
     }
 
@@ -632,7 +642,7 @@ mod tests {
             &["198.51.100.8"],
             json!({"ringlb.io/accept-failover-from": "203.0.113.9"}),
         );
-        let d = build(&[b2, b1, a], &[], true);
+        let d = build(&[b2, b1, a], NO_SLICES, true);
         let real = &d.vips[&vip("192.0.2.1", 80, Proto::Tcp)];
         assert_eq!(
             (real.service.as_str(), real.alias),
@@ -667,7 +677,7 @@ mod tests {
             &["192.0.2.5"],
             json!({"ringlb.io/failover-vip": "192.0.2.5"}),
         );
-        let d = build(&[own], &[], true);
+        let d = build(&[own], NO_SLICES, true);
         assert_eq!(d.vips[&vip("192.0.2.5", 80, Proto::Tcp)].failover, None);
         assert!(
             d.bad_annotations[0].reason.contains("own VIP"),
@@ -689,7 +699,7 @@ mod tests {
             Some(vec!["198.51.100.0/24".into(), "bogus".into()]);
         let d = build(
             &[s, annotated("open", &["192.0.2.2"], json!({}))],
-            &[],
+            NO_SLICES,
             true,
         );
         let want = Some(vec![
@@ -723,7 +733,7 @@ mod tests {
         spec.session_affinity = Some("ClientIP".into());
         spec.session_affinity_config =
             serde_json::from_value(json!({"clientIP": {"timeoutSeconds": 90_000}})).unwrap();
-        let d = build(&[s], &[], true);
+        let d = build(&[s], NO_SLICES, true);
         for port in [(80, Proto::Tcp), (53, Proto::Udp)] {
             let b = &d.vips[&vip("192.0.2.1", port.0, port.1)];
             assert_eq!(b.client_affinity, Some(10_800));

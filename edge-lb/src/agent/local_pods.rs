@@ -6,6 +6,7 @@
 //! (docs/datapath.md, Pods on edge nodes). The set is kept in a
 //! [`ringlb_nexthop::LocalPods`] that the XDP datapath's resolver reads.
 
+use std::borrow::Borrow;
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
@@ -40,7 +41,7 @@ impl LocalPodsOf {
 
     /// Takes the set from `slices`; returns whether it changed (then the
     /// datapath's existing backends need their next hops refreshed).
-    pub fn update(&self, slices: &[EndpointSlice]) -> bool {
+    pub fn update<E: Borrow<EndpointSlice>>(&self, slices: &[E]) -> bool {
         let now = on_node(slices, &self.node);
         let n = now.len();
         let changed = self.pods.set(now);
@@ -79,13 +80,13 @@ impl LocalPodsOf {
 
 /// The addresses of the endpoints whose `nodeName` is `node` (any condition:
 /// a draining pod on this node is still local). Empty for an empty `node`.
-pub fn on_node(slices: &[EndpointSlice], node: &str) -> BTreeSet<IpAddr> {
+pub fn on_node<E: Borrow<EndpointSlice>>(slices: &[E], node: &str) -> BTreeSet<IpAddr> {
     if node.is_empty() {
         return BTreeSet::new();
     }
     slices
         .iter()
-        .flat_map(|s| &s.endpoints)
+        .flat_map(|s| &s.borrow().endpoints)
         .filter(|e| e.node_name.as_deref() == Some(node))
         .flat_map(|e| &e.addresses)
         .filter_map(|a| a.parse().ok())
@@ -98,6 +99,8 @@ mod tests {
 
     use super::*;
     use crate::serving::fixtures::slice;
+
+    const NO_SLICES: &[EndpointSlice] = &[];
 
     fn slice_of(eps: serde_json::Value) -> EndpointSlice {
         slice("web", "web-1", "IPv4", json!([{"port": 8080}]), eps)
@@ -130,7 +133,7 @@ mod tests {
         );
         assert!(local.pods.contains(&ip("10.244.1.5")));
         assert!(!local.pods.contains(&ip("10.244.2.5")));
-        assert!(local.update(&[]));
+        assert!(local.update(NO_SLICES));
         assert!(local.pods.is_empty());
     }
 }

@@ -335,7 +335,7 @@ fn program_service(
         freed_vip = Some(o.vip_id);
     }
     let prev = old
-        .and_then(|o| o.ring.as_ref())
+        .and_then(|o| o.ring.as_deref())
         .filter(|r| !fresh && r.len() == ids.len());
     let slots = slots_to_write(prev, &ids);
     if fresh {
@@ -372,7 +372,7 @@ fn program_service(
             vip_id,
             ring_size: size,
             flags: info.flags,
-            ring: Some(ids),
+            ring: Some(ids.into()),
             backends,
             entry: Some(svc.clone()),
             src_ranges: BTreeSet::new(),
@@ -384,7 +384,7 @@ fn program_service(
 
 /// The (slot, backend id) writes that turn the ring `prev` (`None`: unknown
 /// or replaced) into `ids`: only the slots that differ.
-fn slots_to_write(prev: Option<&Vec<u32>>, ids: &[u32]) -> Vec<(u32, u32)> {
+fn slots_to_write(prev: Option<&[u32]>, ids: &[u32]) -> Vec<(u32, u32)> {
     let size = ids.len() as u32;
     match prev {
         Some(prev) => (0..size)
@@ -508,7 +508,7 @@ pub fn plan(
         let named: BTreeSet<u32> = next
             .vips
             .values()
-            .flat_map(|v| v.ring.iter().flatten())
+            .flat_map(|v| v.ring.iter().flat_map(|r| r.iter()))
             .copied()
             .filter(|id| next.orphans.contains_key(id))
             .collect();

@@ -12,6 +12,7 @@
 use std::{
     collections::{BTreeMap, BTreeSet},
     net::IpAddr,
+    sync::Arc,
 };
 
 use super::abi;
@@ -90,7 +91,7 @@ pub struct ProgrammedVip {
     pub flags: u32,
     /// Backend id per slot; `None` when unknown (a ring that could not be
     /// read back): the next plan rewrites every slot.
-    pub ring: Option<Vec<u32>>,
+    pub ring: Option<Arc<[u32]>>,
     /// This VIP's backend ids, one per pod address. Ids are never shared
     /// with another VIP.
     pub backends: BTreeMap<IpAddr, ProgrammedBackend>,
@@ -327,7 +328,7 @@ impl Programmed {
                     vip_id: info.vip_id,
                     ring_size: info.ring_size,
                     flags: info.flags,
-                    ring,
+                    ring: ring.map(Into::into),
                     backends: owned.remove(&vip).unwrap_or_default(),
                     entry: None,
                     src_ranges: src_ranges.remove(&info.vip_id).unwrap_or_default(),

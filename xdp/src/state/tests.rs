@@ -542,7 +542,11 @@ fn restored_identical_state_writes_nothing() {
         src_ranges: Default::default(),
         src_set_of: Default::default(),
         vip_capacity: None,
-        vips: vec![(v, info(pv.vip_id, 5), pv.ring.clone())],
+        vips: vec![(
+            v,
+            info(pv.vip_id, 5),
+            pv.ring.as_deref().map(<[u32]>::to_vec),
+        )],
         owners: pv.backends.values().map(|b| (b.id, pv.vip_id)).collect(),
         backends: pv
             .backends
