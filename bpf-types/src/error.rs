@@ -12,13 +12,13 @@ use aya::programs::ProgramError;
 pub enum BpfError {
     #[error("loading the BPF object: {0}")]
     Load(#[source] Box<aya::EbpfError>),
-    #[error("BPF program {name}: {source}")]
+    #[error("BPF program {name}: {}", with_causes(source.as_ref()))]
     Program {
         name: &'static str,
         #[source]
         source: Box<ProgramError>,
     },
-    #[error("BPF map {name}: {source}")]
+    #[error("BPF map {name}: {}", with_causes(source.as_ref()))]
     Map {
         name: &'static str,
         #[source]
@@ -71,6 +71,19 @@ pub fn map_err<E: From<BpfError>>(name: &'static str) -> impl Fn(MapError) -> E 
     }
 }
 
+/// `e` and each error under it, joined by ": ": aya's errors keep the OS
+/// error (`EMFILE`, `EPERM`, ...) as their source, which the log must show.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut out = e.to_string();
+    let mut cause = e.source();
+    while let Some(c) = cause {
+        out.push_str(": ");
+        out.push_str(&c.to_string());
+        cause = c.source();
+    }
+    out
+}
+
 /// For `.map_err(prog_err(name))` on an operation on program `name`, into any
 /// error that wraps [`BpfError`].
 pub fn prog_err<E: From<BpfError>>(name: &'static str) -> impl Fn(ProgramError) -> E {
@@ -95,5 +108,19 @@ mod tests {
         let e: BpfError = prog_err("ringlb_xdp")(ProgramError::AlreadyLoaded);
         assert_eq!(e.metric_label(), "program");
         assert!(e.to_string().starts_with("BPF program ringlb_xdp: "), "{e}");
+    }
+
+    #[test]
+    fn the_os_error_under_a_map_error_is_shown() {
+        let e: BpfError = map_err("ring")(MapError::CreateError {
+            name: "standalone_array".into(),
+            io_error: std::io::Error::from_raw_os_error(24),
+        });
+        assert!(
+            e.to_string().ends_with(
+                "failed to create map `standalone_array`: Too many open files (os error 24)"
+            ),
+            "{e}"
+        );
     }
 }

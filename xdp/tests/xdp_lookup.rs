@@ -466,3 +466,63 @@ fn lookup_names_the_owning_vip_and_a_deleted_vips_stale_entry() {
         "{said:?}"
     );
 }
+
+/// More rings than the loader stages at once (each staged ring holds a file
+/// descriptor until it enters the map of maps), under a limit of 1,000 open
+/// files: applied in one plan, every VIP forwards to its pod; removed in one
+/// plan, none does.
+#[test]
+fn more_rings_than_are_staged_at_once_all_arrive_and_all_go() {
+    if !is_root() {
+        eprintln!("SKIP: xdp lookup tests need root to load BPF programs (CI runs as root)");
+        return;
+    }
+    // this test's own process (nextest runs one per test)
+    let pid = std::process::id().to_string();
+    let st = std::process::Command::new("prlimit")
+        .args(["--pid", &pid, "--nofile=1000:1000"])
+        .status()
+        .expect("running prlimit (util-linux)");
+    assert!(st.success(), "prlimit --nofile=1000:1000");
+    let opts = XdpOptions {
+        pin_dir: None,
+        src4: Some("10.0.0.11".parse().unwrap()),
+        fib_fallback: false,
+        vip_capacity: 1_200,
+        ..XdpOptions::default()
+    };
+    let mut dp = XdpDatapath::load(&opts, Box::new(StaticResolver::everywhere(NH))).unwrap();
+    let vips: Vec<Vip> = (0..1_100u32)
+        .map(|i| vip(&format!("10.100.{}.{}", i / 200, i % 200 + 1), 80))
+        .collect();
+    let pods = ["10.1.0.1", "10.1.0.2"];
+    let all = state(
+        vips.iter()
+            .enumerate()
+            .map(|(i, v)| (*v, svc(v, &pods, (i % 2) as u32)))
+            .collect(),
+    );
+    let st = dp.apply(&all).unwrap();
+    assert_eq!(st.rings_created, 1_100);
+    let forward = |dp: &XdpDatapath, i: usize| {
+        let frame = Frame::tcp(ip("192.0.2.7"), vips[i].addr, 1, 80).bytes();
+        let mut out = vec![0u8; frame.len() + 128];
+        let (verdict, _, _) = dp.test_run(&frame, &mut out, 1).unwrap();
+        (verdict, out)
+    };
+    for i in [0, 511, 512, 700, 1_099] {
+        let (verdict, out) = forward(&dp, i);
+        assert_eq!(verdict, XDP_TX, "VIP {i}");
+        // the outer IPv4 header's destination: the VIP's pod
+        assert_eq!(
+            IpAddr::from([out[30], out[31], out[32], out[33]]),
+            ip(pods[i % 2]),
+            "VIP {i}"
+        );
+    }
+    let st = dp.apply(&state(vec![])).unwrap();
+    assert_eq!(st.rings_deleted, 1_100);
+    for i in [0, 700, 1_099] {
+        assert_eq!(forward(&dp, i).0, XDP_PASS, "VIP {i} is gone");
+    }
+}

@@ -26,6 +26,10 @@ use crate::{
 /// `BPF_F_INNER_MAP`: inner maps of different sizes may share the outer map.
 const BPF_F_INNER_MAP: u32 = 0x1000;
 
+/// The most rings staged at once: each holds a file descriptor until it is
+/// flushed, and the process's limit may be as low as 1,024.
+const MAX_STAGED: usize = 512;
+
 /// The loaded object's maps (and its programs, which the loader attaches).
 pub struct KernelMaps {
     ebpf: Ebpf,
@@ -145,6 +149,9 @@ impl Maps for KernelMaps {
     }
 
     fn create_ring(&mut self, vip_id: u32, size: u32) -> Result<(), Error> {
+        if self.staged.len() >= MAX_STAGED {
+            self.flush_rings()?;
+        }
         self.staged
             .insert(vip_id, Staged::Ring(Self::new_ring(size)?));
         // a reused vip_id starts afresh: no counts, no open insert window
@@ -180,6 +187,9 @@ impl Maps for KernelMaps {
         // one-slot ring releases the old inner map's memory.
         if self.empty.is_none() {
             self.empty = Some(Self::new_ring(1)?);
+        }
+        if self.staged.len() >= MAX_STAGED {
+            self.flush_rings()?;
         }
         self.staged.insert(vip_id, Staged::Empty);
         Ok(())
