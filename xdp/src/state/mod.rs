@@ -486,6 +486,8 @@ mod failure_tests;
 #[cfg(test)]
 mod fixtures;
 #[cfg(test)]
+mod plan_batch_tests;
+#[cfg(test)]
 mod src_ranges_tests;
 #[cfg(test)]
 mod tests;
