@@ -3,7 +3,8 @@
 //! `BPF_MAP_UPDATE_BATCH` batches (`batch.rs`). New and deleted rings are staged
 //! and enter the `rings` map of maps in one batch: the kernel waits an RCU grace
 //! period after each write to a map of maps (milliseconds each), and after a
-//! batch only once.
+//! batch only once. Kernels without batch operations on a map of maps (5.10)
+//! get one update per ring.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::IpAddr;
@@ -25,6 +26,10 @@ use crate::{
 
 /// `BPF_F_INNER_MAP`: inner maps of different sizes may share the outer map.
 const BPF_F_INNER_MAP: u32 = 0x1000;
+
+/// The kernel's "operation not supported" (524), which `bpf()` returns for a
+/// batch operation a map type lacks.
+const ENOTSUPP: i32 = 524;
 
 /// The most rings staged at once: each holds a file descriptor until it is
 /// flushed, and the process's limit may be as low as 1,024.
@@ -215,7 +220,28 @@ impl Maps for KernelMaps {
             return Err(BpfError::Missing { name }.into());
         };
         // the outer map holds its own references; `staged` closes ours
-        update_batch(rings.fd().as_fd(), &keys, &fds)
+        match update_batch(rings.fd().as_fd(), &keys, &fds) {
+            Err(Error::Syscall { source, .. }) if source.raw_os_error() == Some(ENOTSUPP) => {}
+            done => return done,
+        }
+        // A kernel without batch operations on a map of maps (5.10): one
+        // update, and one grace period, per ring.
+        let mut rings: ArrayOfMaps<&mut MapData, Array<MapData, u32>> =
+            match self.ebpf.map_mut(name) {
+                Some(m) => m.try_into().map_err(map_err(name))?,
+                None => return Err(BpfError::Missing { name }.into()),
+            };
+        for (vip_id, s) in &staged {
+            let ring = match s {
+                Staged::Ring(r) => r,
+                Staged::Empty => self
+                    .empty
+                    .as_ref()
+                    .ok_or(BpfError::Missing { name: "ring" })?,
+            };
+            rings.set(*vip_id, ring, 0).map_err(map_err(name))?;
+        }
+        Ok(())
     }
 
     fn drop_staged_rings(&mut self) {
