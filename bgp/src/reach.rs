@@ -88,13 +88,18 @@ impl Reach {
     }
 }
 
+/// Whether `sent` holds a prefix that covers `addr`: the host route by lookup
+/// (a VIP's own /32 or /128, the common case), else a scan for a covering
+/// prefix. Called per VIP:port for every health report, so the lookup keeps
+/// that linear, not quadratic, in the number of routes.
+fn sent_covers(sent: &BTreeSet<IpNetwork>, addr: IpAddr) -> bool {
+    sent.contains(&IpNetwork::from(addr)) || sent.iter().any(|net| net.contains(addr))
+}
+
 /// Whether a router has the route of `addr`, given every peer of the speaker.
 pub fn reach(addr: IpAddr, peers: &[PeerView]) -> Reach {
     let up: Vec<&PeerView> = peers.iter().filter(|p| p.established).collect();
-    if up
-        .iter()
-        .any(|p| p.sent.iter().any(|net| net.contains(addr)))
-    {
+    if up.iter().any(|p| sent_covers(&p.sent, addr)) {
         return Reach::Sent;
     }
     if up.is_empty() {
@@ -121,6 +126,18 @@ mod tests {
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()
+    }
+
+    #[test]
+    fn a_host_route_among_many_is_found() {
+        let routes: Vec<String> = (0..=255).map(|i| format!("10.9.0.{i}/32")).collect();
+        let peers = [view(
+            true,
+            &[Afi::Ipv4],
+            &routes.iter().map(String::as_str).collect::<Vec<_>>(),
+        )];
+        assert_eq!(reach(ip("10.9.0.77"), &peers), Reach::Sent);
+        assert_eq!(reach(ip("10.9.1.77"), &peers), Reach::NotSelected);
     }
 
     #[test]
