@@ -77,6 +77,21 @@ fn counter(dp: &XdpDatapath, label: &str) -> u64 {
     c.global.iter().find(|(l, _)| *l == label).unwrap().1
 }
 
+/// The counter once it has not moved for 300 ms (at most 5 s): a delayed
+/// ACK leaves the client up to 200 ms after the data it acknowledges.
+fn settled_counter(dp: &XdpDatapath, label: &str) -> u64 {
+    let mut last = counter(dp, label);
+    for _ in 0..16 {
+        std::thread::sleep(Duration::from_millis(300));
+        let now = counter(dp, label);
+        if now == last {
+            return now;
+        }
+        last = now;
+    }
+    panic!("{label} still moving after 5 s: {last}")
+}
+
 #[test]
 fn tcp_to_a_vip_without_pods_is_served_by_the_other_regions_pods() {
     if !is_root() {
@@ -234,7 +249,9 @@ fn a_pods_return_and_failed_over_flows_stay_on_b(
         ask(r).expect("a failed-over connection after A's pods returned");
     }
     assert!(counter(dp_b, "failover_in") >= in0 + 20, "still through B");
-    let out1 = counter(dp_a, "failover_out");
+    // the client's delayed ACKs of those answers still cross A after `ask`
+    // returns: wait for them before taking the baseline
+    let out1 = settled_counter(dp_a, "failover_out");
     assert!(out1 >= out0 + 20);
     in_netns(c, || {
         for _ in 0..10 {
