@@ -115,6 +115,34 @@ pub struct PeerConfig {
 }
 
 impl PeerConfig {
+    /// A session with `address`, port 179, from `local_asn` to `peer_asn`, with
+    /// what a [`PeerSpec`] without the optional keys gets: hold time 90 s, the
+    /// keepalive a third of it, a connect retry every 5 s, both families, every
+    /// route exported; no password, multihop, GTSM, graceful restart or BFD.
+    pub fn new(address: IpAddr, local_asn: u32, peer_asn: u32, router_id: Ipv4Addr) -> PeerConfig {
+        PeerConfig {
+            address,
+            port: 179,
+            local_asn,
+            peer_asn,
+            router_id,
+            hold_time: 90,
+            keepalive: 0,
+            connect_retry: Duration::from_secs(5),
+            passive: false,
+            password: None,
+            source_address: None,
+            ebgp_multihop: None,
+            ttl_security: false,
+            graceful_restart_time: None,
+            next_hop_v4: None,
+            next_hop_v6: None,
+            families: vec![Afi::Ipv4, Afi::Ipv6],
+            policy: ExportPolicy::default(),
+            bfd: None,
+        }
+    }
+
     pub fn is_ibgp(&self) -> bool {
         self.local_asn == self.peer_asn
     }
@@ -306,6 +334,16 @@ pub fn parse_large_community(s: &str) -> Result<[u32; 3], Error> {
     }
 }
 
+/// Every entry of `list` through [`parse_community`]; the first error.
+pub fn parse_communities(list: &[String]) -> Result<Vec<u32>, Error> {
+    list.iter().map(|c| parse_community(c)).collect()
+}
+
+/// Every entry of `list` through [`parse_large_community`]; the first error.
+pub fn parse_large_communities(list: &[String]) -> Result<Vec<[u32; 3]>, Error> {
+    list.iter().map(|c| parse_large_community(c)).collect()
+}
+
 // ---------------------------------------------------------------- standalone file
 
 /// The file given to `ringlb-edge speaker --config FILE`.
@@ -396,16 +434,8 @@ pub fn export_rule(a: &FileAdvertisement) -> Result<ExportRule, Error> {
                     .collect::<Result<Vec<_>, _>>()
             })
             .transpose()?,
-        communities: a
-            .communities
-            .iter()
-            .map(|c| parse_community(c))
-            .collect::<Result<_, _>>()?,
-        large_communities: a
-            .large_communities
-            .iter()
-            .map(|c| parse_large_community(c))
-            .collect::<Result<_, _>>()?,
+        communities: parse_communities(&a.communities)?,
+        large_communities: parse_large_communities(&a.large_communities)?,
         local_pref: a.local_pref,
         med: a.med,
         aggregate_v4: check_len(a.aggregation_length_v4, 32)?,
@@ -497,18 +527,8 @@ impl SpeakerFile {
                 o => o,
             };
             let attrs = RouteAttrs {
-                communities: p
-                    .communities
-                    .iter()
-                    .map(|c| parse_community(c))
-                    .collect::<Result<_, _>>()
-                    .map_err(ctx)?,
-                large_communities: p
-                    .large_communities
-                    .iter()
-                    .map(|c| parse_large_community(c))
-                    .collect::<Result<_, _>>()
-                    .map_err(ctx)?,
+                communities: parse_communities(&p.communities).map_err(ctx)?,
+                large_communities: parse_large_communities(&p.large_communities).map_err(ctx)?,
                 local_pref: p.local_pref,
                 med: p.med,
                 deprefer: None,
@@ -532,6 +552,21 @@ impl SpeakerFile {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_spec_without_optional_keys_is_the_plain_peer_config() {
+        let spec = PeerSpec {
+            peer_address: "10.0.0.1".into(),
+            peer_asn: 65000,
+            my_asn: 65011,
+            ..Default::default()
+        };
+        let id = Ipv4Addr::new(10, 0, 0, 11);
+        assert_eq!(
+            peer_from_spec(&spec, id, ExportPolicy::default()).unwrap(),
+            PeerConfig::new("10.0.0.1".parse().unwrap(), 65011, 65000, id)
+        );
+    }
 
     #[test]
     fn communities_parse_and_reject() {

@@ -192,7 +192,6 @@ mod tests {
     use std::net::Ipv4Addr;
 
     use super::*;
-    use crate::codec::Afi;
     use crate::config::ExportPolicy;
 
     fn net(s: &str) -> IpNetwork {
@@ -200,26 +199,14 @@ mod tests {
     }
 
     fn peer(local: u32, remote: u32, rules: Vec<ExportRule>) -> PeerConfig {
+        let address = "10.0.0.1".parse().unwrap();
         PeerConfig {
-            address: "10.0.0.1".parse().unwrap(),
-            port: 179,
-            local_asn: local,
-            peer_asn: remote,
-            router_id: Ipv4Addr::new(10, 0, 0, 11),
             hold_time: 3,
             keepalive: 1,
             connect_retry: Duration::from_secs(1),
-            passive: false,
-            password: None,
-            source_address: None,
-            ebgp_multihop: None,
-            ttl_security: false,
-            graceful_restart_time: None,
-            next_hop_v4: None,
             next_hop_v6: Some("fd00::11".parse().unwrap()),
-            families: vec![Afi::Ipv4, Afi::Ipv6],
             policy: ExportPolicy { rules },
-            bfd: None,
+            ..PeerConfig::new(address, local, remote, Ipv4Addr::new(10, 0, 0, 11))
         }
     }
 

@@ -12,7 +12,6 @@ use ringlb_bgp::bfd::fsm::{Action, Event, Session};
 use ringlb_bgp::bfd::packet::{self, Control, State as BfdState};
 use ringlb_bgp::bfd::{BfdConfig, CEASE_BFD_DOWN};
 use ringlb_bgp::codec::{Afi, Message, Notification, Open, notif};
-use ringlb_bgp::config::ExportPolicy;
 use ringlb_bgp::fsm::State;
 use ringlb_bgp::{PeerConfig, Speaker};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -37,25 +36,13 @@ fn bfd_cfg(port: u16) -> BfdConfig {
 
 fn peer_cfg(address: IpAddr, bgp_port: u16, bfd_port: u16) -> PeerConfig {
     PeerConfig {
-        address,
         port: bgp_port,
-        local_asn: 65011,
-        peer_asn: 65000,
-        router_id: Ipv4Addr::new(10, 0, 0, 11),
         hold_time: 9,
         keepalive: 3,
         connect_retry: Duration::from_secs(1),
-        passive: false,
-        password: None,
-        source_address: None,
-        ebgp_multihop: None,
-        next_hop_v4: None,
-        next_hop_v6: None,
         families: vec![Afi::Ipv4],
-        policy: ExportPolicy::default(),
-        ttl_security: false,
-        graceful_restart_time: None,
         bfd: Some(bfd_cfg(bfd_port)),
+        ..PeerConfig::new(address, 65011, 65000, Ipv4Addr::new(10, 0, 0, 11))
     }
 }
 

@@ -12,9 +12,9 @@ use prometheus_client::registry::Registry;
 use ringlb_bgp::codec::{
     self, Afi, Decoded, Message, Notification, Open, PathAttrs, Update, notif,
 };
-use ringlb_bgp::config::{ExportPolicy, GRACEFUL_SHUTDOWN};
+use ringlb_bgp::config::GRACEFUL_SHUTDOWN;
 use ringlb_bgp::fsm::State;
-use ringlb_bgp::{PeerConfig, RouteAttrs, Speaker};
+use ringlb_bgp::{PeerConfig, PeerStatus, RouteAttrs, Speaker};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::time::timeout;
 
@@ -29,26 +29,15 @@ fn net(s: &str) -> IpNetwork {
 }
 
 fn peer_cfg(port: u16, passive: bool) -> PeerConfig {
+    let address = IpAddr::V4(Ipv4Addr::LOCALHOST);
     PeerConfig {
-        address: IpAddr::V4(Ipv4Addr::LOCALHOST),
         port,
-        local_asn: LOCAL_ASN,
-        peer_asn: PEER_ASN,
-        router_id: Ipv4Addr::new(10, 0, 0, 11),
         hold_time: 3,
         keepalive: 1,
         connect_retry: Duration::from_secs(1),
         passive,
-        password: None,
-        source_address: None,
-        ebgp_multihop: None,
-        ttl_security: false,
-        graceful_restart_time: None,
-        next_hop_v4: None,
         next_hop_v6: Some("fd00::11".parse().unwrap()),
-        families: vec![Afi::Ipv4, Afi::Ipv6],
-        policy: ExportPolicy::default(),
-        bfd: None,
+        ..PeerConfig::new(address, LOCAL_ASN, PEER_ASN, Ipv4Addr::new(10, 0, 0, 11))
     }
 }
 
@@ -59,6 +48,20 @@ async fn setup() -> (Speaker, TcpListener, Registry) {
     sp.add_peer(peer_cfg(l.local_addr().unwrap().port(), false))
         .unwrap();
     (sp, l, reg)
+}
+
+/// The next connection from the speaker, through the OPENs and its initial dump.
+async fn accept_established(l: &TcpListener) -> FakePeer {
+    let mut p = accept(l).await;
+    p.handshake(PEER_ASN).await;
+    p.initial_dump().await;
+    p
+}
+
+/// The peer's status now.
+fn status(sp: &Speaker) -> PeerStatus {
+    let rx = sp.peer_status(IpAddr::V4(Ipv4Addr::LOCALHOST)).unwrap();
+    rx.borrow().clone()
 }
 
 async fn wait_state(sp: &Speaker, want: State) {
@@ -170,9 +173,7 @@ async fn announce_withdraw_and_peer_state_watch() {
 #[tokio::test]
 async fn malformed_update_gets_notification_then_session_restarts() {
     let (sp, l, _reg) = setup().await;
-    let mut p = accept(&l).await;
-    p.handshake(PEER_ASN).await;
-    p.initial_dump().await;
+    let mut p = accept_established(&l).await;
     // Unrecognized well-known attribute 99 -> UPDATE Message Error / 2.
     let mut bad = vec![0xff; 16];
     bad.extend_from_slice(&[0, 26, 2, 0, 0, 0, 3, 0x40, 99, 0]);
@@ -188,11 +189,7 @@ async fn malformed_update_gets_notification_then_session_restarts() {
     p2.handshake(PEER_ASN).await;
     p2.initial_dump().await;
     wait_state(&sp, State::Established).await;
-    let st = sp
-        .peer_status(IpAddr::V4(Ipv4Addr::LOCALHOST))
-        .unwrap()
-        .borrow()
-        .clone();
+    let st = status(&sp);
     assert_eq!(st.flaps, 1);
     assert!(st.last_error.unwrap().contains("UPDATE Message Error"));
     assert!(
@@ -205,9 +202,7 @@ async fn malformed_update_gets_notification_then_session_restarts() {
 #[tokio::test]
 async fn treat_as_withdraw_keeps_the_session() {
     let (sp, l, _reg) = setup().await;
-    let mut p = accept(&l).await;
-    p.handshake(PEER_ASN).await;
-    p.initial_dump().await;
+    let mut p = accept_established(&l).await;
     // ORIGIN value 5 with a prefix: RFC 7606 treat-as-withdraw, no NOTIFICATION.
     let mut taw = vec![0xff; 16];
     taw.extend_from_slice(&[0, 42, 2, 0, 0, 0, 14]);
@@ -220,11 +215,7 @@ async fn treat_as_withdraw_keeps_the_session() {
         Some(Message::Update(u)) => assert_eq!(u.nlri, vec![net("10.9.9.9/32")]),
         other => panic!("session should carry on, got {other:?}"),
     }
-    let st = sp
-        .peer_status(IpAddr::V4(Ipv4Addr::LOCALHOST))
-        .unwrap()
-        .borrow()
-        .clone();
+    let st = status(&sp);
     assert_eq!(st.state, State::Established);
     assert_eq!(st.flaps, 0);
     sp.shutdown().await;
@@ -269,9 +260,7 @@ async fn silent_peer_hits_the_hold_timer() {
 async fn drain_tags_graceful_shutdown_then_withdraws_then_cease() {
     let (sp, l, _reg) = setup().await;
     sp.announce(net("10.1.0.1/32"), RouteAttrs::default());
-    let mut p = accept(&l).await;
-    p.handshake(PEER_ASN).await;
-    p.initial_dump().await;
+    let mut p = accept_established(&l).await;
     let t = Instant::now();
     let drain = Duration::from_millis(600);
     let (_, seen) = tokio::join!(
@@ -389,9 +378,7 @@ async fn live_fuzz_the_session_never_kills_the_speaker() {
         // still be there for the next round.
         let _ = timeout(Duration::from_secs(1), p.read_raw()).await;
     }
-    let mut p = accept(&l).await;
-    p.handshake(PEER_ASN).await;
-    p.initial_dump().await;
+    let _p = accept_established(&l).await;
     wait_state(&sp, State::Established).await;
     sp.shutdown().await;
 }
@@ -529,9 +516,7 @@ async fn set_peers_changes_policy_in_place_and_restarts_only_on_session_changes(
     let sp = Speaker::start(0, &mut reg).unwrap();
     sp.announce(net("10.1.0.1/32"), RouteAttrs::default());
     sp.set_peers(vec![peer_cfg(port, false)]).await.unwrap();
-    let mut p = accept(&l).await;
-    p.handshake(PEER_ASN).await;
-    p.initial_dump().await;
+    let mut p = accept_established(&l).await;
 
     // New policy (a BGPAdvertisement appeared): re-announce with the community, same
     // session.

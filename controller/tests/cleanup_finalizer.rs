@@ -62,9 +62,7 @@ fn wanting(name: &str, ip: &str) -> Service {
 /// object gone, well before the longest wait.
 #[tokio::test]
 async fn finalizer_added_with_the_vip_and_removed_after_release() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/24").await;
     edge_lease(&client, "edge-1", None).await;
     let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     let spec = json!({
@@ -91,18 +89,7 @@ async fn finalizer_added_with_the_vip_and_removed_after_release() {
     .await;
     // Still held while the edge has not acknowledged it.
     create_svc(&client, &wanting("next", "192.0.2.50")).await;
-    wait_for(
-        Duration::from_secs(5),
-        "IPInUse refusal for next",
-        || async {
-            warnings(&client, "next")
-                .await
-                .iter()
-                .any(|(r, _)| r == "IPInUse")
-                .then_some(())
-        },
-    )
-    .await;
+    wait_warning(&client, "next", "IPInUse", Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert!(
         get_opt(&client, "web").await.is_some(),
@@ -133,9 +120,7 @@ async fn finalizer_added_with_the_vip_and_removed_after_release() {
 /// the controller, once started, withdraws, releases and lets it go.
 #[tokio::test]
 async fn a_service_deleted_while_the_controller_was_stopped_is_cleaned_up_on_start() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/24").await;
     let mut ctrl = Ctrl::start(&cluster, "c1", &[]);
     create_svc(&client, &wanting("web", "192.0.2.60")).await;
     let ips = wait_ips(&client, "web", Duration::from_secs(20)).await;
@@ -163,9 +148,7 @@ async fn a_service_deleted_while_the_controller_was_stopped_is_cleaned_up_on_sta
 /// cleanup wait the address is released (Event) and the finalizer removed.
 #[tokio::test]
 async fn a_type_change_to_cluster_ip_removes_the_vip_and_the_finalizer() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/24").await;
     let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     create_svc(&client, &wanting("web", "192.0.2.70")).await;
     let ips = wait_ips(&client, "web", Duration::from_secs(20)).await;
@@ -210,9 +193,7 @@ fn remove_finalizers(cluster: &Cluster, timeout: &str) -> std::process::Output {
 /// then goes through at once.
 #[tokio::test]
 async fn remove_finalizers_waits_for_the_leader_then_leaves_nothing_stuck() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/24").await;
     let mut ctrl = Ctrl::start(&cluster, "c1", &[]);
     for n in ["a", "b"] {
         create_svc(&client, &lb_service(n, 80, json!({}))).await;

@@ -10,20 +10,16 @@ use serde_json::json;
 
 #[tokio::test]
 async fn create_gets_vip_within_one_second_and_delete_frees_it() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/30"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/30").await;
     let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     // Let the controller come up (first reconcile proves it).
-    create_svc(&client, &lb_service("warmup", 80, json!({}))).await;
     assert_eq!(
-        wait_ips(&client, "warmup", Duration::from_secs(20)).await,
+        create_and_wait_ips(&client, "warmup", json!({}), Duration::from_secs(20)).await,
         ["192.0.2.0".parse::<std::net::IpAddr>().unwrap()]
     );
 
     let t0 = Instant::now();
-    create_svc(&client, &lb_service("web", 80, json!({}))).await;
-    let ips = wait_ips(&client, "web", Duration::from_secs(1)).await;
+    let ips = create_and_wait_ips(&client, "web", json!({}), Duration::from_secs(1)).await;
     let took = t0.elapsed();
     assert_eq!(ips, ["192.0.2.1".parse::<std::net::IpAddr>().unwrap()]);
     eprintln!("create -> VIP in status: {took:?}");
@@ -43,20 +39,9 @@ async fn create_gets_vip_within_one_second_and_delete_frees_it() {
 
     // Fill the pool, delete one, and the freed address goes to the next Service.
     create_svc(&client, &lb_service("c", 80, json!({}))).await;
-    create_svc(&client, &lb_service("d", 80, json!({}))).await;
-    wait_ips(&client, "d", Duration::from_secs(5)).await;
+    create_and_wait_ips(&client, "d", json!({}), Duration::from_secs(5)).await;
     create_svc(&client, &lb_service("e", 80, json!({}))).await;
-    wait_for(Duration::from_secs(5), "PoolExhausted on e", || {
-        let client = client.clone();
-        async move {
-            (condition(&get_svc(&client, "e").await)
-                .map(|c| c.1)
-                .as_deref()
-                == Some("PoolExhausted"))
-            .then_some(())
-        }
-    })
-    .await;
+    wait_reason(&client, "e", "PoolExhausted", Duration::from_secs(5)).await;
     // Released after the edges' cleanup wait (the finalizer; tests/cleanup_finalizer.rs).
     delete_svc(&client, "web").await;
     assert_eq!(
@@ -68,36 +53,28 @@ async fn create_gets_vip_within_one_second_and_delete_frees_it() {
 
 #[tokio::test]
 async fn requested_ip_and_refusals() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/24").await;
     let _ctrl = Ctrl::start(&cluster, "c1", &[]);
 
-    create_svc(
-        &client,
-        &lb_service(
-            "want",
-            80,
-            json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": "192.0.2.77"}}}),
-        ),
-    )
-    .await;
     assert_eq!(
-        wait_ips(&client, "want", Duration::from_secs(20)).await,
+        create_and_wait_ips(
+            &client,
+            "want",
+            json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": "192.0.2.77"}}}),
+            Duration::from_secs(20)
+        )
+        .await,
         ["192.0.2.77".parse::<std::net::IpAddr>().unwrap()]
     );
     // The deprecated field works too.
-    create_svc(
-        &client,
-        &lb_service(
-            "legacy",
-            80,
-            json!({"spec": {"loadBalancerIP": "192.0.2.78"}}),
-        ),
-    )
-    .await;
     assert_eq!(
-        wait_ips(&client, "legacy", Duration::from_secs(5)).await,
+        create_and_wait_ips(
+            &client,
+            "legacy",
+            json!({"spec": {"loadBalancerIP": "192.0.2.78"}}),
+            Duration::from_secs(5)
+        )
+        .await,
         ["192.0.2.78".parse::<std::net::IpAddr>().unwrap()]
     );
 
@@ -133,21 +110,7 @@ async fn requested_ip_and_refusals() {
         create_svc(&client, &lb_service(name, 80, extra.clone())).await;
     }
     for (name, _, reason) in &cases {
-        wait_for(
-            Duration::from_secs(5),
-            &format!("{reason} Warning Event on {name}"),
-            || {
-                let client = client.clone();
-                async move {
-                    warnings(&client, name)
-                        .await
-                        .iter()
-                        .any(|(r, _)| r == reason)
-                        .then_some(())
-                }
-            },
-        )
-        .await;
+        wait_warning(&client, name, reason, Duration::from_secs(5)).await;
         let svc = get_svc(&client, name).await;
         assert_eq!(
             condition(&svc),
@@ -209,56 +172,37 @@ async fn sharing_and_dual_stack() {
         ),
     )
     .await;
-    wait_for(Duration::from_secs(5), "IPInUse on intruder", || {
-        let client = client.clone();
-        async move {
-            warnings(&client, "intruder")
-                .await
-                .iter()
-                .any(|(r, _)| r == "IPInUse")
-                .then_some(())
-        }
-    })
-    .await;
+    wait_warning(&client, "intruder", "IPInUse", Duration::from_secs(5)).await;
 
     // Dual-stack: RequireDualStack gets both, in spec.ipFamilies order.
-    create_svc(
+    let ds = create_and_wait_ips(
         &client,
-        &lb_service(
-            "ds",
-            80,
-            json!({"spec": {"ipFamilies": ["IPv6", "IPv4"], "ipFamilyPolicy": "RequireDualStack"}}),
-        ),
+        "ds",
+        json!({"spec": {"ipFamilies": ["IPv6", "IPv4"], "ipFamilyPolicy": "RequireDualStack"}}),
+        Duration::from_secs(5),
     )
     .await;
-    let ds = wait_ips(&client, "ds", Duration::from_secs(5)).await;
     assert_eq!(ds.len(), 2);
     assert!(ds[0].is_ipv6() && ds[1].is_ipv4(), "{ds:?}");
     // 2001:db8:: is the /64's subnet-router anycast address, never handed out.
     assert_eq!(ds[0], "2001:db8::1".parse::<std::net::IpAddr>().unwrap());
     // PreferDualStack gets both while both families have pools.
-    create_svc(
+    let p = create_and_wait_ips(
         &client,
-        &lb_service(
-            "prefer",
-            80,
-            json!({"spec": {"ipFamilies": ["IPv4"], "ipFamilyPolicy": "PreferDualStack"}}),
-        ),
+        "prefer",
+        json!({"spec": {"ipFamilies": ["IPv4"], "ipFamilyPolicy": "PreferDualStack"}}),
+        Duration::from_secs(5),
     )
     .await;
-    let p = wait_ips(&client, "prefer", Duration::from_secs(5)).await;
     assert!(p.len() == 2 && p[0].is_ipv4() && p[1].is_ipv6(), "{p:?}");
     // Single-stack IPv6.
-    create_svc(
+    let six = create_and_wait_ips(
         &client,
-        &lb_service(
-            "six",
-            80,
-            json!({"spec": {"ipFamilies": ["IPv6"], "ipFamilyPolicy": "SingleStack"}}),
-        ),
+        "six",
+        json!({"spec": {"ipFamilies": ["IPv6"], "ipFamilyPolicy": "SingleStack"}}),
+        Duration::from_secs(5),
     )
     .await;
-    let six = wait_ips(&client, "six", Duration::from_secs(5)).await;
     assert!(six.len() == 1 && six[0].is_ipv6());
 }
 
@@ -268,23 +212,9 @@ async fn exhausted_pool_then_new_pool_allocates_without_touching_the_service() {
     let client = cluster.client().await;
     create_pool(&client, "tiny", &["192.0.2.10/32"], |_| {}).await;
     let _ctrl = Ctrl::start(&cluster, "c1", &[]);
-    create_svc(&client, &lb_service("first", 80, json!({}))).await;
-    wait_ips(&client, "first", Duration::from_secs(20)).await;
+    create_and_wait_ips(&client, "first", json!({}), Duration::from_secs(20)).await;
     create_svc(&client, &lb_service("second", 80, json!({}))).await;
-    wait_for(
-        Duration::from_secs(5),
-        "PoolExhausted Warning Event",
-        || {
-            let client = client.clone();
-            async move {
-                warnings(&client, "second")
-                    .await
-                    .into_iter()
-                    .find(|(r, _)| r == "PoolExhausted")
-            }
-        },
-    )
-    .await;
+    wait_warning(&client, "second", "PoolExhausted", Duration::from_secs(5)).await;
     assert_eq!(
         condition(&get_svc(&client, "second").await),
         Some(("False".into(), "PoolExhausted".into()))
@@ -322,20 +252,7 @@ async fn exhausted_pool_then_new_pool_allocates_without_touching_the_service() {
         )
         .await
         .unwrap();
-    wait_for(
-        Duration::from_secs(5),
-        "IPOutsidePools warning on first",
-        || {
-            let client = client.clone();
-            async move {
-                warnings(&client, "first")
-                    .await
-                    .into_iter()
-                    .find(|(r, _)| r == "IPOutsidePools")
-            }
-        },
-    )
-    .await;
+    wait_warning(&client, "first", "IPOutsidePools", Duration::from_secs(5)).await;
     assert_eq!(
         ingress_ips(&get_svc(&client, "first").await),
         ["192.0.2.10".parse::<std::net::IpAddr>().unwrap()]
@@ -344,20 +261,15 @@ async fn exhausted_pool_then_new_pool_allocates_without_touching_the_service() {
 
 #[tokio::test]
 async fn class_and_type_changes() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/30"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/30").await;
     let _ctrl = Ctrl::start(&cluster, "c1", &["--default-class=false"]);
-    create_svc(
+    let ip = create_and_wait_ips(
         &client,
-        &lb_service(
-            "ours",
-            80,
-            json!({"spec": {"loadBalancerClass": "ringlb.io/maglev"}}),
-        ),
+        "ours",
+        json!({"spec": {"loadBalancerClass": "ringlb.io/maglev"}}),
+        Duration::from_secs(20),
     )
     .await;
-    let ip = wait_ips(&client, "ours", Duration::from_secs(20)).await;
     create_svc(&client, &lb_service("noclass", 80, json!({}))).await;
     create_svc(
         &client,
@@ -402,16 +314,16 @@ async fn class_and_type_changes() {
         }
     })
     .await;
-    create_svc(
-        &client,
-        &lb_service(
+    assert_eq!(
+        create_and_wait_ips(
+            &client,
             "next",
-            80,
             json!({"spec": {"loadBalancerClass": "ringlb.io/maglev"}}),
-        ),
-    )
-    .await;
-    assert_eq!(wait_ips(&client, "next", Duration::from_secs(5)).await, ip);
+            Duration::from_secs(5)
+        )
+        .await,
+        ip
+    );
 }
 
 #[tokio::test]
@@ -483,16 +395,13 @@ async fn pool_status_shows_overlaps_and_usage() {
     create_pool(&client, "wide", &["192.0.2.0/24", "2001:db8::/64"], |_| {}).await;
     create_pool(&client, "narrow", &["192.0.2.128/25"], |_| {}).await;
     let _ctrl = Ctrl::start(&cluster, "c1", &[]);
-    create_svc(
+    create_and_wait_ips(
         &client,
-        &lb_service(
-            "a",
-            80,
-            json!({"spec": {"ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack"}}),
-        ),
+        "a",
+        json!({"spec": {"ipFamilies": ["IPv4", "IPv6"], "ipFamilyPolicy": "RequireDualStack"}}),
+        Duration::from_secs(20),
     )
     .await;
-    wait_ips(&client, "a", Duration::from_secs(20)).await;
     let pools: kube::Api<ringlb_crds::IPPool> = kube::Api::all(client.clone());
     let cond = |p: &ringlb_crds::IPPool, t: &str| {
         p.status
@@ -539,8 +448,7 @@ async fn pool_status_shows_overlaps_and_usage() {
         "{:?}",
         cond(&dup, "Invalid")
     );
-    create_svc(&client, &lb_service("b", 80, json!({}))).await;
-    let b = wait_ips(&client, "b", Duration::from_secs(5)).await;
+    let b = create_and_wait_ips(&client, "b", json!({}), Duration::from_secs(5)).await;
     // "narrow" sorts before "wide" at equal priority; the invalid pool (priority -5)
     // would come first if it were used.
     assert_eq!(
@@ -558,9 +466,7 @@ async fn pool_status_shows_overlaps_and_usage() {
 async fn terminating_service_releases_its_vip_after_the_cleanup_wait() {
     use k8s_openapi::api::core::v1::Service;
     use kube::api::{Api, DeleteParams, Patch, PatchParams};
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/24").await;
     edge_lease(&client, "edge-1", None).await;
     let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     let want = json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": "192.0.2.50"}}});
@@ -583,17 +489,7 @@ async fn terminating_service_releases_its_vip_after_the_cleanup_wait() {
 
     // While the edges withdraw it, its address is still in use.
     create_svc(&client, &lb_service("next", 80, want)).await;
-    wait_for(Duration::from_secs(10), "IPInUse refusal for next", || {
-        let client = client.clone();
-        async move {
-            warnings(&client, "next")
-                .await
-                .iter()
-                .any(|(r, _)| r == "IPInUse")
-                .then_some(())
-        }
-    })
-    .await;
+    wait_warning(&client, "next", "IPInUse", Duration::from_secs(10)).await;
     assert!(ingress_ips(&get_svc(&client, "next").await).is_empty());
     let cleared = wait_for(
         Duration::from_secs(10),

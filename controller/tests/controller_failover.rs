@@ -71,9 +71,7 @@ async fn wait_all_allocated(
 
 #[tokio::test]
 async fn restart_with_1000_services_changes_no_vip() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["10.0.0.0/16"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("10.0.0.0/16").await;
     let mut c1 = Ctrl::start(&cluster, "c1", &[]);
     let t0 = Instant::now();
     create_many(&client, 1000).await;
@@ -105,8 +103,8 @@ async fn restart_with_1000_services_changes_no_vip() {
         .unwrap();
     let t1 = Instant::now();
     let c2 = Ctrl::start(&cluster, "c2", &[]);
-    create_svc(&client, &lb_service("after-restart", 80, json!({}))).await;
-    let new_ip = wait_ips(&client, "after-restart", Duration::from_secs(30)).await;
+    let new_ip =
+        create_and_wait_ips(&client, "after-restart", json!({}), Duration::from_secs(30)).await;
     eprintln!("successor allocating {:?} after the crash", t1.elapsed());
     assert!(
         !distinct.contains(&new_ip),
@@ -143,9 +141,7 @@ async fn restart_with_1000_services_changes_no_vip() {
 
 #[tokio::test]
 async fn rebuild_reports_conflicts_and_touches_neither_service() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/24").await;
     // Two Services whose statuses (as some earlier, broken writer left them) hold
     // one address without a legal share.
     let api: Api<Service> = Api::namespaced(client.clone(), "default");
@@ -158,22 +154,8 @@ async fn rebuild_reports_conflicts_and_touches_neither_service() {
         tokio::time::sleep(Duration::from_millis(1100)).await; // distinct creationTimestamps
     }
     let ctrl = Ctrl::start(&cluster, "c1", &[]);
-    wait_for(
-        Duration::from_secs(45),
-        "IPConflict Warning on newer",
-        || {
-            let client = client.clone();
-            async move {
-                warnings(&client, "newer")
-                    .await
-                    .into_iter()
-                    .find(|(r, _)| r == "IPConflict")
-            }
-        },
-    )
-    .await;
-    create_svc(&client, &lb_service("fresh", 80, json!({}))).await;
-    let fresh = wait_ips(&client, "fresh", Duration::from_secs(5)).await;
+    wait_warning(&client, "newer", "IPConflict", Duration::from_secs(45)).await;
+    let fresh = create_and_wait_ips(&client, "fresh", json!({}), Duration::from_secs(5)).await;
     assert_ne!(fresh, ["192.0.2.5".parse::<IpAddr>().unwrap()]);
     for name in ["older", "newer"] {
         assert_eq!(
@@ -211,15 +193,6 @@ async fn rebuild_reports_conflicts_and_touches_neither_service() {
     );
 }
 
-async fn lease_holder(client: &kube::Client) -> Option<String> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NS);
-    api.get_opt("ringlb-controller")
-        .await
-        .ok()??
-        .spec?
-        .holder_identity
-}
-
 /// reportingInstance of every IPAllocated Event.
 async fn allocation_reporters(client: &kube::Client) -> Vec<String> {
     let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(client.clone(), "default");
@@ -235,13 +208,11 @@ async fn allocation_reporters(client: &kube::Client) -> Vec<String> {
 
 #[tokio::test]
 async fn two_replicas_one_writer_and_failover() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/24").await;
     let mut a = Ctrl::start(&cluster, "replica-a", &[]);
     let mut b = Ctrl::start(&cluster, "replica-b", &[]);
     let leader = wait_for(Duration::from_secs(20), "a Lease holder", || {
-        lease_holder(&client)
+        holder(&client)
     })
     .await;
     for i in 0..20 {
@@ -275,8 +246,13 @@ async fn two_replicas_one_writer_and_failover() {
     };
     dead.kill();
     let t0 = Instant::now();
-    create_svc(&client, &lb_service("after-failover", 80, json!({}))).await;
-    let ip = wait_ips(&client, "after-failover", Duration::from_secs(15)).await;
+    let ip = create_and_wait_ips(
+        &client,
+        "after-failover",
+        json!({}),
+        Duration::from_secs(15),
+    )
+    .await;
     eprintln!(
         "failover: new Service allocated {:?} after the leader died",
         t0.elapsed()
@@ -286,7 +262,7 @@ async fn two_replicas_one_writer_and_failover() {
         "the new leader rebuilt before allocating"
     );
     assert_eq!(
-        lease_holder(&client).await.as_deref(),
+        holder(&client).await.as_deref(),
         Some(standby.identity.as_str())
     );
     let after = snapshot(&client).await;
@@ -304,7 +280,7 @@ async fn two_replicas_one_writer_and_failover() {
         "{}",
         standby.logs()
     );
-    assert_eq!(lease_holder(&client).await, None);
+    assert_eq!(holder(&client).await, None);
 }
 
 /// kube-apiserver restarted (every watch cut), then etcd compacted while the
@@ -332,8 +308,7 @@ async fn apiserver_restart_and_410_gone_recover() {
             "info,kube=warn,kube_runtime=debug",
         ],
     );
-    create_svc(&client, &lb_service("one", 80, json!({}))).await;
-    let one = wait_ips(&client, "one", Duration::from_secs(20)).await;
+    let one = create_and_wait_ips(&client, "one", json!({}), Duration::from_secs(20)).await;
 
     // 1. The API server dies and comes back: watches are cut, the controller
     //    re-watches and keeps allocating.
@@ -343,8 +318,7 @@ async fn apiserver_restart_and_410_gone_recover() {
         .await
         .expect("kube-apiserver restarts");
     let client = cluster.client().await;
-    create_svc(&client, &lb_service("two", 80, json!({}))).await;
-    wait_ips(&client, "two", Duration::from_secs(20)).await;
+    create_and_wait_ips(&client, "two", json!({}), Duration::from_secs(20)).await;
 
     // 2. The controller is frozen (SIGSTOP) while `one` is deleted and more writes
     //    move etcd on; etcd compacts past what the controller saw; the API server
@@ -370,9 +344,8 @@ async fn apiserver_restart_and_410_gone_recover() {
         .expect("kube-apiserver restarts");
     signal(&ctrl, "CONT");
     let client = cluster.client().await;
-    create_svc(&client, &lb_service("three", 80, json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": one[0].to_string()}}}))).await;
     assert_eq!(
-        wait_ips(&client, "three", Duration::from_secs(30)).await,
+        create_and_wait_ips(&client, "three", json!({"metadata": {"annotations": {"ringlb.io/load-balancer-ips": one[0].to_string()}}}), Duration::from_secs(30)).await,
         one,
         "one's address was released (seen through the relist) and reused"
     );
@@ -392,8 +365,7 @@ async fn api_down_for_30s_is_survived() {
     let client = cluster.client().await;
     create_pool(&client, "main", &["192.0.2.0/29"], |_| {}).await;
     let mut ctrl = Ctrl::start(&cluster, "c1", &["--leader-elect=false"]);
-    create_svc(&client, &lb_service("before", 80, json!({}))).await;
-    wait_ips(&client, "before", Duration::from_secs(20)).await;
+    create_and_wait_ips(&client, "before", json!({}), Duration::from_secs(20)).await;
     cluster.cp.stop_apiserver();
     tokio::time::sleep(Duration::from_secs(30)).await;
     assert!(
@@ -433,14 +405,9 @@ fn signal(ctrl: &Ctrl, sig: &str) {
 
 #[tokio::test]
 async fn leader_that_loses_its_lease_stops() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/24"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/24").await;
     let mut c = Ctrl::start(&cluster, "victim", &[]);
-    wait_for(Duration::from_secs(20), "victim leads", || async {
-        (lease_holder(&client).await.as_deref() == Some("victim")).then_some(())
-    })
-    .await;
+    wait_holder(&client, "victim", Duration::from_secs(20)).await;
     // Someone else takes the Lease over (an operator, or a partitioned replica's
     // successor): the old leader must notice on its next renewal and stop.
     let leases: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NS);
@@ -450,14 +417,8 @@ async fn leader_that_loses_its_lease_stops() {
         .replace("ringlb-controller", &Default::default(), &l)
         .await
         .unwrap();
-    let t0 = Instant::now();
-    while !c.exited() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(5),
-            "the old leader kept running"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    c.wait_exited(Duration::from_secs(5), "the old leader to stop")
+        .await;
     let status = c.child.wait().unwrap();
     assert!(
         !status.success(),
@@ -483,21 +444,11 @@ async fn leader_whose_renewals_hang_stops_at_the_renew_deadline() {
         .expect("a kubeconfig through the proxy");
     cluster.set_kubeconfig(via);
     let mut c = Ctrl::start(&cluster, "stalled", &[]);
-    wait_for(Duration::from_secs(20), "stalled leads", || async {
-        (lease_holder(&client).await.as_deref() == Some("stalled")).then_some(())
-    })
-    .await;
+    wait_holder(&client, "stalled", Duration::from_secs(20)).await;
     // Every request now hangs, far past the 1.5 s renew deadline.
     proxy.set_stalled(true);
-    let t0 = Instant::now();
-    while !c.exited() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(6),
-            "the leader kept running with a renewal hanging past its deadline:\n{}",
-            c.logs()
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let what = "the leader to stop with a renewal hanging past its deadline";
+    c.wait_exited(Duration::from_secs(6), what).await;
     proxy.set_stalled(false);
     assert!(c.logs().contains("renew deadline"), "{}", c.logs());
 }
@@ -511,14 +462,11 @@ async fn missing_crds_give_a_clear_exit() {
     })
     .await;
     let mut c = Ctrl::start(&cluster, "nocrd", &[]);
-    let t0 = Instant::now();
-    while !c.exited() {
-        assert!(
-            t0.elapsed() < Duration::from_secs(10),
-            "controller did not exit without CRDs"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    c.wait_exited(
+        Duration::from_secs(10),
+        "the controller to exit without CRDs",
+    )
+    .await;
     assert!(!c.child.wait().unwrap().success());
     let log = c.logs();
     assert!(

@@ -74,21 +74,11 @@ async fn chart_rbac_is_exactly_what_the_controller_uses() {
     api.patch("c", &pp, &kube::api::Patch::Merge(set(json!("bogus"))))
         .await
         .unwrap();
-    wait_for(Duration::from_secs(5), "MalformedAnnotation", || {
-        let client = client.clone();
-        async move {
-            (condition(&get_svc(&client, "c").await)?.1 == "MalformedAnnotation").then_some(())
-        }
-    })
-    .await;
+    wait_reason(&client, "c", "MalformedAnnotation", Duration::from_secs(5)).await;
     api.patch("c", &pp, &kube::api::Patch::Merge(set(json!(null))))
         .await
         .unwrap();
-    wait_for(Duration::from_secs(5), "PoolExhausted again", || {
-        let client = client.clone();
-        async move { (condition(&get_svc(&client, "c").await)?.1 == "PoolExhausted").then_some(()) }
-    })
-    .await;
+    wait_reason(&client, "c", "PoolExhausted", Duration::from_secs(5)).await;
     tokio::time::sleep(Duration::from_millis(200)).await;
     delete_svc(&client, "a").await; // release (after the cleanup wait) -> c allocated
     wait_ips(

@@ -53,9 +53,7 @@ fn slice(ready: bool) -> EndpointSlice {
 
 #[tokio::test]
 async fn failover_active_follows_the_endpoint_slice_and_leaves_with_the_annotation() {
-    let cluster = cluster().await;
-    let client = cluster.client().await;
-    create_pool(&client, "main", &["192.0.2.0/30"], |_| {}).await;
+    let (cluster, client) = cluster_with_pool("192.0.2.0/30").await;
     let _ctrl = Ctrl::start(&cluster, "c1", &[]);
     let slices = Api::<EndpointSlice>::namespaced(client.clone(), "default");
     slices

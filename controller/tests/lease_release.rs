@@ -7,7 +7,6 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::*;
-use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
@@ -22,25 +21,6 @@ const DEFAULT_TIMINGS: [&str; 6] = [
     "--retry-period",
     "2s",
 ];
-
-async fn lease(client: &kube::Client) -> Option<Lease> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NS);
-    api.get_opt("ringlb-controller").await.ok()?
-}
-
-async fn holder(client: &kube::Client) -> Option<String> {
-    lease(client).await?.spec?.holder_identity
-}
-
-async fn wait_holder(client: &kube::Client, who: &str, timeout: Duration) -> Duration {
-    let t0 = Instant::now();
-    wait_for(timeout, &format!("{who} holds the Lease"), || {
-        let client = client.clone();
-        async move { (holder(&client).await.as_deref() == Some(who)).then_some(()) }
-    })
-    .await;
-    t0.elapsed()
-}
 
 /// SIGTERM to the leader: it releases the Lease (no holder, 1 s duration, as
 /// client-go's ReleaseOnCancel) and the standby leads within 3 s, not after the

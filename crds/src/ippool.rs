@@ -161,6 +161,20 @@ pub struct Block {
 }
 
 impl IPPoolSpec {
+    /// An auto-assigned pool of `cidrs` with every other field at its default: the
+    /// spec of a manifest that lists only `cidrs`.
+    pub fn from_cidrs(cidrs: &[&str]) -> Self {
+        IPPoolSpec {
+            cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
+            ranges: vec![],
+            auto_assign: true,
+            avoid_buggy_ips: false,
+            service_selector: None,
+            namespace_selector: None,
+            priority: 0,
+        }
+    }
+
     /// Checks the spec as the CRD schema does (and the IPv6 range order, which CEL
     /// cannot express) and returns its blocks, CIDRs first, then ranges.
     pub fn blocks(&self) -> Result<Vec<Block>, ValidationErrors> {
@@ -301,7 +315,6 @@ mod tests {
 
     fn spec(cidrs: &[&str], ranges: &[(&str, &str)]) -> IPPoolSpec {
         IPPoolSpec {
-            cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
             ranges: ranges
                 .iter()
                 .map(|(s, e)| IPRange {
@@ -309,11 +322,7 @@ mod tests {
                     end: e.to_string(),
                 })
                 .collect(),
-            auto_assign: true,
-            avoid_buggy_ips: false,
-            service_selector: None,
-            namespace_selector: None,
-            priority: 0,
+            ..IPPoolSpec::from_cidrs(cidrs)
         }
     }
 

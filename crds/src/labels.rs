@@ -126,33 +126,25 @@ mod tests {
         assert!(!selects("s", Some(&sel), &labels(&[("zone", "a")])).unwrap());
     }
 
+    /// A selector of this one expression.
+    fn only(e: LabelSelectorRequirement) -> LabelSelector {
+        LabelSelector {
+            match_expressions: Some(vec![e]),
+            ..Default::default()
+        }
+    }
+
     #[test]
     fn bad_selectors_name_the_field() {
-        let bad = LabelSelector {
-            match_expressions: Some(vec![expr("a", "Near", &[])]),
-            ..Default::default()
-        };
+        let bad = only(expr("a", "Near", &[]));
         let e = Selector::parse("spec.nodeSelector", Some(&bad)).unwrap_err();
         assert_eq!(e.field, "spec.nodeSelector.matchExpressions[0]");
-        let bad = LabelSelector {
-            match_expressions: Some(vec![expr("a", "In", &[])]),
-            ..Default::default()
-        };
-        assert!(
-            Selector::parse("s", Some(&bad))
-                .unwrap_err()
-                .message
-                .contains("needs values")
-        );
-        let bad = LabelSelector {
-            match_expressions: Some(vec![expr("a", "Exists", &["x"])]),
-            ..Default::default()
-        };
-        assert!(
-            Selector::parse("s", Some(&bad))
-                .unwrap_err()
-                .message
-                .contains("takes no values")
-        );
+        for (bad, words) in [
+            (expr("a", "In", &[]), "needs values"),
+            (expr("a", "Exists", &["x"]), "takes no values"),
+        ] {
+            let message = Selector::parse("s", Some(&only(bad))).unwrap_err().message;
+            assert!(message.contains(words), "{message}");
+        }
     }
 }

@@ -143,100 +143,102 @@ fn peer(spec: Value) -> Value {
     json!({"apiVersion": "ringlb.io/v1alpha1", "kind": "BGPPeer", "metadata": {"name": "tor"}, "spec": spec})
 }
 
-fn assert_refused(errors: &[String], field: &str, words: &str) {
-    assert!(
-        errors
-            .iter()
-            .any(|e| e.contains(field) && e.contains(words)),
-        "expected a refusal naming {field:?} with {words:?}, got {errors:?}"
-    );
+/// Asserts that the schema of `crd` accepts each spec, made an object by `object`.
+fn assert_each_accepted(
+    crd: &CustomResourceDefinition,
+    object: impl Fn(Value) -> Value,
+    specs: &[Value],
+) {
+    for spec in specs {
+        let errs = refusals(crd, object(spec.clone()));
+        assert!(errs.is_empty(), "{spec} refused: {errs:?}");
+    }
+}
+
+/// Asserts that the schema of `crd` refuses each `(spec, field, words)`, the spec made
+/// an object by `object`, naming `field` with `words`.
+fn assert_each_refused(
+    crd: &CustomResourceDefinition,
+    object: impl Fn(Value) -> Value,
+    cases: &[(Value, &str, &str)],
+) {
+    for (spec, field, words) in cases {
+        let errors = refusals(crd, object(spec.clone()));
+        assert!(
+            errors
+                .iter()
+                .any(|e| e.contains(field) && e.contains(words)),
+            "expected a refusal naming {field:?} with {words:?}, got {errors:?}"
+        );
+    }
 }
 
 #[test]
 fn ippool_rules() {
     let crd = ringlb_crds::generate::crds().remove(0);
     assert_eq!(crd.spec.names.kind, "IPPool");
-    for good in [
-        json!({"cidrs": ["192.0.2.0/24", "2001:db8::/64"]}),
-        json!({"ranges": [{"start": "192.0.2.10", "end": "192.0.2.20"}]}),
-        json!({"ranges": [{"start": "9.255.255.255", "end": "10.0.0.0"}]}),
-        json!({"ranges": [{"start": "2001:db8::1", "end": "2001:db8::9"}], "avoidBuggyIPs": true, "priority": -3}),
-    ] {
-        let errs = refusals(&crd, pool(good.clone()));
-        assert!(errs.is_empty(), "{good} refused: {errs:?}");
-    }
-    assert_refused(
-        &refusals(&crd, pool(json!({"cidrs": ["10.0.0.0/33"]}))),
-        "spec.cidrs",
-        "must be a CIDR",
+    assert_each_accepted(
+        &crd,
+        pool,
+        &[
+            json!({"cidrs": ["192.0.2.0/24", "2001:db8::/64"]}),
+            json!({"ranges": [{"start": "192.0.2.10", "end": "192.0.2.20"}]}),
+            json!({"ranges": [{"start": "9.255.255.255", "end": "10.0.0.0"}]}),
+            json!({"ranges": [{"start": "2001:db8::1", "end": "2001:db8::9"}], "avoidBuggyIPs": true, "priority": -3}),
+            // A host address as a /32 or /128, and the whole space, have no host bits.
+            json!({"cidrs": ["10.9.1.5/32"]}),
+            json!({"cidrs": ["2001:db8::1/128"]}),
+            json!({"cidrs": ["0.0.0.0/0"]}),
+        ],
     );
-    assert_refused(
-        &refusals(&crd, pool(json!({"cidrs": ["banana"]}))),
-        "spec.cidrs",
-        "must be a CIDR",
-    );
-    assert_refused(
-        &refusals(
-            &crd,
-            pool(json!({"ranges": [{"start": "10.0.0.9", "end": "10.0.0.1"}]})),
-        ),
-        "spec.ranges[0]",
-        "start must not be after end",
-    );
-    assert_refused(
-        &refusals(
-            &crd,
-            pool(json!({"ranges": [{"start": "10.0.1.0", "end": "10.0.0.255"}]})),
-        ),
-        "spec.ranges[0]",
-        "start must not be after end",
-    );
-    assert_refused(
-        &refusals(
-            &crd,
-            pool(json!({"ranges": [{"start": "10.0.0.1", "end": "2001:db8::1"}]})),
-        ),
-        "spec.ranges[0]",
-        "same address family",
-    );
-    assert_refused(
-        &refusals(
-            &crd,
-            pool(json!({"ranges": [{"start": "10.0.0.300", "end": "10.0.0.1"}]})),
-        ),
-        "spec.ranges[0].start",
-        "must be an IP address",
-    );
-    assert_refused(
-        &refusals(&crd, pool(json!({}))),
-        "spec",
-        "at least one entry",
-    );
-    // Host bits set: refused, naming the entry and its network (not widened).
-    assert_refused(
-        &refusals(
-            &crd,
-            pool(json!({"cidrs": ["192.0.2.0/24", "10.9.1.5/24"]})),
-        ),
-        "spec.cidrs[1]",
-        "10.9.1.5/24 has host bits set; write its network address",
-    );
-    assert_refused(
-        &refusals(&crd, pool(json!({"cidrs": ["2001:db8::1/64"]}))),
-        "spec.cidrs[0]",
-        "2001:db8::1/64 has host bits set",
-    );
-    for good in ["10.9.1.5/32", "2001:db8::1/128", "0.0.0.0/0"] {
-        let errs = refusals(&crd, pool(json!({ "cidrs": [good] })));
-        assert!(errs.is_empty(), "{good} refused: {errs:?}");
-    }
-    assert_refused(
-        &refusals(
-            &crd,
-            pool(json!({"cidrs": ["10.0.0.0/8"], "priority": "high"})),
-        ),
-        "spec.priority",
-        "integer",
+    assert_each_refused(
+        &crd,
+        pool,
+        &[
+            (
+                json!({"cidrs": ["10.0.0.0/33"]}),
+                "spec.cidrs",
+                "must be a CIDR",
+            ),
+            (json!({"cidrs": ["banana"]}), "spec.cidrs", "must be a CIDR"),
+            (
+                json!({"ranges": [{"start": "10.0.0.9", "end": "10.0.0.1"}]}),
+                "spec.ranges[0]",
+                "start must not be after end",
+            ),
+            (
+                json!({"ranges": [{"start": "10.0.1.0", "end": "10.0.0.255"}]}),
+                "spec.ranges[0]",
+                "start must not be after end",
+            ),
+            (
+                json!({"ranges": [{"start": "10.0.0.1", "end": "2001:db8::1"}]}),
+                "spec.ranges[0]",
+                "same address family",
+            ),
+            (
+                json!({"ranges": [{"start": "10.0.0.300", "end": "10.0.0.1"}]}),
+                "spec.ranges[0].start",
+                "must be an IP address",
+            ),
+            (json!({}), "spec", "at least one entry"),
+            // Host bits set: refused, naming the entry and its network (not widened).
+            (
+                json!({"cidrs": ["192.0.2.0/24", "10.9.1.5/24"]}),
+                "spec.cidrs[1]",
+                "10.9.1.5/24 has host bits set; write its network address",
+            ),
+            (
+                json!({"cidrs": ["2001:db8::1/64"]}),
+                "spec.cidrs[0]",
+                "2001:db8::1/64 has host bits set",
+            ),
+            (
+                json!({"cidrs": ["10.0.0.0/8"], "priority": "high"}),
+                "spec.priority",
+                "integer",
+            ),
+        ],
     );
 }
 
@@ -244,64 +246,49 @@ fn ippool_rules() {
 fn bgppeer_rules() {
     let crd = ringlb_crds::generate::crds().remove(1);
     assert_eq!(crd.spec.names.kind, "BGPPeer");
-    let ok = json!({"peerAddress": "10.0.0.1", "peerASN": 65000, "myASN": 4294967295u32, "holdTime": 3, "keepaliveTime": 1});
-    assert!(
-        refusals(&crd, peer(ok.clone())).is_empty(),
-        "{:?}",
-        refusals(&crd, peer(ok))
+    assert_each_accepted(
+        &crd,
+        peer,
+        &[
+            json!({"peerAddress": "10.0.0.1", "peerASN": 65000, "myASN": 4294967295u32, "holdTime": 3, "keepaliveTime": 1}),
+            json!({"peerAddress": "fd00::1", "peerASN": 1, "myASN": 2, "holdTime": 0, "sourceAddress": "fd00::2"}),
+        ],
     );
-    let v6 = json!({"peerAddress": "fd00::1", "peerASN": 1, "myASN": 2, "holdTime": 0, "sourceAddress": "fd00::2"});
-    assert!(
-        refusals(&crd, peer(v6.clone())).is_empty(),
-        "{:?}",
-        refusals(&crd, peer(v6))
-    );
-    assert_refused(
-        &refusals(
-            &crd,
-            peer(json!({"peerAddress": "10.0.0.1", "peerASN": 0, "myASN": 65001})),
-        ),
-        "spec.peerASN",
-        "greater than or equal to 1",
-    );
-    assert_refused(
-        &refusals(
-            &crd,
-            peer(json!({"peerAddress": "10.0.0.1", "peerASN": 4294967296u64, "myASN": 65001})),
-        ),
-        "spec.peerASN",
-        "less than or equal to 4294967295",
-    );
-    assert_refused(
-        &refusals(
-            &crd,
-            peer(json!({"peerAddress": "10.0.0.1", "peerASN": 1, "myASN": 2, "holdTime": 2})),
-        ),
-        "spec.holdTime",
-        "0 or at least 3",
-    );
-    assert_refused(
-        &refusals(
-            &crd,
-            peer(json!({"peerAddress": "tor-1", "peerASN": 1, "myASN": 2})),
-        ),
-        "spec.peerAddress",
-        "IPv4 or IPv6",
-    );
-    assert_refused(
-        &refusals(
-            &crd,
-            peer(
-                json!({"peerAddress": "10.0.0.1", "peerASN": 1, "myASN": 2, "holdTime": 9, "keepaliveTime": 9}),
+    assert_each_refused(
+        &crd,
+        peer,
+        &[
+            (
+                json!({"peerAddress": "10.0.0.1", "peerASN": 0, "myASN": 65001}),
+                "spec.peerASN",
+                "greater than or equal to 1",
             ),
-        ),
-        "spec",
-        "keepaliveTime must be less than holdTime",
-    );
-    assert_refused(
-        &refusals(&crd, peer(json!({"peerAddress": "10.0.0.1", "peerASN": 1}))),
-        "spec.myASN",
-        "Required",
+            (
+                json!({"peerAddress": "10.0.0.1", "peerASN": 4294967296u64, "myASN": 65001}),
+                "spec.peerASN",
+                "less than or equal to 4294967295",
+            ),
+            (
+                json!({"peerAddress": "10.0.0.1", "peerASN": 1, "myASN": 2, "holdTime": 2}),
+                "spec.holdTime",
+                "0 or at least 3",
+            ),
+            (
+                json!({"peerAddress": "tor-1", "peerASN": 1, "myASN": 2}),
+                "spec.peerAddress",
+                "IPv4 or IPv6",
+            ),
+            (
+                json!({"peerAddress": "10.0.0.1", "peerASN": 1, "myASN": 2, "holdTime": 9, "keepaliveTime": 9}),
+                "spec",
+                "keepaliveTime must be less than holdTime",
+            ),
+            (
+                json!({"peerAddress": "10.0.0.1", "peerASN": 1}),
+                "spec.myASN",
+                "Required",
+            ),
+        ],
     );
 }
 
@@ -309,31 +296,38 @@ fn bgppeer_rules() {
 fn bgpadvertisement_rules() {
     let crd = ringlb_crds::generate::crds().remove(2);
     let adv = |spec: Value| json!({"apiVersion": "ringlb.io/v1alpha1", "kind": "BGPAdvertisement", "metadata": {"name": "a"}, "spec": spec});
-    let ok = json!({"communities": ["65535:0", "0:1"], "largeCommunities": ["4294967295:0:1"], "localPref": 200, "aggregationLength": {"v4": 24, "v6": 64}});
-    assert!(
-        refusals(&crd, adv(ok.clone())).is_empty(),
-        "{:?}",
-        refusals(&crd, adv(ok))
+    assert_each_accepted(
+        &crd,
+        adv,
+        &[
+            json!({"communities": ["65535:0", "0:1"], "largeCommunities": ["4294967295:0:1"], "localPref": 200, "aggregationLength": {"v4": 24, "v6": 64}}),
+        ],
     );
-    assert_refused(
-        &refusals(&crd, adv(json!({"communities": ["65536:0"]}))),
-        "spec.communities",
-        "0..65535",
-    );
-    assert_refused(
-        &refusals(&crd, adv(json!({"communities": ["no-export"]}))),
-        "spec.communities",
-        "ASN:VALUE",
-    );
-    assert_refused(
-        &refusals(&crd, adv(json!({"largeCommunities": ["1:2"]}))),
-        "spec.largeCommunities",
-        "GLOBAL:LOCAL1:LOCAL2",
-    );
-    assert_refused(
-        &refusals(&crd, adv(json!({"aggregationLength": {"v4": 33}}))),
-        "spec.aggregationLength.v4",
-        "less than or equal to 32",
+    assert_each_refused(
+        &crd,
+        adv,
+        &[
+            (
+                json!({"communities": ["65536:0"]}),
+                "spec.communities",
+                "0..65535",
+            ),
+            (
+                json!({"communities": ["no-export"]}),
+                "spec.communities",
+                "ASN:VALUE",
+            ),
+            (
+                json!({"largeCommunities": ["1:2"]}),
+                "spec.largeCommunities",
+                "GLOBAL:LOCAL1:LOCAL2",
+            ),
+            (
+                json!({"aggregationLength": {"v4": 33}}),
+                "spec.aggregationLength.v4",
+                "less than or equal to 32",
+            ),
+        ],
     );
 }
 

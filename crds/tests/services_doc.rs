@@ -21,6 +21,25 @@ fn first_cells(text: &str) -> Vec<String> {
         .collect()
 }
 
+/// The first cells of the page's table rows that `keep` keeps.
+fn listed(keep: impl Fn(&str) -> bool) -> BTreeSet<String> {
+    first_cells(&page())
+        .into_iter()
+        .filter(|c| keep(c))
+        .collect()
+}
+
+/// Asserts that the page lists every one of `wanted` and nothing else; `unknown_is`
+/// says what the extra ones are not.
+fn assert_lists_exactly(listed: &BTreeSet<String>, wanted: &BTreeSet<String>, unknown_is: &str) {
+    let missing: Vec<_> = wanted.difference(listed).collect();
+    let unknown: Vec<_> = listed.difference(wanted).collect();
+    assert!(
+        missing.is_empty() && unknown.is_empty(),
+        "docs/services.md: missing {missing:?}, {unknown_is} {unknown:?}"
+    );
+}
+
 /// Every property of `ServiceSpec`, from its JSON schema (the API's own names).
 fn spec_fields() -> BTreeSet<String> {
     let schema = schemars::schema_for!(ServiceSpec);
@@ -41,32 +60,16 @@ fn the_table_lists_every_service_spec_field() {
         fields.contains("spec.sessionAffinity") && fields.len() >= 20,
         "{fields:?}"
     );
-    let listed: BTreeSet<String> = first_cells(&page())
-        .into_iter()
-        .filter(|c| c.starts_with("spec."))
-        .collect();
-    let missing: Vec<_> = fields.difference(&listed).collect();
-    let unknown: Vec<_> = listed.difference(&fields).collect();
-    assert!(
-        missing.is_empty() && unknown.is_empty(),
-        "docs/services.md: missing {missing:?}, not ServiceSpec fields {unknown:?}"
-    );
+    let listed = listed(|c| c.starts_with("spec."));
+    assert_lists_exactly(&listed, &fields, "not ServiceSpec fields");
 }
 
 #[test]
 fn the_table_lists_every_annotation_ringlb_reads() {
-    let listed: BTreeSet<String> = first_cells(&page())
-        .into_iter()
-        .filter(|c| c.contains('/'))
-        .collect();
+    let listed = listed(|c| c.contains('/'));
     let mut wanted: BTreeSet<String> = ANNOTATIONS.iter().map(|(n, ..)| n.to_string()).collect();
     wanted.insert("service.beta.kubernetes.io/load-balancer-source-ranges".into());
-    let missing: Vec<_> = wanted.difference(&listed).collect();
-    let unknown: Vec<_> = listed.difference(&wanted).collect();
-    assert!(
-        missing.is_empty() && unknown.is_empty(),
-        "docs/services.md: missing {missing:?}, not read by ringlb {unknown:?}"
-    );
+    assert_lists_exactly(&listed, &wanted, "not read by ringlb");
 }
 
 #[test]

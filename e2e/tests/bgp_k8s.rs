@@ -18,7 +18,7 @@ use prometheus_client::registry::Registry;
 use ringlb_bgp::codec::{self, Afi, Decoded, Message, Open};
 use ringlb_bgp::{RouteAttrs, Speaker};
 use ringlb_crds::{BGPAdvertisement, BGPPeer};
-use ringlb_e2e::controlplane::{ControlPlane, Options, client_for};
+use ringlb_e2e::controlplane::{ControlPlane, Options};
 use ringlb_edge::peers::{NodeContext, run};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -130,22 +130,48 @@ async fn create_objects(client: &kube::Client, bgp_port: u16, password: Option<&
     }
 }
 
+/// A control plane with the chart's RBAC applied; an admin client, and one as
+/// ServiceAccount `ringlb-edge`.
+async fn control_plane_and_edge_client() -> (ControlPlane, kube::Client, kube::Client) {
+    let cp = ControlPlane::start_with_chart_rbac(Options::default(), RELEASE_NS)
+        .await
+        .expect("the control plane starts with the chart's RBAC");
+    let client = cp.client().await;
+    let edge_client = cp
+        .service_account_client(RELEASE_NS, "ringlb-edge")
+        .await
+        .expect("a client as ringlb-edge");
+    (cp, client, edge_client)
+}
+
+/// A speaker (no listening port) announcing `routes`.
+fn start_speaker(routes: &[&str]) -> Arc<Speaker> {
+    let speaker = Arc::new(Speaker::start(0, &mut Registry::default()).unwrap());
+    for r in routes {
+        speaker.announce(IpNetwork::V4(r.parse().unwrap()), RouteAttrs::default());
+    }
+    speaker
+}
+
+/// Runs the edge's BGP glue as node `node_name` with router ID `router_id`.
+fn spawn_edge(
+    client: kube::Client,
+    node_name: &str,
+    router_id: Ipv4Addr,
+    speaker: &Arc<Speaker>,
+) -> tokio::task::JoinHandle<Result<(), ringlb_bgp::Error>> {
+    let node = NodeContext {
+        node_name: node_name.into(),
+        router_id,
+    };
+    tokio::spawn(run(client, node, speaker.clone(), heartbeat()))
+}
+
 #[tokio::test]
 async fn objects_become_sessions_policy_and_status() {
     let (bgp_l, password) = peer_listener();
     let bgp_port = bgp_l.local_addr().unwrap().port();
-    let cp = ControlPlane::start(Options::default())
-        .await
-        .expect("the control plane starts");
-    let client = cp.client().await;
-    cp.apply_chart_rbac(RELEASE_NS)
-        .await
-        .expect("the chart's RBAC applies");
-    let edge_kubeconfig = cp
-        .service_account_kubeconfig(RELEASE_NS, "ringlb-edge")
-        .await
-        .expect("a token for ringlb-edge");
-    let edge_client = client_for(&edge_kubeconfig).await.unwrap();
+    let (_cp, client, edge_client) = control_plane_and_edge_client().await;
     // the edge's role reads the Secrets BGPPeers name (get), and nothing more of them
     match Api::<Secret>::all(edge_client.clone())
         .list(&Default::default())
@@ -157,17 +183,8 @@ async fn objects_become_sessions_policy_and_status() {
     create_objects(&client, bgp_port, password.as_deref()).await;
     let peers: Api<BGPPeer> = Api::all(client.clone());
 
-    let mut reg = Registry::default();
-    let speaker = Arc::new(Speaker::start(0, &mut reg).unwrap());
-    speaker.announce(
-        IpNetwork::V4("10.1.0.1/32".parse().unwrap()),
-        RouteAttrs::default(),
-    );
-    let node = NodeContext {
-        node_name: "edge-1".into(),
-        router_id: Ipv4Addr::new(10, 0, 0, 11),
-    };
-    tokio::spawn(run(edge_client, node, speaker.clone(), heartbeat()));
+    let speaker = start_speaker(&["10.1.0.1/32"]);
+    spawn_edge(edge_client, "edge-1", Ipv4Addr::new(10, 0, 0, 11), &speaker);
 
     let (mut s, _) = timeout(Duration::from_secs(10), bgp_l.accept())
         .await
@@ -216,28 +233,12 @@ async fn objects_become_sessions_policy_and_status() {
 /// things on the BGPPeer's status. Runs as `ringlb-edge` under the chart's RBAC.
 #[tokio::test]
 async fn conflicting_and_secretless_peers_say_so_on_their_own_status() {
-    let cp = ControlPlane::start(Options::default())
-        .await
-        .expect("the control plane starts");
-    let client = cp.client().await;
-    cp.apply_chart_rbac(RELEASE_NS)
-        .await
-        .expect("the chart's RBAC applies");
-    let edge_kubeconfig = cp
-        .service_account_kubeconfig(RELEASE_NS, "ringlb-edge")
-        .await
-        .expect("a token for ringlb-edge");
-    let edge_client = client_for(&edge_kubeconfig).await.unwrap();
+    let (_cp, client, edge_client) = control_plane_and_edge_client().await;
     create_conflicting_and_secretless_peers(&client).await;
     let peers: Api<BGPPeer> = Api::all(client.clone());
 
-    let mut reg = Registry::default();
-    let speaker = Arc::new(Speaker::start(0, &mut reg).unwrap());
-    let node = NodeContext {
-        node_name: "edge-1".into(),
-        router_id: Ipv4Addr::new(10, 0, 0, 11),
-    };
-    tokio::spawn(run(edge_client, node, speaker.clone(), heartbeat()));
+    let speaker = start_speaker(&[]);
+    spawn_edge(edge_client, "edge-1", Ipv4Addr::new(10, 0, 0, 11), &speaker);
 
     let seen = later_and_secretless_peers_say_so(&peers).await;
     first_peer_keeps_its_session_and_status(&speaker, &peers, &seen).await;
@@ -278,32 +279,24 @@ async fn create_conflicting_and_secretless_peers(client: &kube::Client) {
     .await;
     // creationTimestamp has one-second resolution.
     tokio::time::sleep(Duration::from_millis(1100)).await;
-    create(
-        &peers,
-        mk(
+    for (name, spec) in [
+        (
             "second",
             json!({"peerAddress": "127.0.0.1", "peerASN": 65100, "myASN": 65011, "port": 1179}),
         ),
-    )
-    .await;
-    create(
-        &peers,
-        mk(
+        (
             "no-secret",
             json!({"peerAddress": "127.0.0.2", "peerASN": 65000, "myASN": 65011,
                    "passwordSecretRef": {"name": "absent", "namespace": "default"}}),
         ),
-    )
-    .await;
-    create(
-        &peers,
-        mk(
+        (
             "no-key",
             json!({"peerAddress": "127.0.0.3", "peerASN": 65000, "myASN": 65011,
                    "passwordSecretRef": {"name": "wrong-key", "namespace": "default"}}),
         ),
-    )
-    .await;
+    ] {
+        create(&peers, mk(name, spec)).await;
+    }
 }
 
 /// `second` says Conflict, `no-secret` and `no-key` say Invalid with their own reasons,
@@ -575,11 +568,10 @@ async fn observe(
 /// the lab test runs that under the full role.)
 #[tokio::test]
 async fn the_edge_role_without_one_rule_breaks_what_needs_it() {
-    let cp = ControlPlane::start(Options::default())
+    let cp = ControlPlane::start_with_chart_rbac(Options::default(), RELEASE_NS)
         .await
-        .expect("the control plane starts");
+        .expect("the control plane starts with the chart's RBAC");
     let admin = cp.client().await;
-    cp.apply_chart_rbac(RELEASE_NS).await.unwrap();
     let rules = edge_role_rules();
     let md5 = ringlb_bgp::md5::set_md5_key(
         &std::net::TcpListener::bind("127.0.0.1:0").unwrap(),
@@ -672,22 +664,10 @@ async fn the_edge_role_without_one_rule_breaks_what_needs_it() {
                    "metadata": {"name": node, "labels": {"case": i.to_string()}}}),
         )
         .await;
-        let kc = cp
-            .service_account_kubeconfig(RELEASE_NS, &sa)
-            .await
-            .unwrap();
-        let client = client_for(&kc).await.unwrap();
-        let mut reg = Registry::default();
-        let speaker = Arc::new(Speaker::start(0, &mut reg).unwrap());
-        speaker.announce(
-            IpNetwork::V4("10.1.0.1/32".parse().unwrap()),
-            RouteAttrs::default(),
-        );
-        let ctx = NodeContext {
-            node_name: node.clone(),
-            router_id: Ipv4Addr::new(10, 0, 0, 11 + i as u8),
-        };
-        _speakers.push(tokio::spawn(run(client, ctx, speaker.clone(), heartbeat())));
+        let client = cp.service_account_client(RELEASE_NS, &sa).await.unwrap();
+        let speaker = start_speaker(&["10.1.0.1/32"]);
+        let router_id = Ipv4Addr::new(10, 0, 0, 11 + i as u8);
+        _speakers.push(spawn_edge(client, &node, router_id, &speaker));
         let peers = Api::<BGPPeer>::all(admin.clone());
         checks.push(async move {
             (

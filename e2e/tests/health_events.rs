@@ -14,7 +14,7 @@ use kube::api::{ListParams, PostParams};
 use kube::runtime::reflector;
 use kube::runtime::watcher;
 use ringlb_datapath::{Proto, Vip};
-use ringlb_e2e::controlplane::{ControlPlane, Options, client_for};
+use ringlb_e2e::controlplane::{ControlPlane, Options};
 use ringlb_edge::agent::health_events::HealthEvents;
 use ringlb_edge::serving::Skipped;
 use ringlb_edge::vip_health::hysteresis::Transition;
@@ -39,11 +39,10 @@ fn changed(transition: Transition) -> Changed {
 
 #[tokio::test]
 async fn health_changes_are_events_on_the_service_under_the_edge_role() {
-    let cp = ControlPlane::start(Options::default())
+    let cp = ControlPlane::start_with_chart_rbac(Options::default(), RELEASE_NS)
         .await
-        .expect("the control plane starts");
+        .expect("the control plane starts with the chart's RBAC");
     let admin = cp.client().await;
-    cp.apply_chart_rbac(RELEASE_NS).await.unwrap();
     let svc: Service = serde_json::from_value(json!({
         "metadata": {"name": "web", "namespace": "default"},
         "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]}
@@ -52,11 +51,10 @@ async fn health_changes_are_events_on_the_service_under_the_edge_role() {
     let services = Api::<Service>::namespaced(admin.clone(), "default");
     let svc = services.create(&PostParams::default(), &svc).await.unwrap();
 
-    let kc = cp
-        .service_account_kubeconfig(RELEASE_NS, "ringlb-edge")
+    let edge = cp
+        .service_account_client(RELEASE_NS, "ringlb-edge")
         .await
         .unwrap();
-    let edge = client_for(&kc).await.unwrap();
     let (store, mut writer) = reflector::store::<Service>();
     writer.apply_watcher_event(&watcher::Event::Apply(svc));
     let events = HealthEvents::new(edge.clone(), "edge-1".into());

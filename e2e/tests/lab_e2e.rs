@@ -152,36 +152,48 @@ fn start_the_cluster_as_the_charts_serviceaccounts(cluster: &mut Cluster) {
     );
 }
 
+/// Waits until the lines `kubectl args` prints are `want`, in any order; returns them.
+fn wait_kubectl_lines(
+    cluster: &Cluster,
+    what: &str,
+    timeout: Duration,
+    args: &[&str],
+    want: &[String],
+) -> String {
+    lab::wait_for(what, timeout, Duration::from_millis(200), || {
+        let out = cluster.kubectl(args)?;
+        let mut lines: Vec<&str> = out.lines().collect();
+        lines.sort();
+        Ok(if lines == want { Ok(out) } else { Err(out) })
+    })
+    .unwrap()
+}
+
 /// The Deployment's two pods, Running and Ready, one on each worker node with the IP
 /// of the pod namespace behind it.
 fn the_pods_run_ready_with_the_labs_ips(cluster: &Cluster, a: &Addrs) {
     // the lab kubelet runs the Deployment's pods with the lab's pod IPs, and the real
     // EndpointSlice controller lists both as ready
-    let pods = lab::wait_for(
+    let want: Vec<String> = a
+        .pods
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| format!("{ip} node{} True", i + 1))
+        .collect();
+    let pods = wait_kubectl_lines(
+        cluster,
         "2 Running+Ready pods with the lab's IPs, one per worker node",
         Duration::from_secs(30),
-        Duration::from_millis(200),
-        || {
-            let out = cluster.kubectl(&[
-                "get",
-                "pods",
-                "-l",
-                "app=web",
-                "-o",
-                r#"jsonpath={range .items[*]}{.status.podIP} {.spec.nodeName} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
-            ])?;
-            let mut lines: Vec<&str> = out.lines().collect();
-            lines.sort();
-            let want: Vec<String> = a
-                .pods
-                .iter()
-                .enumerate()
-                .map(|(i, ip)| format!("{ip} node{} True", i + 1))
-                .collect();
-            Ok(if lines == want { Ok(out) } else { Err(out) })
-        },
-    )
-    .unwrap();
+        &[
+            "get",
+            "pods",
+            "-l",
+            "app=web",
+            "-o",
+            r#"jsonpath={range .items[*]}{.status.podIP} {.spec.nodeName} {.status.conditions[?(@.type=="Ready")].status}{"\n"}{end}"#,
+        ],
+        &want,
+    );
     eprintln!("pods:\n{pods}");
 }
 
@@ -191,26 +203,21 @@ fn the_pods_run_ready_with_the_labs_ips(cluster: &Cluster, a: &Addrs) {
 fn a_service_gets_a_vip_from_the_pool(cluster: &mut Cluster, a: &Addrs) -> String {
     cluster.expose("web").unwrap();
     let vip = cluster.wait_vip("web", Duration::from_secs(10)).unwrap();
-    let slice = lab::wait_for(
+    let want: Vec<String> = a.pods.iter().map(|ip| format!("{ip} true")).collect();
+    let slice = wait_kubectl_lines(
+        cluster,
         "kube-controller-manager's EndpointSlice for web with both pods ready",
         Duration::from_secs(20),
-        Duration::from_millis(200),
-        || {
-            let out = cluster.kubectl(&[
-                "get",
-                "endpointslices",
-                "-l",
-                "kubernetes.io/service-name=web",
-                "-o",
-                r#"jsonpath={range .items[*].endpoints[*]}{.addresses[0]} {.conditions.ready}{"\n"}{end}"#,
-            ])?;
-            let mut lines: Vec<&str> = out.lines().collect();
-            lines.sort();
-            let want: Vec<String> = a.pods.iter().map(|ip| format!("{ip} true")).collect();
-            Ok(if lines == want { Ok(out) } else { Err(out) })
-        },
-    )
-    .unwrap();
+        &[
+            "get",
+            "endpointslices",
+            "-l",
+            "kubernetes.io/service-name=web",
+            "-o",
+            r#"jsonpath={range .items[*].endpoints[*]}{.addresses[0]} {.conditions.ready}{"\n"}{end}"#,
+        ],
+        &want,
+    );
     eprintln!("endpoints:\n{slice}");
     let v: std::net::Ipv4Addr = vip.parse().expect("an IPv4 VIP");
     let (lo, hi): (std::net::Ipv4Addr, std::net::Ipv4Addr) =

@@ -18,7 +18,7 @@ use kube::Api;
 use kube::api::{DeleteParams, Patch, PatchParams, PostParams};
 use prometheus_client::registry::Registry;
 use ringlb_e2e::controlplane::{
-    ControlPlane, KubeletOptions, LabNode, Options, client_for, kubelet::POD_IPS_ANNOTATION,
+    ControlPlane, KubeletOptions, LabNode, Options, kubelet::POD_IPS_ANNOTATION,
 };
 use ringlb_edge::node::datapath::maps::{Applier, FakeMaps};
 use ringlb_edge::node::datapath::{NodeState, Proto, ServiceKey, ServiceTarget};
@@ -149,17 +149,13 @@ async fn create_service(api: &Api<Service>, name: &str, class: Option<&str>, vip
     .unwrap();
 }
 
-/// A client as ServiceAccount `ringlb-node` under the chart's RBAC (applied here),
-/// checked to be refused a list of Secrets.
+/// A client as ServiceAccount `ringlb-node` under the chart's RBAC, checked to be
+/// refused a list of Secrets.
 async fn node_client_under_chart_rbac(cp: &ControlPlane) -> kube::Client {
-    cp.apply_chart_rbac(RELEASE_NS)
+    let node_client = cp
+        .service_account_client(RELEASE_NS, "ringlb-node")
         .await
-        .expect("the chart's RBAC applies");
-    let kubeconfig = cp
-        .service_account_kubeconfig(RELEASE_NS, "ringlb-node")
-        .await
-        .expect("a token for ringlb-node");
-    let node_client = client_for(&kubeconfig).await.unwrap();
+        .expect("a client as ringlb-node");
     // the node's role only reads Services, EndpointSlices and Pods
     match Api::<Secret>::all(node_client.clone())
         .list(&Default::default())
@@ -203,9 +199,9 @@ async fn create_services_and_pods(
 
 #[tokio::test]
 async fn the_node_agent_programs_exactly_its_nodes_pods_under_chart_rbac() {
-    let cp = ControlPlane::start(Options::default())
+    let cp = ControlPlane::start_with_chart_rbac(Options::default(), RELEASE_NS)
         .await
-        .expect("the control plane starts");
+        .expect("the control plane starts with the chart's RBAC");
     let admin = cp.client().await;
     let node_client = node_client_under_chart_rbac(&cp).await;
     let _kubelet = cp

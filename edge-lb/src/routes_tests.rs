@@ -9,25 +9,12 @@ use crate::vip_health::Tracker;
 #[test]
 fn a_vip_without_endpoints_of_its_family_is_not_announced() {
     use crate::serving::build;
-    use crate::serving::fixtures::{ep, service, slice};
+    use crate::serving::fixtures::{ep, one_pod_slice, service};
     use crate::tables::{Tables, datapath_state};
     use serde_json::json;
     let svc = service("web", &["192.0.2.1", "2001:db8::1"], json!([{"port": 80}]));
-    let port = || json!([{"port": 80}]);
-    let v4 = slice(
-        "web",
-        "v4",
-        "IPv4",
-        port(),
-        json!([ep("10.0.0.1", true, true, false)]),
-    );
-    let v6 = slice(
-        "web",
-        "v6",
-        "IPv6",
-        port(),
-        json!([ep("fd00::1", true, true, false)]),
-    );
+    let v4 = one_pod_slice("v4", "IPv4", 80, ep("10.0.0.1", true, true, false));
+    let v6 = one_pod_slice("v6", "IPv6", 80, ep("fd00::1", true, true, false));
     let routes = |slices: &[_]| {
         let want = build(std::slice::from_ref(&svc), slices, true);
         let (programmed, problems) = datapath_state(&want, 251, &mut Tables::default());
@@ -54,18 +41,12 @@ fn a_vip_without_endpoints_of_its_family_is_not_announced() {
 #[test]
 fn terminating_pods_that_still_serve_keep_the_vip_announced() {
     use crate::serving::build;
-    use crate::serving::fixtures::{ep, service, slice};
+    use crate::serving::fixtures::{ep, one_pod_slice, service};
     use crate::tables::{Tables, datapath_state};
     use serde_json::json;
     let svc = service("web", &["192.0.2.1"], json!([{"port": 80}]));
     let routes = |serving: bool| {
-        let s = slice(
-            "web",
-            "v4",
-            "IPv4",
-            json!([{"port": 80}]),
-            json!([ep("10.0.0.1", false, serving, true)]),
-        );
+        let s = one_pod_slice("v4", "IPv4", 80, ep("10.0.0.1", false, serving, true));
         let want = build(std::slice::from_ref(&svc), &[s], true);
         let (programmed, _) = datapath_state(&want, 251, &mut Tables::default());
         let ev = Tracker::default().evaluate(&want, &programmed, Instant::now());

@@ -363,11 +363,22 @@ pub(crate) mod fixtures {
     pub(crate) fn ep(ip: &str, ready: bool, serving: bool, terminating: bool) -> serde_json::Value {
         json!({"addresses": [ip], "conditions": {"ready": ready, "serving": serving, "terminating": terminating}})
     }
+
+    /// A slice `name` of Service `web` with one unnamed TCP port and the one
+    /// endpoint `ep` (see [`ep`]).
+    pub(crate) fn one_pod_slice(
+        name: &str,
+        family: &str,
+        port: u16,
+        ep: serde_json::Value,
+    ) -> EndpointSlice {
+        slice("web", name, family, json!([{"port": port}]), json!([ep]))
+    }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::fixtures::{ep, service, slice};
+    use super::fixtures::{ep, one_pod_slice, service, slice};
     use super::*;
     use serde_json::json;
 
@@ -433,20 +444,8 @@ mod tests {
             &["192.0.2.1"],
             json!([{"port": 80, "targetPort": 8080}]),
         );
-        let a = slice(
-            "web",
-            "a",
-            "IPv4",
-            json!([{"port": 8080}]),
-            json!([ep("10.0.0.9", true, true, false)]),
-        );
-        let c = slice(
-            "web",
-            "c",
-            "IPv4",
-            json!([{"port": 8080}]),
-            json!([ep("10.0.0.1", true, true, false)]),
-        );
+        let a = one_pod_slice("a", "IPv4", 8080, ep("10.0.0.9", true, true, false));
+        let c = one_pod_slice("c", "IPv4", 8080, ep("10.0.0.1", true, true, false));
         assert_eq!(
             build(std::slice::from_ref(&svc), &[a.clone(), c.clone()], true),
             build(&[svc], &[c, a], true)
@@ -456,20 +455,8 @@ mod tests {
     #[test]
     fn dual_stack_serves_each_vip_from_its_own_family_only() {
         let svc = service("web", &["192.0.2.1", "2001:db8::1"], json!([{"port": 80}]));
-        let v4 = slice(
-            "web",
-            "v4",
-            "IPv4",
-            json!([{"port": 80}]),
-            json!([ep("10.0.0.1", true, true, false)]),
-        );
-        let v6 = slice(
-            "web",
-            "v6",
-            "IPv6",
-            json!([{"port": 80}]),
-            json!([ep("fd00::1", true, true, false)]),
-        );
+        let v4 = one_pod_slice("v4", "IPv4", 80, ep("10.0.0.1", true, true, false));
+        let v6 = one_pod_slice("v6", "IPv6", 80, ep("fd00::1", true, true, false));
         let d = build(std::slice::from_ref(&svc), &[v4, v6.clone()], true);
         assert_eq!(
             d.vips[&vip("192.0.2.1", 80, Proto::Tcp)].ready,
@@ -481,13 +468,7 @@ mod tests {
         );
         // Only IPv6 pods: the IPv4 VIP has no backend (a pod without an IPv4 address
         // cannot take its traffic), ready or draining; the IPv6 VIP keeps its own.
-        let draining6 = slice(
-            "web",
-            "v6d",
-            "IPv6",
-            json!([{"port": 80}]),
-            json!([ep("fd00::2", false, true, true)]),
-        );
+        let draining6 = one_pod_slice("v6d", "IPv6", 80, ep("fd00::2", false, true, true));
         let d = build(&[svc], &[v6, draining6], true);
         let v4_vip = &d.vips[&vip("192.0.2.1", 80, Proto::Tcp)];
         assert!(
@@ -503,13 +484,7 @@ mod tests {
     #[test]
     fn an_ipv6_vip_with_ipv4_only_pods_has_no_backends() {
         let svc = service("web", &["2001:db8::1"], json!([{"port": 80}]));
-        let v4 = slice(
-            "web",
-            "v4",
-            "IPv4",
-            json!([{"port": 80}]),
-            json!([ep("10.0.0.1", true, true, false)]),
-        );
+        let v4 = one_pod_slice("v4", "IPv4", 80, ep("10.0.0.1", true, true, false));
         let d = build(&[svc], &[v4], true);
         let b6 = &d.vips[&vip("2001:db8::1", 80, Proto::Tcp)];
         assert!(b6.ready.is_empty() && b6.draining.is_empty(), "{b6:?}");
@@ -545,6 +520,14 @@ mod tests {
             "default/b"
         );
         assert!(d.skipped[0].reason.contains("already served for default/a"));
+    }
+
+    /// The reasons of `d`'s bad annotations, in order.
+    fn reasons(d: &Serving) -> Vec<&str> {
+        d.bad_annotations
+            .iter()
+            .map(|s| s.reason.as_str())
+            .collect()
     }
 
     fn annotated(name: &str, vips: &[&str], ann: serde_json::Value) -> Service {
@@ -654,11 +637,7 @@ mod tests {
             d.vips[&vip("203.0.113.9", 80, Proto::Tcp)].service,
             "default/b1"
         );
-        let reasons: Vec<&str> = d
-            .bad_annotations
-            .iter()
-            .map(|s| s.reason.as_str())
-            .collect();
+        let reasons = reasons(&d);
         assert_eq!(reasons.len(), 3, "{reasons:?}");
         assert!(
             reasons[0].contains(
@@ -713,11 +692,7 @@ mod tests {
             d.vips[&vip("192.0.2.2", 80, Proto::Tcp)].source_ranges,
             None
         );
-        let reasons: Vec<&str> = d
-            .bad_annotations
-            .iter()
-            .map(|s| s.reason.as_str())
-            .collect();
+        let reasons = reasons(&d);
         assert_eq!(reasons.len(), 2, "{reasons:?}");
         assert!(reasons[0].contains("spec.loadBalancerSourceRanges: \"bogus\""));
         assert!(reasons[1].contains("disagrees"));

@@ -424,47 +424,52 @@ mod tests {
         );
     }
 
+    /// VIP 192.0.2.1:80 with one backend, its entry computed after each edit of
+    /// what it serves, all through the same tables (a cache hit keeps the old entry).
+    struct OneVip {
+        v: Vip,
+        d: Serving,
+        tables: Tables,
+    }
+
+    impl OneVip {
+        fn new() -> Self {
+            let v = vip("192.0.2.1", 80);
+            OneVip {
+                v,
+                d: desired(vec![(v, vec![b("10.2.0.1")], vec![])]),
+                tables: Tables::default(),
+            }
+        }
+
+        fn entry_after(&mut self, edit: impl Fn(&mut VipBackends)) -> ServiceEntry {
+            self.d.vips.values_mut().for_each(edit);
+            let (s, _) = datapath_state(&self.d, 251, &mut self.tables);
+            s.services[&self.v].clone()
+        }
+    }
+
     /// Source ranges reach the entry, and a change of them alone (same backends)
     /// rebuilds it: the cache key holds them.
     #[test]
     fn source_ranges_reach_the_entry_and_are_part_of_the_cache_key() {
-        let v = vip("192.0.2.1", 80);
-        let mut d = desired(vec![(v, vec![b("10.2.0.1")], vec![])]);
-        let mut tables = Tables::default();
-        let (s, _) = datapath_state(&d, 251, &mut tables);
-        assert_eq!(s.services[&v].source_ranges(), None);
+        let mut one = OneVip::new();
+        assert_eq!(one.entry_after(|_| {}).source_ranges(), None);
         let r = |a: &str, p| SourceRange::new(a.parse().unwrap(), p).unwrap();
         let ranges = vec![r("198.51.100.0", 24), r("2001:db8::", 32)];
-        d.vips
-            .values_mut()
-            .for_each(|x| x.source_ranges = Some(ranges.clone()));
-        let (s, _) = datapath_state(&d, 251, &mut tables);
-        let got: Vec<_> = s.services[&v]
-            .source_ranges()
-            .unwrap()
-            .iter()
-            .copied()
-            .collect();
+        let e = one.entry_after(|x| x.source_ranges = Some(ranges.clone()));
+        let got: Vec<_> = e.source_ranges().unwrap().iter().copied().collect();
         assert_eq!(got, vec![r("198.51.100.0", 24)], "the VIP's family only");
-        d.vips
-            .values_mut()
-            .for_each(|x| x.source_ranges = Some(vec![]));
-        let (s, _) = datapath_state(&d, 251, &mut tables);
-        assert!(s.services[&v].source_ranges().unwrap().is_empty(), "closed");
+        let e = one.entry_after(|x| x.source_ranges = Some(vec![]));
+        assert!(e.source_ranges().unwrap().is_empty(), "closed");
     }
 
     /// Client affinity reaches the entry, and a change of it alone rebuilds it.
     #[test]
     fn client_affinity_reaches_the_entry_and_is_part_of_the_cache_key() {
-        let v = vip("192.0.2.1", 80);
-        let mut d = desired(vec![(v, vec![b("10.2.0.1")], vec![])]);
-        let mut tables = Tables::default();
-        let (s, _) = datapath_state(&d, 251, &mut tables);
-        assert_eq!(s.services[&v].client_affinity(), None);
-        d.vips
-            .values_mut()
-            .for_each(|x| x.client_affinity = Some(60));
-        let (s, _) = datapath_state(&d, 251, &mut tables);
-        assert_eq!(s.services[&v].client_affinity(), Some(60));
+        let mut one = OneVip::new();
+        assert_eq!(one.entry_after(|_| {}).client_affinity(), None);
+        let e = one.entry_after(|x| x.client_affinity = Some(60));
+        assert_eq!(e.client_affinity(), Some(60));
     }
 }

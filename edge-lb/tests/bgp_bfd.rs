@@ -167,13 +167,7 @@ fn bird_bfd_removes_a_frozen_edge_within_the_detection_time() {
     );
 
     // Thawed, our side hears BIRD's BFD Down, resets its BGP session and comes back.
-    let back = wait_until(Duration::from_secs(20), || lab.routes_via_both_edges(VIP4));
-    assert!(
-        back,
-        "edge1 did not come back: {}\n{}",
-        route(&lab),
-        lab.logs()
-    );
+    lab.assert_ecmp_within(VIP4, Duration::from_secs(20), "edge1 did not come back");
     let m = metrics(&lab, "e1");
     assert!(
         metric(
@@ -186,11 +180,7 @@ fn bird_bfd_removes_a_frozen_edge_within_the_detection_time() {
         metric(&m, "ringlb_bgp_session_flaps_total{") >= 1.0,
         "our side did not reset its session:\n{m}"
     );
-    assert!(
-        lab.birdc(&["show", "protocols", "e2"])
-            .contains("Established"),
-        "edge2's session was disturbed"
-    );
+    assert!(lab.bird_established("e2"), "edge2's session was disturbed");
 }
 
 #[test]
@@ -308,11 +298,7 @@ fn bird_bfd_removes_a_killed_graceful_restart_edge_within_the_detection_time() {
         pos("e1: Neighbor graceful restart detected") < pos("e1: BFD session down"),
         "{log}"
     );
-    assert!(
-        lab.birdc(&["show", "protocols", "e2"])
-            .contains("Established"),
-        "edge2's session was disturbed"
-    );
+    assert!(lab.bird_established("e2"), "edge2's session was disturbed");
 }
 
 #[test]
@@ -339,11 +325,7 @@ fn bird_bfd_graceful_keeps_the_route_through_a_hitless_restart() {
     assert!(up, "no route with BFD Up:\n{}", lab.logs());
     // SIGTERM for a restart: BFD says AdminDown before the process goes; BIRD's BFD
     // goes down and, with `bfd graceful`, keeps the route as stale through the gap.
-    lab.signal(old, "TERM");
-    assert!(
-        lab.wait_exit(old, Duration::from_secs(10)),
-        "no exit on SIGTERM"
-    );
+    lab.terminate(old);
     std::thread::sleep(Duration::from_millis(1500));
     let bfd = lab.birdc(&["show", "bfd", "sessions"]);
     assert!(
@@ -359,9 +341,7 @@ fn bird_bfd_graceful_keeps_the_route_through_a_hitless_restart() {
     let args = ["--metrics-addr", METRICS, "speaker", "--config", c.as_str()];
     lab.spawn("edge1-new", "e1", &bin, &args);
     let back = wait_until(Duration::from_secs(20), || {
-        lab.birdc(&["show", "protocols", "e1"])
-            .contains("Established")
-            && lab.birdc(&["show", "bfd", "sessions"]).contains(" Up ")
+        lab.bird_established("e1") && lab.birdc(&["show", "bfd", "sessions"]).contains(" Up ")
     });
     assert!(back, "not back with BFD Up:\n{}", lab.logs());
     assert!(route(&lab).contains(&via1), "{}", route(&lab));

@@ -62,11 +62,7 @@ fn spawn_edge(lab: &mut Lab, i: u8) -> usize {
 
 #[test]
 fn frr_bfd_removes_a_frozen_edge_within_the_detection_time() {
-    require_lab!("vtysh");
-    if let Some(why) = frr::missing() {
-        ringlb_testkit::tier::skip(format_args!("frr_bfd: {why}"));
-        return;
-    }
+    require_frr!("frr_bfd");
     let mut lab = Lab::new("frrbfd", 2);
     let dir = frr::start_frr(&mut lab, &bgpd_conf(), BFDD_FAST);
     let e1 = spawn_edge(&mut lab, 1);
@@ -107,11 +103,5 @@ fn frr_bfd_removes_a_frozen_edge_within_the_detection_time() {
         reset.contains("BFD"),
         "FRR's session did not end by BFD:\n{neighbor}"
     );
-    let back = wait_until(Duration::from_secs(30), || lab.routes_via_both_edges(VIP4));
-    assert!(
-        back,
-        "edge1 did not come back: {}\n{}",
-        route(&lab),
-        lab.logs()
-    );
+    lab.assert_ecmp_within(VIP4, Duration::from_secs(30), "edge1 did not come back");
 }

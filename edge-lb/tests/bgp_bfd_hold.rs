@@ -129,11 +129,7 @@ fn bfd_up(lab: &Lab) -> bool {
 /// Route via edge 1, BGP Established, BFD Up at BIRD.
 fn converge(lab: &Lab) {
     let ok = wait_until(Duration::from_secs(20), || {
-        lab.tor_route(VIP).contains(&via())
-            && lab
-                .birdc(&["show", "protocols", "e1"])
-                .contains("Established")
-            && bfd_up(lab)
+        lab.tor_route(VIP).contains(&via()) && lab.bird_established("e1") && bfd_up(lab)
     });
     assert!(
         ok,
@@ -141,6 +137,14 @@ fn converge(lab: &Lab) {
         lab.birdc(&["show", "bfd", "sessions"]),
         lab.logs()
     );
+}
+
+/// Edge 1 started in a new set-up `tag`, with the hold or without, and converged.
+fn converged(tag: &str, hold: bool) -> (Setup, usize) {
+    let mut s = setup(tag);
+    let e = start_edge(&mut s, "edge1", &speaker_yaml(30, false), hold);
+    converge(&s.lab);
+    (s, e)
 }
 
 fn entries(pins: &Path) -> Vec<ringlb_xdp::bfd_hold::HeldEntry> {
@@ -173,11 +177,7 @@ fn restart(
     let before = bfd_changes(&s.lab.log(0)).len();
     let poller = Poller::start(s.lab.ns("tor"), VIP, via());
     std::thread::sleep(Duration::from_millis(500));
-    s.lab.signal(old, "TERM");
-    assert!(
-        s.lab.wait_exit(old, Duration::from_secs(10)),
-        "no exit on SIGTERM"
-    );
+    s.lab.terminate(old);
     std::thread::sleep(gap);
     if hold {
         let e = entries(&s.pins);
@@ -192,10 +192,7 @@ fn restart(
     }
     start_edge(s, "edge1-new", &speaker_yaml(30, true), hold);
     let back = wait_until(Duration::from_secs(30), || {
-        s.lab
-            .birdc(&["show", "protocols", "e1"])
-            .contains("Established")
-            && bfd_up(&s.lab)
+        s.lab.bird_established("e1") && bfd_up(&s.lab)
     });
     assert!(back, "edge1 not back:\n{}", s.lab.logs());
     // a few detection times more with the new agent on its own
@@ -208,9 +205,7 @@ fn restart(
 #[test]
 fn bird_bfd_on_keeps_the_edge_through_a_hitless_restart_held_by_xdp() {
     require_lab!("bird", "birdc");
-    let mut s = setup("bfdh");
-    let old = start_edge(&mut s, "edge1", &speaker_yaml(30, false), true);
-    converge(&s.lab);
+    let (mut s, old) = converged("bfdh", true);
     let since = s.lab.birdc(&["show", "bfd", "sessions"]);
     let (samples, missing, seen, changes) = restart(&mut s, old, Duration::from_secs(3), true);
     eprintln!(
@@ -253,9 +248,7 @@ fn bird_bfd_on_keeps_the_edge_through_a_hitless_restart_held_by_xdp() {
 #[test]
 fn without_the_hold_bird_bfd_on_drops_the_edge_on_a_restart() {
     require_lab!("bird", "birdc");
-    let mut s = setup("bfdn");
-    let old = start_edge(&mut s, "edge1", &speaker_yaml(30, false), false);
-    converge(&s.lab);
+    let (mut s, old) = converged("bfdn", false);
     let (samples, missing, _, changes) = restart(&mut s, old, Duration::from_secs(3), false);
     eprintln!(
         "BIRD bfd on + GR, restart with AdminDown (no hold): {missing} of {samples} route \
@@ -269,9 +262,7 @@ fn without_the_hold_bird_bfd_on_drops_the_edge_on_a_restart() {
 #[test]
 fn an_edge_killed_with_the_hold_configured_leaves_within_the_bfd_time() {
     require_lab!("bird", "birdc");
-    let mut s = setup("bfdk");
-    let e = start_edge(&mut s, "edge1", &speaker_yaml(30, false), true);
-    converge(&s.lab);
+    let (s, e) = converged("bfdk", true);
     s.lab.signal(e, "KILL");
     let (r, took) = s
         .lab
@@ -294,11 +285,8 @@ fn an_edge_killed_with_the_hold_configured_leaves_within_the_bfd_time() {
 #[test]
 fn a_hold_whose_agent_never_returns_ends_at_its_deadline() {
     require_lab!("bird", "birdc");
-    let mut s = setup("bfdx");
-    let e = start_edge(&mut s, "edge1", &speaker_yaml(30, false), true);
-    converge(&s.lab);
-    s.lab.signal(e, "TERM");
-    assert!(s.lab.wait_exit(e, Duration::from_secs(10)));
+    let (mut s, e) = converged("bfdx", true);
+    s.lab.terminate(e);
     // The agent held the session for the restart time (30 s, BIRD's graceful
     // restart keeps the routes as long). Bring the deadline to 2 s from now, so
     // that only the program's deadline can end the session before BIRD's timer.

@@ -25,11 +25,6 @@ fn ebgp_v4_peer(my_asn: u32, extra: &str) -> String {
     )
 }
 
-fn established(lab: &Lab, proto: &str) -> bool {
-    lab.birdc(&["show", "protocols", proto])
-        .contains("Established")
-}
-
 fn in_fib(lab: &Lab, vip: &str, via: &str) -> bool {
     let want = format!("via {via}");
     wait_until(Duration::from_secs(5), || {
@@ -67,15 +62,7 @@ protocol bgp e1i from edge {{
     let prefixes = format!("  - prefix: {VIP4}/32\n    med: 10\n  - prefix: {VIP6}/128\n");
     let e1 = lab.start_speaker("edge1", "e1", &speaker_yaml(1, &peers, &prefixes, 1));
 
-    let up = wait_until(Duration::from_secs(15), || {
-        established(&lab, "e1") && established(&lab, "e1i")
-    });
-    assert!(
-        up,
-        "sessions not Established:\n{}\n{}",
-        lab.birdc(&["show", "protocols", "all"]),
-        lab.logs()
-    );
+    lab.assert_established_within(&["e1", "e1i"], Duration::from_secs(15), "sessions");
 
     let mut v4 = String::new();
     let got4 = wait_until(Duration::from_secs(5), || {
@@ -152,12 +139,7 @@ protocol bgp e1i from edge {{
 #[test]
 fn bird_md5_good_password_establishes_wrong_one_does_not() {
     require_lab!("bird", "birdc");
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    if let Err(e) = ringlb_bgp::md5::set_md5_key(&probe, false, "127.0.0.2".parse().unwrap(), b"x")
-    {
-        eprintln!("SKIPPED md5 test: kernel has no TCP_MD5SIG: {e}");
-        return;
-    }
+    require_md5!("md5 test");
     let mut lab = Lab::new("md5", 2);
     lab.start_bird(&format!(
         r#"
@@ -188,15 +170,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; pass
             1,
         ),
     );
-    let up = wait_until(Duration::from_secs(15), || {
-        established(&lab, "e1") && established(&lab, "e1v6")
-    });
-    assert!(
-        up,
-        "MD5 sessions not Established:\n{}\n{}",
-        lab.birdc(&["show", "protocols", "all"]),
-        lab.logs()
-    );
+    lab.assert_established_within(&["e1", "e1v6"], Duration::from_secs(15), "MD5 sessions");
     assert!(
         wait_until(Duration::from_secs(5), || lab
             .birdc(&["show", "route", &format!("{VIP6}/128")])
@@ -207,7 +181,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; pass
     // segments); give it a few connect retries.
     std::thread::sleep(Duration::from_secs(3));
     assert!(
-        !established(&lab, "e2"),
+        !lab.bird_established("e2"),
         "wrong MD5 password established a session"
     );
 }
@@ -215,8 +189,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; pass
 #[test]
 fn bird_ecmp_then_sigterm_drains_and_kill9_drops_the_nexthop() {
     require_lab!("bird", "birdc");
-    let mut lab = Lab::new("ecmp", 2);
-    lab.start_bird_two_edges();
+    let mut lab = Lab::with_bird_two_edges("ecmp");
     let prefixes = format!("  - prefix: {VIP4}/32\n");
     let drain = 2;
     let y1 = speaker_yaml(1, &ebgp_v4_peer(65011, ""), &prefixes, drain);
@@ -226,11 +199,10 @@ fn bird_ecmp_then_sigterm_drains_and_kill9_drops_the_nexthop() {
     let via1 = format!("via {}", edge_v4(1));
     let via2 = format!("via {}", edge_v4(2));
     let both = |lab: &Lab| lab.routes_via_both_edges(VIP4);
-    assert!(
-        wait_until(Duration::from_secs(15), || both(&lab)),
-        "no ECMP route with two nexthops: {}\n{}",
-        lab.tor_route(VIP4),
-        lab.logs()
+    lab.assert_ecmp_within(
+        VIP4,
+        Duration::from_secs(15),
+        "no ECMP route with two nexthops",
     );
 
     // ---- SIGTERM edge1: GRACEFUL_SHUTDOWN first, withdrawal after the drain time.
@@ -278,17 +250,12 @@ fn bird_ecmp_then_sigterm_drains_and_kill9_drops_the_nexthop() {
         "BIRD did not get Cease/Administrative shutdown:\n{}",
         lab.birdc(&["show", "protocols", "all", "e1"])
     );
-    assert!(established(&lab, "e2"), "edge2's session was disturbed");
+    assert!(lab.bird_established("e2"), "edge2's session was disturbed");
     eprintln!("SIGTERM -> withdrawn after {withdrawn_after:?} (drain {drain}s)");
 
     // ---- restart edge1, back to ECMP, then kill -9 it.
     let e1b = lab.start_speaker("edge1-again", "e1", &y1);
-    assert!(
-        wait_until(Duration::from_secs(20), || both(&lab)),
-        "edge1 did not come back: {}\n{}",
-        lab.tor_route(VIP4),
-        lab.logs()
-    );
+    lab.assert_ecmp_within(VIP4, Duration::from_secs(20), "edge1 did not come back");
     let t1 = Instant::now();
     lab.signal(e1b, "KILL");
     let dropped = wait_until(Duration::from_secs(3), || {
@@ -301,7 +268,7 @@ fn bird_ecmp_then_sigterm_drains_and_kill9_drops_the_nexthop() {
         lab.tor_route(VIP4)
     );
     eprintln!("kill -9 -> nexthop dropped after {:?}", t1.elapsed());
-    assert!(established(&lab, "e2"));
+    assert!(lab.bird_established("e2"));
 }
 
 #[test]
@@ -327,12 +294,7 @@ protocol bgp e1 from edge {{
         "e1",
         &speaker_yaml(1, &peer, &format!("  - prefix: {VIP4}/32\n"), 1),
     );
-    assert!(
-        wait_until(Duration::from_secs(15), || established(&lab, "e1")),
-        "not Established:\n{}\n{}",
-        lab.birdc(&["show", "protocols", "all", "e1"]),
-        lab.logs()
-    );
+    lab.assert_established_within(&["e1"], Duration::from_secs(15), "e1");
     assert!(
         in_fib(&lab, VIP4, "10.91.0.21"),
         "next-hop self must be the session's source address: {}",
@@ -361,11 +323,7 @@ protocol bgp e1 from edge {{
     );
     let prefixes = format!("  - prefix: {VIP4}/32\n  - prefix: {VIP6}/128\n");
     lab.start_speaker("edge1", "e1", &speaker_yaml(1, &peer, &prefixes, 1));
-    assert!(
-        wait_until(Duration::from_secs(15), || established(&lab, "e1")),
-        "not Established:\n{}",
-        lab.logs()
-    );
+    lab.assert_established_within(&["e1"], Duration::from_secs(15), "e1");
     let mut r = String::new();
     let ok = wait_until(Duration::from_secs(5), || {
         r = lab.birdc(&["show", "route", "all", "protocol", "e1"]);

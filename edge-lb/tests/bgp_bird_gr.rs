@@ -21,11 +21,6 @@ use bgp_support::{Lab, TOR_V4, TOR_V6, edge_v4, edge_v6, wait_until};
 const VIP: &str = "10.92.100.1";
 const EXTRA: &str = "10.92.100.2";
 
-fn established(lab: &Lab, proto: &str) -> bool {
-    lab.birdc(&["show", "protocols", proto])
-        .contains("Established")
-}
-
 /// Speaker file of edge 1: one eBGP IPv4 peer (the ToR), `peer_extra` appended to
 /// the peer, `top` to the top level.
 fn yaml(top: &str, peer_extra: &str, prefixes: &[&str]) -> String {
@@ -76,16 +71,15 @@ fn bird_keeps_the_nexthop_through_a_hitless_restart_then_flushes_the_stale() {
 
     let poller = Poller::start(lab.ns("tor"), VIP, via.clone());
     let t0 = Instant::now();
-    lab.signal(old, "TERM");
-    assert!(
-        lab.wait_exit(old, Duration::from_secs(10)),
-        "the speaker did not exit on SIGTERM"
-    );
+    lab.terminate(old);
     let status = lab.daemons[old].child.try_wait().unwrap().unwrap();
     assert!(status.success(), "exit status {status}");
     // the upgrade's gap: BIRD holds the routes as stale meanwhile
     std::thread::sleep(Duration::from_millis(1500));
-    assert!(!established(&lab, "e1"), "BIRD still sees the old session");
+    assert!(
+        !lab.bird_established("e1"),
+        "BIRD still sees the old session"
+    );
     let stale = lab.birdc(&["show", "route", "for", VIP, "all"]);
     assert!(
         lab.tor_route(VIP).contains(&via),
@@ -104,7 +98,7 @@ fn bird_keeps_the_nexthop_through_a_hitless_restart_then_flushes_the_stale() {
         ),
     );
     let back = wait_until(Duration::from_secs(20), || {
-        established(&lab, "e1") && !lab.tor_route(EXTRA).contains(&via)
+        lab.bird_established("e1") && !lab.tor_route(EXTRA).contains(&via)
     });
     let restart = t0.elapsed();
     let recovery = t1.elapsed();
@@ -234,13 +228,7 @@ protocol bgp e1v6 {{
         "e1",
         &format!("routerId: {}\npeers:\n{peers}prefixes: []\n", edge_v4(1)),
     );
-    assert!(
-        wait_until(Duration::from_secs(20), || established(&lab, "e1")
-            && established(&lab, "e1v6")),
-        "sessions not established:\n{}\n{}",
-        lab.birdc(&["show", "protocols"]),
-        lab.logs()
-    );
+    lab.assert_established_within(&["e1", "e1v6"], Duration::from_secs(20), "sessions");
     // keepalives flow both ways for a while (polled: a loaded machine may take longer
     // than the 1 s keepalive interval suggests to send a few). The ToR is passive, so
     // the edge's connection is the session and its packets go to port 179, which
@@ -293,13 +281,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {e2} as 65012; tt
     );
     lab.start_speaker("edge1", "e1", &y1);
     lab.start_speaker("edge2", "e2", &y2);
-    assert!(
-        wait_until(Duration::from_secs(20), || established(&lab, "e1")
-            && established(&lab, "e1v6")),
-        "GTSM sessions not established:\n{}\n{}",
-        lab.birdc(&["show", "protocols"]),
-        lab.logs()
-    );
+    lab.assert_established_within(&["e1", "e1v6"], Duration::from_secs(20), "GTSM sessions");
     assert!(
         wait_until(Duration::from_secs(10), || lab
             .tor_route(VIP)
@@ -309,7 +291,7 @@ protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {e2} as 65012; tt
     // edge2 sends TTL 1: BIRD's IP_MINTTL 255 drops it; it never establishes.
     std::thread::sleep(Duration::from_secs(4));
     assert!(
-        !established(&lab, "e2"),
+        !lab.bird_established("e2"),
         "BIRD with ttl security accepted a TTL-1 speaker"
     );
     eprintln!("GTSM: v4 and v6 Established; the TTL-1 speaker refused");

@@ -45,11 +45,7 @@ fn established(lab: &Lab, dir: &std::path::Path) -> bool {
 
 #[test]
 fn frr_keeps_the_nexthop_through_a_hitless_restart() {
-    require_lab!("vtysh");
-    if let Some(why) = frr::missing() {
-        ringlb_testkit::tier::skip(format_args!("frr_gr: {why}"));
-        return;
-    }
+    require_frr!("frr_gr");
     let mut lab = Lab::new("frrgr", 1);
     let dir = frr::start_frr(&mut lab, &bgpd_conf(), "");
     let old = lab.start_speaker("edge1", "e1", &speaker_yaml("onSigterm: restart\n"));
@@ -76,11 +72,7 @@ fn frr_keeps_the_nexthop_through_a_hitless_restart() {
 
     let poller = Poller::start(lab.ns("tor"), VIP, via.clone());
     let t0 = Instant::now();
-    lab.signal(old, "TERM");
-    assert!(
-        lab.wait_exit(old, Duration::from_secs(10)),
-        "the speaker did not exit on SIGTERM"
-    );
+    lab.terminate(old);
     // the upgrade's gap: FRR holds the routes as stale meanwhile
     std::thread::sleep(Duration::from_millis(1500));
     assert!(!established(&lab, &dir), "FRR still sees the old session");

@@ -171,11 +171,6 @@ fn gobgp_ipv4_ebgp_and_ipv6_ibgp() {
 #[test]
 fn gobgp_with_md5() {
     require_lab!("gobgpd", "gobgp");
-    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    if let Err(e) = ringlb_bgp::md5::set_md5_key(&probe, false, "127.0.0.2".parse().unwrap(), b"x")
-    {
-        eprintln!("SKIPPED gobgp md5 test: kernel has no TCP_MD5SIG: {e}");
-        return;
-    }
+    require_md5!("gobgp md5 test");
     run_interop("gobmd5", Some("g0bgp-md5"));
 }

@@ -188,26 +188,13 @@ fn stores(svc: Service, slice: EndpointSlice) -> Stores {
 }
 
 fn peer(i: u8, asn: u32) -> PeerConfig {
+    let (tor, id) = (TOR_V4.parse().unwrap(), edge_v4(i).parse().unwrap());
     PeerConfig {
-        address: TOR_V4.parse().unwrap(),
-        port: 179,
-        local_asn: asn,
-        peer_asn: 65000,
-        router_id: edge_v4(i).parse().unwrap(),
         hold_time: 3,
         keepalive: 1,
         connect_retry: Duration::from_secs(1),
-        passive: false,
-        password: None,
-        source_address: None,
-        ebgp_multihop: None,
-        next_hop_v4: None,
-        next_hop_v6: None,
         families: vec![Afi::Ipv4],
-        policy: Default::default(),
-        ttl_security: false,
-        graceful_restart_time: None,
-        bfd: None,
+        ..PeerConfig::new(tor, asn, 65000, id)
     }
 }
 
@@ -258,8 +245,7 @@ fn readme_health_example() -> (String, String, String) {
 #[test]
 fn bird_sees_prepend_med_and_withdraw_below_the_threshold_with_hold_down() {
     require_lab!("bird", "birdc", "curl");
-    let mut lab = Lab::new("health", 2);
-    lab.start_bird_two_edges();
+    let lab = Lab::with_bird_two_edges("health");
     let e1 = Edge::start(&lab, 1, 65011);
     let e2 = Edge::start(&lab, 2, 65012);
     let prepend = || (web("prepend=3"), pods(2));
@@ -271,11 +257,10 @@ fn bird_sees_prepend_med_and_withdraw_below_the_threshold_with_hold_down() {
         let r = fib(lab);
         r.contains(&via1) && !r.contains(&via2)
     };
-    assert!(
-        wait_until(Duration::from_secs(20), || ecmp(&lab)),
-        "no ECMP route from both healthy edges: {}\n{}",
-        fib(&lab),
-        lab.logs()
+    lab.assert_ecmp_within(
+        VIP,
+        Duration::from_secs(20),
+        "no ECMP route from both healthy edges",
     );
     let path = format!("/health/vip/{VIP}/80");
     let (code, printed, _) = probe(&lab, &e2, &path);
@@ -414,8 +399,7 @@ fn not_announced_saying(lab: &Lab, edge: &Edge, path: &str, why: &str) -> serde_
 #[test]
 fn an_unadvertised_pool_vip_answers_503_not_announced() {
     require_lab!("bird", "birdc", "curl");
-    let mut lab = Lab::new("unadv", 2);
-    lab.start_bird_two_edges();
+    let lab = Lab::with_bird_two_edges("unadv");
     // The advertisement selects the pool of VIP (10.91.100.0/24) only.
     let policy = ExportPolicy {
         rules: vec![ExportRule {
@@ -459,8 +443,7 @@ fn an_unadvertised_pool_vip_answers_503_not_announced() {
 #[test]
 fn an_ipv6_vip_over_an_ipv4_only_session_answers_503_not_announced() {
     require_lab!("bird", "birdc", "curl");
-    let mut lab = Lab::new("fam6", 2);
-    lab.start_bird_two_edges();
+    let lab = Lab::with_bird_two_edges("fam6");
     let both = PeerConfig {
         families: vec![Afi::Ipv4, Afi::Ipv6],
         ..peer(1, 65011)

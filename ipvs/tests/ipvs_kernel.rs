@@ -50,12 +50,15 @@ fn four_services() -> DesiredState {
     }
 }
 
+/// A namespace of this test process, `tag` telling the tests apart.
+fn netns(tag: &str) -> Netns {
+    Netns::new(&format!("rlbvk{}{tag}", std::process::id()))
+}
+
 #[test]
 fn the_seam_programs_ipvs_and_the_kernel_reads_back_exactly_that() {
-    if !ipvs_or_skip("the_seam_programs_ipvs_and_the_kernel_reads_back_exactly_that") {
-        return;
-    }
-    let ns = Netns::new(&format!("rlbvk{}a", std::process::id()));
+    require_ipvs!("the_seam_programs_ipvs_and_the_kernel_reads_back_exactly_that");
+    let ns = netns("a");
     let mut dp = datapath_in(&ns.0, Config::default());
     let state = four_services();
     let st = Datapath::apply(&mut dp, &state).unwrap();
@@ -161,10 +164,8 @@ fn the_seam_programs_ipvs_and_the_kernel_reads_back_exactly_that() {
 
 #[test]
 fn edits_are_incremental_and_the_list_stays_canonical() {
-    if !ipvs_or_skip("edits_are_incremental_and_the_list_stays_canonical") {
-        return;
-    }
-    let ns = Netns::new(&format!("rlbvk{}b", std::process::id()));
+    require_ipvs!("edits_are_incremental_and_the_list_stays_canonical");
+    let ns = netns("b");
     let mut dp = datapath_in(&ns.0, Config::default());
     let key = service_key(&tcp(VIP, 80));
     let order = |dp: &mut IpvsDatapath<NetlinkKernel>| -> Vec<(String, u32)> {
@@ -232,10 +233,8 @@ fn edits_are_incremental_and_the_list_stays_canonical() {
 
 #[test]
 fn direct_routing_reads_back_as_route() {
-    if !ipvs_or_skip("direct_routing_reads_back_as_route") {
-        return;
-    }
-    let ns = Netns::new(&format!("rlbvk{}c", std::process::id()));
+    require_ipvs!("direct_routing_reads_back_as_route");
+    let ns = netns("c");
     let cfg = Config {
         forward: Forward::DirectRoute,
         ..Config::default()
@@ -260,10 +259,8 @@ fn direct_routing_reads_back_as_route() {
 
 #[test]
 fn others_services_are_left_alone_and_a_restart_cleans_up_a_crash() {
-    if !ipvs_or_skip("others_services_are_left_alone_and_a_restart_cleans_up_a_crash") {
-        return;
-    }
-    let ns = Netns::new(&format!("rlbvk{}d", std::process::id()));
+    require_ipvs!("others_services_are_left_alone_and_a_restart_cleans_up_a_crash");
+    let ns = netns("d");
     // an operator's service (kube-proxy's, say), on an address ringlb does not serve
     nsx(
         &ns.0,

@@ -128,9 +128,7 @@ impl Load {
 
 #[test]
 fn tcp_over_ipip_with_dsr_and_no_failed_request_while_pods_change() {
-    if !ipvs_or_skip("tcp_over_ipip_with_dsr_and_no_failed_request_while_pods_change") {
-        return;
-    }
+    require_ipvs!("tcp_over_ipip_with_dsr_and_no_failed_request_while_pods_change");
     let lab = Lab::new("a");
     lab.serve();
     let mut dp = datapath_in(&lab.edges[0].0, Config::default());
@@ -209,9 +207,7 @@ fn tcp_over_ipip_with_dsr_and_no_failed_request_while_pods_change() {
 
 #[test]
 fn tcp_with_direct_routing_on_a_shared_l2() {
-    if !ipvs_or_skip("tcp_with_direct_routing_on_a_shared_l2") {
-        return;
-    }
+    require_ipvs!("tcp_with_direct_routing_on_a_shared_l2");
     let lab = Lab::new("b");
     lab.serve();
     let cfg = Config {
@@ -256,9 +252,7 @@ fn dest_list(lab: &Lab, edge: usize) -> Vec<(String, String, u32)> {
 
 #[test]
 fn two_edges_with_the_same_list_agree_and_a_removed_pod_moves_its_flows() {
-    if !ipvs_or_skip("two_edges_with_the_same_list_agree_and_a_removed_pod_moves_its_flows") {
-        return;
-    }
+    require_ipvs!("two_edges_with_the_same_list_agree_and_a_removed_pod_moves_its_flows");
     let lab = Lab::new("c");
     lab.serve();
     let mut e1: IpvsDatapath<NetlinkKernel> = datapath_in(&lab.edges[0].0, Config::default());

@@ -6,12 +6,11 @@
 
 use ringlb_node::{NodeDatapath, NodeOptions};
 use ringlb_ops::kernel::{self, NODE, Verdict};
-use ringlb_testkit::netns::is_root;
+use ringlb_testkit::tier::require_root;
 
 #[test]
 fn the_node_floor_refuses_exactly_the_kernels_that_refuse_the_programs() {
-    if !is_root() {
-        eprintln!("SKIP: kernel_floor needs root to load BPF programs (CI runs as root)");
+    if !require_root("kernel_floor (loading BPF programs)") {
         return;
     }
     let release = kernel::running_release().expect("uname");

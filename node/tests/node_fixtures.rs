@@ -8,7 +8,9 @@ mod support;
 use support::*;
 
 use ringlb_node::{Hook, Proto, abi::Stat};
-use ringlb_testkit::packet::{Segment, TCP_ACK, TCP_SYN, eth, ipip, l2_header, verify_checksums};
+use ringlb_testkit::packet::{
+    Segment, TCP_ACK, TCP_SYN, eth, hex, ipip, l2_header, verify_checksums,
+};
 
 fn vip4(port: u16) -> std::net::SocketAddr {
     std::net::SocketAddr::new(ip(VIP4), port)

@@ -10,7 +10,9 @@ use support::*;
 use std::net::SocketAddr;
 
 use ringlb_node::{Hook, abi::Stat};
-use ringlb_testkit::packet::{Segment, TCP_ACK, TCP_SYN, eth, icmp_error, ipip, verify_checksums};
+use ringlb_testkit::packet::{
+    Segment, TCP_ACK, TCP_SYN, eth, hex, icmp_error, ipip, verify_checksums,
+};
 
 fn at(ipaddr: &str, port: u16) -> SocketAddr {
     SocketAddr::new(ip(ipaddr), port)

@@ -24,15 +24,20 @@ fn linked_progs() -> Vec<String> {
         .collect()
 }
 
-/// The program id of the pinned link `path`, and that program's name.
-fn pinned_prog(path: &std::path::Path) -> (String, String) {
-    let link = sh(&[
+/// What `bpftool <kind> show pinned <path>` says of a pinned link or map.
+fn bpftool_show_pinned(kind: &str, path: &std::path::Path) -> String {
+    sh(&[
         "bpftool",
-        "link",
+        kind,
         "show",
         "pinned",
         &path.display().to_string(),
-    ]);
+    ])
+}
+
+/// The program id of the pinned link `path`, and that program's name.
+fn pinned_prog(path: &std::path::Path) -> (String, String) {
+    let link = bpftool_show_pinned("link", path);
     let id = link
         .split("prog ")
         .nth(1)
@@ -59,8 +64,7 @@ fn pinned_progs(dir: &std::path::Path) -> Vec<(String, String)> {
 
 #[test]
 fn attach_restart_and_uninstall_leave_nothing_behind() {
-    if !is_root() {
-        eprintln!("SKIP: node lifecycle needs root (CI runs as root)");
+    if !require_root("node lifecycle (bpffs, netns, BPF)") {
         return;
     }
     let ns = Netns::new(&format!("rlbn-life-{}", std::process::id()));
@@ -142,8 +146,7 @@ fn attach_restart_and_uninstall_leave_nothing_behind() {
 /// counter counts.
 #[test]
 fn a_pinned_counter_map_of_an_older_build_is_replaced() {
-    if !is_root() {
-        eprintln!("SKIP: node lifecycle needs root (CI runs as root)");
+    if !require_root("node lifecycle (bpffs, netns, BPF)") {
         return;
     }
     let fs = BpfFs::new("node-stats-upgrade");
@@ -176,13 +179,7 @@ fn a_pinned_counter_map_of_an_older_build_is_replaced() {
         dp.counters().unwrap().len(),
         ringlb_node::abi::Stat::ALL.len()
     );
-    let shown = sh(&[
-        "bpftool",
-        "map",
-        "show",
-        "pinned",
-        &stats.display().to_string(),
-    ]);
+    let shown = bpftool_show_pinned("map", &stats);
     assert!(
         shown.contains(&format!("max_entries {}", ringlb_node::abi::STAT_MAX)),
         "the pinned map is the new one: {shown}"

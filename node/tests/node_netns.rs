@@ -27,7 +27,8 @@ use std::{
 use ringlb_maglev::{Backend, Table};
 use ringlb_nexthop::KernelResolver;
 use ringlb_node::{NodeDatapath, NodeOptions, NodeState, Proto as NodeProto, abi::Stat};
-use ringlb_testkit::netns::{Netns, in_netns, is_root, nsx, sh, tx_checksum_off};
+use ringlb_testkit::netns::{Netns, attach_pass, in_netns, nsx, sh, tx_checksum_off};
+use ringlb_testkit::tier::require_root;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
     xdp::{AttachMode, XdpDatapath, XdpOptions},
@@ -126,13 +127,7 @@ fn link_bytes(ns: &str, dev: &str) -> (u64, u64) {
 /// The edge: ringlb_xdp with VIP:80 -> the pod, native on eth0, and
 /// ringlb_pass on the ToR's side (veth XDP_TX needs a program on the peer).
 fn the_edge(t: &str, e: &str) -> (XdpDatapath, aya::Ebpf) {
-    let mut pass = aya::Ebpf::load(ringlb_testkit::objects::XDP_FLOOR).unwrap();
-    let prog: &mut aya::programs::Xdp =
-        pass.program_mut("ringlb_pass").unwrap().try_into().unwrap();
-    prog.load().unwrap();
-    in_netns(t, || {
-        prog.attach("ve-e", aya::programs::XdpMode::Driver).unwrap()
-    });
+    let pass = attach_pass(t, "ve-e");
     let opts = XdpOptions {
         pin_dir: None,
         src4: Some("10.202.0.11".parse().unwrap()),
@@ -254,12 +249,10 @@ fn connect(c: &str) -> TcpStream {
 
 #[test]
 fn edge_to_node_to_pod_with_port_translation_dsr_and_mss_clamp() {
-    if !is_root() {
-        eprintln!("SKIP: the node netns traffic test needs root (netns, BPF, tc)");
+    if !require_root("the node netns traffic test (netns, BPF, tc)") {
         return;
     }
-    let pid = std::process::id();
-    let nss = ["c", "t", "e", "n", "p"].map(|x| Netns::new(&format!("rlbn{pid}{x}")));
+    let nss = Netns::per_process("rlbn", ["c", "t", "e", "n", "p"]);
     let [c, t, e, n, p] = [0, 1, 2, 3, 4].map(|i| nss[i].0.as_str());
     wire([c, t, e, n, p]);
     let (edge, _pass) = the_edge(t, e);

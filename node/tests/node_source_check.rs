@@ -8,7 +8,7 @@ mod support;
 use support::*;
 
 use ringlb_node::{Hook, NodeDatapath, NodeOptions, NodeState, Proto, abi::Stat};
-use ringlb_testkit::packet::{Segment, TCP_SYN, eth, ipip, verify_checksums};
+use ringlb_testkit::packet::{Segment, TCP_SYN, eth, hex, ipip, verify_checksums};
 
 /// A host that can reach the node but is no edge.
 const STRANGER4: &str = "10.0.0.99";
@@ -23,21 +23,12 @@ fn with_edges(edges: &[&str]) -> NodeState {
 /// The production object with the source check on, [`services`] and the edges
 /// EDGE4 and EDGE6.
 fn load_checking() -> Option<NodeDatapath> {
-    if !is_root() {
-        ringlb_testkit::tier::skip(
-            "node fixtures need root to load BPF programs (CI runs as root)",
-        );
-        return None;
-    }
     let opts = NodeOptions {
         pin_dir: None,
         check_source: true,
         ..NodeOptions::default()
     };
-    let mut dp = NodeDatapath::load(&opts).expect("loading node.o");
-    dp.apply(&with_edges(&[EDGE4, EDGE6]))
-        .expect("writing services and edges");
-    Some(dp)
+    load_with(&opts, &with_edges(&[EDGE4, EDGE6]))
 }
 
 fn tunnelled(seg: &Segment, from: &str, pod: &str) -> Vec<u8> {

@@ -12,6 +12,7 @@ pub mod kernel;
 pub mod kube_client;
 pub mod logging;
 pub mod netns;
+pub mod sockopt;
 
 #[cfg(feature = "kube")]
 pub use backoff::WatchBackoff;

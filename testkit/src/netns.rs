@@ -1,5 +1,6 @@
-//! Network namespaces, bpffs mounts and commands for tests and benchmarks: guards
-//! that always clean up (Drop, also on panic), and commands that report stderr.
+//! Network namespaces, bpffs mounts, commands and the test programs a veth lab
+//! needs, for tests and benchmarks: guards that always clean up (Drop, also on
+//! panic), and commands that report stderr.
 //! `run`/`Netns::create` return errors (benchmarks); `sh`/`Netns::new` panic (tests).
 
 use std::{
@@ -61,6 +62,13 @@ impl Netns {
     /// [`Netns::create`] for tests: panics on failure.
     pub fn new(name: &str) -> Self {
         Self::create(name).unwrap_or_else(|e| panic!("{e:#}"))
+    }
+
+    /// [`Netns::new`] for each of `names`, as `<prefix><pid><name>`: names no
+    /// other test process uses.
+    pub fn per_process<const N: usize>(prefix: &str, names: [&str; N]) -> [Self; N] {
+        let pid = std::process::id();
+        names.map(|n| Self::new(&format!("{prefix}{pid}{n}")))
     }
 
     /// Runs `args` inside the namespace; its stdout.
@@ -130,6 +138,31 @@ pub fn in_netns<T: Send>(name: &str, f: impl FnOnce() -> T + Send) -> T {
         .join()
         .expect("netns thread panicked")
     })
+}
+
+/// `ringlb_pass` (XDP) on `dev` in `ns`: a veth receives XDP_TX frames of
+/// its peer only with a program of its own. Keep the object alive.
+pub fn attach_pass(ns: &str, dev: &str) -> aya::Ebpf {
+    use aya::programs::{Xdp, XdpMode};
+    let mut pass = aya::Ebpf::load(crate::objects::XDP_FLOOR).unwrap();
+    let prog: &mut Xdp = pass.program_mut("ringlb_pass").unwrap().try_into().unwrap();
+    prog.load().unwrap();
+    in_netns(ns, || prog.attach(dev, XdpMode::Driver).unwrap());
+    pass
+}
+
+/// The tc decap (`ringlb_decap`) on `eth0` ingress of pod namespace `ns`. Keep
+/// the object alive.
+pub fn attach_decap(ns: &str) -> aya::Ebpf {
+    use aya::programs::{SchedClassifier, TcAttachType, tc};
+    let mut d = aya::Ebpf::load(crate::objects::TC_DECAP).unwrap();
+    let prog: &mut SchedClassifier = d.program_mut("ringlb_decap").unwrap().try_into().unwrap();
+    prog.load().unwrap();
+    in_netns(ns, || {
+        let _ = tc::qdisc_add_clsact("eth0");
+        prog.attach("eth0", TcAttachType::Ingress).unwrap();
+    });
+    d
 }
 
 /// Turns TX checksum offload off on `dev` in the current thread's netns

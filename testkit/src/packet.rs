@@ -106,6 +106,19 @@ impl Frame {
     }
 }
 
+/// `b` in hex, 16 bytes a line: for the message of a failed frame comparison.
+pub fn hex(b: &[u8]) -> String {
+    b.chunks(16)
+        .map(|c| {
+            c.iter()
+                .map(|x| format!("{x:02x}"))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
 /// Ethernet header (+ one 802.1Q tag).
 pub fn l2_header(dst: [u8; 6], src: [u8; 6], vlan: Option<u16>, ethertype: u16) -> Vec<u8> {
     let mut v = Vec::with_capacity(18);

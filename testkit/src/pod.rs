@@ -2,7 +2,16 @@
 //! ipvs) run pods that answer each line with their name.
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::TcpStream;
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// A connection to a pod behind `to`, read by lines: 3 s to connect, 3 s to
+/// wait for each answer.
+pub fn connect(to: SocketAddr) -> std::io::Result<BufReader<TcpStream>> {
+    let s = TcpStream::connect_timeout(&to, Duration::from_secs(3))?;
+    s.set_read_timeout(Some(Duration::from_secs(3)))?;
+    Ok(BufReader::new(s))
+}
 
 /// Sends one line and reads the answer (the pod's name).
 pub fn ask(c: &mut BufReader<TcpStream>) -> std::io::Result<String> {

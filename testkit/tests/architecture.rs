@@ -8,7 +8,6 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use serde_json::Value;
 
@@ -93,18 +92,19 @@ fn the_architecture_doc_shows_the_crate_graph_cargo_reports() {
 /// Every package `name` pulls in (normal and build dependencies, transitively, with
 /// the features `name` itself enables: `cargo tree`, not the workspace-wide resolve).
 fn closure(name: &str) -> BTreeSet<String> {
-    let out = Command::new(env!("CARGO"))
-        .args(["tree", "--offline", "-p", name, "-e", "normal,build"])
-        .args(["--prefix", "none", "--format", "{p}"])
-        .current_dir(root())
-        .output()
-        .expect("cargo tree");
-    assert!(
-        out.status.success(),
-        "cargo tree -p {name}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout)
+    let out = ringlb_testkit::cargo::cargo(&[
+        "tree",
+        "--offline",
+        "-p",
+        name,
+        "-e",
+        "normal,build",
+        "--prefix",
+        "none",
+        "--format",
+        "{p}",
+    ]);
+    String::from_utf8_lossy(&out)
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .map(str::to_string)

@@ -307,10 +307,11 @@ fn no_table_cell_is_a_paragraph() {
             ));
         }
     }
-    assert!(
-        problems.is_empty(),
-        "table cells over {CELL_MAX_CHARS} characters (put the detail on the linked page):\n{}",
-        problems.join("\n")
+    assert_no_problems(
+        &format!(
+            "table cells over {CELL_MAX_CHARS} characters (put the detail on the linked page)"
+        ),
+        &problems,
     );
 }
 
@@ -324,11 +325,7 @@ fn every_relative_link_resolves() {
             }
         }
     }
-    assert!(
-        problems.is_empty(),
-        "broken links:\n{}",
-        problems.join("\n")
-    );
+    assert_no_problems("broken links", &problems);
 }
 
 #[test]
@@ -347,11 +344,10 @@ fn no_issue_or_session_numbers_in_the_tree() {
             problems.push(format!("{}:{line}: {excerpt}", file.display()));
         }
     }
-    assert!(
-        problems.is_empty(),
+    assert_no_problems(
         "\"issue N\" or \"session N\" means nothing to a reader of the repository; say what \
-         is meant:\n{}",
-        problems.join("\n")
+         is meant",
+        &problems,
     );
 }
 
@@ -393,11 +389,7 @@ fn readme_commands_are_make_targets_and_ci_runs_make_test() {
     if !runs_make_test {
         problems.push("`.ci/run` has no line `make test`, the README's test command".into());
     }
-    assert!(
-        problems.is_empty(),
-        "README.md's commands and the code disagree:\n{}",
-        problems.join("\n")
-    );
+    assert_no_problems("README.md's commands and the code disagree", &problems);
 }
 
 /// The checks' own pieces, on small inputs, so a check that passes is one that can fail.
@@ -455,4 +447,10 @@ fn the_checks_find_what_they_look_for() {
     for s in quiet {
         assert!(mentions(&s).is_empty(), "{s}");
     }
+}
+
+/// Fails with `what` and every problem, one a line, unless there is none.
+#[track_caller]
+fn assert_no_problems(what: &str, problems: &[String]) {
+    assert!(problems.is_empty(), "{what}:\n{}", problems.join("\n"));
 }

@@ -114,35 +114,31 @@ impl Parser {
         Ok(t)
     }
 
+    /// `item (op item)*`: the one item, or `many` of them all.
     fn list(
         &mut self,
         op: &str,
         item: fn(&mut Self) -> Result<Expr, String>,
-    ) -> Result<Vec<Expr>, String> {
+        many: fn(Vec<Expr>) -> Expr,
+    ) -> Result<Expr, String> {
         let mut items = vec![item(self)?];
         while self.peek().is_some_and(|t| t.eq_ignore_ascii_case(op)) {
             self.pos += 1;
             items.push(item(self)?);
         }
-        Ok(items)
+        Ok(if items.len() == 1 {
+            items.remove(0)
+        } else {
+            many(items)
+        })
     }
 
     fn or(&mut self) -> Result<Expr, String> {
-        let mut items = self.list("OR", Self::and)?;
-        Ok(if items.len() == 1 {
-            items.remove(0)
-        } else {
-            Expr::Or(items)
-        })
+        self.list("OR", Self::and, Expr::Or)
     }
 
     fn and(&mut self) -> Result<Expr, String> {
-        let mut items = self.list("AND", Self::with)?;
-        Ok(if items.len() == 1 {
-            items.remove(0)
-        } else {
-            Expr::And(items)
-        })
+        self.list("AND", Self::with, Expr::And)
     }
 
     fn with(&mut self) -> Result<Expr, String> {
@@ -343,14 +339,30 @@ fn check_member(
     problems
 }
 
+/// The packages, the link edges and the ids of the workspace's members.
+type Workspace = (
+    BTreeMap<String, Package>,
+    BTreeMap<String, Vec<String>>,
+    Vec<String>,
+);
+
+fn workspace() -> Workspace {
+    let md = metadata();
+    let members = md["workspace_members"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m.as_str().unwrap().to_string())
+        .collect();
+    (packages(&md), link_edges(&md), members)
+}
+
 #[test]
 fn every_crate_links_only_licences_it_may() {
-    let md = metadata();
-    let pkgs = packages(&md);
-    let edges = link_edges(&md);
+    let (pkgs, edges, members) = workspace();
     let mut problems = Vec::new();
-    for m in md["workspace_members"].as_array().unwrap() {
-        problems.extend(check_member(m.as_str().unwrap(), &pkgs, &edges));
+    for m in &members {
+        problems.extend(check_member(m, &pkgs, &edges));
     }
     assert!(
         problems.is_empty(),
@@ -362,12 +374,9 @@ fn every_crate_links_only_licences_it_may() {
 #[test]
 fn gpl_reaches_only_gpl_crates() {
     // The point of the split: the controller and the libraries stay Apache-2.0.
-    let md = metadata();
-    let pkgs = packages(&md);
-    let edges = link_edges(&md);
+    let (pkgs, edges, members) = workspace();
     let mut gpl = BTreeSet::new();
-    for m in md["workspace_members"].as_array().unwrap() {
-        let m = m.as_str().unwrap();
+    for m in &members {
         if closure(&edges, m).keys().any(|d| pkgs[d].name == "bgp-rs") {
             gpl.insert(pkgs[m].name.clone());
         }

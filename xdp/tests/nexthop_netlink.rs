@@ -29,7 +29,7 @@ use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
     xdp::{XdpDatapath, XdpOptions},
 };
-use xdp_support::{Netns, is_root, sh};
+use xdp_support::{Netns, require_root, sh, sysctl};
 
 const PEER_MAC0: &str = "02:77:00:00:00:02";
 const PEER_MAC1: &str = "02:78:00:00:00:02";
@@ -65,13 +65,14 @@ struct Lab {
     peer: Netns,
 }
 
-/// The two namespaces and both links; dropped (deleted) also when a test panics.
-fn lab(tag: &str) -> Lab {
-    let pid = std::process::id();
-    let lab = Lab {
-        edge: Netns::new(&format!("rlnh{pid}{tag}e")),
-        peer: Netns::new(&format!("rlnh{pid}{tag}p")),
-    };
+/// For `test`: the two namespaces and both links, dropped (deleted) also when
+/// the test panics; `None` (after a loud SKIP) without root.
+fn lab(test: &str, tag: &str) -> Option<Lab> {
+    if !root_or_skip(test) {
+        return None;
+    }
+    let [edge, peer] = Netns::per_process("rlnh", [&format!("{tag}e"), &format!("{tag}p")]);
+    let lab = Lab { edge, peer };
     let (e, p) = (lab.edge.0.as_str(), lab.peer.0.as_str());
     for (i, pmac) in [(0, PEER_MAC0), (1, PEER_MAC1)] {
         let net = 77 + i;
@@ -83,15 +84,7 @@ fn lab(tag: &str) -> Lab {
         // the peer announces a MAC change (gratuitous ARP / unsolicited NA)
         for key in ["ipv4.conf.p{i}.arp_notify", "ipv6.conf.p{i}.ndisc_notify"] {
             let key = key.replace("{i}", &i.to_string());
-            sh(&[
-                "ip",
-                "netns",
-                "exec",
-                p,
-                "sysctl",
-                "-qw",
-                &format!("net.{key}=1"),
-            ]);
+            sysctl(p, &format!("net.{key}=1"));
         }
         ipn(e, &format!("addr add 10.{net}.0.1/24 dev e{i}"));
         ipn(e, &format!("addr add fd{net}::1/64 dev e{i} nodad"));
@@ -130,7 +123,7 @@ fn lab(tag: &str) -> Lab {
     for ns in [e, p] {
         ipn(ns, "neigh flush all");
     }
-    lab
+    Some(lab)
 }
 
 /// `ip -n NS ARGS...`
@@ -141,10 +134,7 @@ fn ipn(ns: &str, args: &str) -> String {
 }
 
 fn root_or_skip(name: &str) -> bool {
-    if !is_root() {
-        eprintln!("SKIPPED {name}: needs root (network namespaces, rtnetlink writes)");
-    }
-    is_root()
+    require_root(&format!("{name} (network namespaces, rtnetlink writes)"))
 }
 
 fn neigh_known(ns: &str, addr: &str) -> bool {
@@ -190,10 +180,12 @@ fn resolve_until(
 
 #[test]
 fn resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours() {
-    if !root_or_skip("resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours") {
+    let Some(lab) = lab(
+        "resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours",
+        "a",
+    ) else {
         return;
-    }
-    let lab = lab("a");
+    };
     let e = lab.edge.0.as_str();
     let want = NextHop {
         ifindex: ifindex(e, "e0"),
@@ -262,10 +254,9 @@ fn resolves_onlink_and_gateway_v4_v6_triggering_unknown_neighbours() {
 
 #[test]
 fn subscription_sees_mac_and_gateway_changes() {
-    if !root_or_skip("subscription_sees_mac_and_gateway_changes") {
+    let Some(lab) = lab("subscription_sees_mac_and_gateway_changes", "b") else {
         return;
-    }
-    let lab = lab("b");
+    };
     let (e, p) = (lab.edge.0.as_str(), lab.peer.0.as_str());
     let r = KernelResolver::new(Some(e.to_string()));
     for b in ["10.88.0.5", "fd88::5"] {
@@ -344,10 +335,12 @@ fn subscription_sees_mac_and_gateway_changes() {
 
 #[test]
 fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
-    if !root_or_skip("refresh_rewrites_only_the_backends_whose_next_hop_changed") {
+    let Some(lab) = lab(
+        "refresh_rewrites_only_the_backends_whose_next_hop_changed",
+        "c",
+    ) else {
         return;
-    }
-    let lab = lab("c");
+    };
     let e = lab.edge.0.as_str();
     // two backends behind the gateway, one on the other link
     let backends: Vec<Backend> = ["10.88.0.5", "10.88.0.6", "10.78.0.2"]
@@ -414,30 +407,24 @@ fn refresh_rewrites_only_the_backends_whose_next_hop_changed() {
 
 #[test]
 fn a_silent_mac_change_is_found_by_reprobing_a_stale_entry() {
-    if !root_or_skip("a_silent_mac_change_is_found_by_reprobing_a_stale_entry") {
+    let Some(lab) = lab(
+        "a_silent_mac_change_is_found_by_reprobing_a_stale_entry",
+        "d",
+    ) else {
         return;
-    }
-    let lab = lab("d");
+    };
     let (e, p) = (lab.edge.0.as_str(), lab.peer.0.as_str());
     // fast neighbour timers on the edge, so the probe sequence takes a fraction of a second
     for (key, v) in [("delay_first_probe_time", "0"), ("retrans_time_ms", "100")] {
         let kv = format!("net.ipv4.neigh.e0.{key}={v}");
-        sh(&["ip", "netns", "exec", e, "sysctl", "-qw", &kv]);
+        sysctl(e, &kv);
     }
     let r = KernelResolver::new(Some(e.to_string()));
     assert_eq!(r.resolve(ip("10.77.0.2")).unwrap().dmac, mac(PEER_MAC0));
     let mut sub = Subscription::open(Some(e), r.next_hops_in_use()).unwrap();
     // the peer changes its MAC without telling anyone; the edge's entry has aged to
     // STALE (XDP_TX traffic never confirms it)
-    sh(&[
-        "ip",
-        "netns",
-        "exec",
-        p,
-        "sysctl",
-        "-qw",
-        "net.ipv4.conf.p0.arp_notify=0",
-    ]);
+    sysctl(p, "net.ipv4.conf.p0.arp_notify=0");
     ipn(p, &format!("link set p0 address {NEW_MAC}"));
     ipn(
         e,
@@ -487,11 +474,7 @@ fn a_next_hop_behind_a_vlan_device_leaves_by_its_parent_with_the_tag() {
     if !root_or_skip("a_next_hop_behind_a_vlan_device_leaves_by_its_parent_with_the_tag") {
         return;
     }
-    let pid = std::process::id();
-    let (edge, peer) = (
-        Netns::new(&format!("rlnh{pid}ve")),
-        Netns::new(&format!("rlnh{pid}vp")),
-    );
+    let [edge, peer] = Netns::per_process("rlnh", ["ve", "vp"]);
     let (e, p) = (edge.0.as_str(), peer.0.as_str());
     ipn(e, &format!("link add v0 type veth peer name w0 netns {p}"));
     // kernels built without CONFIG_VLAN_8021Q (this project's dev VM) have no VLAN devices

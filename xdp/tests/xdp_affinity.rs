@@ -13,26 +13,19 @@
 
 mod xdp_support;
 use xdp_support::fixture::*;
+use xdp_support::maglev_table;
 
 use std::collections::BTreeSet;
 use std::net::IpAddr;
 
-use ringlb_maglev::{Backend, Table};
+use ringlb_maglev::Table;
 use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{Datapath, ServiceEntry, Vip, lookup::client_hash, xdp::XdpDatapath};
 
 const PODS: [&str; 4] = ["10.1.0.1", "10.1.0.2", "10.1.0.3", "10.1.0.4"];
 
 fn table(pods: &[&str]) -> Table {
-    let b: Vec<Backend> = pods
-        .iter()
-        .map(|p| Backend {
-            addr: ip(p),
-            port: 8080,
-            weight: 1,
-        })
-        .collect();
-    Table::build(&b, 251).unwrap()
+    maglev_table(pods, 8080)
 }
 
 fn entry(v: &Vip, pods: &[&str], affinity: bool) -> ServiceEntry {

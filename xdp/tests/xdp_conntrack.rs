@@ -15,6 +15,16 @@ use ringlb_xdp::{
     xdp::{XdpDatapath, XdpOptions},
 };
 
+/// The production object with VIP4 over 10.1.0.1 and 10.1.0.2, its whole ring
+/// on .1; `None` (after a loud SKIP) without root.
+fn two_pods() -> Option<(XdpDatapath, Vip)> {
+    let mut dp = load(1500, true)?;
+    let v = vip4();
+    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
+        .unwrap();
+    Some((dp, v))
+}
+
 /// Conntrack is looked up before the VIP, so a deleted VIP must not live on
 /// in its conntrack entries: deleting it retires its (VIP, pod) backend ids,
 /// also when the pod still backs another VIP.
@@ -70,12 +80,9 @@ fn a_deleted_vip_stops_forwarding_its_established_flows() {
 /// byte is not taken for a SYN.
 #[test]
 fn a_syn_follows_the_ring_and_inserts_nothing() {
-    let Some(mut dp) = load(1500, true) else {
+    let Some((mut dp, v)) = two_pods() else {
         return;
     };
-    let v = vip4();
-    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
-        .unwrap();
     let syn = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
     let ack = syn.clone().established();
     let synack = Frame {
@@ -200,14 +207,11 @@ fn established_flows_count_for_their_vip_after_a_ring_size_change() {
 
 #[test]
 fn conntrack_keeps_flows_on_their_backend_while_it_exists() {
-    let Some(mut dp) = load(1500, true) else {
+    let Some((mut dp, v)) = two_pods() else {
         return;
     };
-    let v = vip4();
     let old = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
     let new = Frame::tcp(ip("192.0.2.8"), ip("10.100.0.1"), 40000, 80);
-    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
-        .unwrap();
     // the handshake's ACK inserts; later packets are ACKs
     let old = establish(&dp, &old);
     assert_eq!(
@@ -250,13 +254,10 @@ fn conntrack_keeps_flows_on_their_backend_while_it_exists() {
 
 #[test]
 fn stale_conntrack_never_follows_a_reused_backend_id() {
-    let Some(mut dp) = load(1500, true) else {
+    let Some((mut dp, v)) = two_pods() else {
         return;
     };
-    let v = vip4();
     let f = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
-    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
-        .unwrap();
     let f = establish(&dp, &f);
     assert_eq!(
         run(&dp, &f.bytes()).1,
@@ -285,12 +286,10 @@ fn stale_conntrack_never_follows_a_reused_backend_id() {
 /// ring from its next packet on. Fails if the flip only rewrites the VIP.
 #[test]
 fn turning_conntrack_off_unpins_established_flows() {
-    let Some(mut dp) = load(1500, true) else {
+    let Some((mut dp, v)) = two_pods() else {
         return;
     };
-    let v = vip4();
     let pods = ["10.1.0.1", "10.1.0.2"];
-    dp.apply(&state(vec![(v, svc(&v, &pods, 0))])).unwrap();
     let syn = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
     assert_eq!(
         run(&dp, &syn.bytes()).1,
@@ -458,13 +457,10 @@ fn only_slot(dp: &XdpDatapath) -> u32 {
 /// SYN rewrites the entry and its ACK follows the SYN.
 #[test]
 fn a_syn_looks_up_only_when_its_flow_filter_slot_is_set() {
-    let Some(mut dp) = load(1500, true) else {
+    let Some((mut dp, v)) = two_pods() else {
         return;
     };
     require_flow_filter(&dp);
-    let v = vip4();
-    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
-        .unwrap();
     let syn = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
     let ack = establish(&dp, &syn);
     let slot = only_slot(&dp);
@@ -512,13 +508,10 @@ fn a_syn_looks_up_only_when_its_flow_filter_slot_is_set() {
 /// clears the rest, so a SYN of a flow whose entry is gone skips the lookup.
 #[test]
 fn a_flow_filter_rebuild_keeps_every_live_key_and_clears_the_rest() {
-    let Some(mut dp) = load(1500, true) else {
+    let Some((dp, _)) = two_pods() else {
         return;
     };
     require_flow_filter(&dp);
-    let v = vip4();
-    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
-        .unwrap();
     assert_eq!(dp.with_flow_filter(|f| f.count(0) + f.count(1)).unwrap(), 0);
     let flow = |k: u16| Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 30000 + k, 80);
     for k in 0..200 {
@@ -591,15 +584,12 @@ fn a_flow_filter_rebuild_keeps_every_live_key_and_clears_the_rest() {
 /// either one forwards a new flow's handshake to the same backend.
 #[test]
 fn the_loader_picks_the_build_this_kernel_verifies() {
-    let Some(mut dp) = load(1500, true) else {
+    let Some((dp, _)) = two_pods() else {
         return;
     };
     let has = kernel_has_atomic_or();
     assert_eq!(ringlb_xdp::xdp::probe_atomic_or().is_ok(), has);
     assert_eq!(dp.flow_filter(), has);
-    let v = vip4();
-    dp.apply(&state(vec![(v, svc(&v, &["10.1.0.1", "10.1.0.2"], 0))]))
-        .unwrap();
     let syn = Frame::tcp(ip("192.0.2.7"), ip("10.100.0.1"), 40000, 80);
     let ack = establish(&dp, &syn);
     assert_eq!(

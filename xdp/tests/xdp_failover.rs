@@ -9,7 +9,7 @@
 
 mod xdp_support;
 use xdp_support::fixture::*;
-use xdp_support::{BpfFs, is_root};
+use xdp_support::private_bpffs;
 
 use aya::maps::{Array, Map, MapData};
 use ringlb_nexthop::StaticResolver;
@@ -278,11 +278,9 @@ fn a_remote_vip_backend_is_the_outer_destination() {
 /// alias's backend through the pinned map, as bpftool could.
 #[test]
 fn a_decapsulated_packet_never_goes_to_a_remote_vip() {
-    if !is_root() {
-        eprintln!("SKIP: xdp failover tests need root (BPF, bpffs)");
+    let Some(fs) = private_bpffs("the xdp failover test (BPF, bpffs)", "failover") else {
         return;
-    }
-    let fs = BpfFs::new("failover");
+    };
     let o = XdpOptions {
         pin_dir: Some(fs.path().join("ringlb")),
         ..b_opts(1500)
@@ -382,11 +380,9 @@ fn a_decapsulated_packet_too_big_for_the_tunnel_gets_frag_needed_from_the_alias(
 /// rewrites the set: with none, nobody's IPIP is taken apart.
 #[test]
 fn ipip_from_a_sender_outside_the_other_regions_edges_is_dropped() {
-    if !is_root() {
-        ringlb_testkit::tier::skip("xdp failover tests need root (BPF, bpffs)");
+    let Some(fs) = private_bpffs("the xdp failover test (BPF, bpffs)", "failover-senders") else {
         return;
-    }
-    let fs = BpfFs::new("failover-senders");
+    };
     let pinned = |senders: Vec<(std::net::Ipv4Addr, u8)>| XdpOptions {
         pin_dir: Some(fs.path().join("ringlb")),
         decap_senders: senders,

@@ -4,7 +4,7 @@
 
 mod xdp_support;
 use xdp_support::fixture::*;
-use xdp_support::is_root;
+use xdp_support::require_root;
 
 use std::net::IpAddr;
 
@@ -169,8 +169,7 @@ fn vlan_tag_is_stripped_for_an_untagged_next_hop_and_wildcard_port_matches() {
 /// hop's L2 header; this one is untagged, so the ingress tag is removed.
 #[test]
 fn vlan_tag_is_removed_when_the_next_hop_is_on_another_port() {
-    if !is_root() {
-        eprintln!("SKIP: xdp fixtures need root to load BPF programs (CI runs as root)");
+    if !require_root("loading the xdp fixtures' BPF programs") {
         return;
     }
     const XDP_REDIRECT: u32 = 4;
@@ -424,8 +423,7 @@ fn ring_slots_are_written_through_mmap() {
     use aya::maps::{Array, IterableMap, MapData};
     use ringlb_xdp::batch::{BPF_F_MMAPABLE, write_mmapped_u32};
     use std::os::fd::AsFd;
-    if !is_root() {
-        eprintln!("SKIP: needs root to create BPF maps");
+    if !require_root("creating BPF maps") {
         return;
     }
     const BPF_F_INNER_MAP: u32 = 1 << 12;

@@ -16,14 +16,10 @@ const LOCAL_POD: &str = "10.1.0.5";
 const OTHER_POD: &str = "10.2.0.5";
 
 fn load_local() -> Option<XdpDatapath> {
-    if !xdp_support::is_root() {
-        ringlb_testkit::tier::skip("xdp fixtures need root to load BPF programs (CI runs as root)");
-        return None;
-    }
     let local = LocalPods::default();
     local.set([ip(LOCAL_POD)].into());
     let resolver = WithLocalPods::new(StaticResolver::everywhere(NH), local);
-    Some(XdpDatapath::load(&opts(1500, false), Box::new(resolver)).expect("loading xdp_lb.o"))
+    load_resolving(&opts(1500, false), Box::new(resolver))
 }
 
 /// The input frame's own L2 header, the outer IPv4 header to the pod, the

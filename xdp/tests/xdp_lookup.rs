@@ -9,12 +9,12 @@
 
 mod xdp_support;
 use xdp_support::fixture::*;
-use xdp_support::{BpfFs, is_root};
+use xdp_support::{BpfFs, one_next_hop, private_bpffs};
 
 use std::net::{IpAddr, SocketAddr};
 
 use aya::maps::{Array, ArrayOfMaps, HashMap, Map, MapData};
-use ringlb_nexthop::{NextHop, StaticResolver};
+use ringlb_nexthop::NextHop;
 use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
     Datapath, Proto, Vip, abi, cli,
@@ -23,24 +23,11 @@ use ringlb_xdp::{
 };
 
 fn load(pin: Option<&BpfFs>) -> Option<XdpDatapath> {
-    if !is_root() {
-        eprintln!("SKIP: xdp lookup tests need root to load BPF programs (CI runs as root)");
-        return None;
-    }
-    let opts = XdpOptions {
+    let o = XdpOptions {
         pin_dir: pin.map(|p| p.path().join("ringlb")),
-        src4: Some("10.0.0.11".parse().unwrap()),
-        fib_fallback: false,
-        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
-        ..XdpOptions::default()
+        ..opts(1500, false)
     };
-    let resolver = StaticResolver::everywhere(NextHop {
-        ifindex: 0,
-        smac: [2, 0, 0, 0, 0, 1],
-        dmac: [2, 0, 0, 0, 0, 2],
-        vlan: None,
-    });
-    Some(XdpDatapath::load(&opts, Box::new(resolver)).expect("loading xdp_lb.o"))
+    load_resolving(&o, one_next_hop())
 }
 
 fn vip(addr: &str, port: u16) -> Vip {
@@ -158,16 +145,7 @@ fn a_pod_leaving_one_vip_keeps_its_flows_of_the_other_vip() {
     .unwrap();
     let (out, said) = agree(&dp, to_a.0, to_a.1);
     assert_eq!(out, Outcome::To(ip(q), false), "A's flow leaves P");
-    assert!(
-        matches!(
-            said,
-            Lookup::Backend {
-                conntrack: CtState::Stale { .. },
-                ..
-            }
-        ),
-        "{said:?}"
-    );
+    assert!(found_stale(&said), "{said:?}");
     assert_eq!(
         agree(&dp, to_b.0, to_b.1).0,
         Outcome::To(ip(p), true),
@@ -177,17 +155,27 @@ fn a_pod_leaving_one_vip_keeps_its_flows_of_the_other_vip() {
     assert_eq!(agree(&dp, to_a.0, to_a.1).0, Outcome::To(ip(q), true));
 }
 
+/// `lookup` named a backend for the flow after finding its conntrack entry
+/// stale.
+fn found_stale(said: &Lookup) -> bool {
+    matches!(
+        said,
+        Lookup::Backend {
+            conntrack: CtState::Stale { .. },
+            ..
+        }
+    )
+}
+
 fn pinned(dir: &BpfFs, name: &str) -> MapData {
     MapData::from_pin(dir.path().join("ringlb").join(name)).unwrap()
 }
 
 #[test]
 fn lookup_agrees_with_the_program_in_every_case() {
-    if !is_root() {
-        eprintln!("SKIP: xdp lookup tests need root (BPF, bpffs)");
+    let Some(fs) = private_bpffs("the xdp lookup test (BPF, bpffs)", "lookup") else {
         return;
-    }
-    let fs = BpfFs::new("lookup");
+    };
     let Some(mut dp) = load(Some(&fs)) else {
         return;
     };
@@ -355,19 +343,10 @@ impl ringlb_nexthop::Resolver for Counting {
 #[test]
 fn next_hops_are_resolved_once_per_pod_not_per_id() {
     use std::sync::atomic::Ordering::SeqCst;
-    if !is_root() {
-        eprintln!("SKIP: xdp lookup tests need root to load BPF programs (CI runs as root)");
-        return;
-    }
     let r = Counting::default();
-    let opts = XdpOptions {
-        pin_dir: None,
-        src4: Some("10.0.0.11".parse().unwrap()),
-        fib_fallback: false,
-        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
-        ..XdpOptions::default()
+    let Some(mut dp) = load_resolving(&opts(1500, false), Box::new(r.clone())) else {
+        return;
     };
-    let mut dp = XdpDatapath::load(&opts, Box::new(r.clone())).unwrap();
     let (a, b, c) = (
         vip("10.100.0.1", 80),
         vip("10.100.0.1", 443),
@@ -442,16 +421,7 @@ fn lookup_names_the_owning_vip_and_a_deleted_vips_stale_entry() {
     dp.apply(&state(vec![(w, svc(&w, &[q], 0))])).unwrap();
     let (out, said) = agree(&dp, flow.0, flow.1);
     assert_eq!(out, Outcome::To(ip(q), false), "the ring decides again");
-    assert!(
-        matches!(
-            said,
-            Lookup::Backend {
-                conntrack: CtState::Stale { .. },
-                ..
-            }
-        ),
-        "{said:?}"
-    );
+    assert!(found_stale(&said), "{said:?}");
 
     // no VIP on the address any more: vip_filter passes the packet before
     // conntrack (no ct_stale, nothing deleted)

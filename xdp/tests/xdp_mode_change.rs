@@ -10,17 +10,8 @@ mod xdp_support;
 
 use ringlb_xdp::attach_mode::{LinkMode, xdp_progs};
 use ringlb_xdp::batch::{if_index, pinned_link_info};
-use ringlb_xdp::xdp::{AttachMode, XdpDatapath, XdpOptions};
+use ringlb_xdp::xdp::{AttachMode, XdpDatapath};
 use xdp_support::*;
-
-fn opts(pin: &std::path::Path) -> XdpOptions {
-    XdpOptions {
-        pin_dir: Some(pin.join("ringlb")),
-        src4: Some("10.0.0.11".parse().unwrap()),
-        fib_fallback: false,
-        ..XdpOptions::default()
-    }
-}
 
 /// What `ip -d link show dev` says of XDP on its first line: "xdpgeneric",
 /// "xdp" (native), "xdpmulti", or "none".
@@ -37,37 +28,19 @@ fn ip_link_mode(dev: &str) -> &'static str {
 
 /// A new loader (a restarted edge) attaching to `dev` in `mode`.
 fn restart(bpffs: &BpfFs, dev: &str, mode: AttachMode) -> &'static str {
-    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let mut dp = load_pinned(bpffs.path()).unwrap();
     let used = dp.attach(dev, mode).unwrap();
     drop(dp); // the process exits; the pinned link stays
     used
 }
 
-fn resolver() -> Box<ringlb_nexthop::StaticResolver> {
-    Box::new(ringlb_nexthop::StaticResolver::everywhere(
-        ringlb_nexthop::NextHop {
-            ifindex: 0,
-            smac: [2, 0, 0, 0, 0, 1],
-            dmac: [2, 0, 0, 0, 0, 2],
-            vlan: None,
-        },
-    ))
-}
-
 #[test]
 fn a_changed_attach_mode_is_applied_on_restart() {
-    if !is_root() {
-        eprintln!("SKIP: the XDP mode test needs root (bpffs mount, netns, BPF)");
+    let Some((bpffs, _ns)) = bpffs_and_netns("the XDP mode test", "mode") else {
         return;
-    }
-    let bpffs = BpfFs::new("mode");
-    let ns = Netns::new(&format!("rlbmode-{}", std::process::id()));
-    enter_netns(&ns.0);
-    for (a, b) in [("pa", "pb"), ("pc", "pd")] {
-        sh(&["ip", "link", "add", a, "type", "veth", "peer", "name", b]);
-        sh(&["ip", "link", "set", a, "up"]);
-        sh(&["ip", "link", "set", b, "up"]);
-    }
+    };
+    veth_pair("pa", "pb");
+    veth_pair("pc", "pd");
     let pin = bpffs.path().join("ringlb").join("link_pa");
 
     assert_eq!(restart(&bpffs, "pa", AttachMode::Generic), "generic");
@@ -111,7 +84,7 @@ fn a_changed_attach_mode_is_applied_on_restart() {
 
     // A loader with another pin directory meets pc's link: refused, saying why.
     let other = BpfFs::new("mode-other");
-    let mut dp = XdpDatapath::load(&opts(other.path()), resolver()).unwrap();
+    let mut dp = load_pinned(other.path()).unwrap();
     let err = dp.attach("pc", AttachMode::Auto).unwrap_err().to_string();
     assert!(
         err.contains("not the link pinned in this --pin-dir"),

@@ -22,12 +22,10 @@ use std::{
     time::Duration,
 };
 
-use ringlb_maglev::{Backend, Table};
-use ringlb_nexthop::KernelResolver;
-use ringlb_testkit::pod::ask;
+use ringlb_testkit::pod::{ask, connect};
 use ringlb_xdp::{
-    Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpOptions},
+    Datapath, DesiredState, Proto, Vip,
+    xdp::{XdpDatapath, XdpOptions},
 };
 use xdp_support::*;
 
@@ -45,31 +43,17 @@ fn desired(pods: &[&str]) -> DesiredState {
         port: 80,
         proto: Proto::Tcp,
     };
-    let backends: Vec<Backend> = pods
-        .iter()
-        .map(|p| Backend {
-            addr: ip(p),
-            port: 80,
-            weight: 1,
-        })
-        .collect();
-    let table = Table::build(&backends, 251).unwrap();
     DesiredState {
-        services: [(vip, ServiceEntry::from_table(&vip, &table).unwrap())]
-            .into_iter()
-            .collect(),
+        services: [(vip, maglev_entry(&vip, pods, 80))].into_iter().collect(),
     }
 }
 
 #[test]
 fn tcp_through_xdp_to_two_pods_with_dsr_and_established_flows_survive() {
-    if !is_root() {
-        eprintln!("SKIP: the XDP netns traffic test needs root (netns, BPF, tc)");
+    if !require_root("the XDP netns traffic test (netns, BPF, tc)") {
         return;
     }
-    let pid = std::process::id();
-    let [client, tor, edge, pod1, pod2] =
-        ["c", "t", "e", "p1", "p2"].map(|n| Netns::new(&format!("rlbx{pid}{n}")));
+    let [client, tor, edge, pod1, pod2] = Netns::per_process("rlbx", ["c", "t", "e", "p1", "p2"]);
     let (c, t, e, p1, p2) = (&client.0, &tor.0, &edge.0, &pod1.0, &pod2.0);
     wire_the_lab([c, t, e, p1, p2]);
 
@@ -99,39 +83,16 @@ fn wire_the_lab([c, t, e, p1, p2]: [&str; 5]) {
     default_route(p1, "10.201.2.1");
     default_route(p2, "10.201.3.1");
     // the ToR sends the VIP to the edge (BGP's job in production)
-    sh(&[
-        "ip",
-        "-n",
-        t,
-        "route",
-        "add",
-        &format!("{VIP}/32"),
-        "via",
-        "10.201.0.11",
-    ]);
+    route(t, &format!("{VIP}/32"), "10.201.0.11");
     sysctl(t, "net.ipv4.ip_forward=1");
     for ns in [c, t, e, p1, p2] {
-        // DSR: replies come back on another port than the VIP's route
-        sysctl(ns, "net.ipv4.conf.all.rp_filter=0");
-        sysctl(ns, "net.ipv4.conf.default.rp_filter=0");
+        no_rp_filter(ns);
     }
     for dev in ["ve-cl", "ve-e", "ve-p1", "ve-p2"] {
         sysctl(t, &format!("net.ipv4.conf.{dev}.rp_filter=0"));
     }
     for ns in [p1, p2] {
-        sh(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{VIP}/32"),
-            "dev",
-            "lo",
-        ]);
-        sysctl(ns, "net.ipv4.conf.all.arp_ignore=1");
-        sysctl(ns, "net.ipv4.conf.all.arp_announce=2");
-        sysctl(ns, "net.ipv4.conf.eth0.rp_filter=0");
+        dsr_pod(ns, VIP);
     }
     // a veth frame sent with XDP_TX keeps a partial checksum otherwise
     in_netns(c, || tx_checksum_off("eth0"));
@@ -140,17 +101,10 @@ fn wire_the_lab([c, t, e, p1, p2]: [&str; 5]) {
 /// The edge: the datapath loaded, both pods applied, attached natively to eth0.
 fn the_edge(e: &str) -> XdpDatapath {
     let opts = XdpOptions {
-        pin_dir: None,
         src4: Some("10.201.0.11".parse().unwrap()),
-        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
-        ..XdpOptions::default()
+        ..lab_opts()
     };
-    let resolver = KernelResolver::new(Some(e.to_string()));
-    let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();
-    dp.apply(&desired(&[POD1, POD2])).unwrap();
-    let mode = in_netns(e, || dp.attach("eth0", AttachMode::Native).unwrap());
-    assert_eq!(mode, "native");
-    dp
+    edge_in(e, &opts, &desired(&[POD1, POD2]))
 }
 
 /// 60 connections from the client, each asks once; both pods get a fair share and
@@ -163,10 +117,8 @@ fn sixty_connections_spread_over_both_pods(
     let conns: Vec<(BufReader<TcpStream>, String)> = in_netns(c, || {
         (0..60)
             .map(|i| {
-                let s = TcpStream::connect_timeout(&(ip(VIP), 80).into(), Duration::from_secs(3))
+                let mut r = connect((ip(VIP), 80).into())
                     .unwrap_or_else(|e| panic!("connection {i} to the VIP: {e}"));
-                s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-                let mut r = BufReader::new(s);
                 let who = ask(&mut r).unwrap_or_else(|e| panic!("connection {i}: {e}"));
                 (r, who)
             })
@@ -176,19 +128,7 @@ fn sixty_connections_spread_over_both_pods(
     for (_, who) in &conns {
         *per_pod.entry(who.clone()).or_default() += 1;
     }
-    eprintln!("connections per pod: {per_pod:?}");
-    assert_eq!(per_pod.values().sum::<usize>(), 60);
-    assert!(
-        per_pod.get("pod1").copied().unwrap_or(0) >= 15
-            && per_pod.get("pod2").copied().unwrap_or(0) >= 15,
-        "both pods get a fair share: {per_pod:?}"
-    );
-    let c1 = dp.read_counters().unwrap();
-    let tx = c1.global.iter().find(|(l, _)| *l == "tx").unwrap().1;
-    assert!(
-        tx >= 60 * 3,
-        "every client packet was encapsulated by XDP ({tx})"
-    );
+    assert_spread_over_both_pods(dp, &per_pod, 60, 15);
     conns
 }
 
@@ -230,10 +170,7 @@ fn ping_and_unused_ports_do_not_loop(c: &str, t: &str, e: &str, dp: &XdpDatapath
     // The lab is IPv4: without this, the ToR's IPv6 start-up chatter on the new
     // link (MLD reports, router solicitations) lands in the count.
     sysctl(t, "net.ipv6.conf.ve-e.disable_ipv6=1");
-    let counter = |label: &str| {
-        let c = dp.read_counters().unwrap();
-        c.global.iter().find(|(l, _)| *l == label).unwrap().1
-    };
+    let counter = |label: &str| fixture::counter(dp, label);
     let before = tor_to_edge_packets(t);
     let out = nsx(c, &["ping", "-c", "3", "-i", "0.2", "-W", "2", VIP]);
     // iputils says "3 received", busybox (the kernel matrix guests) "3 packets received"
@@ -302,13 +239,12 @@ fn pod1_leaves_and_the_flows_on_pod2_survive(
     // and new connections all go to pod2
     in_netns(c, || {
         for _ in 0..10 {
-            let s =
-                TcpStream::connect_timeout(&(ip(VIP), 80).into(), Duration::from_secs(3)).unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-            assert_eq!(ask(&mut BufReader::new(s)).unwrap(), "pod2");
+            assert_eq!(
+                ask(&mut connect((ip(VIP), 80).into()).unwrap()).unwrap(),
+                "pod2"
+            );
         }
     });
-    let c2 = dp.read_counters().unwrap();
-    let hits = c2.global.iter().find(|(l, _)| *l == "ct_hit").unwrap().1;
+    let hits = fixture::counter(dp, "ct_hit");
     assert!(hits > 0, "established flows were served from conntrack");
 }

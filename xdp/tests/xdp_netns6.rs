@@ -6,17 +6,12 @@ mod xdp_support;
 
 use std::{
     collections::BTreeMap,
-    io::{BufRead, BufReader, Write},
-    net::{IpAddr, TcpStream},
-    time::Duration,
+    io::{BufRead, Write},
+    net::IpAddr,
 };
 
-use ringlb_maglev::{Backend, Table};
-use ringlb_nexthop::KernelResolver;
-use ringlb_xdp::{
-    Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpOptions},
-};
+use ringlb_testkit::pod::connect;
+use ringlb_xdp::{Datapath, DesiredState, Proto, Vip, xdp::XdpOptions};
 use xdp_support::*;
 
 const VIP: &str = "fd00:201:100::1";
@@ -41,13 +36,10 @@ fn veth6(a_ns: &str, a: &str, a_ip: &str, b_ns: &str, b: &str, b_ip: &str) {
 
 #[test]
 fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
-    if !is_root() {
-        eprintln!("SKIP: the XDP IPv6 netns traffic test needs root (netns, BPF, tc)");
+    if !require_root("the XDP IPv6 netns traffic test (netns, BPF, tc)") {
         return;
     }
-    let pid = std::process::id();
-    let [client, tor, edge, pod1, pod2] =
-        ["c", "t", "e", "p1", "p2"].map(|n| Netns::new(&format!("rlb6x{pid}{n}")));
+    let [client, tor, edge, pod1, pod2] = Netns::per_process("rlb6x", ["c", "t", "e", "p1", "p2"]);
     let (c, t, e, p1, p2) = (&client.0, &tor.0, &edge.0, &pod1.0, &pod2.0);
     veth6(
         c,
@@ -93,7 +85,7 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
         "via",
         "fd00:201::11",
     ]);
-    nsx(t, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+    sysctl(t, "net.ipv6.conf.all.forwarding=1");
     for ns in [p1, p2] {
         sh(&[
             "ip",
@@ -115,45 +107,29 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
     serve(p2.clone(), ip(VIP), "pod2");
 
     let opts = XdpOptions {
-        pin_dir: None,
         src4: None,
         src6: Some("fd00:201::11".parse().unwrap()),
-        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
-        ..XdpOptions::default()
+        ..lab_opts()
     };
-    let mut dp = XdpDatapath::load(&opts, Box::new(KernelResolver::new(Some(e.clone())))).unwrap();
     let vip = Vip {
         addr: ip(VIP),
         port: 80,
         proto: Proto::Tcp,
     };
-    let backends: Vec<Backend> = ["fd00:201:2::21", "fd00:201:3::22"]
-        .iter()
-        .map(|p| Backend {
-            addr: ip(p),
-            port: 80,
-            weight: 1,
-        })
-        .collect();
-    let table = Table::build(&backends, 251).unwrap();
-    dp.apply(&DesiredState {
-        services: [(vip, ServiceEntry::from_table(&vip, &table).unwrap())]
-            .into_iter()
-            .collect(),
-    })
-    .unwrap();
-    assert_eq!(
-        in_netns(e, || dp.attach("eth0", AttachMode::Native).unwrap()),
-        "native"
+    let pods = maglev_entry(&vip, &["fd00:201:2::21", "fd00:201:3::22"], 80);
+    let dp = edge_in(
+        e,
+        &opts,
+        &DesiredState {
+            services: [(vip, pods)].into_iter().collect(),
+        },
     );
 
     let per_pod: BTreeMap<String, usize> = in_netns(c, || {
         let mut m = BTreeMap::new();
         for i in 0..40 {
-            let s = TcpStream::connect_timeout(&(ip(VIP), 80).into(), Duration::from_secs(3))
+            let mut r = connect((ip(VIP), 80).into())
                 .unwrap_or_else(|e| panic!("IPv6 connection {i} to the VIP: {e}"));
-            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-            let mut r = BufReader::new(s);
             r.get_mut().write_all(b"hello\n").unwrap();
             let mut who = String::new();
             r.read_line(&mut who).unwrap();
@@ -161,27 +137,16 @@ fn ipv6_tcp_through_xdp_ip6ip6_to_two_pods() {
         }
         m
     });
-    eprintln!("IPv6 connections per pod: {per_pod:?}");
-    assert_eq!(per_pod.values().sum::<usize>(), 40);
-    assert!(
-        per_pod.get("pod1").copied().unwrap_or(0) >= 8
-            && per_pod.get("pod2").copied().unwrap_or(0) >= 8,
-        "both pods serve: {per_pod:?}"
-    );
-    let counters = dp.read_counters().unwrap();
-    let tx = counters.global.iter().find(|(l, _)| *l == "tx").unwrap().1;
-    assert!(
-        tx >= 40 * 3,
-        "client packets were encapsulated IPv6-in-IPv6 ({tx})"
-    );
+    assert_spread_over_both_pods(&dp, &per_pod, 40, 8);
     // a ping of the VIP is answered by the program, also with the edge's
     // kernel forwarding (which would send a passed echo back to the ToR)
-    nsx(e, &["sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"]);
+    sysctl(e, "net.ipv6.conf.all.forwarding=1");
     let out = nsx(c, &["ping", "-c", "3", "-i", "0.2", "-W", "2", VIP]);
     // iputils says "3 received", busybox (the kernel matrix guests) "3 packets received"
     assert!(out.contains(", 0% packet loss"), "{out}");
-    let counters = dp.read_counters().unwrap();
-    let echo = counters.global.iter().find(|(l, _)| *l == "icmp_echo");
-    assert!(echo.unwrap().1 >= 3, "answered by the program: {out}");
+    assert!(
+        fixture::counter(&dp, "icmp_echo") >= 3,
+        "answered by the program: {out}"
+    );
     dp.uninstall().unwrap();
 }

@@ -27,12 +27,10 @@ use std::io::BufReader;
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
 use std::time::Duration;
 
-use ringlb_maglev::{Backend, Table};
-use ringlb_nexthop::KernelResolver;
 use ringlb_testkit::pod::ask;
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, SourceRange, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpOptions},
+    xdp::{XdpDatapath, XdpOptions},
 };
 use xdp_support::*;
 
@@ -58,17 +56,7 @@ fn vip(port: u16, proto: Proto) -> Vip {
 
 /// VIP:80/TCP and VIP:53/UDP over `pods`, `f` applied to the TCP entry.
 fn desired(pods: &[&str], f: impl Fn(ServiceEntry) -> ServiceEntry) -> DesiredState {
-    let entry = |v: &Vip| {
-        let backends: Vec<Backend> = pods
-            .iter()
-            .map(|p| Backend {
-                addr: ip(p),
-                port: v.port,
-                weight: 1,
-            })
-            .collect();
-        ServiceEntry::from_table(v, &Table::build(&backends, 251).unwrap()).unwrap()
-    };
+    let entry = |v: &Vip| maglev_entry(v, pods, v.port);
     let (tcp, udp) = (vip(80, Proto::Tcp), vip(UDP_PORT, Proto::Udp));
     DesiredState {
         services: [(tcp, f(entry(&tcp))), (udp, entry(&udp))]
@@ -79,13 +67,11 @@ fn desired(pods: &[&str], f: impl Fn(ServiceEntry) -> ServiceEntry) -> DesiredSt
 
 #[test]
 fn source_ranges_affinity_and_a_replaced_udp_pod_through_two_edges() {
-    if !is_root() {
-        eprintln!("SKIP: the two-edge XDP netns test needs root (netns, BPF, tc)");
+    if !require_root("the two-edge XDP netns test (netns, BPF, tc)") {
         return;
     }
-    let pid = std::process::id();
     let names = ["c", "o", "t", "e1", "e2", "p1", "p2", "p3"];
-    let nss = names.map(|n| Netns::new(&format!("rlbk{pid}{n}")));
+    let nss = Netns::per_process("rlbk", names);
     let [c, o, t, e1, e2, p1, p2, p3] = [0, 1, 2, 3, 4, 5, 6, 7].map(|i| nss[i].0.as_str());
     wire([c, o], t, [e1, e2], [p1, p2, p3]);
     let mut programs = vec![attach_pass(t, "ve-e1"), attach_pass(t, "ve-e2")];
@@ -281,19 +267,7 @@ fn wire([c, o]: [&str; 2], t: &str, edges: [&str; 2], pods: [&str; 3]) {
             &format!("{gw}/24"),
         );
         default_route(p, &gw);
-        sh(&[
-            "ip",
-            "-n",
-            p,
-            "addr",
-            "add",
-            &format!("{VIP}/32"),
-            "dev",
-            "lo",
-        ]);
-        sysctl(p, "net.ipv4.conf.all.arp_ignore=1");
-        sysctl(p, "net.ipv4.conf.all.arp_announce=2");
-        sysctl(p, "net.ipv4.conf.eth0.rp_filter=0");
+        dsr_pod(p, VIP);
         sysctl(t, &format!("net.ipv4.conf.ve-p{}.rp_filter=0", i + 1));
     }
     // both edges share one /24 on two ToR ports: each gets a host route
@@ -334,8 +308,7 @@ fn wire([c, o]: [&str; 2], t: &str, edges: [&str; 2], pods: [&str; 3]) {
     sysctl(t, "net.ipv4.conf.ve-cl.rp_filter=0");
     sysctl(t, "net.ipv4.conf.ve-o.rp_filter=0");
     for ns in [c, o, t].into_iter().chain(edges).chain(pods) {
-        sysctl(ns, "net.ipv4.conf.all.rp_filter=0");
-        sysctl(ns, "net.ipv4.conf.default.rp_filter=0");
+        no_rp_filter(ns);
     }
     // a veth frame sent with XDP_TX keeps a partial checksum otherwise
     for ns in [c, o] {
@@ -346,15 +319,8 @@ fn wire([c, o]: [&str; 2], t: &str, edges: [&str; 2], pods: [&str; 3]) {
 /// One edge: the datapath loaded with the three pods and attached natively.
 fn the_edge(ns: &str, addr: &str) -> XdpDatapath {
     let opts = XdpOptions {
-        pin_dir: None,
         src4: Some(addr.parse().unwrap()),
-        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
-        ..XdpOptions::default()
+        ..lab_opts()
     };
-    let resolver = KernelResolver::new(Some(ns.to_string()));
-    let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();
-    dp.apply(&desired(&PODS, |e| e)).unwrap();
-    let mode = in_netns(ns, || dp.attach("eth0", AttachMode::Native).unwrap());
-    assert_eq!(mode, "native");
-    dp
+    edge_in(ns, &opts, &desired(&PODS, |e| e))
 }

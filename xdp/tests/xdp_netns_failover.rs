@@ -18,15 +18,14 @@ use std::{
     collections::BTreeSet,
     io::BufReader,
     net::{IpAddr, TcpStream},
-    time::Duration,
 };
 
-use ringlb_nexthop::KernelResolver;
-use ringlb_testkit::pod::ask;
+use ringlb_testkit::pod::{ask, connect};
 use ringlb_xdp::{
     Datapath, DesiredState, Proto, ServiceEntry, Vip,
-    xdp::{AttachMode, XdpDatapath, XdpOptions},
+    xdp::{XdpDatapath, XdpOptions},
 };
+use xdp_support::fixture::counter;
 use xdp_support::*;
 
 const VIP_A: &str = "10.202.100.1";
@@ -57,24 +56,12 @@ fn entry(v: &Vip, backends: &[&str]) -> ServiceEntry {
 
 fn edge(ns: &str, src: &str, desired: &DesiredState) -> XdpDatapath {
     let opts = XdpOptions {
-        pin_dir: None,
         src4: Some(src.parse().unwrap()),
-        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
         // B takes failover traffic from A's edge (A's own setting is unused)
         decap_senders: vec![(EDGE_A.parse().unwrap(), 32)],
-        ..XdpOptions::default()
+        ..lab_opts()
     };
-    let resolver = KernelResolver::new(Some(ns.to_string()));
-    let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).unwrap();
-    dp.apply(desired).unwrap();
-    let mode = in_netns(ns, || dp.attach("eth0", AttachMode::Native).unwrap());
-    assert_eq!(mode, "native");
-    dp
-}
-
-fn counter(dp: &XdpDatapath, label: &str) -> u64 {
-    let c = dp.read_counters().unwrap();
-    c.global.iter().find(|(l, _)| *l == label).unwrap().1
+    edge_in(ns, &opts, desired)
 }
 
 /// The counter once it has not moved for 300 ms (at most 5 s): a delayed
@@ -94,13 +81,11 @@ fn settled_counter(dp: &XdpDatapath, label: &str) -> u64 {
 
 #[test]
 fn tcp_to_a_vip_without_pods_is_served_by_the_other_regions_pods() {
-    if !is_root() {
-        eprintln!("SKIP: the XDP failover netns test needs root (netns, BPF, tc)");
+    if !require_root("the XDP failover netns test (netns, BPF, tc)") {
         return;
     }
-    let pid = std::process::id();
     let [client, tor, edge_a, edge_b, pod1, pod2] =
-        ["c", "t", "a", "b", "p1", "p2"].map(|n| Netns::new(&format!("rlbf{pid}{n}")));
+        Netns::per_process("rlbf", ["c", "t", "a", "b", "p1", "p2"]);
     let (c, t, ea, eb, p1, p2) = (&client.0, &tor.0, &edge_a.0, &edge_b.0, &pod1.0, &pod2.0);
     wire_the_lab([c, t, ea, eb, p1, p2]);
     // ringlb_pass on the ToR's side of both edges, tc decap in the pods
@@ -135,10 +120,8 @@ fn tcp_to_a_vip_without_pods_is_served_by_the_other_regions_pods() {
     let mut conns = Vec::new();
     in_netns(c, || {
         for i in 0..20 {
-            let s = TcpStream::connect_timeout(&(ip(VIP_A), 80).into(), Duration::from_secs(3))
+            let mut r = connect((ip(VIP_A), 80).into())
                 .unwrap_or_else(|e| panic!("connection {i} to VIP_A: {e}"));
-            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-            let mut r = BufReader::new(s);
             who.insert(ask(&mut r).unwrap_or_else(|e| panic!("connection {i}: {e}")));
             conns.push(r);
         }
@@ -182,43 +165,21 @@ fn wire_the_lab([c, t, ea, eb, p1, p2]: [&str; 6]) {
         (p1, "10.202.2.1"),
         (p2, "10.202.3.1"),
     ] {
-        sh(&["ip", "-n", ns, "route", "add", "default", "via", gw]);
+        default_route(ns, gw);
     }
     // each region's edge announces its own VIP (BGP's job in production)
     for (v, via) in [(VIP_A, "10.202.0.11"), (VIP_B, "10.202.4.11")] {
-        sh(&[
-            "ip",
-            "-n",
-            t,
-            "route",
-            "add",
-            &format!("{v}/32"),
-            "via",
-            via,
-        ]);
+        route(t, &format!("{v}/32"), via);
     }
     sysctl(t, "net.ipv4.ip_forward=1");
     for ns in [c, t, ea, eb, p1, p2] {
-        sysctl(ns, "net.ipv4.conf.all.rp_filter=0");
-        sysctl(ns, "net.ipv4.conf.default.rp_filter=0");
+        no_rp_filter(ns);
     }
     for dev in ["ve-cl", "ve-e", "ve-eb", "ve-p1", "ve-p2"] {
         sysctl(t, &format!("net.ipv4.conf.{dev}.rp_filter=0"));
     }
     for ns in [p1, p2] {
-        sh(&[
-            "ip",
-            "-n",
-            ns,
-            "addr",
-            "add",
-            &format!("{VIP_A}/32"),
-            "dev",
-            "lo",
-        ]);
-        sysctl(ns, "net.ipv4.conf.all.arp_ignore=1");
-        sysctl(ns, "net.ipv4.conf.all.arp_announce=2");
-        sysctl(ns, "net.ipv4.conf.eth0.rp_filter=0");
+        dsr_pod(ns, VIP_A);
     }
     in_netns(c, || tx_checksum_off("eth0"));
 }
@@ -255,10 +216,7 @@ fn a_pods_return_and_failed_over_flows_stay_on_b(
     assert!(out1 >= out0 + 20);
     in_netns(c, || {
         for _ in 0..10 {
-            let s = TcpStream::connect_timeout(&(ip(VIP_A), 80).into(), Duration::from_secs(3))
-                .unwrap();
-            s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
-            ask(&mut BufReader::new(s)).unwrap();
+            ask(&mut connect((ip(VIP_A), 80).into()).unwrap()).unwrap();
         }
     });
     assert_eq!(

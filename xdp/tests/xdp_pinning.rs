@@ -7,36 +7,17 @@ mod xdp_support;
 
 use std::net::IpAddr;
 
-use ringlb_nexthop::{NextHop, StaticResolver};
 use ringlb_testkit::packet::Frame;
 use ringlb_xdp::{
     Datapath, DesiredState, Programmed, Proto, ServiceEntry, Vip, abi, flow_filter,
     lookup::{CtState, Lookup},
     maps::kernel::PinnedFlowFilter,
-    xdp::{AttachMode, XdpDatapath, XdpOptions},
+    xdp::{AttachMode, XdpDatapath},
 };
 use xdp_support::*;
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-fn opts(pin: &std::path::Path) -> XdpOptions {
-    XdpOptions {
-        pin_dir: Some(pin.join("ringlb")),
-        src4: Some("10.0.0.11".parse().unwrap()),
-        fib_fallback: false,
-        ..XdpOptions::default()
-    }
-}
-
-fn resolver() -> Box<StaticResolver> {
-    Box::new(StaticResolver::everywhere(NextHop {
-        ifindex: 0,
-        smac: [2, 0, 0, 0, 0, 1],
-        dmac: [2, 0, 0, 0, 0, 2],
-        vlan: None,
-    }))
 }
 
 fn desired() -> DesiredState {
@@ -58,18 +39,10 @@ fn desired() -> DesiredState {
 
 #[test]
 fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
-    if !is_root() {
-        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, netns, BPF)");
+    let Some((bpffs, _ns)) = bpffs_and_netns("the XDP pinning test", "pin") else {
         return;
-    }
-    let bpffs = BpfFs::new("pin");
-    let ns = Netns::new(&format!("rlbpin-{}", std::process::id()));
-    enter_netns(&ns.0);
-    sh(&[
-        "ip", "link", "add", "pa", "type", "veth", "peer", "name", "pb",
-    ]);
-    sh(&["ip", "link", "set", "pa", "up"]);
-    sh(&["ip", "link", "set", "pb", "up"]);
+    };
+    veth_pair("pa", "pb");
 
     let (programmed_before, first_prog) = first_process_attaches_and_pins(&bpffs);
     let dp = second_process_reads_back_and_replaces(&bpffs, &programmed_before, first_prog);
@@ -85,7 +58,7 @@ fn restart_keeps_maps_and_conntrack_and_replaces_the_program_in_place() {
 /// The first process: applies, attaches natively to `pa`, forwards a packet,
 /// exits. Returns what it programmed and the id of its program.
 fn first_process_attaches_and_pins(bpffs: &BpfFs) -> (Programmed, u64) {
-    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let mut dp = load_pinned(bpffs.path()).unwrap();
     dp.apply(&desired()).unwrap();
     // (auto would pick generic: pb runs no XDP program; auto_mode.rs)
     assert_eq!(dp.attach("pa", AttachMode::Native).unwrap(), "native");
@@ -117,7 +90,7 @@ fn second_process_reads_back_and_replaces(
     programmed_before: &Programmed,
     first_prog: u64,
 ) -> XdpDatapath {
-    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let mut dp = load_pinned(bpffs.path()).unwrap();
     let p = dp.programmed();
     assert_eq!(
         p.backends().collect::<Vec<_>>(),
@@ -218,28 +191,11 @@ fn the_operator_cli_reads_the_pinned_maps(bpffs: &BpfFs) {
         counters.contains("tx") && counters.contains("10.100.0.1:80/tcp"),
         "{counters}"
     );
-    let lookup = cli(
-        bpffs,
-        &[
-            "lookup",
-            "--src",
-            "192.0.2.7:40000",
-            "--dst",
-            "10.100.0.1:80",
-        ],
-    );
-    assert!(lookup.contains("from the conntrack entry"), "{lookup}");
-    let lookup = cli(
-        bpffs,
-        &[
-            "lookup",
-            "--src",
-            "192.0.2.7:40000",
-            "--dst",
-            "10.100.0.9:80",
-        ],
-    );
-    assert!(lookup.contains("not a VIP"), "{lookup}");
+    let lookup = |dst| cli(bpffs, &["lookup", "--src", "192.0.2.7:40000", "--dst", dst]);
+    let to_vip = lookup("10.100.0.1:80");
+    assert!(to_vip.contains("from the conntrack entry"), "{to_vip}");
+    let elsewhere = lookup("10.100.0.9:80");
+    assert!(elsewhere.contains("not a VIP"), "{elsewhere}");
     let missing = run_cli(&["datapath", "--pin-dir", "/nonexistent/ringlb", "dump"])
         .expect_err("no pinned maps there");
     let missing = missing.to_string();
@@ -268,7 +224,7 @@ fn a_restart_keeps_the_generation_high_water_mark(
     let high_water = dp.programmed().last_generation;
     assert!(high_water >= 2, "two backends were assigned generations");
     drop(dp);
-    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let mut dp = load_pinned(bpffs.path()).unwrap();
     assert!(
         dp.programmed().last_generation >= high_water,
         "restart forgot the generation high-water mark: {} < {high_water}",
@@ -285,24 +241,13 @@ fn a_restart_keeps_the_generation_high_water_mark(
 #[test]
 fn a_defunct_pinned_link_is_replaced_by_a_fresh_attach() {
     use ringlb_xdp::batch::{if_index, pinned_link_ifindex};
-    if !is_root() {
-        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, netns, BPF)");
+    let Some((bpffs, _ns)) = bpffs_and_netns("the XDP pinning test", "defunct") else {
         return;
-    }
-    let bpffs = BpfFs::new("defunct");
-    let ns = Netns::new(&format!("rlbdef-{}", std::process::id()));
-    enter_netns(&ns.0);
-    let veth = || {
-        sh(&[
-            "ip", "link", "add", "da", "type", "veth", "peer", "name", "db",
-        ]);
-        sh(&["ip", "link", "set", "da", "up"]);
-        sh(&["ip", "link", "set", "db", "up"]);
     };
-    veth();
+    veth_pair("da", "db");
     let pin = bpffs.path().join("ringlb").join("link_da");
 
-    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let mut dp = load_pinned(bpffs.path()).unwrap();
     dp.apply(&desired()).unwrap();
     assert_eq!(dp.attach("da", AttachMode::Native).unwrap(), "native");
     let old_index = if_index("da");
@@ -310,7 +255,7 @@ fn a_defunct_pinned_link_is_replaced_by_a_fresh_attach() {
     drop(dp);
 
     sh(&["ip", "link", "del", "da"]);
-    veth();
+    veth_pair("da", "db");
     let new_index = if_index("da");
     assert_ne!(new_index, old_index, "a new interface");
     assert_eq!(xdp_prog_id("da"), None, "nothing on the new interface yet");
@@ -321,7 +266,7 @@ fn a_defunct_pinned_link_is_replaced_by_a_fresh_attach() {
         "the pinned link is defunct"
     );
 
-    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let mut dp = load_pinned(bpffs.path()).unwrap();
     let how = dp
         .attach("da", AttachMode::Native)
         .expect("attach over a defunct pinned link");
@@ -341,7 +286,7 @@ fn a_defunct_pinned_link_is_replaced_by_a_fresh_attach() {
     drop(dp);
 
     // and the next restart updates that link in place
-    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let mut dp = load_pinned(bpffs.path()).unwrap();
     assert_eq!(dp.attach("da", AttachMode::Native).unwrap(), "replaced");
     assert_ne!(
         xdp_prog_id("da"),
@@ -361,7 +306,7 @@ fn pinned_maps_of_another_size_are_refused_clearly() {
     else {
         return;
     };
-    let e = match XdpDatapath::load(&opts(bpffs.path()), resolver()) {
+    let e = match load_pinned(bpffs.path()) {
         Ok(_) => panic!("a backends map of 131072 entries was accepted"),
         Err(e) => e.to_string(),
     };
@@ -380,7 +325,7 @@ fn a_pinned_flow_filter_of_an_older_layout_is_replaced() {
     let Some((bpffs, dir)) = old_pin::<OldFilter>("ffold", abi::map::FLOW_FILTER, 1) else {
         return;
     };
-    let dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).expect("load over the old pin");
+    let dp = load_pinned(bpffs.path()).expect("load over the old pin");
     let pinned = aya::maps::MapData::from_pin(dir.join(abi::map::FLOW_FILTER)).unwrap();
     assert_eq!(
         pinned.info().unwrap().value_size() as usize,
@@ -406,7 +351,7 @@ fn a_pinned_stats_map_with_fewer_counters_is_replaced() {
     let Some((bpffs, dir)) = old_pin::<u64>("statsold", abi::map::STATS, abi::STAT_MAX - 1) else {
         return;
     };
-    let dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).expect("load over the old pin");
+    let dp = load_pinned(bpffs.path()).expect("load over the old pin");
     let pinned = aya::maps::MapData::from_pin(dir.join(abi::map::STATS)).unwrap();
     assert_eq!(pinned.info().unwrap().max_entries(), abi::STAT_MAX);
     let counters = dp.read_counters().unwrap();
@@ -422,11 +367,9 @@ fn a_pinned_stats_map_with_fewer_counters_is_replaced() {
 /// comes from the loader's pinned `owners` map: no ring names it.
 #[test]
 fn a_draining_pod_keeps_its_flows_across_a_restart_until_it_leaves() {
-    if !is_root() {
-        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, BPF)");
+    let Some(bpffs) = private_bpffs("the XDP pinning test (bpffs mount, BPF)", "drain") else {
         return;
-    }
-    let bpffs = BpfFs::new("drain");
+    };
     let v = Vip {
         addr: ip("10.100.0.1"),
         port: 80,
@@ -452,7 +395,7 @@ fn a_draining_pod_keeps_its_flows_across_a_restart_until_it_leaves() {
         IpAddr::from(<[u8; 4]>::try_from(&out[14 + 16..14 + 20]).unwrap())
     };
 
-    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let mut dp = load_pinned(bpffs.path()).unwrap();
     dp.apply(&entry(vec![p, q], 0)).unwrap();
     assert_eq!(outer_dst(&dp), p);
     let draining = entry(vec![p, q], 1); // P drains: no slot, still a backend
@@ -461,7 +404,7 @@ fn a_draining_pod_keeps_its_flows_across_a_restart_until_it_leaves() {
     let p_id = dp.programmed().backend(&v, p).unwrap().id;
     drop(dp);
 
-    let mut dp = XdpDatapath::load(&opts(bpffs.path()), resolver()).unwrap();
+    let mut dp = load_pinned(bpffs.path()).unwrap();
     assert_eq!(
         dp.programmed().backend(&v, p).map(|b| b.id),
         Some(p_id),
@@ -522,11 +465,7 @@ fn old_pin<V: aya::Pod>(
     entries: u32,
 ) -> Option<(BpfFs, std::path::PathBuf)> {
     use aya::maps::{Array, IterableMap, MapData};
-    if !is_root() {
-        eprintln!("SKIP: the XDP pinning test needs root (bpffs mount, BPF)");
-        return None;
-    }
-    let bpffs = BpfFs::new(tag);
+    let bpffs = private_bpffs("the XDP pinning test (bpffs mount, BPF)", tag)?;
     let dir = bpffs.path().join("ringlb");
     std::fs::create_dir_all(&dir).unwrap();
     let old = Array::<MapData, V>::create(entries, 0).unwrap();

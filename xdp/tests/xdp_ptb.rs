@@ -9,35 +9,19 @@
 mod xdp_support;
 use xdp_support::fixture::*;
 
-use ringlb_testkit::packet::{Frame, icmp_error, l2_header, verify_checksums};
-use ringlb_xdp::{Datapath, DesiredState, Proto, xdp::XdpDatapath};
+use ringlb_testkit::packet::{Frame, hex, icmp_error, l2_header, verify_checksums};
+use ringlb_xdp::{Proto, xdp::XdpDatapath};
 
-const CLIENT4: &str = "192.0.2.7";
-const CLIENT6: &str = "2001:db8:ffff::9";
-const VIP4: &str = "10.100.0.1";
-const VIP6: &str = "2001:db8:100::1";
 /// Bytes of the offending packet the answer quotes (RINGLB_ICMP_QUOTE).
 const QUOTE: usize = 512;
 
-/// VIP4:80/TCP and VIP4:53/UDP -> an IPv4 backend, VIP6:443/TCP -> an IPv6
-/// backend, VIP4:8080/TCP -> an IPv6 backend (4-in-6: 40 bytes of outer).
-fn services() -> DesiredState {
-    let v80 = vip(VIP4, 80, Proto::Tcp);
-    let v53 = vip(VIP4, 53, Proto::Udp);
-    let v443 = vip(VIP6, 443, Proto::Tcp);
-    let v8080 = vip(VIP4, 8080, Proto::Tcp);
-    state(vec![
-        (v80, svc(&v80, &["10.1.0.1"], 0)),
-        (v53, svc(&v53, &["10.1.0.1"], 0)),
-        (v443, svc(&v443, &["2001:db8:1::1"], 0)),
-        (v8080, svc(&v8080, &["2001:db8:1::1"], 0)),
-    ])
-}
-
+/// The ICMP fixtures' services and VIP4:8080/TCP -> an IPv6 backend (4-in-6:
+/// 40 bytes of outer).
 fn loaded(mtu: u32) -> Option<XdpDatapath> {
-    let mut dp = load(mtu, true)?;
-    dp.apply(&services()).unwrap();
-    Some(dp)
+    load_applied(
+        mtu,
+        &icmp_services((vip(VIP4, 8080, Proto::Tcp), "2001:db8:1::1")),
+    )
 }
 
 /// A TCP packet from the client to `vip:port` whose IP packet is `l3_len`
@@ -69,18 +53,6 @@ fn too_big(f: &Frame, mtu: u16) -> Vec<u8> {
         &l3[..QUOTE],
     ));
     v
-}
-
-fn hex(b: &[u8]) -> String {
-    b.chunks(16)
-        .map(|c| {
-            c.iter()
-                .map(|x| format!("{x:02x}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 fn assert_answer(dp: &XdpDatapath, f: &Frame, mtu: u16) {

@@ -22,6 +22,16 @@ fn ranged(v: &Vip, backends: &[&str], ranges: &[&str]) -> ServiceEntry {
     svc(v, backends, 0).with_source_ranges(v, ranges.iter().map(|r| range(r)))
 }
 
+/// What `lookup` says of the TCP flow from `src`:40000 to 10.100.0.1:80.
+fn look(dp: &XdpDatapath, src: &str) -> Lookup {
+    dp.lookup(&ringlb_xdp::cli::flow(
+        Proto::Tcp,
+        format!("{src}:40000").parse().unwrap(),
+        "10.100.0.1:80".parse().unwrap(),
+    ))
+    .unwrap()
+}
+
 /// Packets the program dropped for `v` because of its ranges.
 fn vip_dropped(dp: &XdpDatapath, v: &Vip) -> u64 {
     let c = dp.read_counters().unwrap();
@@ -79,16 +89,8 @@ fn ipv4_sources_outside_the_ranges_are_dropped_before_the_ring() {
     assert_eq!(counter(&dp, "drop_source_range"), 4);
     assert_eq!(vip_dropped(&dp, &v), 4);
     // `lookup` says the same, from the VIP's set
-    let look = |src: &str| {
-        dp.lookup(&ringlb_xdp::cli::flow(
-            Proto::Tcp,
-            format!("{src}:40000").parse().unwrap(),
-            "10.100.0.1:80".parse().unwrap(),
-        ))
-        .unwrap()
-    };
-    assert!(matches!(look("192.0.3.7"), Lookup::SourceRefused { vip, .. } if vip == v));
-    assert!(matches!(look("203.0.113.7"), Lookup::Backend { .. }));
+    assert!(matches!(look(&dp, "192.0.3.7"), Lookup::SourceRefused { vip, .. } if vip == v));
+    assert!(matches!(look(&dp, "203.0.113.7"), Lookup::Backend { .. }));
     assert_eq!(counter(&dp, "ct_miss"), 0, "a refused ACK inserts nothing");
     assert_eq!(ct_entries(&dp), 0);
     assert_eq!(counter(&dp, "tx"), 3);
@@ -141,11 +143,11 @@ fn narrowing_the_ranges_cuts_an_established_flow() {
     );
     assert_eq!(ct_entries(&dp), 1);
     // the ring now sends new flows to .2; the entry keeps this flow on .1
+    let to_2 = || ServiceEntry::new(&v, pods.iter().map(|p| ip(p)).collect(), vec![1; 13]).unwrap();
     let moved = |ranges: &[&str]| {
-        let e = ServiceEntry::new(&v, pods.iter().map(|p| ip(p)).collect(), vec![1; 13]).unwrap();
         state(vec![(
             v,
-            e.with_source_ranges(&v, ranges.iter().map(|r| range(r))),
+            to_2().with_source_ranges(&v, ranges.iter().map(|r| range(r))),
         )])
     };
     dp.apply(&moved(&["192.0.2.0/25", "198.51.100.0/24"]))
@@ -157,13 +159,7 @@ fn narrowing_the_ranges_cuts_an_established_flow() {
     );
     let hits = counter(&dp, "ct_hit");
     // `lookup` names the VIP of the hit (the owners value's ranges bit aside)
-    let said = dp
-        .lookup(&ringlb_xdp::cli::flow(
-            Proto::Tcp,
-            "192.0.2.7:40000".parse().unwrap(),
-            "10.100.0.1:80".parse().unwrap(),
-        ))
-        .unwrap();
+    let said = look(&dp, "192.0.2.7");
     assert!(
         matches!(said, Lookup::Backend { vip, conntrack: CtState::Hit, .. } if vip == v),
         "{said:?}"
@@ -172,13 +168,7 @@ fn narrowing_the_ranges_cuts_an_established_flow() {
     // narrowed past the client: its next packet is dropped, on the hit path
     dp.apply(&moved(&["192.0.2.128/25"])).unwrap();
     assert_eq!(run(&dp, &ack.bytes()), (XDP_DROP, ack.bytes()));
-    let said = dp
-        .lookup(&ringlb_xdp::cli::flow(
-            Proto::Tcp,
-            "192.0.2.7:40000".parse().unwrap(),
-            "10.100.0.1:80".parse().unwrap(),
-        ))
-        .unwrap();
+    let said = look(&dp, "192.0.2.7");
     assert_eq!(
         said,
         Lookup::SourceRefused {
@@ -193,8 +183,7 @@ fn narrowing_the_ranges_cuts_an_established_flow() {
     // the ranges removed (open to all): the flow goes on to its pod
     dp.apply(&moved(&[])).unwrap();
     assert_eq!(run(&dp, &ack.bytes()).0, XDP_DROP, "an empty list closes");
-    let open = ServiceEntry::new(&v, pods.iter().map(|p| ip(p)).collect(), vec![1; 13]).unwrap();
-    dp.apply(&state(vec![(v, open)])).unwrap();
+    dp.apply(&state(vec![(v, to_2())])).unwrap();
     assert_eq!(
         run(&dp, &ack.bytes()),
         (XDP_TX, encapped(&ack, "10.0.0.11", "10.1.0.1", 0))
@@ -271,16 +260,11 @@ fn many_ranges_are_matched_by_the_trie() {
         assert_eq!(run(&dp, &ack.bytes()).0, XDP_TX, "{ranges:?}");
     }
     // `lookup` reads the trie as the program does
-    let look = |src: &str| {
-        dp.lookup(&ringlb_xdp::cli::flow(
-            Proto::Tcp,
-            format!("{src}:40000").parse().unwrap(),
-            "10.100.0.1:80".parse().unwrap(),
-        ))
-        .unwrap()
-    };
-    assert!(matches!(look("198.18.3.9"), Lookup::Backend { .. }));
-    assert!(matches!(look("198.18.11.9"), Lookup::SourceRefused { .. }));
+    assert!(matches!(look(&dp, "198.18.3.9"), Lookup::Backend { .. }));
+    assert!(matches!(
+        look(&dp, "198.18.11.9"),
+        Lookup::SourceRefused { .. }
+    ));
     dp.apply(&state(vec![(
         v4,
         ranged(&v4, &["10.1.0.1"], &["198.18.9.0/24"]),

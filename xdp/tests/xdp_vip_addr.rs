@@ -13,37 +13,21 @@ use xdp_support::fixture::*;
 use std::net::IpAddr;
 
 use ringlb_testkit::packet::{
-    Frame, icmp_error, internet_checksum, ip_header, l2_header, l4_checksum, verify_checksums,
+    Frame, hex, icmp_error, internet_checksum, ip_header, l2_header, l4_checksum, verify_checksums,
 };
-use ringlb_xdp::{Datapath, DesiredState, Proto, xdp::XdpDatapath};
+use ringlb_xdp::{Datapath, Proto, xdp::XdpDatapath};
 
-const CLIENT4: &str = "192.0.2.7";
-const CLIENT6: &str = "2001:db8:ffff::9";
-const VIP4: &str = "10.100.0.1";
-const VIP6: &str = "2001:db8:100::1";
 /// A VIP address with a port-0 (every port) TCP entry.
 const WILD4: &str = "10.100.0.5";
 const NOT_VIP4: &str = "10.100.0.2";
 const NOT_VIP6: &str = "2001:db8:100::2";
 
-/// VIP4:80/TCP, VIP4:53/UDP, VIP6:443/TCP, WILD4:*/TCP.
-fn services() -> DesiredState {
-    let v80 = vip(VIP4, 80, Proto::Tcp);
-    let v53 = vip(VIP4, 53, Proto::Udp);
-    let v443 = vip(VIP6, 443, Proto::Tcp);
-    let w = vip(WILD4, 0, Proto::Tcp);
-    state(vec![
-        (v80, svc(&v80, &["10.1.0.1"], 0)),
-        (v53, svc(&v53, &["10.1.0.1"], 0)),
-        (v443, svc(&v443, &["2001:db8:1::1"], 0)),
-        (w, svc(&w, &["10.1.0.1"], 0)),
-    ])
-}
-
+/// The ICMP fixtures' services and WILD4:*/TCP.
 fn loaded() -> Option<XdpDatapath> {
-    let mut dp = load(1500, true)?;
-    dp.apply(&services()).unwrap();
-    Some(dp)
+    load_applied(
+        1500,
+        &icmp_services((vip(WILD4, 0, Proto::Tcp), "10.1.0.1")),
+    )
 }
 
 /// An ICMP (IPv4) or ICMPv6 echo message in an Ethernet frame.
@@ -134,18 +118,6 @@ impl Echo {
         v.extend(m);
         v
     }
-}
-
-fn hex(b: &[u8]) -> String {
-    b.chunks(16)
-        .map(|c| {
-            c.iter()
-                .map(|x| format!("{x:02x}"))
-                .collect::<Vec<_>>()
-                .join(" ")
-        })
-        .collect::<Vec<_>>()
-        .join("\n")
 }
 
 /// Runs `req` and checks the exact reply and its checksums.

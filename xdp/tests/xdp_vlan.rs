@@ -8,7 +8,6 @@
 
 mod xdp_support;
 use xdp_support::fixture::*;
-use xdp_support::is_root;
 
 use std::net::IpAddr;
 
@@ -33,21 +32,11 @@ fn load(nh: NextHop) -> Option<XdpDatapath> {
 }
 
 fn load_object(nh: NextHop, object: XdpObject) -> Option<XdpDatapath> {
-    if !is_root() {
-        eprintln!("SKIP: xdp vlan fixtures need root to load BPF programs (CI runs as root)");
-        return None;
-    }
-    let opts = XdpOptions {
-        pin_dir: None,
-        src4: Some("10.0.0.11".parse().unwrap()),
-        src6: Some("2001:db8::11".parse().unwrap()),
-        fib_fallback: false,
+    let o = XdpOptions {
         object,
-        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
-        ..XdpOptions::default()
+        ..opts(1500, true)
     };
-    let resolver = StaticResolver::everywhere(nh);
-    let mut dp = XdpDatapath::load(&opts, Box::new(resolver)).expect("loading xdp_lb.o");
+    let mut dp = load_resolving(&o, Box::new(StaticResolver::everywhere(nh)))?;
     let v = Vip {
         addr: ip("10.100.0.7"),
         port: 0, // the port-0 wildcard matches too
@@ -247,19 +236,11 @@ impl ringlb_nexthop::Resolver for Switchable {
 /// next packet leaves with it; moving back strips it again.
 #[test]
 fn a_refresh_moves_the_backends_onto_and_off_a_vlan() {
-    if !is_root() {
-        eprintln!("SKIP: xdp vlan fixtures need root to load BPF programs (CI runs as root)");
-        return;
-    }
     let answer = std::sync::Arc::new(std::sync::Mutex::new(NH));
-    let opts = XdpOptions {
-        pin_dir: None,
-        src4: Some("10.0.0.11".parse().unwrap()),
-        fib_fallback: false,
-        vip_capacity: ringlb_testkit::TEST_VIP_CAPACITY,
-        ..XdpOptions::default()
+    let resolver = Box::new(Switchable(answer.clone()));
+    let Some(mut dp) = load_resolving(&opts(1500, false), resolver) else {
+        return;
     };
-    let mut dp = XdpDatapath::load(&opts, Box::new(Switchable(answer.clone()))).unwrap();
     // the pod backs two VIPs: two backend ids, one address
     let vips = [("10.100.0.7", 80), ("10.100.0.7", 443)].map(|(a, port)| Vip {
         addr: ip(a),

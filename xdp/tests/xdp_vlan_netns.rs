@@ -63,18 +63,14 @@ impl Drop for Capture {
 
 #[test]
 fn xdp_tx_puts_the_next_hops_vlan_tag_on_the_wire_pushed_or_rewritten() {
-    if !is_root() {
-        eprintln!("SKIP: xdp_vlan_netns needs root (namespaces, native XDP)");
+    if !require_root("xdp_vlan_netns (namespaces, native XDP)") {
         return;
     }
-    let pid = std::process::id();
-    let (edge, peer) = (
-        Netns::new(&format!("rlvx{pid}e")),
-        Netns::new(&format!("rlvx{pid}p")),
-    );
+    let [edge, peer] = Netns::per_process("rlvx", ["e", "p"]);
     let (e, p) = (edge.0.as_str(), peer.0.as_str());
     link_edge_and_peer(e, p);
-    let _pass = xdp_pass_on_the_peer(p);
+    // veth XDP_TX frames only arrive when the peer has an XDP program
+    let _pass = attach_pass(p, "vp");
     let nh = NextHop {
         ifindex: ifindex(e, "ve"),
         smac: link_mac(e, "ve"),
@@ -115,19 +111,6 @@ fn link_edge_and_peer(e: &str, p: &str) {
         "via",
         "10.60.0.1",
     ]);
-}
-
-/// veth XDP_TX frames only arrive when the peer has an XDP program. Keep the
-/// returned object alive for the test's duration.
-fn xdp_pass_on_the_peer(p: &str) -> aya::Ebpf {
-    let mut pass = aya::Ebpf::load(ringlb_testkit::objects::XDP_FLOOR).unwrap();
-    let prog: &mut aya::programs::Xdp =
-        pass.program_mut("ringlb_pass").unwrap().try_into().unwrap();
-    prog.load().unwrap();
-    in_netns(p, || {
-        prog.attach("vp", aya::programs::XdpMode::Driver).unwrap()
-    });
-    pass
 }
 
 /// The edge: one UDP VIP whose only backend's next hop is `nh`, attached natively

@@ -29,7 +29,6 @@ use anyhow::{Context, bail};
 use ipnetwork::IpNetwork;
 use prometheus_client::registry::Registry;
 use ringlb_bgp::codec::Afi;
-use ringlb_bgp::config::ExportPolicy;
 use ringlb_bgp::fsm::State;
 use ringlb_bgp::{PeerConfig, RouteAttrs, Speaker};
 
@@ -181,28 +180,21 @@ impl Birdc {
 
     /// Routes BIRD holds from protocol `p`.
     fn count(&mut self, p: &str) -> anyhow::Result<usize> {
-        writeln!(self.stdin, "show route protocol {p} count")?;
-        self.stdin.flush()?;
-        let mut line = String::new();
-        loop {
-            line.clear();
-            if self.out.read_line(&mut line)? == 0 {
-                bail!("birdc exited");
-            }
-            if let Some(i) = line.find(" of ") {
-                // birdc echoes a prompt and terminal escapes in front of the count.
-                let head = line[..i].trim_end();
-                let digits: String = head
-                    .chars()
-                    .rev()
-                    .take_while(|c| c.is_ascii_digit())
-                    .collect::<Vec<_>>()
-                    .into_iter()
-                    .rev()
-                    .collect();
-                return Ok(digits.parse().unwrap_or(0));
-            }
-        }
+        let line = self.ask(&format!("show route protocol {p} count"), |l| {
+            l.contains(" of ")
+        })?;
+        // birdc echoes a prompt and terminal escapes in front of the count.
+        let (head, _) = line.split_once(" of ").context("no count")?;
+        let digits: String = head
+            .trim_end()
+            .chars()
+            .rev()
+            .take_while(|c| c.is_ascii_digit())
+            .collect::<Vec<_>>()
+            .into_iter()
+            .rev()
+            .collect();
+        Ok(digits.parse().unwrap_or(0))
     }
 
     fn wait(&mut self, p: &str, want: usize, limit: Duration) -> anyhow::Result<Duration> {
@@ -364,25 +356,11 @@ fn measure_ours(
             let sp = Speaker::start(0, &mut reg)?;
             sp.announce_many(pre.into_iter().map(|p| (p, RouteAttrs::default())));
             sp.add_peer(PeerConfig {
-                address: TOR.parse()?,
-                port: 179,
-                local_asn: 65011,
-                peer_asn: 65000,
-                router_id: OURS.parse()?,
                 hold_time: 9,
                 keepalive: 3,
                 connect_retry: Duration::from_secs(1),
-                passive: false,
-                password: None,
-                source_address: None,
-                ebgp_multihop: None,
-                ttl_security: false,
-                graceful_restart_time: None,
-                next_hop_v4: None,
-                next_hop_v6: None,
                 families: vec![Afi::Ipv4],
-                policy: ExportPolicy::default(),
-                bfd: None,
+                ..PeerConfig::new(TOR.parse()?, 65011, 65000, OURS.parse()?)
             })?;
             if preload {
                 let _ = up_tx.send(Ok(sp));

@@ -214,21 +214,34 @@ fn lab() -> anyhow::Result<Lab> {
     Ok(l)
 }
 
-/// The pod's server: one answer line per request line.
-fn serve(ns: &str) -> anyhow::Result<()> {
+/// Runs `serve` on a thread of its own in namespace `ns`, with the socket `open`
+/// makes there; returns once `open` has succeeded, or with its error (10 s at most).
+fn serve_in<S>(
+    ns: &str,
+    open: impl FnOnce() -> std::io::Result<S> + Send + 'static,
+    serve: impl FnOnce(S) + Send + 'static,
+) -> anyhow::Result<()> {
     let ns = ns.to_string();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let l = ringlb_ops::netns::enter_named(&ns)
+        let s = ringlb_ops::netns::enter_named(&ns)
             .map_err(anyhow::Error::from)
-            .and_then(|_| Ok(std::net::TcpListener::bind((ip(VIP), 80))?));
-        let l = match l {
-            Ok(l) => {
+            .and_then(|_| Ok(open()?));
+        match s {
+            Ok(s) => {
                 tx.send(Ok(())).unwrap();
-                l
+                serve(s)
             }
-            Err(e) => return tx.send(Err(e)).unwrap(),
-        };
+            Err(e) => tx.send(Err(e)).unwrap(),
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(10))?
+}
+
+/// The pod's server: one answer line per request line.
+fn serve(ns: &str) -> anyhow::Result<()> {
+    let open = || std::net::TcpListener::bind((ip(VIP), 80));
+    serve_in(ns, open, |l| {
         for c in l.incoming().flatten() {
             std::thread::spawn(move || {
                 let Ok(mut w) = c.try_clone() else { return };
@@ -239,8 +252,7 @@ fn serve(ns: &str) -> anyhow::Result<()> {
                 }
             });
         }
-    });
-    rx.recv_timeout(Duration::from_secs(10))?
+    })
 }
 
 fn one_request() -> std::io::Result<()> {
@@ -464,25 +476,13 @@ const STALL: Duration = Duration::from_millis(300);
 
 /// The pod's UDP sink (so no port-unreachable is sent back), counting what it reads.
 fn udp_sink(ns: &str) -> anyhow::Result<()> {
-    let ns = ns.to_string();
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let r = ringlb_ops::netns::enter_named(&ns)
-            .map_err(anyhow::Error::from)
-            .and_then(|_| Ok(std::net::UdpSocket::bind(("0.0.0.0", UDP_PORT))?));
-        let sock = match r {
-            Ok(s) => {
-                tx.send(Ok(())).unwrap();
-                s
-            }
-            Err(e) => return tx.send(Err(e)).unwrap(),
-        };
+    let open = || std::net::UdpSocket::bind(("0.0.0.0", UDP_PORT));
+    serve_in(ns, open, |sock| {
         let mut buf = [0u8; 2048];
         while sock.recv(&mut buf).is_ok() {
             RECEIVED.fetch_add(1, Ordering::Relaxed);
         }
-    });
-    rx.recv_timeout(Duration::from_secs(10))?
+    })
 }
 
 /// `n` UDP packets from the client namespace to `dst`: each a new flow (a new

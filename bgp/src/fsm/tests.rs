@@ -38,6 +38,29 @@ fn sent(actions: &[Action]) -> Vec<Message> {
 }
 
 /// Drive a fresh active FSM to Established.
+/// Started and connected (OpenSent), its actions so far taken.
+fn open_sent() -> Fsm {
+    open_sent_with(cfg(false))
+}
+
+/// [`open_sent`] with the configuration `c`.
+fn open_sent_with(c: FsmConfig) -> Fsm {
+    let mut f = Fsm::new(c);
+    f.fsm_event(Event::ManualStart);
+    f.fsm_event(Event::TcpCrAcked);
+    f.take_actions();
+    f
+}
+
+/// The NOTIFICATION, (code, subcode), that `actions` send as their one message.
+#[track_caller]
+fn notification_sent(actions: &[Action]) -> (u8, u8) {
+    match sent(actions).as_slice() {
+        [Message::Notification(n)] => (n.code, n.subcode),
+        other => panic!("{other:?}"),
+    }
+}
+
 fn established() -> Fsm {
     let mut f = Fsm::new(cfg(false));
     f.fsm_event(Event::ManualStart);
@@ -121,19 +144,13 @@ fn connect_failure_goes_active_then_retries() {
 
 #[test]
 fn wrong_peer_as_sends_bad_peer_as_and_backs_off() {
-    let mut f = Fsm::new(cfg(false));
-    f.fsm_event(Event::ManualStart);
-    f.fsm_event(Event::TcpCrAcked);
-    f.take_actions();
+    let mut f = open_sent();
     assert_eq!(
         f.fsm_event(Event::BgpOpen(peer_open(64999, 3))),
         Some(State::Idle)
     );
     let a = f.take_actions();
-    match sent(&a).as_slice() {
-        [Message::Notification(n)] => assert_eq!((n.code, n.subcode), (2, 2)),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(notification_sent(&a), (2, 2));
     assert!(a.contains(&Action::Disconnect));
     assert!(a.contains(&Action::StartTimer(Timer::IdleHold, Duration::from_secs(1))));
     // Restart after the backoff, fail again: backoff doubles.
@@ -161,10 +178,7 @@ fn hold_timer_expiry_in_established_sends_code_4_and_reports_down() {
     let mut f = established();
     assert_eq!(f.fsm_event(Event::HoldTimerExpires), Some(State::Idle));
     let a = f.take_actions();
-    match sent(&a).as_slice() {
-        [Message::Notification(n)] => assert_eq!(n.code, 4),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(notification_sent(&a).0, 4);
     assert!(a.iter().any(|x| matches!(x, Action::SessionDown(_))));
 }
 
@@ -201,10 +215,7 @@ fn manual_stop_sends_cease_and_does_not_restart() {
     let mut f = established();
     assert_eq!(f.fsm_event(Event::ManualStop), Some(State::Idle));
     let a = f.take_actions();
-    match sent(&a).as_slice() {
-        [Message::Notification(n)] => assert_eq!((n.code, n.subcode), (6, 2)),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(notification_sent(&a), (6, 2));
     assert!(
         !a.iter()
             .any(|x| matches!(x, Action::StartTimer(Timer::IdleHold, _)))
@@ -223,10 +234,7 @@ fn unexpected_open_in_established_is_an_fsm_error() {
         f.fsm_event(Event::BgpOpen(peer_open(65000, 3))),
         Some(State::Idle)
     );
-    match sent(&f.take_actions()).as_slice() {
-        [Message::Notification(n)] => assert_eq!((n.code, n.subcode), (5, 3)),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(notification_sent(&f.take_actions()), (5, 3));
 }
 
 #[test]
@@ -255,15 +263,9 @@ fn collision_keeps_the_higher_identifier_side() {
     let hi = Ipv4Addr::new(10, 0, 0, 2);
     assert_eq!(resolve_collision(hi, lo), CollisionWinner::Outbound);
     assert_eq!(resolve_collision(lo, hi), CollisionWinner::Inbound);
-    let mut f = Fsm::new(cfg(false));
-    f.fsm_event(Event::ManualStart);
-    f.fsm_event(Event::TcpCrAcked);
-    f.take_actions();
+    let mut f = open_sent();
     assert_eq!(f.fsm_event(Event::OpenCollisionDump), Some(State::Active));
-    match sent(&f.take_actions()).as_slice() {
-        [Message::Notification(n)] => assert_eq!((n.code, n.subcode), (6, 7)),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(notification_sent(&f.take_actions()), (6, 7));
     // The winning inbound connection is then handed in.
     assert_eq!(
         f.fsm_event(Event::TcpConnectionConfirmed),
@@ -275,24 +277,15 @@ fn collision_keeps_the_higher_identifier_side() {
 fn ibgp_same_identifier_is_rejected() {
     let mut c = cfg(false);
     c.peer_asn = c.local_asn;
-    let mut f = Fsm::new(c.clone());
-    f.fsm_event(Event::ManualStart);
-    f.fsm_event(Event::TcpCrAcked);
-    f.take_actions();
+    let mut f = open_sent_with(c.clone());
     let o = Box::new(Open::new(c.local_asn, 3, c.bgp_id, &[Afi::Ipv4]));
     assert_eq!(f.fsm_event(Event::BgpOpen(o)), Some(State::Idle));
-    match sent(&f.take_actions()).as_slice() {
-        [Message::Notification(n)] => assert_eq!((n.code, n.subcode), (2, 3)),
-        other => panic!("{other:?}"),
-    }
+    assert_eq!(notification_sent(&f.take_actions()), (2, 3));
 }
 
 #[test]
 fn zero_hold_time_disables_keepalives() {
-    let mut f = Fsm::new(cfg(false));
-    f.fsm_event(Event::ManualStart);
-    f.fsm_event(Event::TcpCrAcked);
-    f.take_actions();
+    let mut f = open_sent();
     f.fsm_event(Event::BgpOpen(peer_open(65000, 0)));
     let a = f.take_actions();
     assert!(

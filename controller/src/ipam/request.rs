@@ -331,22 +331,14 @@ mod tests {
             request_from_service(&svc(json!({"metadata": {"annotations": a}})), Labels::new())
                 .unwrap_err()
         };
-        assert_eq!(
-            err(json!({ANNOTATION_IPS: "192.0.2.1,banana"})).metric_label(),
-            "malformed_annotation"
-        );
-        assert_eq!(
-            err(json!({ANNOTATION_IPS: "192.0.2.1,192.0.2.2"})).metric_label(),
-            "malformed_annotation"
-        );
-        assert_eq!(
-            err(json!({ANNOTATION_POOL: ""})).metric_label(),
-            "malformed_annotation"
-        );
-        assert_eq!(
-            err(json!({ANNOTATION_SHARED: "  "})).metric_label(),
-            "malformed_annotation"
-        );
+        for a in [
+            json!({ANNOTATION_IPS: "192.0.2.1,banana"}),
+            json!({ANNOTATION_IPS: "192.0.2.1,192.0.2.2"}),
+            json!({ANNOTATION_POOL: ""}),
+            json!({ANNOTATION_SHARED: "  "}),
+        ] {
+            assert_eq!(err(a.clone()).metric_label(), "malformed_annotation", "{a}");
+        }
         // A v6 address on a single-stack v4 Service.
         let r = request_from_service(
             &svc(

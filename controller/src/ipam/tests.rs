@@ -7,15 +7,7 @@ use ringlb_crds::{IPPoolSpec, LabelSelector};
 use super::*;
 
 fn spec(cidrs: &[&str]) -> IPPoolSpec {
-    IPPoolSpec {
-        cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
-        ranges: vec![],
-        auto_assign: true,
-        avoid_buggy_ips: false,
-        service_selector: None,
-        namespace_selector: None,
-        priority: 0,
-    }
+    IPPoolSpec::from_cidrs(cidrs)
 }
 
 fn pool(name: &str, s: IPPoolSpec) -> Pool {
@@ -33,18 +25,30 @@ fn req(key: &str) -> Request {
         key: key.into(),
         labels: Labels::new(),
         namespace_labels: Labels::new(),
-        families: vec![FamilyWant {
-            family: Family::V4,
-            required: true,
-        }],
+        families: wants(&[(Family::V4, true)]),
         requested: vec![],
         pool: None,
         sharing_key: None,
-        ports: vec![PortProto {
-            port: 80,
-            protocol: "TCP".into(),
-        }],
+        ports: port_protos(&[(80, "TCP")]),
     }
+}
+
+/// The families a request asks for, in order, each required or not.
+fn wants(families: &[(Family, bool)]) -> Vec<FamilyWant> {
+    families
+        .iter()
+        .map(|&(family, required)| FamilyWant { family, required })
+        .collect()
+}
+
+fn port_protos(ports: &[(i32, &str)]) -> Vec<PortProto> {
+    ports
+        .iter()
+        .map(|(p, proto)| PortProto {
+            port: *p,
+            protocol: proto.to_string(),
+        })
+        .collect()
 }
 
 fn ip(s: &str) -> IpAddr {
@@ -151,10 +155,7 @@ fn v6_slash64_uses_memory_proportional_to_allocations() {
     assert_eq!(p.usable(Family::V6), (1u128 << 64) - 1);
     let mut m = ipam(vec![p]);
     let mut r = req("ns/x");
-    r.families = vec![FamilyWant {
-        family: Family::V6,
-        required: true,
-    }];
+    r.families = wants(&[(Family::V6, true)]);
     for i in 0..2000 {
         r.key = format!("ns/s{i}");
         m.ensure(&r, &[]).unwrap();
@@ -336,48 +337,34 @@ fn overlapping_pools_are_reported() {
 fn shared(key: &str, sk: &str, ports: &[(i32, &str)]) -> Request {
     let mut r = req(key);
     r.sharing_key = Some(sk.into());
-    r.ports = ports
-        .iter()
-        .map(|(p, proto)| PortProto {
-            port: *p,
-            protocol: proto.to_string(),
-        })
-        .collect();
+    r.ports = port_protos(ports);
     r
+}
+
+/// The first address `key` gets, sharing with key `sk` on `ports`, when it holds none.
+fn ensure_shared(m: &mut Ipam, key: &str, sk: &str, ports: &[(i32, &str)]) -> IpAddr {
+    m.ensure(&shared(key, sk, ports), &[]).unwrap().ips[0]
+}
+
+/// One pool, and `ns/a` (80/TCP) and `ns/b` (443/TCP) sharing key `k`: one address.
+fn two_sharing_one_address() -> (Ipam, IpAddr) {
+    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/24"]))]);
+    let a = ensure_shared(&mut m, "ns/a", "k", &[(80, "TCP")]);
+    // Same key, disjoint ports: same address.
+    assert_eq!(ensure_shared(&mut m, "ns/b", "k", &[(443, "TCP")]), a);
+    (m, a)
 }
 
 #[test]
 fn sharing_rules() {
-    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/24"]))]);
-    let a = m
-        .ensure(&shared("ns/a", "k", &[(80, "TCP")]), &[])
-        .unwrap()
-        .ips[0];
-    // Same key, disjoint ports: same address.
-    assert_eq!(
-        m.ensure(&shared("ns/b", "k", &[(443, "TCP")]), &[])
-            .unwrap()
-            .ips[0],
-        a
-    );
+    let (mut m, a) = two_sharing_one_address();
     // Same port, other protocol: still disjoint.
-    assert_eq!(
-        m.ensure(&shared("ns/c", "k", &[(80, "UDP")]), &[])
-            .unwrap()
-            .ips[0],
-        a
-    );
+    assert_eq!(ensure_shared(&mut m, "ns/c", "k", &[(80, "UDP")]), a);
     // Same key, overlapping port: a new address.
-    let d = m
-        .ensure(&shared("ns/d", "k", &[(80, "TCP")]), &[])
-        .unwrap()
-        .ips[0];
+    let d = ensure_shared(&mut m, "ns/d", "k", &[(80, "TCP")]);
     assert_ne!(d, a);
     // Other key: never shares.
-    let e = m
-        .ensure(&shared("ns/e", "other", &[(8080, "TCP")]), &[])
-        .unwrap()
-        .ips[0];
+    let e = ensure_shared(&mut m, "ns/e", "other", &[(8080, "TCP")]);
     assert!(e != a && e != d);
     assert_eq!(m.holders(&a), ["ns/a", "ns/b", "ns/c"]);
 
@@ -415,17 +402,7 @@ fn sharing_rules() {
 
 #[test]
 fn port_change_into_conflict_moves_only_that_service() {
-    let mut m = ipam(vec![pool("a", spec(&["192.0.2.0/24"]))]);
-    let a = m
-        .ensure(&shared("ns/a", "k", &[(80, "TCP")]), &[])
-        .unwrap()
-        .ips[0];
-    assert_eq!(
-        m.ensure(&shared("ns/b", "k", &[(443, "TCP")]), &[])
-            .unwrap()
-            .ips[0],
-        a
-    );
+    let (mut m, a) = two_sharing_one_address();
     let out = m
         .ensure(&shared("ns/b", "k", &[(80, "TCP")]), &[a])
         .unwrap();
@@ -461,16 +438,7 @@ fn dual_stack_policies() {
     let v6 = pool("v6", spec(&["2001:db8::/64"]));
     let mut m = ipam(vec![v4, v6]);
     let mut r = req("ns/ds");
-    r.families = vec![
-        FamilyWant {
-            family: Family::V6,
-            required: true,
-        },
-        FamilyWant {
-            family: Family::V4,
-            required: true,
-        },
-    ];
+    r.families = wants(&[(Family::V6, true), (Family::V4, true)]);
     assert_eq!(
         m.ensure(&r, &[]).unwrap().ips,
         vec![ip("2001:db8::1"), ip("192.0.2.0")]
@@ -479,31 +447,13 @@ fn dual_stack_policies() {
     // Prefer: v4 exhausted after one more, then only v6 (no refusal).
     m.ensure(&req("ns/fill"), &[]).unwrap();
     let mut p = req("ns/prefer");
-    p.families = vec![
-        FamilyWant {
-            family: Family::V6,
-            required: true,
-        },
-        FamilyWant {
-            family: Family::V4,
-            required: false,
-        },
-    ];
+    p.families = wants(&[(Family::V6, true), (Family::V4, false)]);
     let out = m.ensure(&p, &[]).unwrap();
     assert_eq!(out.ips, vec![ip("2001:db8::2")]);
     assert_eq!(out.missing_optional.len(), 1);
     // Require: all or nothing; nothing is held after the refusal.
     let mut q = req("ns/require");
-    q.families = vec![
-        FamilyWant {
-            family: Family::V6,
-            required: true,
-        },
-        FamilyWant {
-            family: Family::V4,
-            required: true,
-        },
-    ];
+    q.families = wants(&[(Family::V6, true), (Family::V4, true)]);
     assert!(matches!(
         m.ensure(&q, &[]),
         Err(Refusal::PoolExhausted {
@@ -523,10 +473,7 @@ fn dual_stack_policies() {
     // No v6 pool at all: unsupported family.
     let mut m = ipam(vec![pool("v4", spec(&["192.0.2.0/24"]))]);
     let mut r = req("ns/v6only");
-    r.families = vec![FamilyWant {
-        family: Family::V6,
-        required: true,
-    }];
+    r.families = wants(&[(Family::V6, true)]);
     assert_eq!(
         m.ensure(&r, &[]).unwrap_err().metric_label(),
         "unsupported_family"
@@ -558,33 +505,10 @@ fn rebuild_from_status_restores_state_and_reports_conflicts() {
     let pools = || vec![pool("a", spec(&["192.0.2.0/24"]))];
     let mut m = ipam(pools());
     // Statuses as a previous leader left them: a and b share legally, c conflicts with a.
-    let mut conflicts = m.adopt(
-        "ns/a",
-        &[ip("192.0.2.5")],
-        Some("k"),
-        &[PortProto {
-            port: 80,
-            protocol: "TCP".into(),
-        }],
-    );
-    conflicts.extend(m.adopt(
-        "ns/b",
-        &[ip("192.0.2.5")],
-        Some("k"),
-        &[PortProto {
-            port: 443,
-            protocol: "TCP".into(),
-        }],
-    ));
-    conflicts.extend(m.adopt(
-        "ns/c",
-        &[ip("192.0.2.5")],
-        None,
-        &[PortProto {
-            port: 53,
-            protocol: "UDP".into(),
-        }],
-    ));
+    let shared_ip = [ip("192.0.2.5")];
+    let mut conflicts = m.adopt("ns/a", &shared_ip, Some("k"), &port_protos(&[(80, "TCP")]));
+    conflicts.extend(m.adopt("ns/b", &shared_ip, Some("k"), &port_protos(&[(443, "TCP")])));
+    conflicts.extend(m.adopt("ns/c", &shared_ip, None, &port_protos(&[(53, "UDP")])));
     conflicts.extend(m.adopt("ns/d", &[ip("192.0.2.0")], None, &[]));
     assert_eq!(
         conflicts,
@@ -602,10 +526,7 @@ fn rebuild_from_status_restores_state_and_reports_conflicts() {
     );
     // The conflicting Service is reported on reconcile, its status left alone.
     let mut c = req("ns/c");
-    c.ports = vec![PortProto {
-        port: 53,
-        protocol: "UDP".into(),
-    }];
+    c.ports = port_protos(&[(53, "UDP")]);
     assert_eq!(
         m.ensure(&c, &[ip("192.0.2.5")]).unwrap_err(),
         Refusal::Conflict {
@@ -648,10 +569,7 @@ fn a_dual_stack_service_with_one_conflicting_address_adopts_neither() {
 
 fn v6_req(key: &str) -> Request {
     let mut r = req(key);
-    r.families = vec![FamilyWant {
-        family: Family::V6,
-        required: true,
-    }];
+    r.families = wants(&[(Family::V6, true)]);
     r
 }
 

@@ -87,9 +87,20 @@ impl ApiServer {
         }
     }
 
-    /// Asserts that nothing else was asked: once every client is dropped, the request
-    /// queue must be empty.
-    async fn expect_nothing_more(mut self) {
+    /// Reconciles `svc` (seen on the watch first) through its first allocation: its
+    /// status patch and its IPAllocated Event. Returns the status patch.
+    async fn allocate(&mut self, ctx: &Arc<Ctx>, svc: &Service) -> Value {
+        let run = start(ctx, svc);
+        let (_, patch) = self.expect_status_patch(svc).await;
+        self.expect_event().await;
+        run.await.unwrap().unwrap();
+        patch
+    }
+
+    /// Drops the controller and asserts that nothing else was asked: once every
+    /// client is dropped, the request queue must be empty.
+    async fn expect_nothing_more(mut self, ctx: Arc<Ctx>) {
+        drop(ctx);
         let next = tokio::time::timeout(Duration::from_secs(5), self.0.next_request())
             .await
             .expect("a client is still alive");
@@ -183,6 +194,12 @@ fn start(ctx: &Arc<Ctx>, svc: &Service) -> JoinHandle<Result<Action, Error>> {
     tokio::spawn(reconcile(Arc::new(svc.clone()), ctx.clone()))
 }
 
+/// `svc` with the status that `patch` wrote.
+fn patched(mut svc: Service, patch: &Value) -> Service {
+    svc.status = serde_json::from_value(patch["status"].clone()).unwrap();
+    svc
+}
+
 fn held(ctx: &Ctx) -> Vec<String> {
     let ipam = lock(&ctx.ipam);
     ipam.held("shop/web")
@@ -226,8 +243,7 @@ async fn a_service_gets_an_address_and_its_status_patched() {
 
     assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
     assert_eq!(held(&ctx), ["192.0.2.8"]);
-    drop(ctx);
-    api.expect_nothing_more().await;
+    api.expect_nothing_more(ctx).await;
 }
 
 #[tokio::test]
@@ -265,8 +281,7 @@ async fn an_address_outside_every_pool_is_refused_with_a_warning() {
     refused.status = serde_json::from_value(json!({"conditions": [cond]})).unwrap();
     let again = api.reconcile_silently(refused, &ctx).await;
     assert_eq!(again, Action::requeue(REFUSED_RETRY));
-    drop(ctx);
-    api.expect_nothing_more().await;
+    api.expect_nothing_more(ctx).await;
 }
 
 #[tokio::test]
@@ -287,8 +302,7 @@ async fn a_kept_address_no_pool_covers_warns_without_a_patch() {
     );
     assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
     assert_eq!(held(&ctx), ["198.51.100.7"], "kept, not renumbered");
-    drop(ctx);
-    api.expect_nothing_more().await;
+    api.expect_nothing_more(ctx).await;
 }
 
 #[tokio::test]
@@ -309,22 +323,16 @@ async fn deleted_and_foreign_services_are_left_alone() {
         assert_eq!(action, Action::await_change(), "{case}");
     }
     assert!(held(&ctx).is_empty());
-    drop(ctx);
-    api.expect_nothing_more().await;
+    api.expect_nothing_more(ctx).await;
 }
 
 #[tokio::test]
 async fn a_service_that_stops_being_ours_is_released_and_cleared() {
     let (ctx, mut api) = setup();
-    let svc = web(json!({}));
-    let run = start(&ctx, &svc);
-    let (_, patch) = api.expect_status_patch(&svc).await;
-    api.expect_event().await;
-    run.await.unwrap().unwrap();
+    let patch = api.allocate(&ctx, &web(json!({}))).await;
 
     // Its type changes away from LoadBalancer; the status still holds our ingress.
-    let mut moved = web(json!({"spec": {"type": "ClusterIP"}}));
-    moved.status = serde_json::from_value(patch["status"].clone()).unwrap();
+    let moved = patched(web(json!({"spec": {"type": "ClusterIP"}})), &patch);
     let run = start(&ctx, &moved);
     let (_, clear) = api.expect_status_patch(&moved).await;
     assert_eq!(
@@ -362,8 +370,7 @@ async fn a_service_that_stops_being_ours_is_released_and_cleared() {
     );
     assert_eq!(run.await.unwrap().unwrap(), Action::await_change());
     assert!(held(&ctx).is_empty());
-    drop(ctx);
-    api.expect_nothing_more().await;
+    api.expect_nothing_more(ctx).await;
 }
 
 #[tokio::test]
@@ -389,21 +396,16 @@ async fn the_finalizer_goes_on_before_the_first_vip() {
     );
     api.expect_event().await; // IPAllocated
     assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
-    drop(ctx);
-    api.expect_nothing_more().await;
+    api.expect_nothing_more(ctx).await;
 }
 
 #[tokio::test]
 async fn a_deleted_service_is_withdrawn_then_released_then_unfinalized() {
     let (ctx, mut api) = setup();
-    let svc = web(json!({}));
-    let run = start(&ctx, &svc);
-    let (_, patch) = api.expect_status_patch(&svc).await;
-    api.expect_event().await;
-    run.await.unwrap().unwrap();
+    let patch = api.allocate(&ctx, &web(json!({}))).await;
 
-    let mut deleting = web(json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}}));
-    deleting.status = serde_json::from_value(patch["status"].clone()).unwrap();
+    let deletion = json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}});
+    let mut deleting = patched(web(deletion), &patch);
     let run = start(&ctx, &deleting);
     let (_, clear) = api.expect_status_patch(&deleting).await;
     assert_eq!(clear["status"]["loadBalancer"], json!({"ingress": null}));
@@ -418,18 +420,13 @@ async fn a_deleted_service_is_withdrawn_then_released_then_unfinalized() {
     // No Event about an object that is going away.
     assert_eq!(run.await.unwrap().unwrap(), Action::await_change());
     assert!(held(&ctx).is_empty());
-    drop(ctx);
-    api.expect_nothing_more().await;
+    api.expect_nothing_more(ctx).await;
 }
 
 #[tokio::test]
 async fn the_finalizer_goes_once_every_live_edge_acknowledged_the_withdrawal() {
     let (ctx, mut api, mut edges) = setup_with_edges();
-    let svc = web(json!({}));
-    let run = start(&ctx, &svc);
-    api.expect_status_patch(&svc).await;
-    api.expect_event().await;
-    run.await.unwrap().unwrap();
+    api.allocate(&ctx, &web(json!({}))).await;
 
     // Cleared at resourceVersion 7 (the fixture's): edge e1 has acted on 6 only.
     let mut deleting = web(json!({"metadata": {"deletionTimestamp": "2024-01-01T00:00:00Z"}}));
@@ -455,8 +452,7 @@ async fn the_finalizer_goes_once_every_live_edge_acknowledged_the_withdrawal() {
         held(&ctx).is_empty(),
         "released well before the longest wait"
     );
-    drop(ctx);
-    api.expect_nothing_more().await;
+    api.expect_nothing_more(ctx).await;
 }
 
 /// Puts `shop/web`'s EndpointSlice (one endpoint, ready or not) in the controller's
@@ -489,21 +485,17 @@ async fn the_backends_condition_follows_the_endpoint_slices_without_events() {
     let (ctx, mut api) = setup();
     slice_seen(&ctx, true);
     let svc = web(json!({}));
-    let run = start(&ctx, &svc);
-    let (_, patch) = api.expect_status_patch(&svc).await;
+    let patch = api.allocate(&ctx, &svc).await;
     assert_eq!(condition(&patch, CONDITION_TYPE)["status"], "True");
     let backends = condition(&patch, BACKENDS_CONDITION_TYPE);
     assert_eq!(
         (&backends["status"], &backends["reason"]),
         (&json!("True"), &json!("BackendsReady"))
     );
-    api.expect_event().await; // IPAllocated
-    run.await.unwrap().unwrap();
 
     // Its only endpoint goes unready: one patch flips BackendsReady, the allocation
     // condition is kept, and no Event is sent (the edges report VIPUnhealthy).
-    let mut allocated = svc.clone();
-    allocated.status = serde_json::from_value(patch["status"].clone()).unwrap();
+    let allocated = patched(svc, &patch);
     slice_seen(&ctx, false);
     let run = start(&ctx, &allocated);
     let (_, flip) = api.expect_status_patch(&allocated).await;
@@ -514,8 +506,7 @@ async fn the_backends_condition_follows_the_endpoint_slices_without_events() {
         (&json!("False"), &json!("NoReadyBackends"))
     );
     assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
-    drop(ctx);
-    api.expect_nothing_more().await;
+    api.expect_nothing_more(ctx).await;
 }
 
 #[tokio::test]
@@ -524,20 +515,16 @@ async fn the_failover_condition_follows_the_endpoint_slices_beside_backends_read
     slice_seen(&ctx, true);
     let ann = json!({"metadata": {"annotations": {"ringlb.io/failover-vip": "198.51.100.7"}}});
     let svc = web(ann);
-    let run = start(&ctx, &svc);
-    let (_, patch) = api.expect_status_patch(&svc).await;
+    let patch = api.allocate(&ctx, &svc).await;
     let f = condition(&patch, FAILOVER_CONDITION_TYPE);
     assert_eq!(
         (&f["status"], &f["reason"]),
         (&json!("False"), &json!("LocalBackendsReady"))
     );
-    api.expect_event().await; // IPAllocated
-    run.await.unwrap().unwrap();
 
     // Its only endpoint goes unready: FailoverActive True beside BackendsReady False,
     // in one patch, and no Event (the edges report FailoverActive themselves).
-    let mut allocated = svc.clone();
-    allocated.status = serde_json::from_value(patch["status"].clone()).unwrap();
+    let allocated = patched(svc, &patch);
     slice_seen(&ctx, false);
     let run = start(&ctx, &allocated);
     let (_, flip) = api.expect_status_patch(&allocated).await;
@@ -557,8 +544,7 @@ async fn the_failover_condition_follows_the_endpoint_slices_beside_backends_read
     assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
 
     // The annotation removed: the condition goes, nothing else changes.
-    let mut failed_over = allocated.clone();
-    failed_over.status = serde_json::from_value(flip["status"].clone()).unwrap();
+    let mut failed_over = patched(allocated, &flip);
     failed_over.metadata.annotations = None;
     let run = start(&ctx, &failed_over);
     let (_, gone) = api.expect_status_patch(&failed_over).await;
@@ -570,6 +556,5 @@ async fn the_failover_condition_follows_the_endpoint_slices_beside_backends_read
         .collect();
     assert_eq!(types, [CONDITION_TYPE, BACKENDS_CONDITION_TYPE]);
     assert_eq!(run.await.unwrap().unwrap(), Action::requeue(RESYNC));
-    drop(ctx);
-    api.expect_nothing_more().await;
+    api.expect_nothing_more(ctx).await;
 }

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::Service;
 use kube::api::{DeleteParams, PostParams};
 use kube::{Api, Client};
@@ -57,13 +58,18 @@ pub(crate) async fn cluster() -> Cluster {
     .await
 }
 
+/// [`cluster`] with IPPool `main` of `cidr`, and an admin client.
+pub(crate) async fn cluster_with_pool(cidr: &str) -> (Cluster, Client) {
+    let cluster = cluster().await;
+    let client = cluster.client().await;
+    create_pool(&client, "main", &[cidr], |_| {}).await;
+    (cluster, client)
+}
+
 pub(crate) async fn cluster_with(opts: Options) -> Cluster {
-    let cp = ControlPlane::start(opts)
+    let cp = ControlPlane::start_with_chart_rbac(opts, RELEASE_NS)
         .await
-        .unwrap_or_else(|e| panic!("the control plane starts: {e}"));
-    cp.apply_chart_rbac(RELEASE_NS)
-        .await
-        .unwrap_or_else(|e| panic!("the chart's RBAC applies: {e}"));
+        .unwrap_or_else(|e| panic!("the control plane starts with the chart's RBAC: {e}"));
     let controller_kubeconfig = cp
         .service_account_kubeconfig(RELEASE_NS, "ringlb-controller")
         .await
@@ -186,6 +192,16 @@ impl Ctrl {
     pub(crate) fn exited(&mut self) -> bool {
         matches!(self.child.try_wait(), Ok(Some(_)))
     }
+
+    /// Waits until the process has exited, or panics after `timeout` with `what`
+    /// (and, on drop, its log).
+    pub(crate) async fn wait_exited(&mut self, timeout: Duration, what: &str) {
+        wait_for(timeout, what, || {
+            let exited = self.exited();
+            async move { exited.then_some(()) }
+        })
+        .await
+    }
 }
 
 impl Drop for Ctrl {
@@ -208,15 +224,7 @@ pub(crate) async fn create_pool(
     cidrs: &[&str],
     f: impl FnOnce(&mut IPPoolSpec),
 ) {
-    let mut spec = IPPoolSpec {
-        cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
-        ranges: vec![],
-        auto_assign: true,
-        avoid_buggy_ips: false,
-        service_selector: None,
-        namespace_selector: None,
-        priority: 0,
-    };
+    let mut spec = IPPoolSpec::from_cidrs(cidrs);
     f(&mut spec);
     Api::<IPPool>::all(client.clone())
         .create(&PostParams::default(), &IPPool::new(name, spec))
@@ -293,6 +301,18 @@ where
     }
 }
 
+/// Creates `lb_service(name, 80, extra)` and waits until it has VIPs in status;
+/// returns them.
+pub(crate) async fn create_and_wait_ips(
+    client: &Client,
+    name: &str,
+    extra: serde_json::Value,
+    timeout: Duration,
+) -> Vec<IpAddr> {
+    create_svc(client, &lb_service(name, 80, extra)).await;
+    wait_ips(client, name, timeout).await
+}
+
 /// Waits until the Service has VIPs in status and returns them.
 pub(crate) async fn wait_ips(client: &Client, name: &str, timeout: Duration) -> Vec<IpAddr> {
     let api = Api::<Service>::namespaced(client.clone(), "default");
@@ -312,6 +332,35 @@ pub(crate) async fn get_svc(client: &Client, name: &str) -> Service {
         .get(name)
         .await
         .expect("get Service")
+}
+
+/// Waits until Service `name`'s IPAllocated condition has reason `reason`.
+pub(crate) async fn wait_reason(client: &Client, name: &str, reason: &str, timeout: Duration) {
+    wait_for(timeout, &format!("{reason} on {name}"), || async {
+        (condition(&get_svc(client, name).await)?.1 == reason).then_some(())
+    })
+    .await
+}
+
+/// Waits until the controller has written a Warning Event with `reason` about
+/// Service `name`, and returns its note.
+pub(crate) async fn wait_warning(
+    client: &Client,
+    name: &str,
+    reason: &str,
+    timeout: Duration,
+) -> String {
+    wait_for(
+        timeout,
+        &format!("{reason} Warning Event on {name}"),
+        || async {
+            warnings(client, name)
+                .await
+                .into_iter()
+                .find_map(|(r, note)| (r == reason).then_some(note))
+        },
+    )
+    .await
 }
 
 /// Warning Events (events.k8s.io/v1) that the ringlb controller wrote about a
@@ -346,4 +395,26 @@ pub(crate) async fn edge_lease(client: &kube::Client, node: &str, applied: Optio
         )
         .await
         .expect("write the edge Lease");
+}
+
+/// The controller's leader-election Lease, if there is one.
+pub(crate) async fn lease(client: &Client) -> Option<Lease> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), RELEASE_NS);
+    api.get_opt("ringlb-controller").await.ok()?
+}
+
+/// Who holds the controller's Lease.
+pub(crate) async fn holder(client: &Client) -> Option<String> {
+    lease(client).await?.spec?.holder_identity
+}
+
+/// Waits until `who` holds the controller's Lease; returns how long that took.
+pub(crate) async fn wait_holder(client: &Client, who: &str, timeout: Duration) -> Duration {
+    let t0 = Instant::now();
+    wait_for(timeout, &format!("{who} holds the Lease"), || {
+        let client = client.clone();
+        async move { (holder(&client).await.as_deref() == Some(who)).then_some(()) }
+    })
+    .await;
+    t0.elapsed()
 }

@@ -380,6 +380,20 @@ impl ControlPlane {
         Ok(path)
     }
 
+    /// [`ControlPlane::start`], then [`ControlPlane::apply_chart_rbac`] in `ns`: the
+    /// chart's ServiceAccounts and roles are there.
+    pub async fn start_with_chart_rbac(opts: Options, ns: &str) -> Result<ControlPlane> {
+        let cp = ControlPlane::start(opts).await?;
+        cp.apply_chart_rbac(ns).await?;
+        Ok(cp)
+    }
+
+    /// A client authenticating as ServiceAccount `ns/name`, through
+    /// [`ControlPlane::service_account_kubeconfig`].
+    pub async fn service_account_client(&self, ns: &str, name: &str) -> Result<kube::Client> {
+        client_for(&self.service_account_kubeconfig(ns, name).await?).await
+    }
+
     async fn start_etcd(&mut self) -> Result<()> {
         let data = self.dir.join("etcd-data");
         let client_url = format!("http://{}", self.etcd_addr);

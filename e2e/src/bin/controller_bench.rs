@@ -239,18 +239,7 @@ async fn set_up(args: &Args) -> anyhow::Result<(ControlPlane, kube::Client, Path
     Api::<IPPool>::all(client.clone())
         .create(
             &PostParams::default(),
-            &IPPool::new(
-                "bench",
-                IPPoolSpec {
-                    cidrs: vec!["10.0.0.0/14".into()],
-                    ranges: vec![],
-                    auto_assign: true,
-                    avoid_buggy_ips: false,
-                    service_selector: None,
-                    namespace_selector: None,
-                    priority: 0,
-                },
-            ),
+            &IPPool::new("bench", IPPoolSpec::from_cidrs(&["10.0.0.0/14"])),
         )
         .await
         .context("creating the IPPool")?;

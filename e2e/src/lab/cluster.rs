@@ -170,6 +170,21 @@ impl Cluster {
         Ok(self.daemons.iter_mut().try_for_each(Daemon::check_alive)?)
     }
 
+    /// [`wait_for`] that fails at once when one of the lab's daemons has exited
+    /// (waiting longer cannot help then): they are checked before every try of `f`.
+    fn wait_checked<T>(
+        &mut self,
+        what: &str,
+        limit: Duration,
+        every: Duration,
+        mut f: impl FnMut(&Self) -> Result<Result<T, String>>,
+    ) -> Result<T> {
+        wait_for(what, limit, every, || {
+            self.check_daemons()?;
+            f(self)
+        })
+    }
+
     /// `ringlb-lab pod-http` in every pod namespace, on 0.0.0.0:TARGET_PORT (the node
     /// agent maps the Service port to it).
     pub fn start_pods(&mut self) -> Result<()> {
@@ -205,14 +220,11 @@ impl Cluster {
             .map_err(Error::io(format!("writing {}", conf.display())))?;
         let (conf, ctl) = (conf.display().to_string(), self.bird_ctl());
         self.spawn("bird", "tor", &["bird", "-f", "-c", &conf, "-s", &ctl])?;
-        wait_for(
+        self.wait_checked(
             "BIRD to answer on its control socket",
             Duration::from_secs(10),
             Duration::from_millis(100),
-            || {
-                self.check_daemons()?;
-                Ok(self.birdc(&["show", "status"]).map_err(|e| e.to_string()))
-            },
+            |this| Ok(this.birdc(&["show", "status"]).map_err(|e| e.to_string())),
         )
         .map(|_| ())
     }
@@ -283,16 +295,15 @@ impl Cluster {
             &[("TMPDIR", &dir)],
         )?;
         self.daemons.push(d);
-        wait_for(
+        self.wait_checked(
             "the control plane to start",
             Duration::from_secs(90),
             Duration::from_millis(100),
-            || {
-                self.check_daemons()?;
+            |this| {
                 if !ready.exists() {
                     return Ok(Err("not ready yet".into()));
                 }
-                Ok(self
+                Ok(this
                     .kubectl(&["get", "--raw", "/readyz"])
                     .map_err(|e| e.to_string()))
             },
@@ -447,12 +458,11 @@ impl Cluster {
         limit: Duration,
     ) -> Result<Vec<String>> {
         let n = self.addrs.nodes.len();
-        wait_for(what, limit, Duration::from_millis(100), || {
-            self.check_daemons()?;
+        self.wait_checked(what, limit, Duration::from_millis(100), |this| {
             let mut lines = Vec::new();
             for i in 1..=n {
-                let ns = self.ns(&format!("node{i}"));
-                match self.node_metric(&ns, metric) {
+                let ns = this.ns(&format!("node{i}"));
+                match this.node_metric(&ns, metric) {
                     Some(v) if v >= 1.0 => lines.push(format!("{ns}: {metric} = {v}")),
                     m => return Ok(Err(format!("{ns}: {metric} = {m:?}"))),
                 }
@@ -487,15 +497,14 @@ impl Cluster {
     /// `prog/xdp` line per edge.
     pub fn wait_xdp(&mut self, limit: Duration) -> Result<Vec<String>> {
         let n = self.addrs.edges.len();
-        wait_for(
+        self.wait_checked(
             "XDP programs on the edges' eth0",
             limit,
             Duration::from_millis(100),
-            || {
-                self.check_daemons()?;
+            |this| {
                 let mut lines = Vec::new();
                 for i in 1..=n {
-                    let ns = self.ns(&format!("edge{i}"));
+                    let ns = this.ns(&format!("edge{i}"));
                     let link = run_in(&ns, &["ip", "-d", "link", "show", "dev", "eth0"])?;
                     match link.lines().find(|l| l.contains("prog/xdp")) {
                         Some(l) => lines.push(format!("{ns} eth0: {}", l.trim())),
@@ -512,13 +521,12 @@ impl Cluster {
     pub fn wait_peer_status(&mut self, peer: &str, limit: Duration) -> Result<String> {
         let n = self.addrs.edges.len();
         let path = PEER_STATUS;
-        wait_for(
+        self.wait_checked(
             &format!("BGPPeer {peer} status: {n} nodes Established"),
             limit,
             Duration::from_millis(250),
-            || {
-                self.check_daemons()?;
-                let out = self.kubectl(&["get", "bgppeers", peer, "-o", path])?;
+            |this| {
+                let out = this.kubectl(&["get", "bgppeers", peer, "-o", path])?;
                 let up = out
                     .lines()
                     .filter(|l| l.contains("Established") && l.contains("advertised=1"))
@@ -532,25 +540,22 @@ impl Cluster {
     /// SIGTERM to daemon `name` (an edge drains: GRACEFUL_SHUTDOWN, withdraw, exit);
     /// waits up to `limit` for it to exit.
     pub fn terminate(&mut self, name: &str, limit: Duration) -> Result<()> {
-        let d = self
-            .daemons
-            .iter_mut()
-            .filter(|d| d.name == name)
-            .find_map(|d| d.alive().then_some(d))
-            .ok_or_else(|| Error::Unsupported(format!("no running daemon named {name}")))?;
-        d.terminate(limit)?;
+        self.running_daemon(name)?.terminate(limit)?;
         Ok(())
     }
 
     pub fn kill(&mut self, name: &str) -> Result<()> {
-        let d = self
-            .daemons
+        self.running_daemon(name)?.kill();
+        Ok(())
+    }
+
+    /// The running daemon named `name`.
+    fn running_daemon(&mut self, name: &str) -> Result<&mut Daemon> {
+        self.daemons
             .iter_mut()
             .filter(|d| d.name == name)
             .find_map(|d| d.alive().then_some(d))
-            .ok_or_else(|| Error::Unsupported(format!("no running daemon named {name}")))?;
-        d.kill();
-        Ok(())
+            .ok_or_else(|| Error::Unsupported(format!("no running daemon named {name}")))
     }
 
     /// The built kubectl as the admin, from the ToR namespace (through the bridge),
@@ -587,13 +592,12 @@ impl Cluster {
 
     /// Waits until Service `name` has an address in `status.loadBalancer.ingress`.
     pub fn wait_vip(&mut self, name: &str, limit: Duration) -> Result<String> {
-        wait_for(
+        self.wait_checked(
             &format!("an EXTERNAL-IP on Service {name}"),
             limit,
             Duration::from_millis(100),
-            || {
-                self.check_daemons()?;
-                let ip = self.kubectl(&[
+            |this| {
+                let ip = this.kubectl(&[
                     "get",
                     "svc",
                     name,
@@ -628,13 +632,12 @@ impl Cluster {
 
     /// Waits until BIRD has `n` paths to `vip` and the kernel route has `n` next hops.
     pub fn wait_ecmp(&mut self, vip: &str, n: usize, limit: Duration) -> Result<()> {
-        wait_for(
+        self.wait_checked(
             &format!("{n} BGP paths and {n} kernel next hops for {vip}"),
             limit,
             Duration::from_millis(200),
-            || {
-                self.check_daemons()?;
-                let (_, bird, _, kernel) = self.routes(vip)?;
+            |this| {
+                let (_, bird, _, kernel) = this.routes(vip)?;
                 Ok(if bird.len() == n && kernel.len() == n {
                     Ok(())
                 } else {

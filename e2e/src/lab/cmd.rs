@@ -5,17 +5,8 @@ use std::process::{Command, Stdio};
 
 use super::{Error, Result};
 
-/// True when the effective uid is 0.
-pub fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Uid:"))
-                .map(|l| l.split_whitespace().nth(2) == Some("0"))
-        })
-        .unwrap_or(false)
-}
+// Whether the effective uid is 0: the test kit's check.
+pub use ringlb_testkit::netns::is_root;
 
 /// The full path of `tool` on PATH.
 pub fn which(tool: &str) -> Option<PathBuf> {

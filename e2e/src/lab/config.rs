@@ -18,6 +18,16 @@ pub fn bird_vip_set(a: &Addrs) -> String {
         .join(", ")
 }
 
+/// The BGP timers of every session in the lab's BIRD configurations (a BIRD
+/// `protocol bgp` body's lines): hold 3 s, and the waits short.
+pub(crate) const BIRD_FAST_TIMERS: &str = concat!(
+    "\thold time 3;\n",
+    "\tkeepalive time 1;\n",
+    "\tconnect delay time 1;\n",
+    "\tconnect retry time 1;\n",
+    "\terror wait time 1, 5;",
+);
+
 /// BIRD 2 as the ToR: eBGP to every edge, accept only /32s from the VIP range, install
 /// them into the kernel as one multipath (ECMP) route.
 pub fn bird_conf(a: &Addrs) -> String {
@@ -53,11 +63,7 @@ template bgp edge {{
 	direct;
 	graceful restart on;   # helper for edges whose BGPPeer sets gracefulRestart
 	bfd on;                # not `bfd graceful`: a BFD failure flushes the edge at once
-	hold time 3;
-	keepalive time 1;
-	connect delay time 1;
-	connect retry time 1;
-	error wait time 1, 5;
+{BIRD_FAST_TIMERS}
 	ipv4 {{
 		import filter {{ if net ~ VIP_RANGE then accept; reject; }};
 		export none;
@@ -83,11 +89,7 @@ protocol bgp uplink {{
 	local {me} as {tor_asn};
 	neighbor {core} as {core_asn};
 	direct;
-	hold time 3;
-	keepalive time 1;
-	connect delay time 1;
-	connect retry time 1;
-	error wait time 1, 5;
+{BIRD_FAST_TIMERS}
 	ipv4 {{
 		import none;
 		export filter {{ if net ~ VIP_RANGE then accept; reject; }};

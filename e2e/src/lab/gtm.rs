@@ -25,7 +25,7 @@ use std::time::Duration;
 
 use super::addrs::{Addrs, Uplink};
 use super::cmd::run_in;
-use super::config;
+use super::config::{self, BIRD_FAST_TIMERS};
 use super::daemon::Daemon;
 use super::netns::{self, Netns};
 use super::{Cluster, Error, Result, Topology, wait_for};
@@ -115,11 +115,7 @@ protocol kernel kernel4 {{
 
 template bgp tor {{
 	direct;
-	hold time 3;
-	keepalive time 1;
-	connect delay time 1;
-	connect retry time 1;
-	error wait time 1, 5;
+{BIRD_FAST_TIMERS}
 }}
 "#
     );

@@ -205,22 +205,7 @@ impl Topology {
 
     /// The ToR's nftables counters (packets per named counter).
     pub fn counters(&self) -> Result<std::collections::BTreeMap<String, u64>> {
-        let out = run_in(
-            &self.ns("tor"),
-            &[
-                "nft",
-                "-j",
-                "list",
-                "counters",
-                "table",
-                "inet",
-                "ringlb_lab",
-            ],
-        )?;
-        super::config::nft_counters(&out).map_err(|detail| Error::Parse {
-            what: "nft -j list counters".into(),
-            detail,
-        })
+        nft_counters_in(&self.ns("tor"), "ringlb_lab")
     }
 
     /// Leaves everything in place when this value drops (`ringlb-lab up`).
@@ -300,4 +285,20 @@ pub fn teardown(prefix: &str, dir: &Path) -> Vec<String> {
         removed.push(dir.display().to_string());
     }
     removed
+}
+
+/// The nftables counters (packets per named counter) of table `inet TABLE` in
+/// namespace `ns`.
+pub(crate) fn nft_counters_in(
+    ns: &str,
+    table: &str,
+) -> Result<std::collections::BTreeMap<String, u64>> {
+    let out = run_in(
+        ns,
+        &["nft", "-j", "list", "counters", "table", "inet", table],
+    )?;
+    super::config::nft_counters(&out).map_err(|detail| Error::Parse {
+        what: "nft -j list counters".into(),
+        detail,
+    })
 }

@@ -261,6 +261,13 @@ mod tests {
             .map(|t| (t.pod, t.target_port))
     }
 
+    /// Asserts that `d` tunnels `vip`:`port` to pod `pod` (at its own address) on
+    /// port `target`.
+    #[track_caller]
+    fn assert_tunnels(d: &NodeDesired, pod: &str, vip: &str, port: u16, proto: Proto, target: u16) {
+        assert_eq!(entry(d, pod, vip, port, proto), Some((ip(pod), target)));
+    }
+
     fn web() -> Service {
         service(
             "web",
@@ -296,10 +303,7 @@ mod tests {
         );
         assert_eq!(d.state.pods, [ip("10.1.0.1")].into(), "only node-1's pod");
         assert_eq!(d.state.services.len(), 1);
-        assert_eq!(
-            entry(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp),
-            Some((ip("10.1.0.1"), 8080))
-        );
+        assert_tunnels(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp, 8080);
         assert!(d.skipped.is_empty() && d.not_served.is_empty());
         assert!(d.state.validate().is_ok());
     }
@@ -371,14 +375,8 @@ mod tests {
             &[pod("a", NODE, &["10.1.0.1"]), pod("b", NODE, &["10.1.0.2"])],
             true,
         );
-        assert_eq!(
-            entry(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp),
-            Some((ip("10.1.0.1"), 8080))
-        );
-        assert_eq!(
-            entry(&d, "10.1.0.2", "192.0.2.1", 80, Proto::Tcp),
-            Some((ip("10.1.0.2"), 9090))
-        );
+        assert_tunnels(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp, 8080);
+        assert_tunnels(&d, "10.1.0.2", "192.0.2.1", 80, Proto::Tcp, 9090);
     }
 
     #[test]
@@ -411,18 +409,9 @@ mod tests {
             true,
         );
         assert_eq!(d.state.services.len(), 4, "{:?}", d.state.services);
-        assert_eq!(
-            entry(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp),
-            Some((ip("10.1.0.1"), 8080))
-        );
-        assert_eq!(
-            entry(&d, "fd00::1", "2001:db8::1", 80, Proto::Tcp),
-            Some((ip("fd00::1"), 8080))
-        );
-        assert_eq!(
-            entry(&d, "fd00::1", "2001:db8::1", 53, Proto::Udp),
-            Some((ip("fd00::1"), 5353))
-        );
+        assert_tunnels(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp, 8080);
+        assert_tunnels(&d, "fd00::1", "2001:db8::1", 80, Proto::Tcp, 8080);
+        assert_tunnels(&d, "fd00::1", "2001:db8::1", 53, Proto::Udp, 5353);
         assert!(entry(&d, "10.1.0.1", "2001:db8::1", 80, Proto::Tcp).is_none());
         assert!(d.state.validate().is_ok());
     }
@@ -528,14 +517,8 @@ mod tests {
             &[pod("a", NODE, &["10.1.0.1"])],
             true,
         );
-        assert_eq!(
-            entry(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp),
-            Some((ip("10.1.0.1"), 8080))
-        );
-        assert_eq!(
-            entry(&d, "10.1.0.1", "192.0.2.2", 443, Proto::Tcp),
-            Some((ip("10.1.0.1"), 8443))
-        );
+        assert_tunnels(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp, 8080);
+        assert_tunnels(&d, "10.1.0.1", "192.0.2.2", 443, Proto::Tcp, 8443);
         assert_eq!(d.state.services.len(), 2);
     }
 
@@ -601,10 +584,9 @@ mod tests {
             ],
             true,
         );
-        let want = Some((ip("10.1.0.1"), 8080));
-        assert_eq!(entry(&d, "10.1.0.1", "192.0.2.1", 80, Proto::Tcp), want);
-        assert_eq!(entry(&d, "10.1.0.1", "198.51.100.7", 80, Proto::Tcp), want);
-        assert_eq!(entry(&d, "10.1.0.1", "198.51.100.8", 80, Proto::Tcp), want);
+        for vip in ["192.0.2.1", "198.51.100.7", "198.51.100.8"] {
+            assert_tunnels(&d, "10.1.0.1", vip, 80, Proto::Tcp, 8080);
+        }
         assert_eq!(d.state.services.len(), 3, "{:?}", d.state.services);
         assert!(d.skipped.is_empty(), "{:?}", d.skipped);
         assert!(d.state.validate().is_ok());

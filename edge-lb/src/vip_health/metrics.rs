@@ -152,8 +152,10 @@ fn forget(family: &Family<Labels, Gauge>, shown: &Mutex<BTreeSet<Labels>>, now: 
 
 #[cfg(test)]
 mod tests {
+    use std::net::{IpAddr, Ipv4Addr};
     use std::time::{Duration, Instant};
 
+    use ringlb_bgp::reach::Reach;
     use ringlb_datapath::{DesiredState, Proto, ServiceEntry, Vip};
 
     use super::*;
@@ -167,29 +169,51 @@ mod tests {
         out
     }
 
-    #[test]
-    fn state_and_transitions_per_vip_port() {
+    /// The labels of the series of `WEB`.
+    const SERIES: &str = r#"{vip="192.0.2.1",port="80",protocol="TCP",service="default/web"}"#;
+
+    const WEB: Vip = Vip {
+        addr: IpAddr::V4(Ipv4Addr::new(192, 0, 2, 1)),
+        port: 80,
+        proto: Proto::Tcp,
+    };
+
+    /// Asserts that `out` shows `metric` of `WEB`'s series at `value`.
+    #[track_caller]
+    fn assert_shows(out: &str, metric: &str, value: u8) {
+        let line = format!("{metric}{SERIES} {value}");
+        assert!(out.contains(&line), "{out}");
+    }
+
+    /// The metrics in a fresh registry, and what serves `WEB` for Service
+    /// `default/web` as `backends` says.
+    fn setup(backends: VipBackends) -> (Registry, HealthMetrics, Serving) {
         let mut reg = Registry::with_prefix("ringlb");
         let m = HealthMetrics::register(&mut reg);
-        let vip = Vip {
-            addr: "192.0.2.1".parse().unwrap(),
-            port: 80,
-            proto: Proto::Tcp,
-        };
+        let mut s = Serving::default();
+        let service = "default/web".into();
+        s.vips.insert(
+            WEB,
+            VipBackends {
+                service,
+                ..backends
+            },
+        );
+        (reg, m, s)
+    }
+
+    #[test]
+    fn state_and_transitions_per_vip_port() {
+        let vip = WEB;
         let ready = vec![ringlb_maglev::Backend {
             addr: "10.1.0.1".parse().unwrap(),
             port: 80,
             weight: 1,
         }];
-        let mut s = Serving::default();
-        s.vips.insert(
-            vip,
-            VipBackends {
-                service: "default/web".into(),
-                ready: ready.clone(),
-                ..Default::default()
-            },
-        );
+        let (reg, m, mut s) = setup(VipBackends {
+            ready: ready.clone(),
+            ..Default::default()
+        });
         let mut d = DesiredState::default();
         let ips = vec![ready[0].addr];
         d.services
@@ -199,51 +223,24 @@ mod tests {
         let ev = t.evaluate(&s, &d, now);
         m.count(&ev.changed);
         let route = ev.routes.values().next();
-        m.update(&[assess(
-            &ev.facts[0],
-            route,
-            ringlb_bgp::reach::Reach::Sent,
-            now,
-        )]);
+        m.update(&[assess(&ev.facts[0], route, Reach::Sent, now)]);
         let out = text(&reg);
-        let series = r#"{vip="192.0.2.1",port="80",protocol="TCP",service="default/web"}"#;
-        assert!(
-            out.contains(&format!("ringlb_vip_health_state{series} 2")),
-            "{out}"
-        );
-        assert!(
-            out.contains(&format!("ringlb_vip_announced{series} 1")),
-            "{out}"
-        );
+        assert_shows(&out, "ringlb_vip_health_state", 2);
+        assert_shows(&out, "ringlb_vip_announced", 1);
         // The same VIP that no advertisement selects: down and not announced.
-        let not_sent = ringlb_bgp::reach::Reach::NotSelected;
-        m.update(&[assess(&ev.facts[0], route, not_sent, now)]);
+        m.update(&[assess(&ev.facts[0], route, Reach::NotSelected, now)]);
         let out = text(&reg);
-        assert!(
-            out.contains(&format!("ringlb_vip_announced{series} 0")),
-            "{out}"
-        );
-        assert!(
-            out.contains(&format!("ringlb_vip_health_state{series} 0")),
-            "{out}"
-        );
+        assert_shows(&out, "ringlb_vip_announced", 0);
+        assert_shows(&out, "ringlb_vip_health_state", 0);
         let to = r#"service="default/web",to="healthy"} 1"#;
         assert!(out.contains(to), "{out}");
         // Pods gone: unhealthy, counted; the VIP gone: its state series removed.
         s.vips.get_mut(&vip).unwrap().ready.clear();
         let ev = t.evaluate(&s, &DesiredState::default(), now + Duration::from_secs(1));
         m.count(&ev.changed);
-        m.update(&[assess(
-            &ev.facts[0],
-            None,
-            ringlb_bgp::reach::Reach::Sent,
-            now,
-        )]);
+        m.update(&[assess(&ev.facts[0], None, Reach::Sent, now)]);
         let out = text(&reg);
-        assert!(
-            out.contains(&format!("ringlb_vip_health_state{series} 0")),
-            "{out}"
-        );
+        assert_shows(&out, "ringlb_vip_health_state", 0);
         assert!(out.contains(r#"to="unhealthy"} 1"#), "{out}");
         m.update(&[]);
         assert!(!text(&reg).contains("ringlb_vip_health_state{"));
@@ -251,42 +248,23 @@ mod tests {
 
     #[test]
     fn failover_active_per_vip_port_with_a_failover_vip() {
-        let mut reg = Registry::with_prefix("ringlb");
-        let m = HealthMetrics::register(&mut reg);
-        let vip = Vip {
-            addr: "192.0.2.1".parse().unwrap(),
-            port: 80,
-            proto: Proto::Tcp,
-        };
+        let vip = WEB;
         let remote = "198.51.100.7".parse().unwrap();
-        let mut s = Serving::default();
-        s.vips.insert(
-            vip,
-            VipBackends {
-                service: "default/web".into(),
-                failover: Some(crate::serving::Failover { remote, weight: 0 }),
-                ..Default::default()
-            },
-        );
+        let (reg, m, s) = setup(VipBackends {
+            failover: Some(crate::serving::Failover { remote, weight: 0 }),
+            ..Default::default()
+        });
         let mut d = DesiredState::default();
         let e = ServiceEntry::new(&vip, vec![remote], vec![0; 251]).unwrap();
         d.services
             .insert(vip, e.with_remote(&vip, [remote]).unwrap());
         let now = Instant::now();
         let ev = Tracker::default().evaluate(&s, &d, now);
-        m.update(&[assess(
-            &ev.facts[0],
-            ev.routes.values().next(),
-            ringlb_bgp::reach::Reach::Sent,
-            now,
-        )]);
+        let route = ev.routes.values().next();
+        m.update(&[assess(&ev.facts[0], route, Reach::Sent, now)]);
         m.set_aliases(2);
         let out = text(&reg);
-        let series = r#"{vip="192.0.2.1",port="80",protocol="TCP",service="default/web"}"#;
-        assert!(
-            out.contains(&format!("ringlb_vip_failover_active{series} 1")),
-            "{out}"
-        );
+        assert_shows(&out, "ringlb_vip_failover_active", 1);
         assert!(out.contains("ringlb_failover_aliases 2"), "{out}");
         m.update(&[]);
         assert!(!text(&reg).contains("ringlb_vip_failover_active{"));

@@ -56,12 +56,44 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
+/// Why TCP MD5 cannot be tested here (the kernel has no TCP_MD5SIG), if it cannot.
+pub(crate) fn md5_missing() -> Option<String> {
+    let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let e =
+        ringlb_bgp::md5::set_md5_key(&probe, false, "127.0.0.2".parse().unwrap(), b"x").err()?;
+    Some(format!("kernel has no TCP_MD5SIG: {e}"))
+}
+
 /// Skip the calling test loudly when the lab cannot run.
 #[macro_export]
 macro_rules! require_lab {
     ($($tool:expr),*) => {
         if let Some(why) = bgp_support::skip_reason(&["ip", $($tool),*]) {
             ringlb_testkit::tier::skip(format_args!("{}: {why}", module_path!()));
+            return;
+        }
+    };
+}
+
+/// Skip the calling test loudly when the lab or FRR cannot run; `$tag` names it.
+#[macro_export]
+macro_rules! require_frr {
+    ($tag:literal) => {
+        $crate::require_lab!("vtysh");
+        if let Some(why) = bgp_support::frr::missing() {
+            ringlb_testkit::tier::skip(format_args!(concat!($tag, ": {}"), why));
+            return;
+        }
+    };
+}
+
+/// Skip the calling test, saying so, when the kernel has no TCP MD5; `$what`
+/// names it.
+#[macro_export]
+macro_rules! require_md5 {
+    ($what:literal) => {
+        if let Some(why) = bgp_support::md5_missing() {
+            eprintln!(concat!("SKIPPED ", $what, ": {}"), why);
             return;
         }
     };
@@ -101,6 +133,15 @@ fn must(cmd: &str, args: &[&str]) -> String {
     run(cmd, args).unwrap_or_else(|e| panic!("{e}"))
 }
 
+/// `ip -n <ns> <args>`, `args` split at white space (no argument here holds any).
+fn ip_in(ns: &str, args: &str) {
+    let argv: Vec<&str> = ["-n", ns]
+        .into_iter()
+        .chain(args.split_whitespace())
+        .collect();
+    must("ip", &argv);
+}
+
 impl Lab {
     /// A ToR namespace `tor` with bridge `br0` (TOR_V4/24, TOR_V6/64) and `edges`
     /// edge namespaces `e1..eN`, each with `eth0` on the bridge.
@@ -116,86 +157,21 @@ impl Lab {
             daemons: Vec::new(),
         };
         let tor = lab.add_ns("tor");
-        must(
-            "ip",
-            &[
-                "-n",
-                &tor,
-                "link",
-                "add",
-                "br0",
-                "type",
-                "bridge",
-                "stp_state",
-                "0",
-            ],
-        );
-        must(
-            "ip",
-            &[
-                "-n",
-                &tor,
-                "addr",
-                "add",
-                &format!("{TOR_V4}/24"),
-                "dev",
-                "br0",
-            ],
-        );
-        must(
-            "ip",
-            &[
-                "-n",
-                &tor,
-                "addr",
-                "add",
-                &format!("{TOR_V6}/64"),
-                "dev",
-                "br0",
-                "nodad",
-            ],
-        );
-        must("ip", &["-n", &tor, "link", "set", "br0", "up"]);
+        ip_in(&tor, "link add br0 type bridge stp_state 0");
+        ip_in(&tor, &format!("addr add {TOR_V4}/24 dev br0"));
+        ip_in(&tor, &format!("addr add {TOR_V6}/64 dev br0 nodad"));
+        ip_in(&tor, "link set br0 up");
         for i in 1..=edges {
             let e = lab.add_ns(&format!("e{i}"));
             let port = format!("ve{i}");
-            must(
-                "ip",
-                &[
-                    "-n", &tor, "link", "add", &port, "type", "veth", "peer", "name", "eth0",
-                    "netns", &e,
-                ],
+            ip_in(
+                &tor,
+                &format!("link add {port} type veth peer name eth0 netns {e}"),
             );
-            must(
-                "ip",
-                &["-n", &tor, "link", "set", &port, "master", "br0", "up"],
-            );
-            must(
-                "ip",
-                &[
-                    "-n",
-                    &e,
-                    "addr",
-                    "add",
-                    &format!("{}/24", edge_v4(i)),
-                    "dev",
-                    "eth0",
-                ],
-            );
-            must(
-                "ip",
-                &[
-                    "-n",
-                    &e,
-                    "addr",
-                    "add",
-                    &format!("{}/64", edge_v6(i)),
-                    "dev",
-                    "eth0",
-                    "nodad",
-                ],
-            );
-            must("ip", &["-n", &e, "link", "set", "eth0", "up"]);
+            ip_in(&tor, &format!("link set {port} master br0 up"));
+            ip_in(&e, &format!("addr add {}/24 dev eth0", edge_v4(i)));
+            ip_in(&e, &format!("addr add {}/64 dev eth0 nodad", edge_v6(i)));
+            ip_in(&e, "link set eth0 up");
         }
         lab
     }
@@ -204,7 +180,7 @@ impl Lab {
         let name = format!("{}-{short}", self.prefix);
         must("ip", &["netns", "add", &name]);
         self.namespaces.push(name.clone());
-        must("ip", &["-n", &name, "link", "set", "lo", "up"]);
+        ip_in(&name, "link set lo up");
         name
     }
 
@@ -255,6 +231,17 @@ impl Lab {
     pub(crate) fn signal(&self, idx: usize, sig: &str) {
         let pid = self.daemons[idx].child.id().to_string();
         must("kill", &[&format!("-{sig}"), &pid]);
+    }
+
+    /// SIGTERM daemon `idx` and wait (10 s at most) for it to exit.
+    #[track_caller]
+    pub(crate) fn terminate(&mut self, idx: usize) {
+        self.signal(idx, "TERM");
+        assert!(
+            self.wait_exit(idx, Duration::from_secs(10)),
+            "{} did not exit on SIGTERM",
+            self.daemons[idx].name
+        );
     }
 
     pub(crate) fn wait_exit(&mut self, idx: usize, timeout: Duration) -> bool {
@@ -323,17 +310,19 @@ template bgp edge {{
         )
     }
 
-    /// Start BIRD with two plain eBGP protocols, e1 (AS 65011) and e2 (AS 65012), for
-    /// edges 1 and 2.
-    pub(crate) fn start_bird_two_edges(&mut self) -> usize {
-        self.start_bird(&format!(
+    /// A lab `tag` of two edges, BIRD on the ToR with two plain eBGP protocols, e1
+    /// (AS 65011) and e2 (AS 65012), for edges 1 and 2.
+    pub(crate) fn with_bird_two_edges(tag: &str) -> Lab {
+        let mut lab = Lab::new(tag, 2);
+        lab.start_bird(&format!(
             r#"
 protocol bgp e1 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65011; ipv4 {{ import all; export none; }}; }}
 protocol bgp e2 from edge {{ local {TOR_V4} as 65000; neighbor {} as 65012; ipv4 {{ import all; export none; }}; }}
 "#,
             edge_v4(1),
             edge_v4(2)
-        ))
+        ));
+        lab
     }
 
     pub(crate) fn birdc(&self, args: &[&str]) -> String {
@@ -399,6 +388,36 @@ impl Lab {
     pub(crate) fn routes_via_both_edges(&self, vip: &str) -> bool {
         let r = self.tor_route(vip);
         r.contains(&format!("via {}", edge_v4(1))) && r.contains(&format!("via {}", edge_v4(2)))
+    }
+
+    /// Whether BIRD's protocol `proto` (a session) is Established.
+    pub(crate) fn bird_established(&self, proto: &str) -> bool {
+        self.birdc(&["show", "protocols", proto])
+            .contains("Established")
+    }
+
+    /// Waits up to `within` for BIRD's protocols `protos` to be Established; panics
+    /// naming `what`, with BIRD's protocols and the logs, when they are not.
+    #[track_caller]
+    pub(crate) fn assert_established_within(&self, protos: &[&str], within: Duration, what: &str) {
+        assert!(
+            wait_until(within, || protos.iter().all(|p| self.bird_established(p))),
+            "{what} not Established:\n{}\n{}",
+            self.birdc(&["show", "protocols", "all"]),
+            self.logs()
+        );
+    }
+
+    /// Waits up to `within` for the ToR's route to `vip` to go through both edges;
+    /// panics with `what`, the route and the logs when it does not.
+    #[track_caller]
+    pub(crate) fn assert_ecmp_within(&self, vip: &str, within: Duration, what: &str) {
+        assert!(
+            wait_until(within, || self.routes_via_both_edges(vip)),
+            "{what}: {}\n{}",
+            self.tor_route(vip),
+            self.logs()
+        );
     }
 
     /// Poll the ToR's route to `vip` every 5 ms, for at most `timeout`, until it no

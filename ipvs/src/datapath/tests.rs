@@ -7,35 +7,18 @@ use super::*;
 use crate::kernel::memory::MemoryKernel;
 use crate::kernel::netlink::{family_id, write_error};
 use crate::model::{Proto, Service};
+use crate::plan::fixtures::{backends, key, pod};
 use crate::plan::{Backend, Config, Desired, Op};
 
-fn pod(n: u8) -> IpAddr {
-    IpAddr::from([10, 1, 0, n])
+/// Pods `pods`, each at weight 1.
+fn weight_1(pods: &[u8]) -> Vec<Backend> {
+    backends(&pods.iter().map(|&p| (p, 1)).collect::<Vec<_>>())
 }
 
-fn key(n: u8, port: u16) -> ServiceKey {
-    ServiceKey {
-        addr: IpAddr::from([10, 100, 0, n]),
-        port,
-        proto: Proto::Tcp,
-    }
-}
-
+/// `services`, each with its pods at weight 1.
 fn desired(services: &[(ServiceKey, &[u8])]) -> Desired {
     Desired {
-        services: services
-            .iter()
-            .map(|(k, pods)| {
-                let b = pods
-                    .iter()
-                    .map(|p| Backend {
-                        addr: pod(*p),
-                        weight: 1,
-                    })
-                    .collect();
-                (*k, b)
-            })
-            .collect(),
+        services: services.iter().map(|(k, p)| (*k, weight_1(p))).collect(),
         ..Default::default()
     }
 }
@@ -217,20 +200,12 @@ fn a_restart_reads_what_the_last_run_left() {
 fn single_service_updates() {
     let mut dp = datapath(MemoryKernel::default());
     let (http, https) = (key(1, 80), key(1, 443));
-    let b = |pods: &[u8]| -> Vec<Backend> {
-        pods.iter()
-            .map(|p| Backend {
-                addr: pod(*p),
-                weight: 1,
-            })
-            .collect()
-    };
-    dp.apply_service(&http, Some(&b(&[1, 2])), None, None)
+    dp.apply_service(&http, Some(&weight_1(&[1, 2])), None, None)
         .unwrap();
-    dp.apply_service(&https, Some(&b(&[1])), None, None)
+    dp.apply_service(&https, Some(&weight_1(&[1])), None, None)
         .unwrap();
     let st = dp
-        .apply_service(&http, Some(&b(&[2, 3])), None, None)
+        .apply_service(&http, Some(&weight_1(&[2, 3])), None, None)
         .unwrap();
     assert_eq!((st.dests_added, st.dests_deleted), (1, 1), "{st:?}");
     dp.apply_service(&https, None, None, None).unwrap();

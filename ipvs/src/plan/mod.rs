@@ -48,6 +48,8 @@ mod held;
 pub use held::{Held, HeldService};
 
 #[cfg(test)]
+pub(crate) mod fixtures;
+#[cfg(test)]
 mod tests;
 
 /// One backend of a service: a pod address and its weight (0: drain, existing

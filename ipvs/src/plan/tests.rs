@@ -2,32 +2,12 @@ use std::net::IpAddr;
 
 use proptest::prelude::*;
 
+use super::fixtures::{backends, key, pod};
 use super::*;
 use crate::codec::consts::{IP_VS_SVC_F_PERSISTENT, IP_VS_SVC_F_SCHED1, IP_VS_SVC_F_SCHED2};
 
 fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
-}
-
-fn pod(n: u8) -> IpAddr {
-    IpAddr::from([10, 1, 0, n])
-}
-
-fn key(n: u8, port: u16) -> ServiceKey {
-    ServiceKey {
-        addr: IpAddr::from([10, 100, 0, n]),
-        port,
-        proto: Proto::Tcp,
-    }
-}
-
-fn backends(pods: &[(u8, u32)]) -> Vec<Backend> {
-    pods.iter()
-        .map(|&(p, weight)| Backend {
-            addr: pod(p),
-            weight,
-        })
-        .collect()
 }
 
 fn desired(services: &[(ServiceKey, &[(u8, u32)])]) -> Desired {

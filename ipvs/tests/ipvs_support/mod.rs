@@ -39,6 +39,16 @@ pub(crate) fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// Returns from the calling test `$test` when [`ipvs_or_skip`] says it cannot run.
+#[macro_export]
+macro_rules! require_ipvs {
+    ($test:literal) => {
+        if !ipvs_support::ipvs_or_skip($test) {
+            return;
+        }
+    };
+}
+
 /// True when this kernel has IPVS with the `mh` scheduler (loading the modules
 /// if it can); false after saying loudly why the test is skipped.
 pub(crate) fn ipvs_or_skip(test: &str) -> bool {

@@ -6,7 +6,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use ringlb_node::{Hook, NodeDatapath, NodeOptions, NodeState, Proto, abi::Stat};
 
-pub(crate) use ringlb_testkit::netns::is_root;
+pub(crate) use ringlb_testkit::tier::require_root;
 
 pub(crate) const TC_ACT_OK: u32 = 0;
 pub(crate) const TC_ACT_SHOT: u32 = 2;
@@ -41,18 +41,21 @@ pub(crate) fn services() -> NodeState {
 /// The production object, unpinned, MSS 1440/1400, with [`services`];
 /// `None` (after a loud SKIP) without root.
 pub(crate) fn load() -> Option<NodeDatapath> {
-    if !is_root() {
-        ringlb_testkit::tier::skip(
-            "node fixtures need root to load BPF programs (CI runs as root)",
-        );
-        return None;
-    }
     let opts = NodeOptions {
         pin_dir: None,
         ..NodeOptions::default()
     };
-    let mut dp = NodeDatapath::load(&opts).expect("loading node.o");
-    dp.apply(&services()).expect("writing services");
+    load_with(&opts, &services())
+}
+
+/// The production object loaded with `opts`, `state` applied; `None` (after a
+/// loud SKIP) without root.
+pub(crate) fn load_with(opts: &NodeOptions, state: &NodeState) -> Option<NodeDatapath> {
+    if !require_root("loading the node fixtures' BPF programs") {
+        return None;
+    }
+    let mut dp = NodeDatapath::load(opts).expect("loading node.o");
+    dp.apply(state).expect("writing the node state");
     Some(dp)
 }
 
@@ -73,15 +76,4 @@ pub(crate) fn assert_untouched(dp: &NodeDatapath, hook: Hook, frame: &[u8]) {
     let (v, out) = run(dp, hook, frame);
     assert_eq!(v, TC_ACT_OK, "verdict");
     assert_eq!(out, frame, "not one byte may change");
-}
-
-/// Hex dump diff helper for failed comparisons.
-pub(crate) fn hex(b: &[u8]) -> String {
-    b.iter()
-        .map(|x| format!("{x:02x}"))
-        .collect::<Vec<_>>()
-        .chunks(16)
-        .map(|c| c.join(" "))
-        .collect::<Vec<_>>()
-        .join("\n")
 }

@@ -4,14 +4,14 @@
 
 use std::net::IpAddr;
 
-use ringlb_nexthop::{NextHop, StaticResolver};
+use ringlb_nexthop::{NextHop, Resolver, StaticResolver};
 use ringlb_testkit::packet::{Frame, ip_header, l2_header};
 use ringlb_xdp::{
-    DesiredState, Proto, ServiceEntry, Vip,
+    Datapath, DesiredState, Proto, ServiceEntry, Vip,
     xdp::{AttachMode, XdpDatapath, XdpOptions},
 };
 
-use super::{Netns, in_netns, is_root};
+use super::{Netns, in_netns, require_root};
 
 pub(crate) const XDP_DROP: u32 = 1;
 pub(crate) const XDP_PASS: u32 = 2;
@@ -81,12 +81,15 @@ pub(crate) fn load(mtu: u32, src6: bool) -> Option<XdpDatapath> {
 
 /// [`load`] with options of the test's own (built from [`opts`]).
 pub(crate) fn load_with(o: &XdpOptions) -> Option<XdpDatapath> {
-    if !is_root() {
-        ringlb_testkit::tier::skip("xdp fixtures need root to load BPF programs (CI runs as root)");
+    load_resolving(o, Box::new(StaticResolver::everywhere(NH)))
+}
+
+/// [`load_with`] and a resolver of the test's own.
+pub(crate) fn load_resolving(o: &XdpOptions, resolver: Box<dyn Resolver>) -> Option<XdpDatapath> {
+    if !require_root("loading the xdp fixtures' BPF programs") {
         return None;
     }
-    let resolver = StaticResolver::everywhere(NH);
-    Some(XdpDatapath::load(o, Box::new(resolver)).expect("loading xdp_lb.o"))
+    Some(XdpDatapath::load(o, resolver).expect("loading xdp_lb.o"))
 }
 
 /// Keeps `dp`'s program in the kernel's XDP dispatcher until the returned
@@ -135,6 +138,34 @@ pub(crate) fn vip(addr: &str, port: u16, proto: Proto) -> Vip {
 
 pub(crate) fn vip4() -> Vip {
     vip("10.100.0.1", 80, Proto::Tcp)
+}
+
+/// The addresses of the ICMP fixtures (xdp_ptb.rs, xdp_vip_addr.rs).
+pub(crate) const CLIENT4: &str = "192.0.2.7";
+pub(crate) const CLIENT6: &str = "2001:db8:ffff::9";
+pub(crate) const VIP4: &str = "10.100.0.1";
+pub(crate) const VIP6: &str = "2001:db8:100::1";
+
+/// The ICMP fixtures' services: VIP4:80/TCP and VIP4:53/UDP -> an IPv4
+/// backend, VIP6:443/TCP -> an IPv6 backend, and `more` (a VIP, its backend).
+pub(crate) fn icmp_services(more: (Vip, &str)) -> DesiredState {
+    let v80 = vip(VIP4, 80, Proto::Tcp);
+    let v53 = vip(VIP4, 53, Proto::Udp);
+    let v443 = vip(VIP6, 443, Proto::Tcp);
+    let (v, backend) = more;
+    state(vec![
+        (v80, svc(&v80, &["10.1.0.1"], 0)),
+        (v53, svc(&v53, &["10.1.0.1"], 0)),
+        (v443, svc(&v443, &["2001:db8:1::1"], 0)),
+        (v, svc(&v, &[backend], 0)),
+    ])
+}
+
+/// [`load`] (with the IPv6 source) and `desired` applied.
+pub(crate) fn load_applied(mtu: u32, desired: &DesiredState) -> Option<XdpDatapath> {
+    let mut dp = load(mtu, true)?;
+    dp.apply(desired).unwrap();
+    Some(dp)
 }
 
 /// Expected output: our L2 (next-hop MACs), the outer header, the inner L3.

@@ -90,6 +90,9 @@ pub struct Args {
     pub katran_object: Option<std::path::PathBuf>,
 }
 
+/// One section of the run, as `--only` names it.
+type Section = fn(&Args) -> anyhow::Result<()>;
+
 fn main() -> anyhow::Result<()> {
     let a = Args::parse();
     let want = |s: &str| a.only.as_deref().is_none_or(|o| o == s);
@@ -97,23 +100,18 @@ fn main() -> anyhow::Result<()> {
         "# xdp-bench ({})\n",
         std::env::args().collect::<Vec<_>>().join(" ")
     );
-    if want("packet") {
-        packet::section_packet(&a)?;
-    }
-    if want("ranges") {
-        ranges::section_ranges(&a)?;
-    }
-    if want("flood") {
-        flood::section_flood(&a)?;
-    }
-    if want("veth") {
-        veth::section_veth(&a)?;
-    }
-    if want("iptables") {
-        kube::section_iptables(&a)?;
-    }
-    if want("update") {
-        kube::section_update(&a)?;
+    let sections: [(&str, Section); 6] = [
+        ("packet", packet::section_packet),
+        ("ranges", ranges::section_ranges),
+        ("flood", flood::section_flood),
+        ("veth", veth::section_veth),
+        ("iptables", kube::section_iptables),
+        ("update", kube::section_update),
+    ];
+    for (name, section) in sections {
+        if want(name) {
+            section(&a)?;
+        }
     }
     Ok(())
 }

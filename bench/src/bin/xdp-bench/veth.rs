@@ -29,6 +29,8 @@ mod packet_socket {
     use std::io;
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
+    use ringlb_ops::sockopt;
+
     pub(super) struct Sender(OwnedFd);
 
     /// CPU time of the calling thread (CLOCK_THREAD_CPUTIME_ID), in seconds:
@@ -80,30 +82,12 @@ mod packet_socket {
             }
             // SAFETY: fd is a fresh, valid descriptor nobody else owns.
             let s = Self(unsafe { OwnedFd::from_raw_fd(fd) });
-            let one: libc::c_int = 1;
             let tv = libc::timeval {
                 tv_sec: 1,
                 tv_usec: 0,
             };
-            // SAFETY: options of the right types and sizes.
-            let r = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_PACKET,
-                    libc::PACKET_IGNORE_OUTGOING,
-                    (&one as *const libc::c_int).cast(),
-                    size_of::<libc::c_int>() as libc::socklen_t,
-                ) | libc::setsockopt(
-                    fd,
-                    libc::SOL_SOCKET,
-                    libc::SO_RCVTIMEO,
-                    (&tv as *const libc::timeval).cast(),
-                    size_of::<libc::timeval>() as libc::socklen_t,
-                )
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            sockopt::set_int(fd, libc::SOL_PACKET, libc::PACKET_IGNORE_OUTGOING, 1)?;
+            sockopt::set(fd, libc::SOL_SOCKET, libc::SO_RCVTIMEO, &tv)?;
             bind_packet(fd, ifindex, all)?;
             Ok(s)
         }
@@ -135,20 +119,7 @@ mod packet_socket {
             }
             // SAFETY: fd is a fresh, valid descriptor nobody else owns.
             let s = Self(unsafe { OwnedFd::from_raw_fd(fd) });
-            let one: libc::c_int = 1;
-            // SAFETY: a c_int option of the right size.
-            let r = unsafe {
-                libc::setsockopt(
-                    fd,
-                    libc::SOL_PACKET,
-                    libc::PACKET_QDISC_BYPASS,
-                    (&one as *const libc::c_int).cast(),
-                    size_of::<libc::c_int>() as libc::socklen_t,
-                )
-            };
-            if r != 0 {
-                return Err(io::Error::last_os_error());
-            }
+            sockopt::set_int(fd, libc::SOL_PACKET, libc::PACKET_QDISC_BYPASS, 1)?;
             bind_packet(fd, ifindex, 0)?;
             Ok(s)
         }

@@ -477,19 +477,7 @@ fn guard_refused(l: &Lab) -> anyhow::Result<Vec<u64>> {
     (1..=2)
         .map(|i| {
             let ns = l.topo.ns(&format!("edge{i}"));
-            let json = run_in(
-                &ns,
-                &[
-                    "nft",
-                    "-j",
-                    "list",
-                    "counters",
-                    "table",
-                    "inet",
-                    "ringlb_guard",
-                ],
-            )?;
-            let c = crate::lab::config::nft_counters(&json).map_err(anyhow::Error::msg)?;
+            let c = crate::lab::topology::nft_counters_in(&ns, "ringlb_guard")?;
             c.get(&name)
                 .copied()
                 .with_context(|| format!("edge{i}: no counter {name} in {c:?}"))

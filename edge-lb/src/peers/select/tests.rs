@@ -230,47 +230,14 @@ fn a_later_peer_with_the_same_address_is_a_conflict() {
 #[test]
 fn selector_operators() {
     let l = node(&[("a", "1")]);
-    let s = |v: serde_json::Value| serde_json::from_value::<LabelSelector>(v).unwrap();
-    assert!(
-        selector_matches(
-            Some(&s(
-                json!({"matchExpressions": [{"key": "a", "operator": "Exists"}]})
-            )),
-            &l,
-            "x"
-        )
-        .unwrap()
-    );
-    assert!(
-        !selector_matches(
-            Some(&s(
-                json!({"matchExpressions": [{"key": "a", "operator": "DoesNotExist"}]})
-            )),
-            &l,
-            "x"
-        )
-        .unwrap()
-    );
-    assert!(
-        selector_matches(
-            Some(&s(
-                json!({"matchExpressions": [{"key": "a", "operator": "NotIn", "values": ["2"]}]})
-            )),
-            &l,
-            "x"
-        )
-        .unwrap()
-    );
-    assert!(
-        selector_matches(
-            Some(&s(
-                json!({"matchExpressions": [{"key": "a", "operator": "Bogus"}]})
-            )),
-            &l,
-            "x"
-        )
-        .is_err()
-    );
+    let matches = |expr: serde_json::Value| {
+        let s = serde_json::from_value::<LabelSelector>(json!({"matchExpressions": [expr]}));
+        selector_matches(Some(&s.unwrap()), &l, "x")
+    };
+    assert!(matches(json!({"key": "a", "operator": "Exists"})).unwrap());
+    assert!(!matches(json!({"key": "a", "operator": "DoesNotExist"})).unwrap());
+    assert!(matches(json!({"key": "a", "operator": "NotIn", "values": ["2"]})).unwrap());
+    assert!(matches(json!({"key": "a", "operator": "Bogus"})).is_err());
 }
 
 #[test]
