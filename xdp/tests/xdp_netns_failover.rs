@@ -69,7 +69,7 @@ fn edge(ns: &str, src: &str, desired: &DesiredState) -> XdpDatapath {
 fn settled_counter(dp: &XdpDatapath, label: &str) -> u64 {
     let mut last = counter(dp, label);
     for _ in 0..16 {
-        std::thread::sleep(Duration::from_millis(300));
+        std::thread::sleep(std::time::Duration::from_millis(300));
         let now = counter(dp, label);
         if now == last {
             return now;
