@@ -132,32 +132,55 @@ pub fn write_mmapped_u32(
     max_entries: u32,
     writes: &[(u32, u32)],
 ) -> Result<(), Error> {
-    // array maps round every value up to 8 bytes
-    const STRIDE: usize = 8;
-    let page = 4096usize;
-    let len = (max_entries as usize * STRIDE).div_ceil(page) * page;
     if let Some(&(i, _)) = writes.iter().find(|(i, _)| *i >= max_entries) {
-        return Err(Error::Syscall {
-            call: "ring write",
-            source: std::io::Error::other(format!("slot {i} outside a ring of {max_entries}")),
-        });
+        return Err(outside(format!("slot {i} outside a ring of {max_entries}")));
     }
+    let len = mmapped_len(max_entries);
     let base = mmap_shared(fd, len)?;
-    store_u32s(base, STRIDE, writes);
+    store_u32s(base, MMAP_STRIDE, writes);
     munmap(base, len);
     Ok(())
+}
+
+/// Writes `ids[i]` into slot `i` of a `BPF_F_MMAPABLE` array of `u32` with
+/// `max_entries` slots, for every `i`, as [`write_mmapped_u32`] writes pairs.
+pub fn write_mmapped_ring(fd: BorrowedFd<'_>, max_entries: u32, ids: &[u32]) -> Result<(), Error> {
+    if ids.len() > max_entries as usize {
+        return Err(outside(format!(
+            "{} slots for a ring of {max_entries}",
+            ids.len()
+        )));
+    }
+    let len = mmapped_len(max_entries);
+    let base = mmap_shared(fd, len)?;
+    store_ring(base, MMAP_STRIDE, ids);
+    munmap(base, len);
+    Ok(())
+}
+
+/// Array maps round every value up to 8 bytes.
+const MMAP_STRIDE: usize = 8;
+
+/// The bytes to map of an array of `max_entries` `u32` values: whole pages.
+fn mmapped_len(max_entries: u32) -> usize {
+    (max_entries as usize * MMAP_STRIDE).div_ceil(4096) * 4096
+}
+
+fn outside(what: String) -> Error {
+    Error::Syscall {
+        call: "ring write",
+        source: std::io::Error::other(what),
+    }
 }
 
 /// Reads the first `n` slots of a `BPF_F_MMAPABLE` array of `u32` with
 /// `max_entries` slots straight from its memory (restart: the rings are read
 /// back without a syscall per slot). Fails for an array without the flag.
 pub fn read_mmapped_u32(fd: BorrowedFd<'_>, max_entries: u32, n: u32) -> Result<Vec<u32>, Error> {
-    const STRIDE: usize = 8;
-    let page = 4096usize;
-    let len = (max_entries as usize * STRIDE).div_ceil(page) * page;
+    let len = mmapped_len(max_entries);
     let n = n.min(max_entries) as usize;
     let base = mmap_shared(fd, len)?;
-    let v = load_u32s(base, STRIDE, n);
+    let v = load_u32s(base, MMAP_STRIDE, n);
     munmap(base, len);
     Ok(v)
 }
@@ -376,6 +399,15 @@ fn mmap_shared(fd: BorrowedFd<'_>, len: usize) -> Result<*mut u8, Error> {
 fn store_u32s(base: *mut u8, stride: usize, writes: &[(u32, u32)]) {
     for &(i, v) in writes {
         unsafe { std::ptr::write_volatile(base.add(i as usize * stride).cast::<u32>(), v) };
+    }
+}
+
+// SAFETY: ids.len() <= max_entries was checked, so base + i * stride lies
+// inside the mapping for every i; each slot is 8-byte aligned.
+#[allow(unsafe_code)]
+fn store_ring(base: *mut u8, stride: usize, ids: &[u32]) {
+    for (i, &v) in ids.iter().enumerate() {
+        unsafe { std::ptr::write_volatile(base.add(i * stride).cast::<u32>(), v) };
     }
 }
 

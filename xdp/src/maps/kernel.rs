@@ -20,7 +20,9 @@ use crate::flow_filter::{self, FilterBits, RebuildStats};
 use crate::vip_filter::VipFilter;
 use crate::{
     BpfError, Counters, Error, SourceRange, Vip, VipAbi, abi,
-    batch::{self, BPF_F_MMAPABLE, read_mmapped_u32, update_batch, write_mmapped_u32},
+    batch::{
+        self, BPF_F_MMAPABLE, read_mmapped_u32, update_batch, write_mmapped_ring, write_mmapped_u32,
+    },
     map_err, src_ranges,
 };
 
@@ -106,6 +108,24 @@ impl KernelMaps {
             .map_err(map_err("ring"))
     }
 
+    /// Runs `f` on the ring of `vip_id`: the staged one if there is one, else
+    /// `rings[vip_id]`.
+    fn with_ring(
+        &self,
+        vip_id: u32,
+        f: impl FnOnce(&Array<MapData, u32>) -> Result<(), Error>,
+    ) -> Result<(), Error> {
+        match self.staged.get(&vip_id) {
+            Some(Staged::Ring(r)) => f(r),
+            Some(Staged::Empty) => Err(BpfError::Missing { name: "ring" }.into()),
+            None => {
+                let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> =
+                    self.map(abi::map::RINGS)?;
+                f(&rings.get(&vip_id, 0).map_err(map_err(abi::map::RINGS))?)
+            }
+        }
+    }
+
     /// Zeroes entry `index` of the PERCPU_ARRAY `name` on every CPU.
     fn zero_per_cpu<V: aya::Pod + Default>(
         &mut self,
@@ -166,25 +186,27 @@ impl Maps for KernelMaps {
     }
 
     fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error> {
-        let in_place;
-        let ring = match self.staged.get(&vip_id) {
-            Some(Staged::Ring(r)) => r,
-            Some(Staged::Empty) => return Err(BpfError::Missing { name: "ring" }.into()),
-            None => {
-                let rings: ArrayOfMaps<&MapData, Array<MapData, u32>> =
-                    self.map(abi::map::RINGS)?;
-                in_place = rings.get(&vip_id, 0).map_err(map_err(abi::map::RINGS))?;
-                &in_place
-            }
-        };
         // straight into the mmapped ring; a ring without BPF_F_MMAPABLE (made by
         // an older loader) gets one batch
-        let fd = ring.map().fd().as_fd();
-        if write_mmapped_u32(fd, ring.len(), slots).is_err() {
-            let (keys, vals): (Vec<u32>, Vec<u32>) = slots.iter().copied().unzip();
-            update_batch(fd, &keys, &vals)?;
-        }
-        Ok(())
+        self.with_ring(vip_id, |ring| {
+            let fd = ring.map().fd().as_fd();
+            if write_mmapped_u32(fd, ring.len(), slots).is_err() {
+                let (keys, vals): (Vec<u32>, Vec<u32>) = slots.iter().copied().unzip();
+                update_batch(fd, &keys, &vals)?;
+            }
+            Ok(())
+        })
+    }
+
+    fn write_ring(&mut self, vip_id: u32, ids: &[u32]) -> Result<(), Error> {
+        self.with_ring(vip_id, |ring| {
+            let fd = ring.map().fd().as_fd();
+            if write_mmapped_ring(fd, ring.len(), ids).is_err() {
+                let keys: Vec<u32> = (0..ids.len() as u32).collect();
+                update_batch(fd, &keys, ids)?;
+            }
+            Ok(())
+        })
     }
 
     fn del_ring(&mut self, vip_id: u32) -> Result<(), Error> {

@@ -112,6 +112,29 @@ impl Maps for MemoryMaps {
         Ok(())
     }
 
+    fn write_ring(&mut self, vip_id: u32, ids: &[u32]) -> Result<(), Error> {
+        self.write("write_ring")?;
+        let ring = match self.staged.get_mut(&vip_id) {
+            Some(r) => r,
+            None => self
+                .rings
+                .get_mut(&vip_id)
+                .ok_or(BpfError::Missing { name: "ring" })?,
+        };
+        if ids.len() > ring.len() {
+            return Err(Error::Syscall {
+                call: "write_ring",
+                source: std::io::Error::other(format!(
+                    "{} ids for a ring of {}",
+                    ids.len(),
+                    ring.len()
+                )),
+            });
+        }
+        ring[..ids.len()].copy_from_slice(ids);
+        Ok(())
+    }
+
     fn del_ring(&mut self, vip_id: u32) -> Result<(), Error> {
         self.write("del_ring")?;
         self.staged.insert(vip_id, vec![0]);

@@ -39,6 +39,9 @@ pub trait Maps {
     /// `(slot, backend id)` pairs into the ring of `vip_id` (the staged one if
     /// there is one, else `rings[vip_id]`).
     fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error>;
+    /// Slot `i` of the ring of `vip_id` (as [`Maps::write_slots`] finds it) gets
+    /// `ids[i]`, for every `i`: a whole ring without (slot, id) pairs.
+    fn write_ring(&mut self, vip_id: u32, ids: &[u32]) -> Result<(), Error>;
     /// Stages an empty one-slot ring for `rings[vip_id]` (frees the old memory
     /// once flushed).
     fn del_ring(&mut self, vip_id: u32) -> Result<(), Error>;
@@ -130,7 +133,10 @@ fn run_staged(
     while i < ops.len() {
         if !matches!(
             ops[i],
-            MapOp::CreateRing { .. } | MapOp::WriteSlots { .. } | MapOp::DelRing { .. }
+            MapOp::CreateRing { .. }
+                | MapOp::WriteRing { .. }
+                | MapOp::WriteSlots { .. }
+                | MapOp::DelRing { .. }
         ) {
             maps.flush_rings()?;
         }
@@ -163,6 +169,10 @@ fn run_staged(
             MapOp::CreateRing { vip_id, size } => {
                 maps.create_ring(*vip_id, *size)?;
                 st.rings_created += 1;
+            }
+            MapOp::WriteRing { vip_id, ids } => {
+                maps.write_ring(*vip_id, ids)?;
+                st.slots_written += ids.len();
             }
             MapOp::WriteSlots { vip_id, slots } => {
                 maps.write_slots(*vip_id, slots)?;

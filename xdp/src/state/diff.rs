@@ -327,7 +327,7 @@ fn program_service(
 ) -> Option<u32> {
     // index -> id once, then the ring: O(M) without a map lookup per slot
     let id_of: Vec<u32> = svc.backends().iter().map(|a| backends[a].id).collect();
-    let ids: Vec<u32> = svc.ring().iter().map(|&i| id_of[i as usize]).collect();
+    let ids: std::sync::Arc<[u32]> = svc.ring().iter().map(|&i| id_of[i as usize]).collect();
     let size = ids.len() as u32;
     let mut freed_vip = None;
     if fresh && let Some(o) = old {
@@ -337,12 +337,20 @@ fn program_service(
     let prev = old
         .and_then(|o| o.ring.as_deref())
         .filter(|r| !fresh && r.len() == ids.len());
-    let slots = slots_to_write(prev, &ids);
     if fresh {
         ops.rings.push(MapOp::CreateRing { vip_id, size });
     }
-    if !slots.is_empty() {
-        ops.rings.push(MapOp::WriteSlots { vip_id, slots });
+    match prev {
+        Some(prev) => {
+            let slots = changed_slots(prev, &ids);
+            if !slots.is_empty() {
+                ops.rings.push(MapOp::WriteSlots { vip_id, slots });
+            }
+        }
+        None => ops.rings.push(MapOp::WriteRing {
+            vip_id,
+            ids: ids.clone(),
+        }),
     }
     let info = abi::VipInfo {
         vip_id,
@@ -372,7 +380,7 @@ fn program_service(
             vip_id,
             ring_size: size,
             flags: info.flags,
-            ring: Some(ids.into()),
+            ring: Some(ids),
             backends,
             entry: Some(svc.clone()),
             src_ranges: BTreeSet::new(),
@@ -382,17 +390,13 @@ fn program_service(
     freed_vip
 }
 
-/// The (slot, backend id) writes that turn the ring `prev` (`None`: unknown
-/// or replaced) into `ids`: only the slots that differ.
-fn slots_to_write(prev: Option<&[u32]>, ids: &[u32]) -> Vec<(u32, u32)> {
-    let size = ids.len() as u32;
-    match prev {
-        Some(prev) => (0..size)
-            .filter(|&s| prev[s as usize] != ids[s as usize])
-            .map(|s| (s, ids[s as usize]))
-            .collect(),
-        None => (0..size).map(|s| (s, ids[s as usize])).collect(),
-    }
+/// The (slot, backend id) writes that turn the ring `prev` into `ids` (of the
+/// same size): only the slots that differ.
+fn changed_slots(prev: &[u32], ids: &[u32]) -> Vec<(u32, u32)> {
+    (0..ids.len() as u32)
+        .filter(|&s| prev[s as usize] != ids[s as usize])
+        .map(|s| (s, ids[s as usize]))
+        .collect()
 }
 
 /// A new generation for every id of the VIP, written to `regen`.

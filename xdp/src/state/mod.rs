@@ -461,7 +461,14 @@ pub enum MapOp {
         vip_id: u32,
         size: u32,
     },
-    /// (slot, backend id) pairs, written in one batch.
+    /// Every slot of a ring that is new (or unknown): slot `i` gets `ids[i]`.
+    /// Shared with the programmed state, so a cold start holds each ring once.
+    WriteRing {
+        vip_id: u32,
+        ids: std::sync::Arc<[u32]>,
+    },
+    /// (slot, backend id) pairs, written in one batch: the slots of a known
+    /// ring that changed.
     WriteSlots {
         vip_id: u32,
         slots: Vec<(u32, u32)>,

@@ -36,10 +36,9 @@ fn first_plan_writes_everything_in_order() {
     );
     assert_eq!(ops[3], MapOp::CreateRing { vip_id: 0, size: 7 });
     match &ops[4] {
-        MapOp::WriteSlots { vip_id: 0, slots } => {
-            assert_eq!(slots.len(), 7);
-            assert_eq!(slots[0], (0, 1));
-            assert_eq!(slots[1], (1, 2));
+        MapOp::WriteRing { vip_id: 0, ids } => {
+            assert_eq!(ids.len(), 7);
+            assert_eq!(ids[..2], [1, 2]);
         }
         other => panic!("unexpected {other:?}"),
     }
@@ -144,7 +143,7 @@ fn ring_size_change_gets_a_new_ring_before_the_old_goes() {
     let (_, s1) = plan(&Programmed::default(), &state(vec![(v, svc(&v, &[1], 5))])).unwrap();
     let (ops, s2) = plan(&s1, &state(vec![(v, svc(&v, &[1], 7))])).unwrap();
     assert_eq!(ops[0], MapOp::CreateRing { vip_id: 1, size: 7 });
-    assert!(matches!(ops[1], MapOp::WriteSlots { vip_id: 1, .. }));
+    assert!(matches!(ops[1], MapOp::WriteRing { vip_id: 1, .. }));
     assert!(matches!(
         ops[2],
         MapOp::PutVip {
@@ -180,7 +179,7 @@ fn unknown_ring_after_restart_is_rewritten_whole() {
     pv.entry = None;
     let (ops, _) = plan(&s, &d).unwrap();
     assert_eq!(ops.len(), 2, "{ops:?}");
-    assert!(matches!(&ops[0], MapOp::WriteSlots { slots, .. } if slots.len() == 5));
+    assert!(matches!(&ops[0], MapOp::WriteRing { ids, .. } if ids.len() == 5));
     // which ids the lost ring named is unknown too: every id is owned again
     assert!(matches!(&ops[1], MapOp::Own { ids, draining: false, .. } if ids.len() == 2));
 }
@@ -569,7 +568,7 @@ fn restored_identical_state_writes_nothing() {
     let (ops, _) = plan(&Programmed::restore(r), &d).unwrap();
     assert!(
         ops.iter()
-            .any(|op| matches!(op, MapOp::WriteSlots { slots, .. } if slots.len() == 5))
+            .any(|op| matches!(op, MapOp::WriteRing { ids, .. } if ids.len() == 5))
     );
 }
 
