@@ -1,6 +1,8 @@
 //! What both real-cluster tests share: traffic through a fault, and lookups of pods
 //! and leases.
 
+pub(crate) mod faults;
+
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -8,6 +10,7 @@ use std::time::Duration;
 
 use ringlb_e2e::realcluster::RealCluster;
 use ringlb_e2e::realcluster::traffic::{self, KeepAlive, Outcome};
+use ringlb_e2e::realcluster::workload::WEB;
 
 /// What a fault did to the traffic that ran through it.
 pub(crate) struct Through {
@@ -97,4 +100,10 @@ pub(crate) fn wait_ds_ready(rc: &RealCluster, component: &str) {
         "--timeout=120s",
     ])
     .unwrap_or_else(|e| panic!("{component} DaemonSet: {e}"));
+}
+
+/// The Service `web`'s field at `path` (a JSONPath such as `.metadata.finalizers`).
+pub(crate) fn web_field(rc: &RealCluster, path: &str) -> String {
+    rc.kubectl(&["get", "service", WEB, "-o", &format!("jsonpath={{{path}}}")])
+        .unwrap()
 }

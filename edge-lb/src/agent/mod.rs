@@ -63,6 +63,7 @@ pub mod local_pods;
 pub mod metrics;
 mod nexthops;
 mod sources;
+mod start_failure;
 pub mod stop;
 pub mod sync;
 pub mod tx_check;
@@ -250,7 +251,8 @@ impl RunArgs {
         let interface = self.xdp_interface()?;
         anyhow::ensure!(
             ringlb_xdp::batch::if_index(interface) != 0,
-            "--interface {interface}: no such interface in this network namespace",
+            "{}",
+            start_failure::no_such_interface(interface)
         );
         ringlb_xdp::xdp::check_pin_dir(&self.pin_dir)
             .with_context(|| format!("--pin-dir {}", self.pin_dir.display()))?;
@@ -330,7 +332,7 @@ pub fn established_sessions(
 /// pinned (see [`load_xdp`]). With `--datapath ipvs` a kernel without IPVS stops the
 /// start right after the kernel version check, before the API is asked anything.
 pub async fn run(common: &CommonArgs, args: &RunArgs) -> anyhow::Result<()> {
-    let router_id = args.check()?;
+    let router_id = start_failure::checked(common, args).await?;
     // an old kernel is refused by name here, not by a verifier log or netlink later
     ringlb_ops::kernel::require(match args.datapath {
         DatapathKind::Xdp => &ringlb_ops::kernel::XDP_EDGE,
