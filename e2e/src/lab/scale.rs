@@ -10,7 +10,7 @@
 //! This module holds the pure pieces (the objects, parsers of `bpftool` and `birdc`
 //! output, the table) and the API calls; `ringlb-lab scale` runs the lab around them.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::{IpAddr, Ipv4Addr};
 use std::path::Path;
 use std::time::Duration;
@@ -19,7 +19,7 @@ use aya::maps::{HashMap as BpfHashMap, Map, MapData, MapError};
 use futures::{StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Service;
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use ringlb_bpf_types::Be16;
 use ringlb_xdp::abi::{self, VipInfo, VipKey};
 
@@ -169,6 +169,32 @@ pub async fn create(
         .await
 }
 
+/// Deletes Services `scale-<from>..scale-<to>` and their EndpointSlices,
+/// [`IN_FLIGHT`] at a time (each Service stays until the controller's cleanup
+/// finalizer lets it go).
+pub async fn delete(client: &kube::Client, range: std::ops::Range<usize>) -> Result<()> {
+    let services: Api<Service> = Api::default_namespaced(client.clone());
+    let slices: Api<EndpointSlice> = Api::default_namespaced(client.clone());
+    futures::stream::iter(range)
+        .map(|i| {
+            let (services, slices) = (services.clone(), slices.clone());
+            async move {
+                services
+                    .delete(&name(i), &DeleteParams::default())
+                    .await
+                    .map_err(kube_err(format!("deleting Service {}", name(i))))?;
+                slices
+                    .delete(&name(i), &DeleteParams::default())
+                    .await
+                    .map_err(kube_err(format!("deleting EndpointSlice {}", name(i))))?;
+                Ok::<_, Error>(())
+            }
+        })
+        .buffer_unordered(IN_FLIGHT)
+        .try_collect::<()>()
+        .await
+}
+
 /// The VIP of every bench Service that has one, by index.
 pub async fn vips(client: &kube::Client) -> Result<BTreeMap<usize, Ipv4Addr>> {
     let services: Api<Service> = Api::default_namespaced(client.clone());
@@ -223,6 +249,18 @@ impl VipsMap {
         self.0.keys().filter(|k| k.is_ok()).count()
     }
 
+    /// The IPv4 VIPs with at least one port programmed.
+    pub fn v4_vips(&self) -> BTreeSet<Ipv4Addr> {
+        self.0
+            .keys()
+            .filter_map(|k| k.ok())
+            .filter_map(|k| match k.addr.to_ip(k.family)? {
+                IpAddr::V4(a) => Some(a),
+                IpAddr::V6(_) => None,
+            })
+            .collect()
+    }
+
     /// The ring size of `vip`:`port`/TCP, if programmed.
     pub fn ring_size(&self, vip: Ipv4Addr, port: u16) -> Option<u32> {
         let (addr, family) = ringlb_bpf_types::RawAddr::from_ip(IpAddr::V4(vip));
@@ -275,6 +313,62 @@ pub fn route_count(birdc: &str) -> Option<usize> {
         let (n, rest) = l.trim().split_once(" of ")?;
         rest.contains("routes").then(|| n.trim().parse().ok())?
     })
+}
+
+/// The IPv4 /32 prefixes of `birdc show route ...` output (ECMP paths after the
+/// first start with blanks and are skipped).
+pub fn bird_host_routes(birdc: &str) -> BTreeSet<Ipv4Addr> {
+    birdc
+        .lines()
+        .filter_map(|l| {
+            l.split_whitespace()
+                .next()?
+                .strip_suffix("/32")?
+                .parse()
+                .ok()
+        })
+        .collect()
+}
+
+/// The burst of deletions and creations with the API server frozen in the middle:
+/// what it measured.
+#[derive(Debug, Clone, Default)]
+pub struct Burst {
+    /// Service ports deleted, and as many created under new names.
+    pub ports: usize,
+    /// How long the API server was frozen (SIGSTOP .. SIGCONT).
+    pub outage: Duration,
+    /// Looks at the edge while the API was frozen.
+    pub samples: usize,
+    /// The untouched Services' VIPs (first port) in the `vips` map and in BIRD:
+    /// the fewest over the samples, of how many.
+    pub untouched: usize,
+    pub min_programmed: usize,
+    pub min_announced: usize,
+    /// /32s BIRD had from the edge whose VIP was not in the `vips` map, summed
+    /// over the samples (announced without being served).
+    pub announced_unserved: usize,
+    /// The burst's requests, from the first sent to the last answered.
+    pub requests: Duration,
+    /// The API back -> every VIP:port programmed and every VIP announced.
+    pub caught_up: Duration,
+}
+
+/// The burst as a Markdown table row with its header.
+pub fn burst_table(b: &Burst) -> String {
+    format!(
+        "| ports deleted + created | API frozen | untouched VIPs programmed / announced while frozen (min of {} looks) | announced without being served | burst requests took | API back -> caught up |\n|---|---|---|---|---|---|\n| {} + {} | {:.0} s | {} / {} of {} | {} | {:.1} s | {:.2} s |\n",
+        b.samples,
+        b.ports,
+        b.ports,
+        b.outage.as_secs_f64(),
+        b.min_programmed,
+        b.min_announced,
+        b.untouched,
+        b.announced_unserved,
+        b.requests.as_secs_f64(),
+        b.caught_up.as_secs_f64(),
+    )
 }
 
 /// One size of the bench: what it measured.
@@ -362,5 +456,12 @@ mod tests {
         let b = "BIRD 2.0.12 ready.\n2000 of 2000 routes for 2000 networks in table master4\n";
         assert_eq!(route_count(b), Some(2000));
         assert_eq!(route_count("BIRD 2.0.12 ready.\n"), None);
+        let routes = "Table master4:\n10.212.0.1/32        unicast [edge1 07:41:02.123] * (100) [AS65011i]\n\tvia 10.201.0.11 on eth1\n10.212.0.2/32        unicast [edge1 07:41:02.123] * (100) [AS65011i]\n10.212.0.0/16 blackhole\n";
+        assert_eq!(
+            bird_host_routes(routes),
+            ["10.212.0.1", "10.212.0.2"]
+                .map(|a| a.parse().unwrap())
+                .into()
+        );
     }
 }

@@ -4,6 +4,8 @@
 //! `ringlb-edge run` started cold (no pinned maps) in edge1 and measured: until every
 //! VIP:port is in its `vips` map and every /32 is in BIRD, its peak RSS, the kernel
 //! memory of its BPF maps, and one Service's endpoints changed -> its ring resized.
+//! At the largest size, optionally, a burst of deletions and creations with the API
+//! server frozen in the middle ([`burst`]).
 
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
@@ -11,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use ringlb_e2e::lab::{self, Bins, Cluster, Topology, scale, topology};
+
+mod burst;
 
 /// What to run: the sizes and the shape of each Service.
 #[derive(Debug, Clone, clap::Args)]
@@ -27,6 +31,13 @@ pub(crate) struct ScaleArgs {
     /// Endpoint changes timed per size.
     #[arg(long, default_value_t = 100)]
     changes: usize,
+    /// At the largest size: delete the Services of this many ports and create as
+    /// many new ones at once, with the API server frozen in the middle (0: skip).
+    #[arg(long, default_value_t = 0)]
+    burst_ports: usize,
+    /// How long the API server stays frozen during the burst.
+    #[arg(long, default_value = "30s", value_parser = ringlb_ops::flags::parse_duration)]
+    outage: Duration,
     /// Where the table and the programs' logs (edge1's of the last size) are kept.
     #[arg(long, default_value = "target/scale-bench")]
     report_dir: PathBuf,
@@ -51,6 +62,18 @@ impl ScaleArgs {
         if last / p > 65_000 || last > 65_536 {
             bail!("--sizes: {last} ports exceed the pool (65,000 VIPs) or the VIP map (65,536)");
         }
+        let burst = self.burst_ports;
+        if burst > 0 && (!burst.is_multiple_of(p) || burst >= last) {
+            bail!(
+                "--burst-ports {burst}: a multiple of --ports-per-service {p} below the last size {last}"
+            );
+        }
+        // the deleted and the created Services may hold VIPs at the same time
+        if (last + burst) / p > 65_000 || last + burst > 65_536 {
+            bail!(
+                "--sizes and --burst-ports: {last} + {burst} ports exceed the pool or the VIP map"
+            );
+        }
         Ok(())
     }
 }
@@ -64,7 +87,11 @@ pub(crate) fn run(prefix: String, dir: PathBuf, args: ScaleArgs) -> anyhow::Resu
     super::with_teardown_on_signal(prefix, dir, move || {
         let result = bring_up_and_measure(&p2, &d2, &args);
         topology::teardown(&p2, &d2);
-        let table = scale::table(&result?);
+        let (rows, burst) = result?;
+        let mut table = scale::table(&rows);
+        if let Some(b) = &burst {
+            table = format!("{table}\n{}", scale::burst_table(b));
+        }
         println!("\n{table}");
         std::fs::write(args.report_dir.join("table.md"), &table)?;
         println!("table and logs: {}", args.report_dir.display());
@@ -85,11 +112,10 @@ fn keep_logs(dir: &Path, report: &Path) {
     }
 }
 
-fn bring_up_and_measure(
-    prefix: &str,
-    dir: &Path,
-    args: &ScaleArgs,
-) -> anyhow::Result<Vec<scale::Row>> {
+/// What a run measured: a row per size, and the burst if there was one.
+type Measured = (Vec<scale::Row>, Option<scale::Burst>);
+
+fn bring_up_and_measure(prefix: &str, dir: &Path, args: &ScaleArgs) -> anyhow::Result<Measured> {
     let bins = Bins::discover()?;
     let topo = Topology::up(prefix, dir, scale::addrs()).context("building the fabric")?;
     let mut cluster = Cluster::new(&topo, bins);
@@ -128,7 +154,7 @@ fn measure_sizes(
     topo: &Topology,
     cluster: &mut Cluster,
     args: &ScaleArgs,
-) -> anyhow::Result<Vec<scale::Row>> {
+) -> anyhow::Result<Measured> {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -147,8 +173,9 @@ fn measure_sizes(
     };
     let ports = args.ports_per_service;
     let mut rows = Vec::new();
+    let mut burst = None;
     let mut have = 0;
-    for &size in &args.sizes {
+    for (k, &size) in args.sizes.iter().enumerate() {
         let services = size / usize::from(ports);
         println!(
             "== {size} Service ports: {services} Services x {ports} ports, {} pods each",
@@ -171,11 +198,16 @@ fn measure_sizes(
             "  all {services} have a VIP after {:.1} s",
             t.elapsed().as_secs_f64()
         );
-        let row = measure_edge(&cx, cluster, size, &vips)?;
+        let last = k + 1 == args.sizes.len() && args.burst_ports > 0;
+        let (row, b) = measure_edge(&cx, cluster, size, &vips, last)?;
         println!("{}", scale::table(std::slice::from_ref(&row)));
+        if let Some(b) = &b {
+            println!("{}", scale::burst_table(b));
+        }
         rows.push(row);
+        burst = burst.or(b);
     }
-    Ok(rows)
+    Ok((rows, burst))
 }
 
 fn wait_allocated(cx: &Ctx<'_>, services: usize) -> anyhow::Result<Vec<Ipv4Addr>> {
@@ -201,13 +233,15 @@ fn wait_allocated(cx: &Ctx<'_>, services: usize) -> anyhow::Result<Vec<Ipv4Addr>
         .collect()
 }
 
-/// Edge1 started cold against what the API holds now; stopped again at the end.
+/// Edge1 started cold against what the API holds now, then the burst if `burst`;
+/// stopped again at the end.
 fn measure_edge(
     cx: &Ctx<'_>,
     cluster: &mut Cluster,
     size: usize,
     vips: &[Ipv4Addr],
-) -> anyhow::Result<scale::Row> {
+    burst: bool,
+) -> anyhow::Result<(scale::Row, Option<scale::Burst>)> {
     let pin = cx.topo.pin_dir(1);
     ringlb_xdp::xdp::XdpDatapath::remove_pins(&pin)?;
     let before = scale::max_map_id(&bpftool_maps()?)?;
@@ -260,9 +294,14 @@ fn measure_edge(
         .and_then(|d| d.alive().then_some(d))
         .and_then(|d| ringlb_e2e::procfs::status_kb(d.pid(), "VmHWM:"))
         .context("the edge's VmHWM")?;
+    let burst = if burst {
+        Some(burst::burst_with_outage(cx, cluster, &pin, vips)?)
+    } else {
+        None
+    };
     cluster.terminate("edge1", Duration::from_secs(30))?;
     ringlb_xdp::xdp::XdpDatapath::remove_pins(&pin)?;
-    Ok(scale::Row {
+    let row = scale::Row {
         ports: size,
         services: vips.len(),
         programmed,
@@ -273,7 +312,8 @@ fn measure_edge(
         change_p50: lab::measure::percentile(&times, 50.0),
         change_p99: lab::measure::percentile(&times, 99.0),
         changes: times.len(),
-    })
+    };
+    Ok((row, burst))
 }
 
 /// `changes` times: one Service's endpoints go from `pods` to `pods + 1` (or back),
