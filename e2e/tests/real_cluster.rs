@@ -485,7 +485,8 @@ fn uninstalled(rc: &RealCluster, v4: IpAddr) {
 /// The faults of a real cluster, each with 100 long-lived connections open and a loop
 /// of new connections running: the controller's leader pod deleted (no VIP changes),
 /// an edge pod deleted (0 broken), a rolling `helm upgrade` of the edges (0 failed),
-/// a worker's containerd and kubelet killed and restarted (0 broken), a worker
+/// a values change naming an interface no edge has (the roll stops at one edge, 0
+/// failed), a worker's containerd and kubelet killed and restarted (0 broken), a worker
 /// drained (only connections to its own pods break; new connections are counted), and
 /// an edge node cut off (out of the ToR's ECMP within the BFD time). kube-proxy runs
 /// in nftables mode here (iptables in the other real-cluster tests), so `make test`
