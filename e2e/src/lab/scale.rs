@@ -152,13 +152,12 @@ pub async fn create(
             let (services, slices) = (services.clone(), slices.clone());
             async move {
                 let svc: Service = parsed(service(i, ports))?;
-                services
-                    .create(&PostParams::default(), &svc)
+                let pp = PostParams::default();
+                retried(409, || services.create(&pp, &svc))
                     .await
                     .map_err(kube_err(format!("creating Service {}", name(i))))?;
                 let slice: EndpointSlice = parsed(endpoint_slice(i, ports, pods))?;
-                slices
-                    .create(&PostParams::default(), &slice)
+                retried(409, || slices.create(&pp, &slice))
                     .await
                     .map_err(kube_err(format!("creating EndpointSlice {}", name(i))))?;
                 Ok::<_, Error>(())
@@ -179,20 +178,42 @@ pub async fn delete(client: &kube::Client, range: std::ops::Range<usize>) -> Res
         .map(|i| {
             let (services, slices) = (services.clone(), slices.clone());
             async move {
-                services
-                    .delete(&name(i), &DeleteParams::default())
+                let (n, dp) = (name(i), DeleteParams::default());
+                retried(404, || services.delete(&n, &dp))
                     .await
-                    .map_err(kube_err(format!("deleting Service {}", name(i))))?;
-                slices
-                    .delete(&name(i), &DeleteParams::default())
+                    .map_err(kube_err(format!("deleting Service {n}")))?;
+                retried(404, || slices.delete(&n, &dp))
                     .await
-                    .map_err(kube_err(format!("deleting EndpointSlice {}", name(i))))?;
+                    .map_err(kube_err(format!("deleting EndpointSlice {n}")))?;
                 Ok::<_, Error>(())
             }
         })
         .buffer_unordered(IN_FLIGHT)
         .try_collect::<()>()
         .await
+}
+
+/// `call`, again after a second while the connection fails (an API server that
+/// went away and came back: the request may or may not have been done), at most
+/// 10 times; the API's answer `done` (409 for a create, 404 for a delete) means
+/// an earlier try did it.
+async fn retried<T, F: std::future::Future<Output = kube::Result<T>>>(
+    done: u16,
+    mut call: impl FnMut() -> F,
+) -> kube::Result<()> {
+    let mut tries = 0;
+    loop {
+        match call().await {
+            Ok(_) => return Ok(()),
+            Err(kube::Error::Api(e)) if e.code == done && tries > 0 => return Ok(()),
+            Err(e @ kube::Error::Api(_)) => return Err(e),
+            Err(_) if tries < 10 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
 }
 
 /// The VIP of every bench Service that has one, by index.

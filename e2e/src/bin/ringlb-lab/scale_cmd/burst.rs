@@ -73,6 +73,14 @@ pub(super) fn burst_with_outage(
         b.outage = t.elapsed();
     }
     let back = Instant::now();
+    println!(
+        "  API frozen {:.1} s: untouched VIPs programmed / announced at least {} / {} of {}, {} announced without being served",
+        b.outage.as_secs_f64(),
+        b.min_programmed,
+        b.min_announced,
+        b.untouched,
+        b.announced_unserved
+    );
     b.requests = burst
         .join()
         .map_err(|_| anyhow::anyhow!("the burst's thread panicked"))??;
