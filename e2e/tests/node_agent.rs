@@ -1,4 +1,4 @@
-//! The node agent (`ringlb-edge node`, `edge-lb/src/node/`) against a real
+//! The node agent (`ringlb-edge node`, `edge-lb/src/node_agent/`) against a real
 //! kube-apiserver: its reflectors, its desired state and its sync loop run in-process
 //! as ServiceAccount `ringlb-node` under the chart's RBAC
 //! (`charts/ringlb/templates/node-rbac.yaml`), over the node datapath's real apply
@@ -20,10 +20,10 @@ use prometheus_client::registry::Registry;
 use ringlb_e2e::controlplane::{
     ControlPlane, KubeletOptions, LabNode, Options, kubelet::POD_IPS_ANNOTATION,
 };
-use ringlb_edge::node::datapath::maps::{Applier, FakeMaps};
-use ringlb_edge::node::datapath::{NodeState, Proto, ServiceKey, ServiceTarget};
-use ringlb_edge::node::sync::{NodeMetrics, NodeProgram, SyncConfig};
-use ringlb_edge::node::{Agent, sync_heartbeat, watch_stores};
+use ringlb_edge::node_agent::datapath::maps::{Applier, FakeMaps};
+use ringlb_edge::node_agent::datapath::{NodeState, Proto, ServiceKey, ServiceTarget};
+use ringlb_edge::node_agent::sync::{NodeMetrics, NodeProgram, SyncConfig};
+use ringlb_edge::node_agent::{Agent, sync_heartbeat, watch_stores};
 use ringlb_ops::Health;
 use serde_json::json;
 use tokio::sync::Notify;
@@ -38,7 +38,10 @@ const OTHER_VIP: &str = "192.0.2.20";
 struct Shared(Arc<Mutex<Applier<FakeMaps>>>);
 
 impl NodeProgram for Shared {
-    fn apply(&mut self, want: &NodeState) -> Result<usize, ringlb_edge::node::datapath::Error> {
+    fn apply(
+        &mut self,
+        want: &NodeState,
+    ) -> Result<usize, ringlb_edge::node_agent::datapath::Error> {
         self.0.lock().unwrap().apply(want)
     }
 }
@@ -46,7 +49,7 @@ impl NodeProgram for Shared {
 impl Shared {
     /// What the (fake) kernel maps hold, read back as the loader would after a restart.
     fn maps(&self) -> NodeState {
-        use ringlb_edge::node::datapath::maps::NodeMaps;
+        use ringlb_edge::node_agent::datapath::maps::NodeMaps;
         self.0.lock().unwrap().maps().read().unwrap()
     }
 }

@@ -17,7 +17,7 @@
 pub mod affinity;
 pub mod agent;
 pub mod bfd_hold;
-pub mod node;
+pub mod node_agent;
 pub mod peers;
 pub mod serving;
 pub mod source_ranges;

@@ -38,7 +38,7 @@ enum Command {
     /// Run the node agent on a worker node: feed the tc datapath (decap, VIP:port ->
     /// pod:targetPort, DSR replies) from Services, EndpointSlices and this node's Pods;
     /// `node uninstall` removes it; see docs/node.md.
-    Node(ringlb_edge::node::NodeArgs),
+    Node(ringlb_edge::node_agent::NodeArgs),
     /// Mount a bpffs at --path unless one is there already (idempotent), then exit.
     /// The Helm chart's init container runs it so that nodes need no setup; see
     /// docs/install.md.
@@ -85,7 +85,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(ringlb_bgp::standalone::run_with_hold(&config, addr, hold).await?)
         }
         Command::Datapath(dp) => Ok(ringlb_xdp::cli::run(&dp.args, &mut std::io::stdout())?),
-        Command::Node(node) => ringlb_edge::node::run(&args.common, &node).await,
+        Command::Node(node) => ringlb_edge::node_agent::run(&args.common, &node).await,
         Command::MountBpffs { path } => {
             use ringlb_bpf_types::{BpffsMount, mount_bpffs};
             let path_text = path.display().to_string();

@@ -232,7 +232,7 @@ pub(crate) mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::node::desired::fixtures::pod;
+    use crate::node_agent::desired::fixtures::pod;
     use crate::serving::fixtures::{ep, service, slice};
 
     /// Reflector stores holding the objects, as the watches fill them.
