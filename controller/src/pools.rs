@@ -307,18 +307,7 @@ pub(crate) mod tests {
 
     /// An auto-assigned IPPool of these CIDRs (for the crate's tests).
     pub(crate) fn obj(name: &str, cidrs: &[&str]) -> IPPool {
-        IPPool::new(
-            name,
-            IPPoolSpec {
-                cidrs: cidrs.iter().map(|s| s.to_string()).collect(),
-                ranges: vec![],
-                auto_assign: true,
-                avoid_buggy_ips: false,
-                service_selector: None,
-                namespace_selector: None,
-                priority: 0,
-            },
-        )
+        IPPool::new(name, IPPoolSpec::from_cidrs(cidrs))
     }
 
     #[test]

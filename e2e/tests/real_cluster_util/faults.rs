@@ -52,12 +52,7 @@ pub(crate) fn edge_pod_deleted(rc: &RealCluster, client: &str, v4: IpAddr) {
             .unwrap();
         wait_ds_ready(rc, "edge");
     });
-    eprintln!(
-        "edge pod deleted: {} keep-alive requests, {} broken; {} new connections, {} failed",
-        r.keepalive.requests, r.keepalive.broken, r.requests, r.failed
-    );
-    assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
-    assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+    r.assert_hitless("edge pod deleted");
 }
 
 /// A rolling `helm upgrade` of the edges: no connection breaks, no request fails.
@@ -82,12 +77,7 @@ pub(crate) fn edges_rolled(rc: &RealCluster, client: &str, v4: IpAddr) {
         .unwrap_or_else(|e| panic!("helm upgrade: {e}"));
         wait_ds_ready(rc, "edge");
     });
-    eprintln!(
-        "helm upgrade rolled the edges: {} keep-alive requests, {} broken; {} new connections, {} failed",
-        r.keepalive.requests, r.keepalive.broken, r.requests, r.failed
-    );
-    assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
-    assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+    r.assert_hitless("helm upgrade rolled the edges");
 }
 
 /// `auto` attached generic (a veth whose peer is in another namespace); `helm upgrade
@@ -227,12 +217,7 @@ pub(crate) fn wrong_interface_stops_the_roll(rc: &RealCluster, client: &str, v4:
         wait_ds_ready(rc, "edge");
         rc.wait_ecmp(v4, 2, Duration::from_secs(60)).unwrap();
     });
-    eprintln!(
-        "wrong interface, then rolled back: {} keep-alive requests, {} broken; {} new connections, {} failed",
-        r.keepalive.requests, r.keepalive.broken, r.requests, r.failed
-    );
-    assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
-    assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+    r.assert_hitless("wrong interface, then rolled back");
 }
 
 /// Each edge pod with whether it is Ready.
@@ -261,12 +246,7 @@ pub(crate) fn worker_daemons_restarted(rc: &mut RealCluster, client: &str, v4: I
         rc.restart_kubelet("w1").unwrap();
         std::thread::sleep(Duration::from_secs(5));
     });
-    eprintln!(
-        "w1's containerd and kubelet restarted: {} keep-alive requests, {} broken; {} new connections, {} failed",
-        r.keepalive.requests, r.keepalive.broken, r.requests, r.failed
-    );
-    assert_eq!(r.keepalive.broken, 0, "{:?}", r.keepalive.first_error);
-    assert_eq!(r.failed, 0, "{:?}", r.first_failure);
+    r.assert_hitless("w1's containerd and kubelet restarted");
 }
 
 /// A worker drained: its pods go, the connections to the other worker's pods stay.

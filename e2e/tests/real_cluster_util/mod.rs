@@ -20,6 +20,19 @@ pub(crate) struct Through {
     pub first_failure: Option<String>,
 }
 
+impl Through {
+    /// Prints what `fault` did to the traffic and asserts that no keep-alive
+    /// connection broke and no new connection failed.
+    pub(crate) fn assert_hitless(&self, fault: &str) {
+        eprintln!(
+            "{fault}: {} keep-alive requests, {} broken; {} new connections, {} failed",
+            self.keepalive.requests, self.keepalive.broken, self.requests, self.failed
+        );
+        assert_eq!(self.keepalive.broken, 0, "{:?}", self.keepalive.first_error);
+        assert_eq!(self.failed, 0, "{:?}", self.first_failure);
+    }
+}
+
 /// Runs `fault` while `conns` keep-alive connections ask every 100 ms and a loop of
 /// new connections asks every 50 ms, then `settle` more of both.
 pub(crate) fn through(

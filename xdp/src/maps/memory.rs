@@ -77,6 +77,19 @@ impl MemoryMaps {
     }
 }
 
+impl MemoryMaps {
+    /// The ring of `vip_id` a write goes to: the staged one, else the live one.
+    fn ring_mut(&mut self, vip_id: u32) -> Result<&mut Vec<u32>, Error> {
+        match self.staged.get_mut(&vip_id) {
+            Some(r) => Ok(r),
+            None => self
+                .rings
+                .get_mut(&vip_id)
+                .ok_or_else(|| BpfError::Missing { name: "ring" }.into()),
+        }
+    }
+}
+
 impl Maps for MemoryMaps {
     fn put_backends(&mut self, ids: &[u32], values: &[abi::BackendValue]) -> Result<(), Error> {
         self.write("put_backends")?;
@@ -99,13 +112,7 @@ impl Maps for MemoryMaps {
 
     fn write_slots(&mut self, vip_id: u32, slots: &[(u32, u32)]) -> Result<(), Error> {
         self.write("write_slots")?;
-        let ring = match self.staged.get_mut(&vip_id) {
-            Some(r) => r,
-            None => self
-                .rings
-                .get_mut(&vip_id)
-                .ok_or(BpfError::Missing { name: "ring" })?,
-        };
+        let ring = self.ring_mut(vip_id)?;
         for &(slot, id) in slots {
             ring[slot as usize] = id;
         }
@@ -114,13 +121,7 @@ impl Maps for MemoryMaps {
 
     fn write_ring(&mut self, vip_id: u32, ids: &[u32]) -> Result<(), Error> {
         self.write("write_ring")?;
-        let ring = match self.staged.get_mut(&vip_id) {
-            Some(r) => r,
-            None => self
-                .rings
-                .get_mut(&vip_id)
-                .ok_or(BpfError::Missing { name: "ring" })?,
-        };
+        let ring = self.ring_mut(vip_id)?;
         if ids.len() > ring.len() {
             return Err(Error::Syscall {
                 call: "write_ring",
